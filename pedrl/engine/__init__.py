@@ -1,0 +1,1 @@
+"""Inference engine: generation with KV caches and log-prob scoring."""

@@ -1,0 +1,73 @@
+"""BERT encoder (BGE-*-en-v1.5, all-MiniLM-L6-v2) for sentence embeddings.
+
+Post-LayerNorm blocks, absolute position embeddings, bidirectional attention.
+Positions are counted over real tokens, which equals transformers for the
+right-padded batches BERT tokenizers produce.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from pedrl.models import layers
+from pedrl.models.config import ModelConfig
+from pedrl.models.decoder import positions_from_mask, scanned
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
+POOLING = ("cls", "mean")
+
+
+class BertLayer(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, mask, _):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    b, t, e = x.shape
+    h, d = cfg.num_heads, cfg.head_dim
+    ln = lambda name: nn.LayerNorm(cfg.norm_eps, dtype=dtype, param_dtype=dtype, name=name)
+    q, k, v = (layers.dense(h * d, True, dtype, n)(x).reshape(b, t, h, d) for n in "qkv")
+    attn = layers.dot_attention(q, k, v, mask).reshape(b, t, h * d)
+    x = ln("attn_norm")(x + layers.dense(e, True, dtype, "o")(attn))
+    up = ACTIVATIONS[cfg.hidden_act](layers.dense(cfg.intermediate_size, True, dtype, "up")(x))
+    x = ln("mlp_norm")(x + layers.dense(e, True, dtype, "down")(up))
+    return x, None
+
+
+class Bert(nn.Module):
+  """Returns the last hidden states [B, T, E]; see `embed` for pooled vectors."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens, mask, token_types=None):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    if cfg.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"BERT hidden_act {cfg.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+    mask = mask.astype(bool)
+    if token_types is None:
+      token_types = jnp.zeros_like(tokens)
+    emb = lambda n, name: nn.Embed(n, cfg.hidden_size, dtype=dtype, param_dtype=dtype, name=name)
+    x = (emb(cfg.vocab_size, "word")(tokens)
+         + emb(cfg.max_position_embeddings, "position")(positions_from_mask(mask))
+         + emb(cfg.type_vocab_size, "token_type")(token_types))
+    x = nn.LayerNorm(cfg.norm_eps, dtype=dtype, param_dtype=dtype, name="embed_norm")(x)
+    attn_mask = jnp.broadcast_to(mask[:, None, :], (mask.shape[0], mask.shape[1], mask.shape[1]))
+    x, _ = scanned(BertLayer, cfg, n_broadcast=1)(cfg, name="layers")(x, attn_mask, None)
+    return x
+
+
+def pool(hidden, mask, mode: str = "cls"):
+  """Sentence vectors [B, E], L2-normalised: the CLS token (BGE) or the masked mean (MiniLM)."""
+  hidden = hidden.astype(jnp.float32)
+  if mode == "cls":
+    vec = hidden[:, 0]
+  elif mode == "mean":
+    m = mask.astype(jnp.float32)[..., None]
+    vec = (hidden * m).sum(1) / jnp.maximum(m.sum(1), 1e-9)
+  else:
+    raise ValueError(f"pooling {mode!r} is not one of {POOLING}")
+  return vec / jnp.maximum(jnp.linalg.norm(vec, axis=-1, keepdims=True), 1e-12)

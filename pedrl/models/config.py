@@ -1,0 +1,179 @@
+"""Model configuration, read from a Hugging Face `config.json`.
+
+One frozen dataclass covers every architecture pedrl ports. Decoder families
+differ only by switches (biases, q/k norm, rope scaling, tied embeddings), so
+there is one decoder implementation rather than a copy per family.
+"""
+import dataclasses
+import json
+import os
+from typing import Any
+
+DECODER_TYPES = ("qwen2", "qwen3", "llama")
+ENCODER_TYPES = ("bert",)
+SUPPORTED_TYPES = DECODER_TYPES + ENCODER_TYPES
+TASKS = ("causal_lm", "seq_cls", "embed")
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class ConfigError(ValueError):
+  """A checkpoint's config.json describes something pedrl cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture plus the runtime choices (dtype, remat) of one model."""
+  model_type: str
+  task: str
+  vocab_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  intermediate_size: int
+  norm_eps: float
+  max_position_embeddings: int
+  # Decoder switches.
+  qkv_bias: bool = False
+  o_bias: bool = False
+  mlp_bias: bool = False
+  qk_norm: bool = False
+  tie_embeddings: bool = False
+  rope_theta: float = 10000.0
+  # Sorted (key, value) pairs of the rope scaling dict; () for plain rope.
+  rope_scaling: tuple = ()
+  # seq_cls head width (Ped-RM has 1 label).
+  num_labels: int = 0
+  # Encoder (BERT) fields.
+  type_vocab_size: int = 0
+  hidden_act: str = "silu"
+  # Token ids, used by samplers and the sequence-classification head.
+  pad_token_id: int | None = None
+  bos_token_id: int | None = None
+  eos_token_ids: tuple = ()
+  # Runtime choices, not architecture.
+  dtype: str = "float32"
+  remat: bool = False
+  # The checkpoint's own config.json, kept to write it back on export.
+  hf_config_json: str = dataclasses.field(default="{}", compare=False, repr=False)
+
+  @property
+  def is_decoder(self) -> bool:
+    return self.model_type in DECODER_TYPES
+
+  @property
+  def rope_scaling_dict(self) -> dict[str, Any]:
+    return dict(self.rope_scaling)
+
+  def replace(self, **kw) -> "ModelConfig":
+    return dataclasses.replace(self, **kw)
+
+
+def _task_from_architectures(archs: list[str], model_type: str) -> str:
+  if model_type in ENCODER_TYPES:
+    return "embed"
+  if any(a.endswith("ForSequenceClassification") for a in archs):
+    return "seq_cls"
+  return "causal_lm"
+
+
+def _rope_settings(hf, path: str) -> tuple[float, tuple]:
+  """Returns (theta, scaling items) from a v5 `rope_parameters` or v4 fields."""
+  params = getattr(hf, "rope_parameters", None)
+  if params is None:  # transformers < 5
+    params = dict(getattr(hf, "rope_scaling", None) or {})
+    params["rope_theta"] = getattr(hf, "rope_theta", 10000.0)
+  params = dict(params)
+  rope_type = params.pop("rope_type", params.pop("type", "default"))
+  theta = float(params.pop("rope_theta", 10000.0))
+  if rope_type not in ROPE_TYPES:
+    raise ConfigError(
+        f"{path}: rope type {rope_type!r} is not supported (pedrl has "
+        f"{', '.join(ROPE_TYPES)}).")
+  if getattr(hf, "partial_rotary_factor", 1.0) not in (None, 1.0):
+    raise ConfigError(f"{path}: partial_rotary_factor != 1 is not supported.")
+  if rope_type == "default":
+    return theta, ()
+  keep = {"linear": ("factor",),
+          "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                     "original_max_position_embeddings")}[rope_type]
+  missing = [k for k in keep if params.get(k) is None]
+  if missing:
+    raise ConfigError(f"{path}: rope type {rope_type!r} needs {missing}.")
+  items = tuple(sorted((k, float(params[k])) for k in keep))
+  return theta, (("rope_type", rope_type),) + items
+
+
+def _eos_ids(value) -> tuple:
+  if value is None:
+    return ()
+  return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
+  """Reads `ckpt_dir/config.json` into a ModelConfig.
+
+  Args:
+    ckpt_dir: a Hugging Face checkpoint directory.
+    task: 'causal_lm', 'seq_cls' or 'embed'; by default from `architectures`.
+    **runtime: runtime fields such as dtype='bfloat16' or remat=True.
+  """
+  path = os.path.join(ckpt_dir, "config.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: no config.json in the checkpoint directory.")
+  try:
+    with open(path) as f:
+      raw = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ConfigError(f"{path}: not valid JSON ({e}).") from e
+  model_type = raw.get("model_type")
+  if model_type not in SUPPORTED_TYPES:
+    raise ConfigError(
+        f"{path}: model_type {model_type!r} is not supported; pedrl ports "
+        f"{', '.join(SUPPORTED_TYPES)}.")
+  import transformers  # Slow import; only needed here.
+  # AutoConfig fills family defaults exactly as transformers does.
+  hf = transformers.AutoConfig.from_pretrained(ckpt_dir, local_files_only=True)
+  task = task or _task_from_architectures(raw.get("architectures") or [], model_type)
+  if task not in TASKS:
+    raise ConfigError(f"task {task!r} is not one of {TASKS}.")
+  if (model_type in ENCODER_TYPES) != (task == "embed"):
+    raise ConfigError(f"{path}: task {task!r} does not fit model_type {model_type!r}.")
+
+  common = dict(
+      model_type=model_type, task=task, vocab_size=hf.vocab_size,
+      hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers,
+      num_heads=hf.num_attention_heads, intermediate_size=hf.intermediate_size,
+      max_position_embeddings=hf.max_position_embeddings,
+      hidden_act=hf.hidden_act, pad_token_id=hf.pad_token_id,
+      bos_token_id=getattr(hf, "bos_token_id", None),
+      eos_token_ids=_eos_ids(getattr(hf, "eos_token_id", None)),
+      hf_config_json=json.dumps(raw), **runtime)
+  if model_type == "bert":
+    if getattr(hf, "position_embedding_type", "absolute") != "absolute":
+      raise ConfigError(f"{path}: only absolute BERT position embeddings are supported.")
+    return ModelConfig(
+        num_kv_heads=hf.num_attention_heads,
+        head_dim=hf.hidden_size // hf.num_attention_heads,
+        norm_eps=hf.layer_norm_eps, type_vocab_size=hf.type_vocab_size,
+        qkv_bias=True, o_bias=True, mlp_bias=True, **common)
+
+  if hf.hidden_act != "silu":
+    raise ConfigError(f"{path}: decoder hidden_act {hf.hidden_act!r}; pedrl expects 'silu'.")
+  if getattr(hf, "use_sliding_window", False):
+    raise ConfigError(f"{path}: sliding-window attention is not supported.")
+  theta, scaling = _rope_settings(hf, path)
+  head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+  attention_bias = bool(getattr(hf, "attention_bias", False))
+  return ModelConfig(
+      num_kv_heads=hf.num_key_value_heads, head_dim=head_dim,
+      norm_eps=hf.rms_norm_eps,
+      # Qwen2 always has q/k/v biases and none on o; Llama and Qwen3 use one flag.
+      qkv_bias=True if model_type == "qwen2" else attention_bias,
+      o_bias=False if model_type == "qwen2" else attention_bias,
+      mlp_bias=bool(getattr(hf, "mlp_bias", False)),
+      qk_norm=model_type == "qwen3",
+      tie_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
+      rope_theta=theta, rope_scaling=scaling,
+      num_labels=hf.num_labels if task == "seq_cls" else 0, **common)

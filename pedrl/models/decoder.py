@@ -1,0 +1,184 @@
+"""Decoder-only transformer: Qwen2/Qwen2.5, Qwen3 and Llama 3.x in one module.
+
+Layers are scanned (one compiled layer body over stacked parameters), so compile
+time does not grow with depth. Positions come from the attention mask
+(cumsum - 1), which makes a left-padded batch equal to each sequence alone.
+
+KV cache. A cache is a dict of arrays:
+  k, v: [L, B, S, KV, D]  keys/values per layer at buffer slots 0..S-1
+  mask: [B, S] bool       which slots hold a real token
+  pos:  [B] int32         the position the next real token of each row gets
+  end:  [] int32          the first free slot (the same for every row)
+A call on T new tokens writes slots end..end+T-1 and lets each query see the
+filled slots at or before its own. Prefill, one-token decode and appending a
+whole new dialogue turn (with its own padding) are therefore one code path.
+The caller keeps end + T <= S (the engine checks this on the host).
+"""
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from pedrl.models import layers
+from pedrl.models import rope
+from pedrl.models.config import ModelConfig
+
+REMAT_POLICIES = {
+    "nothing": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Attention(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, cos, sin, mask, write_at, kv):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    b, t, _ = x.shape
+    h, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = layers.dense(h * d, cfg.qkv_bias, dtype, "q")(x).reshape(b, t, h, d)
+    k = layers.dense(g * d, cfg.qkv_bias, dtype, "k")(x).reshape(b, t, g, d)
+    v = layers.dense(g * d, cfg.qkv_bias, dtype, "v")(x).reshape(b, t, g, d)
+    if cfg.qk_norm:  # Qwen3: RMSNorm over each head before rotation.
+      q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
+      k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
+    q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+    if kv is not None:
+      at = (0, write_at, 0, 0)
+      k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), at)
+      v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), at)
+      kv = {"k": k, "v": v}
+    out = layers.dot_attention(q, k.astype(dtype), v.astype(dtype), mask)
+    return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), kv
+
+
+class GatedMLP(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    gate = layers.dense(cfg.intermediate_size, cfg.mlp_bias, dtype, "gate")(x)
+    up = layers.dense(cfg.intermediate_size, cfg.mlp_bias, dtype, "up")(x)
+    return layers.dense(cfg.hidden_size, cfg.mlp_bias, dtype, "down")(nn.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x, cos, sin, mask, write_at, kv):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    h, kv = Attention(cfg, name="attn")(
+        layers.RMSNorm(cfg.norm_eps, dtype, name="input_norm")(x), cos, sin, mask, write_at, kv)
+    x = x + h
+    x = x + GatedMLP(cfg, name="mlp")(layers.RMSNorm(cfg.norm_eps, dtype, name="post_attn_norm")(x))
+    return x, kv
+
+
+def scanned(layer_cls, cfg: ModelConfig, n_broadcast: int, remat_policy: str = "nothing"):
+  """Wraps a layer in remat (if configured) and scans it over cfg.num_layers.
+
+  The layer is called as layer(x, *broadcast_args, per_layer) and returns
+  (x, per_layer_out); per_layer may be None.
+  """
+  if cfg.remat:
+    layer_cls = nn.remat(layer_cls, prevent_cse=False, policy=REMAT_POLICIES[remat_policy])
+  return nn.scan(
+      layer_cls, variable_axes={"params": 0}, split_rngs={"params": True},
+      in_axes=(nn.broadcast,) * n_broadcast + (0,), length=cfg.num_layers)
+
+
+def positions_from_mask(mask, start=None):
+  """Position of each real token: start + number of real tokens before it."""
+  pos = jnp.cumsum(mask.astype(jnp.int32), axis=1) - 1
+  if start is not None:
+    pos = pos + start[:, None]
+  return jnp.maximum(pos, 0)
+
+
+def init_cache(cfg: ModelConfig, batch: int, size: int, dtype=None) -> dict:
+  """An empty KV cache with `size` slots per row."""
+  dtype = jnp.dtype(dtype or cfg.dtype)
+  shape = (cfg.num_layers, batch, size, cfg.num_kv_heads, cfg.head_dim)
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+          "mask": jnp.zeros((batch, size), bool), "pos": jnp.zeros((batch,), jnp.int32),
+          "end": jnp.zeros((), jnp.int32)}
+
+
+class Decoder(nn.Module):
+  """Returns final hidden states; `logits` applies the head (LM or score) in float32."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+    self.embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=dtype)
+    self.layers = scanned(DecoderLayer, cfg, n_broadcast=4)(cfg)
+    self.final_norm = layers.RMSNorm(cfg.norm_eps, dtype)
+    if cfg.task == "causal_lm" and not cfg.tie_embeddings:
+      self.lm_head = layers.dense(cfg.vocab_size, False, dtype, "lm_head", f32_out=True)
+    if cfg.task == "seq_cls":
+      self.score = layers.dense(cfg.num_labels, False, dtype, "score", f32_out=True)
+    self.inv_freq = rope.inv_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+
+  def __call__(self, tokens, mask, cache=None, positions=None):
+    """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
+
+    Returns (hidden [B, T, E], new cache or None).
+    """
+    t = tokens.shape[1]
+    mask = mask.astype(bool)
+    if cache is None:
+      if positions is None:
+        positions = positions_from_mask(mask)
+      causal = jnp.tril(jnp.ones((t, t), bool))
+      attn_mask = mask[:, None, :] & causal[None]
+      write_at, kv = 0, None
+    else:
+      if positions is None:
+        positions = positions_from_mask(mask, cache["pos"])
+      write_at = cache["end"]
+      slots = jnp.arange(cache["mask"].shape[1])
+      kv_mask = jax.lax.dynamic_update_slice(cache["mask"], mask, (0, write_at))
+      query_slots = write_at + jnp.arange(t)
+      attn_mask = kv_mask[:, None, :] & (slots[None, None, :] <= query_slots[None, :, None])
+      kv = {"k": cache["k"], "v": cache["v"]}
+    cos, sin = rope.cos_sin(positions, self.inv_freq)
+    x = self.embed(tokens)
+    x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
+    hidden = self.final_norm(x)
+    if cache is None:
+      return hidden, None
+    new_cache = dict(kv, mask=kv_mask, pos=cache["pos"] + mask.sum(1, dtype=jnp.int32),
+                     end=cache["end"] + t)
+    return hidden, new_cache
+
+  def logits(self, hidden):
+    """Head outputs in float32: vocabulary logits, or per-token class scores for seq_cls."""
+    if self.cfg.task == "seq_cls":
+      return self.score(hidden)
+    if self.cfg.tie_embeddings:
+      return jnp.einsum("bte,ve->btv", hidden, self.embed.embedding,
+                        preferred_element_type=jnp.float32)
+    return self.lm_head(hidden)
+
+  def forward(self, tokens, mask, cache=None, positions=None):
+    """`__call__` followed by `logits`: (logits [B, T, V or labels], new cache)."""
+    hidden, cache = self(tokens, mask, cache, positions)
+    return self.logits(hidden), cache
+
+
+def pool_last(values, mask):
+  """values [B, T, ...] at each row's last real token (left or right padding)."""
+  t = mask.shape[1]
+  last = t - 1 - jnp.argmax(jnp.flip(mask.astype(bool), axis=1), axis=1)
+  return jnp.take_along_axis(values, last.reshape((-1, 1) + (1,) * (values.ndim - 2)), axis=1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def init_params(cfg: ModelConfig, rng):
+  """Random params of the model (for tests and benchmarks)."""
+  tokens = jnp.zeros((1, 2), jnp.int32)
+  return Decoder(cfg).init(rng, tokens, jnp.ones_like(tokens), method=Decoder.forward)["params"]

@@ -1,0 +1,67 @@
+"""One device mesh for every model of a run, and the rules that shard params on it.
+
+Axes: `data` (pure data parallel), `fsdp` (data parallel with params sharded
+along their embedding dimension) and `tensor` (Megatron-style splits of heads,
+MLP width and vocabulary). A dimension that an axis does not divide is left
+replicated, so the same rules serve 0.5B and 14B models and any GQA ratio.
+"""
+import re
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+AXES = ("data", "fsdp", "tensor")
+BATCH = ("data", "fsdp")  # The batch dimension is split over both.
+
+# (regex on the param path, one mesh axis or None per dimension).
+# Stacked layer params have a leading layer axis, never sharded.
+RULES = (
+    (r"(^|/)embedding$", ("tensor", "fsdp")),
+    (r"^(lm_head|score)/kernel$", ("fsdp", "tensor")),
+    (r"^layers/(attn/)?(q|k|v|gate|up)/kernel$", (None, "fsdp", "tensor")),
+    (r"^layers/(attn/)?(q|k|v|gate|up)/bias$", (None, "tensor")),
+    (r"^layers/(attn/)?(o|down)/kernel$", (None, "tensor", "fsdp")),
+)
+
+
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
+  """A (data, fsdp, tensor) mesh; one size may be -1 to take the remaining devices."""
+  devices = np.asarray(devices if devices is not None else jax.devices())
+  sizes = [data, fsdp, tensor]
+  if sizes.count(-1) > 1:
+    raise ValueError("at most one mesh axis size may be -1")
+  known = int(np.prod([s for s in sizes if s != -1]))
+  if -1 in sizes:
+    if devices.size % known:
+      raise ValueError(f"{devices.size} devices do not split into mesh {sizes}")
+    sizes[sizes.index(-1)] = devices.size // known
+  if int(np.prod(sizes)) != devices.size:
+    raise ValueError(f"mesh {dict(zip(AXES, sizes))} needs {int(np.prod(sizes))} devices, "
+                     f"there are {devices.size}")
+  return Mesh(devices.reshape(sizes), AXES)
+
+
+def spec_for(path: str, shape, mesh: Mesh) -> P:
+  """The PartitionSpec of one param, by the first matching rule."""
+  for pattern, axes in RULES:
+    if re.search(pattern, path) and len(axes) == len(shape):
+      return P(*(a if a and dim % mesh.shape[a] == 0 else None for a, dim in zip(axes, shape)))
+  return P()
+
+
+def param_shardings(params, mesh: Mesh):
+  """NamedShardings for a params pytree (arrays or ShapeDtypeStructs)."""
+  def one(path, leaf):
+    name = "/".join(str(getattr(k, "key", k)) for k in path)
+    return NamedSharding(mesh, spec_for(name, leaf.shape, mesh))
+  return jax.tree_util.tree_map_with_path(one, params)
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+  """Sharding of a [B, ...] batch: rows over data and fsdp, the rest replicated."""
+  return NamedSharding(mesh, P(BATCH, *(None,) * (ndim - 1)))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())

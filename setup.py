@@ -1,0 +1,34 @@
+"""pedrl: multi-turn RL for LLM math tutors, in JAX/Flax."""
+import setuptools
+
+setuptools.setup(
+    name="pedrl",
+    version="0.1.0",
+    description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO, CPA) in JAX/Flax.",
+    python_requires=">=3.11",
+    packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
+    package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},
+    install_requires=[
+        "jax>=0.6",
+        "flax>=0.10",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        # v5 normalises rope settings into `rope_parameters`; v4 configs still load.
+        "transformers>=4.51",
+        "safetensors>=0.4.3",
+        "sentencepiece",
+        "numpy",
+        "openai>=1.0",
+        "absl-py",
+        "ml-collections",
+        "math-verify",
+        "tqdm",
+    ],
+    extras_require={
+        # torch is only the reference implementation in tests. 2.13.0 is pinned
+        # because a CPU build of it is what the CI image provides; an unpinned
+        # `torch` pulls several GB of CUDA wheels.
+        "test": ["pytest>=8", "torch==2.13.0"],
+        "data": ["tensorflow-datasets"],
+    },
+)
