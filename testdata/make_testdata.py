@@ -7,9 +7,11 @@ code paths of each architecture, not to say anything sensible. The tokenizers
 are trained here on a synthetic corpus of tutoring-style text generated below.
 Needs the `test` extra (torch, as transformers builds the checkpoints).
 """
+import collections
 import json
 import os
 import random
+import re
 import shutil
 
 import torch
@@ -23,17 +25,20 @@ BPE_VOCAB = 900
 MODEL_VOCAB = 1024  # Padded past the tokenizer, as real checkpoints pad theirs.
 INIT_RANGE = 0.2  # Larger than HF's 0.02 so greedy argmaxes are far from ties.
 
+# Newlines live inside string literals so Jinja's whitespace trimming cannot eat them.
 CHATML_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 LLAMA3_TEMPLATE = (
-    "{{- bos_token -}}"
-    "{%- for m in messages -%}"
-    "<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|start_header_id|>assistant<|end_header_id|>\n\n{%- endif -%}")
+    "{{ bos_token }}"
+    "{% for m in messages %}"
+    "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim }}"
+    "{{ '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 
 
 def corpus(n_lines: int = 4000, seed: int = 0):
@@ -87,15 +92,20 @@ def llama3_tokenizer():
       pad_token="<|end_of_text|>", chat_template=LLAMA3_TEMPLATE, model_max_length=2048)
 
 
-def bert_tokenizer():
+def bert_tokenizer(vocab_size: int = 600):
+  """WordPiece over a vocabulary counted here (the library's trainer is not deterministic)."""
   special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-  tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+  words = collections.Counter(
+      w for line in corpus() for w in re.findall(r"\w+|[^\w\s]", line.lower()))
+  chars = sorted({c for w in words for c in w})
+  vocab = special + chars + ["##" + c for c in chars]
+  frequent = sorted((w for w in words if len(w) > 1), key=lambda w: (-words[w], w))
+  vocab += frequent[:vocab_size - len(vocab)]
+  tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
   tok.normalizer = normalizers.BertNormalizer(lowercase=True)
   tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
   tok.decoder = decoders.WordPiece()
-  tok.train_from_iterator(corpus(), trainers.WordPieceTrainer(
-      vocab_size=600, special_tokens=special, show_progress=False))
-  cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+  cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
   tok.post_processor = processors.TemplateProcessing(
       single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])

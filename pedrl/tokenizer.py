@@ -1,0 +1,29 @@
+"""Loading a checkpoint's tokenizer, with errors that name the directory."""
+import os
+
+
+class TokenizerError(ValueError):
+  """A checkpoint's tokenizer is missing or lacks what a job needs."""
+
+
+def load_tokenizer(path: str, require_chat_template: bool = False):
+  """The Hugging Face tokenizer stored in `path` (never fetched from a hub).
+
+  Args:
+    path: a checkpoint or tokenizer directory.
+    require_chat_template: dialogue jobs render every prompt through the
+      model's own chat template; fail early when the tokenizer has none.
+  """
+  import transformers
+  if not os.path.isdir(path):
+    raise TokenizerError(f"{path}: tokenizer directory does not exist.")
+  try:
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+  except (OSError, ValueError) as e:
+    raise TokenizerError(f"{path}: no loadable tokenizer ({e}).") from e
+  if require_chat_template and not getattr(tok, "chat_template", None):
+    raise TokenizerError(
+        f"{path}: the tokenizer has no chat template (neither chat_template.jinja nor a "
+        "'chat_template' entry in tokenizer_config.json); dialogue prompts need one. "
+        "Use an -Instruct checkpoint or copy its template into this directory.")
+  return tok

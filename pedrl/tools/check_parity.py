@@ -1,0 +1,130 @@
+r"""Checks pedrl's port of a checkpoint against transformers (PyTorch, float32).
+
+  python -m pedrl.tools.check_parity --hf_dir=/path/to/Qwen2.5-7B-Instruct --generate=32
+
+Both implementations run the same batch of random token ids, some rows padded
+(left for decoders, right for BERT, as their tokenizers pad). The last line is
+`max_abs_logit_diff=<float>` over the real tokens (pooled scores for seq_cls,
+final hidden states for embed); with --generate=N, `greedy_tokens_equal=<bool>`
+compares N greedy tokens from pedrl's KV-cache path with transformers'
+`generate`. Exits 1 when the difference exceeds --atol or the tokens differ.
+Needs torch (the `test` extra).
+"""
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("hf_dir", None, "Hugging Face checkpoint directory.", required=True)
+flags.DEFINE_enum("task", None, ["causal_lm", "seq_cls", "embed"], "Default: from config.json.")
+flags.DEFINE_integer("generate", 0, "Compare this many greedy tokens (causal_lm only).")
+flags.DEFINE_float("atol", 1e-4, "Largest acceptable absolute difference.")
+flags.DEFINE_integer("batch", 3, "Rows in the random batch.")
+flags.DEFINE_integer("seq_len", 24, "Tokens per row, padding included.")
+flags.DEFINE_integer("seed", 0, "Seed for the random tokens.")
+
+
+def random_batch(cfg, batch: int, seq_len: int, seed: int):
+  """Random ids [B, T] and a mask whose row r is padded by r * T // (2B) tokens."""
+  rng = np.random.default_rng(seed)
+  # Avoid the pad id in real tokens: HF's seq_cls head finds the last real token by it.
+  choices = np.setdiff1d(np.arange(cfg.vocab_size), [cfg.pad_token_id or 0])
+  tokens = rng.choice(choices, size=(batch, seq_len))
+  pads = [r * seq_len // (2 * batch) for r in range(batch)]
+  mask = np.ones((batch, seq_len), bool)
+  for r, n in enumerate(pads):
+    if n:
+      if cfg.is_decoder:
+        mask[r, :n] = False
+      else:
+        mask[r, seq_len - n:] = False
+  tokens = np.where(mask, tokens, cfg.pad_token_id or 0)
+  return tokens.astype(np.int32), mask
+
+
+def reference_outputs(hf_dir: str, cfg, tokens, mask, generate: int):
+  """transformers' outputs on the batch: (values compared, greedy tokens or None)."""
+  import torch
+  import transformers
+  t = lambda x: torch.tensor(np.asarray(x, np.int64))
+  auto = {"causal_lm": transformers.AutoModelForCausalLM,
+          "seq_cls": transformers.AutoModelForSequenceClassification,
+          "embed": transformers.AutoModel}[cfg.task]
+  model = auto.from_pretrained(hf_dir, dtype=torch.float32).eval()
+  kwargs = dict(input_ids=t(tokens), attention_mask=t(mask))
+  if cfg.is_decoder:  # transformers counts positions from 0 at the first real token only in generate.
+    kwargs["position_ids"] = t(np.maximum(np.cumsum(mask, 1) - 1, 0))
+  with torch.no_grad():
+    out = model(**kwargs)
+    values = out.last_hidden_state if cfg.task == "embed" else out.logits
+    greedy = None
+    if generate:
+      gen_cfg = transformers.GenerationConfig(
+          do_sample=False, max_new_tokens=generate, eos_token_id=None,
+          pad_token_id=cfg.pad_token_id or 0)
+      greedy = model.generate(input_ids=t(tokens), attention_mask=t(mask),
+                              generation_config=gen_cfg)[:, tokens.shape[1]:].numpy()
+  return values.numpy(), greedy
+
+
+def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
+  import jax.numpy as jnp
+  from pedrl.engine.sampling import generate_greedy
+  from pedrl.models.decoder import pool_last
+  tokens, jmask = jnp.asarray(tokens), jnp.asarray(mask)
+  if not cfg.is_decoder:
+    return np.asarray(model.apply({"params": params}, tokens, jmask)), None
+  logits, _ = model.apply({"params": params}, tokens, jmask, method="forward")
+  if cfg.task == "seq_cls":
+    logits = pool_last(logits, jmask)
+  greedy = generate_greedy(model, params, tokens, jmask, generate) if generate else None
+  return np.asarray(logits), None if greedy is None else np.asarray(greedy)
+
+
+def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> dict:
+  """Runs both implementations; returns max_abs_logit_diff and, if asked, greedy_tokens_equal."""
+  from pedrl import models
+  cfg, model, params = models.load(hf_dir, task=task)
+  if generate and cfg.task != "causal_lm":
+    raise ValueError(f"--generate needs a causal_lm checkpoint; {hf_dir} is {cfg.task}")
+  seq_len = min(seq_len, cfg.max_position_embeddings - generate)
+  tokens, mask = random_batch(cfg, batch, seq_len, seed)
+  ref, ref_greedy = reference_outputs(hf_dir, cfg, tokens, mask, generate)
+  ours, greedy = pedrl_outputs(cfg, model, params, tokens, mask, generate)
+  if cfg.task == "seq_cls":
+    diff = np.abs(ours - ref)
+  else:  # Padding positions hold garbage in both; compare real tokens only.
+    diff = np.abs(ours - ref)[mask]
+  result = {"task": cfg.task, "model_type": cfg.model_type, "max_abs_logit_diff": float(diff.max()),
+            "max_abs_reference": float(np.abs(ref).max())}
+  if generate:
+    result["greedy_tokens_equal"] = bool(np.array_equal(greedy, ref_greedy))
+    if not result["greedy_tokens_equal"]:
+      row, col = np.argwhere(greedy != ref_greedy)[0]
+      result["first_token_mismatch"] = (int(row), int(col), int(greedy[row, col]),
+                                        int(ref_greedy[row, col]))
+  return result
+
+
+def main(argv):
+  del argv
+  start = time.time()
+  result = compare(FLAGS.hf_dir, FLAGS.task, FLAGS.generate, FLAGS.batch, FLAGS.seq_len, FLAGS.seed)
+  ok = result["max_abs_logit_diff"] <= FLAGS.atol and result.get("greedy_tokens_equal", True)
+  print(f"checkpoint={FLAGS.hf_dir} model_type={result['model_type']} task={result['task']} "
+        f"largest |reference value|={result['max_abs_reference']:.4g} "
+        f"atol={FLAGS.atol:g} time={time.time() - start:.1f}s")
+  if "first_token_mismatch" in result:
+    row, col, ours, ref = result["first_token_mismatch"]
+    print(f"first greedy mismatch: row {row}, step {col}: pedrl {ours}, transformers {ref}")
+  print("verdict=" + ("PASS" if ok else "FAIL"))
+  if "greedy_tokens_equal" in result:
+    print(f"greedy_tokens_equal={str(result['greedy_tokens_equal']).lower()}")
+  print(f"max_abs_logit_diff={result['max_abs_logit_diff']:.3e}")
+  sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+  app.run(main)
