@@ -19,9 +19,9 @@ BATCH = ("data", "fsdp")  # The batch dimension is split over both.
 RULES = (
     (r"(^|/)embedding$", ("tensor", "fsdp")),
     (r"^(lm_head|score)/kernel$", ("fsdp", "tensor")),
-    (r"^layers/(attn/)?(q|k|v|gate|up)/kernel$", (None, "fsdp", "tensor")),
-    (r"^layers/(attn/)?(q|k|v|gate|up)/bias$", (None, "tensor")),
-    (r"^layers/(attn/)?(o|down)/kernel$", (None, "tensor", "fsdp")),
+    (r"^layers/(attn/|mlp/)?(q|k|v|gate|up)/kernel$", (None, "fsdp", "tensor")),
+    (r"^layers/(attn/|mlp/)?(q|k|v|gate|up)/bias$", (None, "tensor")),
+    (r"^layers/(attn/|mlp/)?(o|down)/kernel$", (None, "tensor", "fsdp")),
 )
 
 

@@ -1,0 +1,29 @@
+"""Test setup: 8 simulated CPU devices (for the mesh tests) before jax is imported."""
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTDATA = os.path.join(ROOT, "testdata", "models")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+
+@pytest.fixture(scope="session")
+def testdata():
+  return lambda name: os.path.join(TESTDATA, name)
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+  """Path under ../shared/data, or skips the test when that file is absent."""
+  def get(*parts):
+    path = os.path.join(SHARED, "data", *parts)
+    if not os.path.exists(path):
+      pytest.skip(f"{path} not present")
+    return path
+  return get

@@ -1,0 +1,175 @@
+"""The decoder port equals transformers: logits, greedy KV-cache generation, variants."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import transformers
+
+import reference
+from pedrl import models
+from pedrl.engine.sampling import generate_greedy
+from pedrl.models.decoder import Decoder, init_cache, pool_last
+
+CAUSAL = ["qwen2", "qwen2_tied", "qwen3", "llama3"]
+ATOL = 1e-4
+
+
+def run(model, params, tokens, mask, cache=None, positions=None):
+  logits, cache = model.apply({"params": params}, jnp.asarray(tokens), jnp.asarray(mask),
+                              cache, None if positions is None else jnp.asarray(positions),
+                              method=Decoder.forward)
+  return np.asarray(logits), cache
+
+
+@pytest.fixture(scope="module", params=CAUSAL)
+def family(request, testdata):
+  path = testdata(request.param)
+  cfg, model, params = models.load(path)
+  return request.param, cfg, model, params, reference.load(path)
+
+
+def test_logits_match_transformers_with_left_padding(family):
+  name, cfg, model, params, hf = family
+  tokens, mask = reference.left_padded(np.random.default_rng(0), cfg.vocab_size, [0, 3, 11], 24)
+  ours, _ = run(model, params, tokens, mask)
+  ref = reference.forward(hf, tokens, mask, reference.mask_positions(mask))
+  assert ours.dtype == np.float32
+  np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
+
+
+def test_greedy_kv_cache_generation_matches_transformers(family):
+  name, cfg, model, params, hf = family
+  tokens, mask = reference.left_padded(np.random.default_rng(1), cfg.vocab_size, [0, 5], 12)
+  ours = np.asarray(generate_greedy(model, params, tokens, mask, 32))
+  np.testing.assert_array_equal(ours, reference.greedy(hf, tokens, mask, 32))
+
+
+def test_left_padded_rows_equal_each_sequence_alone(family):
+  name, cfg, model, params, _ = family
+  tokens, mask = reference.left_padded(np.random.default_rng(2), cfg.vocab_size, [0, 4, 9], 16)
+  batched, _ = run(model, params, tokens, mask)
+  for r in range(3):
+    alone, _ = run(model, params, tokens[r:r + 1, mask[r]], np.ones((1, mask[r].sum()), bool))
+    np.testing.assert_allclose(batched[r, mask[r]], alone[0], atol=1e-5, rtol=0)
+
+
+def test_cache_prefill_extend_decode_equals_full_forward(family):
+  """Prefill, a padded multi-token extend, then single-token decodes, vs one pass."""
+  name, cfg, model, params, _ = family
+  rng = np.random.default_rng(3)
+  p_tok, p_mask = reference.left_padded(rng, cfg.vocab_size, [0, 4], 10)
+  e_tok, e_mask = reference.left_padded(rng, cfg.vocab_size, [2, 0], 6)  # A padded new turn.
+  d_tok = rng.integers(0, cfg.vocab_size, (2, 3)).astype(np.int32)
+  full, _ = run(model, params, np.concatenate([p_tok, e_tok, d_tok], 1),
+                np.concatenate([p_mask, e_mask, np.ones((2, 3), bool)], 1))
+
+  steps, cache = run(model, params, p_tok, p_mask, init_cache(cfg, 2, 24))
+  pieces = [steps]
+  steps, cache = run(model, params, e_tok, e_mask, cache)
+  pieces.append(steps)
+  for i in range(3):
+    steps, cache = run(model, params, d_tok[:, i:i + 1], np.ones((2, 1), bool), cache)
+    pieces.append(steps)
+  cached = np.concatenate(pieces, 1)
+  real = np.concatenate([p_mask, e_mask, np.ones((2, 3), bool)], 1)
+  np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=0)
+  assert int(cache["end"]) == 19
+  np.testing.assert_array_equal(np.asarray(cache["pos"]), real.sum(1))
+
+
+def _variant(tmp_path, model_type, **kw):
+  base = dict(vocab_size=300, hidden_size=56, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+              max_position_embeddings=8192)
+  base.update(kw)
+  cls = {"qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM)}[model_type]
+  path = str(tmp_path / model_type)
+  hf = reference.build(cls[0](**base), cls[1], path, seed=7)
+  return hf, models.load(path)
+
+
+@pytest.mark.parametrize("model_type,kw", [
+    ("qwen2", dict(num_attention_heads=7, num_key_value_heads=1, hidden_size=56)),  # GQA 7, head_dim 8
+    ("qwen2", dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)),  # GQA 1
+    ("qwen3", dict(num_attention_heads=6, num_key_value_heads=3, head_dim=20)),  # GQA 2, odd head_dim
+    ("qwen3", dict(num_attention_heads=2, num_key_value_heads=2, head_dim=12, attention_bias=True)),
+    ("llama", dict(num_attention_heads=4, num_key_value_heads=2, mlp_bias=True, attention_bias=True)),
+])
+def test_architecture_variants_match_transformers(tmp_path, model_type, kw):
+  hf, (cfg, model, params) = _variant(tmp_path, model_type, **kw)
+  tokens, mask = reference.left_padded(np.random.default_rng(4), cfg.vocab_size, [0, 6], 20)
+  ours, _ = run(model, params, tokens, mask)
+  ref = reference.forward(hf, tokens, mask, reference.mask_positions(mask))
+  np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("start", [0, 60, 4000])
+def test_llama3_rope_scaling_past_original_context(tmp_path, start):
+  """Positions beyond original_max_position_embeddings (64 here) use the scaled band."""
+  scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+  hf, (cfg, model, params) = _variant(tmp_path, "llama", rope_theta=5e5, rope_scaling=scaling,
+                                      hidden_size=128, num_attention_heads=4)
+  assert dict(cfg.rope_scaling)["rope_type"] == "llama3"
+  tokens, mask = reference.left_padded(np.random.default_rng(5), cfg.vocab_size, [0, 0], 16)
+  positions = start + np.tile(np.arange(16), (2, 1))
+  ours, _ = run(model, params, tokens, mask, positions=positions)
+  ref = reference.forward(hf, tokens, mask, positions)
+  np.testing.assert_allclose(ours, ref, atol=ATOL, rtol=0)
+
+
+def test_sequence_classifier_matches_transformers(testdata):
+  path = testdata("qwen2_seqcls")
+  cfg, model, params = models.load(path)
+  assert cfg.task == "seq_cls" and cfg.num_labels == 1
+  tokens, mask = reference.left_padded(np.random.default_rng(6), cfg.vocab_size, [0, 2, 7], 14,
+                                       avoid=cfg.pad_token_id)
+  scores, _ = run(model, params, tokens, mask)
+  ours = np.asarray(pool_last(jnp.asarray(scores), jnp.asarray(mask)))
+  ref = reference.forward(reference.load(path, "seq_cls"), tokens, mask,
+                          reference.mask_positions(mask))
+  assert ours.shape == ref.shape == (3, 1)
+  np.testing.assert_allclose(ours, ref, atol=ATOL, rtol=0)
+
+
+def test_bfloat16_params_give_float32_logits_close_to_float32(testdata):
+  path = testdata("qwen3")
+  cfg32, model32, p32 = models.load(path)
+  cfg16, model16, p16 = models.load(path, dtype="bfloat16")
+  assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves(p16))
+  tokens, mask = reference.left_padded(np.random.default_rng(8), cfg32.vocab_size, [0, 3], 12)
+  l32, _ = run(model32, p32, tokens, mask)
+  l16, _ = run(model16, p16, tokens, mask)
+  assert l16.dtype == np.float32
+  # bf16 keeps ~3 significant digits; the logits agree to a few percent of their range.
+  assert np.abs(l16 - l32)[mask].max() < 0.05 * np.abs(l32).max()
+
+
+def test_remat_changes_neither_values_nor_gradients(testdata):
+  cfg, model, params = models.load(testdata("qwen2"))
+  remat_model = Decoder(cfg.replace(remat=True))
+  tokens, mask = reference.left_padded(np.random.default_rng(9), cfg.vocab_size, [0, 2], 10)
+
+  def loss(p, m):
+    logits, _ = m.apply({"params": p}, tokens, mask, method=Decoder.forward)
+    return jnp.mean(jax.nn.logsumexp(logits, -1))
+  v1, g1 = jax.value_and_grad(loss)(params, model)
+  v2, g2 = jax.value_and_grad(loss)(params, remat_model)
+  np.testing.assert_allclose(v1, v2, rtol=1e-6)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), g1, g2)
+
+
+def test_layers_are_scanned_so_program_size_does_not_grow_with_depth(testdata):
+  cfg, _, _ = models.load(testdata("qwen2"))
+  tokens = jnp.zeros((1, 8), jnp.int32)
+
+  def dots(num_layers):
+    c = cfg.replace(num_layers=num_layers)
+    params = jax.eval_shape(lambda: Decoder(c).init(jax.random.PRNGKey(0), tokens, tokens,
+                                                    method=Decoder.forward))["params"]
+    hlo = jax.jit(lambda p: Decoder(c).apply({"params": p}, tokens, tokens,
+                                             method=Decoder.forward)[0]).lower(params).as_text()
+    return hlo.count("dot_general")
+  assert dots(2) == dots(28)
