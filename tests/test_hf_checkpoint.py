@@ -54,7 +54,9 @@ def test_round_trip_of_bert_and_tied_embeddings(testdata, tmp_path):
 def test_bfloat16_checkpoint_loads_exactly(testdata, tmp_path):
   hf = reference.load(testdata("qwen2")).to(torch.bfloat16)
   hf.save_pretrained(str(tmp_path))
-  cfg, _, params = models.load(str(tmp_path), dtype="bfloat16")
+  assert models.from_hf(str(tmp_path)).dtype == "bfloat16"  # The checkpoint's own dtype.
+  assert models.from_hf(str(tmp_path), dtype="float32").dtype == "float32"
+  cfg, _, params = models.load(str(tmp_path))
   q = np.asarray(params["layers"]["attn"]["q"]["kernel"][1].astype(jnp.float32))
   ref = hf.model.layers[1].self_attn.q_proj.weight.detach().float().numpy().T
   np.testing.assert_array_equal(q, ref)

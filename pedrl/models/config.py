@@ -105,6 +105,12 @@ def _rope_settings(hf, path: str) -> tuple[float, tuple]:
   return theta, (("rope_type", rope_type),) + items
 
 
+def _stored_dtype(raw: dict) -> str:
+  """The checkpoint's own dtype: bfloat16 for half-precision weights, else float32."""
+  stored = str(raw.get("dtype") or raw.get("torch_dtype") or "float32")
+  return "bfloat16" if stored in ("bfloat16", "float16") else "float32"
+
+
 def _eos_ids(value) -> tuple:
   if value is None:
     return ()
@@ -117,7 +123,9 @@ def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
   Args:
     ckpt_dir: a Hugging Face checkpoint directory.
     task: 'causal_lm', 'seq_cls' or 'embed'; by default from `architectures`.
-    **runtime: runtime fields such as dtype='bfloat16' or remat=True.
+    **runtime: runtime fields such as dtype='float32' or remat=True. The dtype
+      defaults to the checkpoint's own: bfloat16 for bf16/fp16 weights (real
+      models), float32 for float32 ones (the testdata models).
   """
   path = os.path.join(ckpt_dir, "config.json")
   if not os.path.isfile(path):
@@ -135,6 +143,7 @@ def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
   import transformers  # Slow import; only needed here.
   # AutoConfig fills family defaults exactly as transformers does.
   hf = transformers.AutoConfig.from_pretrained(ckpt_dir, local_files_only=True)
+  runtime.setdefault("dtype", _stored_dtype(raw))
   task = task or _task_from_architectures(raw.get("architectures") or [], model_type)
   if task not in TASKS:
     raise ConfigError(f"task {task!r} is not one of {TASKS}.")

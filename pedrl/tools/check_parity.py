@@ -86,7 +86,7 @@ def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
 def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> dict:
   """Runs both implementations; returns max_abs_logit_diff and, if asked, greedy_tokens_equal."""
   from pedrl import models
-  cfg, model, params = models.load(hf_dir, task=task)
+  cfg, model, params = models.load(hf_dir, task=task, dtype="float32")
   if generate and cfg.task != "causal_lm":
     raise ValueError(f"--generate needs a causal_lm checkpoint; {hf_dir} is {cfg.task}")
   seq_len = min(seq_len, cfg.max_position_embeddings - generate)
@@ -110,6 +110,9 @@ def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> 
 
 def main(argv):
   del argv
+  import jax
+  # On GPUs and TPUs float32 matmuls default to TF32/bf16 passes; a parity check wants full fp32.
+  jax.config.update("jax_default_matmul_precision", "highest")
   start = time.time()
   result = compare(FLAGS.hf_dir, FLAGS.task, FLAGS.generate, FLAGS.batch, FLAGS.seq_len, FLAGS.seed)
   ok = result["max_abs_logit_diff"] <= FLAGS.atol and result.get("greedy_tokens_equal", True)
