@@ -24,6 +24,15 @@ def copy(testdata, name, tmp_path):
   return dst
 
 
+def edit_config(path, edit):
+  """Rewrites path/config.json with edit(raw_dict) applied."""
+  with open(os.path.join(path, "config.json")) as f:
+    raw = json.load(f)
+  edit(raw)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(raw, f)
+
+
 @pytest.mark.parametrize("name,max_shard_bytes", [("qwen2", 4 << 30), ("qwen3", 200_000),
                                                   ("llama3", 300_000)])
 def test_save_round_trip_reproduces_transformers_logits(testdata, tmp_path, name, max_shard_bytes):
@@ -91,11 +100,7 @@ def test_garbage_shard_is_named(testdata, tmp_path):
 
 def test_wrong_tensor_shape_names_file_and_tensor(testdata, tmp_path):
   path = copy(testdata, "llama3", tmp_path)
-  with open(os.path.join(path, "config.json")) as f:
-    raw = json.load(f)
-  raw["intermediate_size"] = 200
-  with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(raw, f)
+  edit_config(path, lambda raw: raw.update(intermediate_size=200))
   with pytest.raises(CheckpointError, match=r"model.safetensors: tensor 'model.layers.0.mlp"
                                             r"\.(gate|up|down)_proj.weight' has shape"):
     models.load(path)
@@ -118,11 +123,7 @@ def test_missing_tensor_is_named(testdata, tmp_path):
 ])
 def test_unsupported_configs_are_named(testdata, tmp_path, edit, message):
   path = copy(testdata, "qwen2", tmp_path)
-  with open(os.path.join(path, "config.json")) as f:
-    raw = json.load(f)
-  raw.update(edit)
-  with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(raw, f)
+  edit_config(path, lambda raw: raw.update(edit))
   with pytest.raises(ConfigError, match="config.json: .*" + message):
     models.load(path)
 
@@ -139,13 +140,12 @@ def test_missing_files_are_named(testdata, tmp_path):
 def test_transformers_v4_style_config_loads(testdata, tmp_path):
   """Checkpoints on the hub carry rope_theta / rope_scaling, not rope_parameters."""
   path = copy(testdata, "llama3", tmp_path)
-  with open(os.path.join(path, "config.json")) as f:
-    raw = json.load(f)
-  rope = raw.pop("rope_parameters")
-  raw["rope_theta"] = rope.pop("rope_theta")
-  raw["rope_scaling"] = rope
-  with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(raw, f)
+
+  def to_v4(raw):
+    rope = raw.pop("rope_parameters")
+    raw["rope_theta"] = rope.pop("rope_theta")
+    raw["rope_scaling"] = rope
+  edit_config(path, to_v4)
   assert models.from_hf(path) == models.from_hf(testdata("llama3"))
 
 
