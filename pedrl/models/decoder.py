@@ -14,8 +14,6 @@ filled slots at or before its own. Prefill, one-token decode and appending a
 whole new dialogue turn (with its own padding) are therefore one code path.
 The caller keeps end + T <= S (the engine checks this on the host).
 """
-import functools
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -176,9 +174,3 @@ def pool_last(values, mask):
   last = t - 1 - jnp.argmax(jnp.flip(mask.astype(bool), axis=1), axis=1)
   return jnp.take_along_axis(values, last.reshape((-1, 1) + (1,) * (values.ndim - 2)), axis=1)[:, 0]
 
-
-@functools.partial(jax.jit, static_argnums=0)
-def init_params(cfg: ModelConfig, rng):
-  """Random params of the model (for tests and benchmarks)."""
-  tokens = jnp.zeros((1, 2), jnp.int32)
-  return Decoder(cfg).init(rng, tokens, jnp.ones_like(tokens), method=Decoder.forward)["params"]

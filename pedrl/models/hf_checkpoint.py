@@ -162,8 +162,8 @@ def _read(tensors: _Tensors, name: str, transpose: bool, index, layers, dtype):
   """The block `index` of one pedrl leaf, read slice by slice from the files."""
   def one(key, idx):
     sl = tensors.slice(key)
-    if transpose:  # pedrl [in, out] block = transformers [out, in] block transposed.
-      return np.asarray(sl[idx[1], idx[0]]).T if len(idx) == 2 else np.asarray(sl[idx[0]])
+    if transpose:  # A pedrl [in, out] block is a transformers [out, in] block, transposed.
+      return np.asarray(sl[idx[1], idx[0]]).T
     return np.asarray(sl[tuple(idx)])
   if layers is None:
     block = one(name, index)
