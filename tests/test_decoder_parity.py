@@ -173,3 +173,25 @@ def test_layers_are_scanned_so_program_size_does_not_grow_with_depth(testdata):
                                              method=Decoder.forward)[0]).lower(params).as_text()
     return hlo.count("dot_general")
   assert dots(2) == dots(28)
+
+
+@pytest.mark.parametrize("scaling", [
+    # DeepSeek-R1-0528-Qwen3-8B's layout (factor 4, attn_factor key), at a tiny original context.
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+     "attn_factor": 0.8782488562869419},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 128,
+     "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.25},
+])
+def test_yarn_rope_matches_transformers(tmp_path, scaling):
+  hf, (cfg, model, params) = _variant(tmp_path, "qwen3", rope_theta=1e6, rope_scaling=scaling,
+                                      head_dim=32, num_attention_heads=4)
+  items = dict(cfg.rope_scaling)
+  # 0.1 ln(4) + 1 = 1.1386294..., by hand; an explicit attention_factor wins.
+  expected = 1.25 if "attention_factor" in scaling else 1.1386294361119891
+  assert items["attention_factor"] == pytest.approx(expected, abs=1e-12)
+  tokens, mask = reference.left_padded(np.random.default_rng(10), cfg.vocab_size, [0, 5], 16)
+  for start in (0, 3000):
+    positions = reference.mask_positions(mask) + start
+    ours, _ = run(model, params, tokens, mask, positions=positions)
+    ref = reference.forward(hf, tokens, mask, positions)
+    np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)

@@ -117,8 +117,8 @@ def test_missing_tensor_is_named(testdata, tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}},
-     "rope type 'yarn' is not supported"),
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e4}},
+     "rope type 'dynamic' is not supported"),
     ({"use_sliding_window": True, "sliding_window": 16}, "sliding-window"),
 ])
 def test_unsupported_configs_are_named(testdata, tmp_path, edit, message):

@@ -9,11 +9,13 @@ import json
 import os
 from typing import Any
 
+from absl import logging
+
 DECODER_TYPES = ("qwen2", "qwen3", "llama")
 ENCODER_TYPES = ("bert",)
 SUPPORTED_TYPES = DECODER_TYPES + ENCODER_TYPES
 TASKS = ("causal_lm", "seq_cls", "embed")
-ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 class ConfigError(ValueError):
@@ -95,6 +97,8 @@ def _rope_settings(hf, path: str) -> tuple[float, tuple]:
     raise ConfigError(f"{path}: partial_rotary_factor != 1 is not supported.")
   if rope_type == "default":
     return theta, ()
+  if rope_type == "yarn":
+    return theta, _yarn_settings(params, hf, path)
   keep = {"linear": ("factor",),
           "llama3": ("factor", "low_freq_factor", "high_freq_factor",
                      "original_max_position_embeddings")}[rope_type]
@@ -103,6 +107,28 @@ def _rope_settings(hf, path: str) -> tuple[float, tuple]:
     raise ConfigError(f"{path}: rope type {rope_type!r} needs {missing}.")
   items = tuple(sorted((k, float(params[k])) for k in keep))
   return theta, (("rope_type", rope_type),) + items
+
+
+def _yarn_settings(params: dict, hf, path: str) -> tuple:
+  """YaRN settings resolved the way transformers resolves them."""
+  from pedrl.models import rope
+  original = params.get("original_max_position_embeddings")
+  if original is None:
+    raise ConfigError(f"{path}: rope type 'yarn' needs original_max_position_embeddings.")
+  factor = params.get("factor") or hf.max_position_embeddings / original
+  attention = params.get("attention_factor")
+  if attention is None:
+    attention = rope.yarn_attention_factor(factor, params.get("mscale"), params.get("mscale_all_dim"))
+  if params.get("attn_factor") is not None:
+    # DeepSeek-R1-0528-Qwen3-8B ships `attn_factor`; vLLM multiplies it in, transformers
+    # ignores the key. pedrl follows transformers, the reference its parity is checked on.
+    logging.warning("%s: rope 'attn_factor'=%s is ignored, as transformers ignores it "
+                    "(vLLM would scale cos/sin by it).", path, params["attn_factor"])
+  items = dict(factor=factor, original_max_position_embeddings=original,
+               attention_factor=attention, beta_fast=params.get("beta_fast") or 32,
+               beta_slow=params.get("beta_slow") or 1,
+               truncate=float(params.get("truncate", True) is not False))
+  return (("rope_type", "yarn"),) + tuple(sorted((k, float(v)) for k, v in items.items()))
 
 
 def _stored_dtype(raw: dict) -> str:

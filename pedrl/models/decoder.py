@@ -119,7 +119,8 @@ class Decoder(nn.Module):
       self.lm_head = layers.dense(cfg.vocab_size, False, dtype, "lm_head", f32_out=True)
     if cfg.task == "seq_cls":
       self.score = layers.dense(cfg.num_labels, False, dtype, "score", f32_out=True)
-    self.inv_freq = rope.inv_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+    self.inv_freq, self.rope_scale = rope.frequencies(
+        cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
 
   def __call__(self, tokens, mask, cache=None, positions=None):
     """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
@@ -143,7 +144,7 @@ class Decoder(nn.Module):
       query_slots = write_at + jnp.arange(t)
       attn_mask = kv_mask[:, None, :] & (slots[None, None, :] <= query_slots[None, :, None])
       kv = {"k": cache["k"], "v": cache["v"]}
-    cos, sin = rope.cos_sin(positions, self.inv_freq)
+    cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
     x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
     hidden = self.final_norm(x)
