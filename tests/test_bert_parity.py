@@ -53,3 +53,10 @@ def test_bert_variant_with_tanh_gelu(tmp_path):
   tokens, mask = right_padded(np.random.default_rng(2), 200, [30, 17], 30)
   ours = np.asarray(model.apply({"params": params}, jnp.asarray(tokens), jnp.asarray(mask)))
   np.testing.assert_allclose(ours[mask], reference.forward(hf, tokens, mask)[mask], atol=1e-4)
+
+
+def test_input_longer_than_position_table_is_an_error(bert):
+  cfg, model, params, _ = bert
+  tokens = np.ones((1, cfg.max_position_embeddings + 4), np.int32)
+  with pytest.raises(ValueError, match="exceed the encoder's 128 positions"):
+    model.apply({"params": params}, jnp.asarray(tokens), jnp.ones_like(tokens))

@@ -195,3 +195,43 @@ def test_yarn_rope_matches_transformers(tmp_path, scaling):
     ours, _ = run(model, params, tokens, mask, positions=positions)
     ref = reference.forward(hf, tokens, mask, positions)
     np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
+
+
+def test_cache_overflow_is_loud(testdata):
+  cfg, model, params = models.load(testdata("qwen2"))
+  tokens, mask = reference.left_padded(np.random.default_rng(11), cfg.vocab_size, [0], 8)
+  with pytest.raises(ValueError, match="do not fit a KV cache of 6 slots"):
+    run(model, params, tokens, mask, init_cache(cfg, 1, 6))
+  logits, cache = run(model, params, tokens, mask, init_cache(cfg, 1, 10))
+  assert np.isfinite(logits).all()
+  more, _ = run(model, params, tokens[:, :4], mask[:, :4], cache)  # 8 + 4 > 10 slots.
+  assert np.isnan(more).all()
+
+
+def test_sequence_classifier_row_ending_in_pad_id_follows_transformers(testdata):
+  """transformers scores the rightmost non-pad token; pool_last reproduces it given pad_id."""
+  path = testdata("qwen2_seqcls")
+  cfg, model, params = models.load(path)
+  tokens, mask = reference.left_padded(np.random.default_rng(12), cfg.vocab_size, [0, 3], 10,
+                                       avoid=cfg.pad_token_id)
+  tokens[:, -1] = cfg.pad_token_id  # e.g. a template ending in eos where pad == eos.
+  scores, _ = run(model, params, tokens, mask)
+  ours = np.asarray(pool_last(jnp.asarray(scores), jnp.asarray(mask), jnp.asarray(tokens),
+                              cfg.pad_token_id))
+  ref = reference.forward(reference.load(path, "seq_cls"), tokens, mask,
+                          reference.mask_positions(mask))
+  np.testing.assert_allclose(ours, ref, atol=ATOL, rtol=0)
+
+
+def test_greedy_rejects_bad_prompts(testdata):
+  cfg, model, params = models.load(testdata("qwen2"))
+  tokens = np.ones((2, 4), np.int32)
+  right_padded = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+  with pytest.raises(ValueError, match="left-padded"):
+    generate_greedy(model, params, tokens, right_padded, 4)
+  with pytest.raises(ValueError, match="max_new_tokens must be positive"):
+    generate_greedy(model, params, tokens, np.ones((2, 4), bool), 0)
+  with pytest.raises(ValueError, match="non-empty"):
+    generate_greedy(model, params, tokens[:, :0], np.ones((2, 0), bool), 4)
+  with pytest.raises(ValueError, match="exceeds the model's context"):
+    generate_greedy(model, params, tokens, np.ones((2, 4), bool), cfg.max_position_embeddings)

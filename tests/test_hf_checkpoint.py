@@ -50,14 +50,34 @@ def test_save_round_trip_reproduces_transformers_logits(testdata, tmp_path, name
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
 
 
-def test_round_trip_of_bert_and_tied_embeddings(testdata, tmp_path):
-  for name in ("bert", "qwen2_tied"):
-    cfg, _, params = models.load(testdata(name))
-    out = str(tmp_path / name)
-    models.save_params(params, cfg, out)
-    assert "lm_head.weight" not in tensor_names(out)
-    _, _, again = models.load(out)
-    jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
+def test_bert_export_loads_in_transformers(testdata, tmp_path):
+  cfg, _, params = models.load(testdata("bert"))
+  out = str(tmp_path / "bert")
+  models.save_params(params, cfg, out)
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(5, cfg.vocab_size, (2, 12)).astype(np.int32)
+  mask = np.ones((2, 12), bool)
+  mask[1, 7:] = False
+  original = reference.forward(reference.load(testdata("bert"), "embed"), tokens, mask)
+  exported = reference.forward(reference.load(out, "embed"), tokens, mask)
+  np.testing.assert_array_equal(exported[mask], original[mask])
+
+
+def test_tied_embeddings_export_without_lm_head(testdata, tmp_path):
+  cfg, _, params = models.load(testdata("qwen2_tied"))
+  out = str(tmp_path / "tied")
+  models.save_params(params, cfg, out)
+  assert "lm_head.weight" not in tensor_names(out)
+  _, _, again = models.load(out)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
+
+
+def test_eos_ids_include_generation_config(testdata, tmp_path):
+  path = copy(testdata, "qwen2", tmp_path)
+  first = models.from_hf(path).eos_token_ids
+  with open(os.path.join(path, "generation_config.json"), "w") as f:
+    json.dump({"eos_token_id": [first[0], 7]}, f)
+  assert models.from_hf(path).eos_token_ids == (first[0], 7)
 
 
 def test_bfloat16_checkpoint_loads_exactly(testdata, tmp_path):

@@ -43,8 +43,9 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
     raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
   if tokens.ndim != 2 or tokens.shape[1] == 0:
     raise ValueError(f"prompts must be a non-empty [batch, length] array, got shape {tokens.shape}")
-  if not bool(jnp.all(jnp.asarray(mask).any(axis=1))):
-    raise ValueError("every prompt needs at least one real token")
+  if not bool(jnp.all(jnp.asarray(mask)[:, -1])):
+    raise ValueError("prompts must be left-padded: every row's last token must be real "
+                     "(an empty prompt has none)")
   total = tokens.shape[1] + max_new_tokens
   if total > model.cfg.max_position_embeddings:
     raise ValueError(f"prompt ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "

@@ -47,6 +47,9 @@ class Bert(nn.Module):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     if cfg.hidden_act not in ACTIVATIONS:
       raise ValueError(f"BERT hidden_act {cfg.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+    if tokens.shape[1] > cfg.max_position_embeddings:
+      raise ValueError(f"{tokens.shape[1]} tokens exceed the encoder's "
+                       f"{cfg.max_position_embeddings} positions; truncate the input")
     mask = mask.astype(bool)
     if token_types is None:
       token_types = jnp.zeros_like(tokens)

@@ -143,6 +143,19 @@ def _eos_ids(value) -> tuple:
   return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
 
 
+def _all_eos_ids(ckpt_dir: str, hf) -> tuple:
+  """EOS ids of config.json plus generation_config.json (where -Instruct models list more)."""
+  ids = list(_eos_ids(getattr(hf, "eos_token_id", None)))
+  gen = os.path.join(ckpt_dir, "generation_config.json")
+  if os.path.isfile(gen):
+    try:
+      with open(gen) as f:
+        ids += [i for i in _eos_ids(json.load(f).get("eos_token_id")) if i not in ids]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise ConfigError(f"{gen}: not valid JSON ({e}).") from e
+  return tuple(ids)
+
+
 def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
   """Reads `ckpt_dir/config.json` into a ModelConfig.
 
@@ -183,7 +196,7 @@ def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
       max_position_embeddings=hf.max_position_embeddings,
       hidden_act=hf.hidden_act, pad_token_id=hf.pad_token_id,
       bos_token_id=getattr(hf, "bos_token_id", None),
-      eos_token_ids=_eos_ids(getattr(hf, "eos_token_id", None)),
+      eos_token_ids=_all_eos_ids(ckpt_dir, hf),
       hf_config_json=json.dumps(raw), **runtime)
   if model_type == "bert":
     if getattr(hf, "position_embedding_type", "absolute") != "absolute":

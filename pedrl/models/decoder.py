@@ -12,7 +12,9 @@ KV cache. A cache is a dict of arrays:
 A call on T new tokens writes slots end..end+T-1 and lets each query see the
 filled slots at or before its own. Prefill, one-token decode and appending a
 whole new dialogue turn (with its own padding) are therefore one code path.
-The caller keeps end + T <= S (the engine checks this on the host).
+Callers keep end + T <= S. A call with T > S raises; a call that overflows at
+run time (end is traced) returns NaN hidden states rather than silently
+overwriting cached slots, so the error cannot pass unnoticed.
 """
 import flax.linen as nn
 import jax
@@ -136,6 +138,8 @@ class Decoder(nn.Module):
       attn_mask = mask[:, None, :] & causal[None]
       write_at, kv = 0, None
     else:
+      if t > cache["mask"].shape[1]:
+        raise ValueError(f"{t} new tokens do not fit a KV cache of {cache['mask'].shape[1]} slots")
       if positions is None:
         positions = positions_from_mask(mask, cache["pos"])
       write_at = cache["end"]
@@ -150,6 +154,8 @@ class Decoder(nn.Module):
     hidden = self.final_norm(x)
     if cache is None:
       return hidden, None
+    overflow = write_at + t > cache["mask"].shape[1]
+    hidden = jnp.where(overflow, jnp.nan, hidden).astype(hidden.dtype)
     new_cache = dict(kv, mask=kv_mask, pos=cache["pos"] + mask.sum(1, dtype=jnp.int32),
                      end=cache["end"] + t)
     return hidden, new_cache
@@ -169,9 +175,18 @@ class Decoder(nn.Module):
     return self.logits(hidden), cache
 
 
-def pool_last(values, mask):
-  """values [B, T, ...] at each row's last real token (left or right padding)."""
+def pool_last(values, mask, tokens=None, pad_id=None):
+  """values [B, T, ...] at each row's last real token (left or right padding).
+
+  With tokens and pad_id, tokens equal to pad_id do not count as real either:
+  transformers' *ForSequenceClassification picks the rightmost non-pad token, so
+  a row that ends in the pad id (pad == eos reward models) is scored one token
+  earlier. Pass both to reproduce it.
+  """
   t = mask.shape[1]
-  last = t - 1 - jnp.argmax(jnp.flip(mask.astype(bool), axis=1), axis=1)
+  real = mask.astype(bool)
+  if pad_id is not None:
+    real = real & (tokens != pad_id)
+  last = t - 1 - jnp.argmax(jnp.flip(real, axis=1), axis=1)
   return jnp.take_along_axis(values, last.reshape((-1, 1) + (1,) * (values.ndim - 2)), axis=1)[:, 0]
 

@@ -78,7 +78,7 @@ def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
     return np.asarray(model.apply({"params": params}, tokens, jmask)), None
   logits, _ = model.apply({"params": params}, tokens, jmask, method="forward")
   if cfg.task == "seq_cls":
-    logits = pool_last(logits, jmask)
+    logits = pool_last(logits, jmask, tokens, cfg.pad_token_id)
   greedy = generate_greedy(model, params, tokens, jmask, generate) if generate else None
   return np.asarray(logits), None if greedy is None else np.asarray(greedy)
 
