@@ -14,14 +14,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 AXES = ("data", "fsdp", "tensor")
 BATCH = ("data", "fsdp")  # The batch dimension is split over both.
 
-# (regex on the param path, one mesh axis or None per dimension).
-# Stacked layer params have a leading layer axis, never sharded.
+# (regex on the param path, one mesh axis or None per trailing dimension).
+# Stacked layer params (layers/...) have one more, leading layer axis that is
+# never sharded; unrolled ones (layers_3/...) do not.
 RULES = (
     (r"(^|/)embedding$", ("tensor", "fsdp")),
     (r"^(lm_head|score)/kernel$", ("fsdp", "tensor")),
-    (r"^layers/(attn/|mlp/)?(q|k|v|gate|up)/kernel$", (None, "fsdp", "tensor")),
-    (r"^layers/(attn/|mlp/)?(q|k|v|gate|up)/bias$", (None, "tensor")),
-    (r"^layers/(attn/|mlp/)?(o|down)/kernel$", (None, "tensor", "fsdp")),
+    (r"^layers(_\d+)?/(attn/|mlp/)?(q|k|v|gate|up)/kernel$", ("fsdp", "tensor")),
+    (r"^layers(_\d+)?/(attn/|mlp/)?(q|k|v|gate|up)/bias$", ("tensor",)),
+    (r"^layers(_\d+)?/(attn/|mlp/)?(o|down)/kernel$", ("tensor", "fsdp")),
 )
 
 
@@ -45,6 +46,8 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> M
 def spec_for(path: str, shape, mesh: Mesh) -> P:
   """The PartitionSpec of one param, by the first matching rule."""
   for pattern, axes in RULES:
+    if re.search(pattern, path) and path.startswith("layers/"):
+      axes = (None,) + axes
     if re.search(pattern, path) and len(axes) == len(shape):
       return P(*(a if a and dim % mesh.shape[a] == 0 else None for a, dim in zip(axes, shape)))
   return P()

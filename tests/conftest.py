@@ -9,13 +9,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTDATA = os.path.join(ROOT, "testdata", "models")
+TESTDATA = os.path.join(ROOT, "testdata")
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 
 
 @pytest.fixture(scope="session")
 def testdata():
-  return lambda name: os.path.join(TESTDATA, name)
+  """Path of a testdata model (or, with kind="tokenizers", tokenizer)."""
+  return lambda name, kind="models": os.path.join(TESTDATA, kind, name)
 
 
 @pytest.fixture(scope="session")

@@ -1,1 +1,4 @@
-"""Inference engine: generation with KV caches and log-prob scoring."""
+"""Inference engine: sampling with a KV cache that carries across turns, and scoring."""
+from pedrl.engine.distribution import SamplingParams, token_logprobs
+from pedrl.engine.sampling import Generation, Sampler, bucket, generate_greedy, sequence_keys
+from pedrl.engine.scoring import Scorer, Scores, sequence_logprobs

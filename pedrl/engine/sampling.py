@@ -1,14 +1,52 @@
-"""Batched generation on the KV-cache path: one prefill, then a jitted decode loop.
+"""Batched sampling on a static KV cache: extend (prefill) then a jitted decode loop.
 
-This is the greedy core; temperature / top-k / top-p, stop strings and
-multi-turn cache reuse build on the same prefill and step functions.
+One jitted program per (batch, new-token bucket, cache size, SamplingParams):
+it appends the new tokens of every row to the cache (a fresh prompt, or the
+next turn of a dialogue on top of earlier turns), then decodes inside a
+`lax.while_loop` until every row has stopped or `max_new_tokens` is reached.
+The cache is donated, so XLA updates it in place.
+
+Row lifetime. Each decode step draws one token per row, records it and its
+log-prob, and feeds it back with mask = "the row was still running". A row's
+stop token is therefore written to the cache (the next turn follows it), and
+every step after it is a masked, invisible slot. The returned cache holds
+exactly each row's prompt and generated tokens, ready for the next `extend`.
+
+Text. `Generation.texts` decodes each row's tokens up to, not including, its
+stop: a stop token id is dropped, and the text is cut where the first stop
+string begins (the token ids keep everything sampled, stop included, because
+the model was trained to emit them). `stop_reasons` says which stop ended the
+row: the string, or the token as text.
 """
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from pedrl.models.decoder import Decoder, init_cache
+from pedrl import sharding as sharding_lib
+from pedrl.engine import distribution, kv_cache, stops
+from pedrl.engine.distribution import SamplingParams
+from pedrl.models.decoder import Decoder
+
+# Lengths are padded up to one of these (powers of two and 1.5x between), so a
+# run compiles a handful of shapes; beyond the table, multiples of 1024.
+LENGTH_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
+  """The smallest bucket >= n."""
+  for b in buckets:
+    if b >= n:
+      return b
+  return -(-n // 1024) * 1024
+
+
+def sequence_keys(seed: int, ids) -> jax.Array:
+  """One PRNG key per sequence id, so a row's samples do not depend on its batch."""
+  base = jax.random.key(seed)
+  return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
 
 
 def next_token_logits(model: Decoder, params, tokens, mask, cache):
@@ -18,36 +56,249 @@ def next_token_logits(model: Decoder, params, tokens, mask, cache):
   return logits[:, 0], cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _greedy(model, params, tokens, mask, max_new_tokens):
-  b, t = tokens.shape
-  cache = init_cache(model.cfg, b, t + max_new_tokens)
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _extend(model, params, cache, tokens, mask):
+  _, cache = model.apply({"params": params}, tokens, mask, cache)
+  return cache
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7), donate_argnums=(2,))
+def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: SamplingParams):
+  b, n = tokens.shape[0], sp.max_new_tokens
   logits, cache = next_token_logits(model, params, tokens, mask, cache)
-  first = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  out = jnp.zeros((b, max_new_tokens), jnp.int32).at[:, 0].set(first)
+  stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
+  pad = model.cfg.pad_token_id or 0
 
-  def body(carry):
-    i, out, cache, last = carry
-    logits, cache = next_token_logits(model, params, last[:, None], jnp.ones((b, 1), bool), cache)
-    nxt = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return i + 1, out.at[:, i].set(nxt), cache, nxt
+  def step(s):
+    i = s["i"]
+    live = ~s["done"]
+    tok = distribution.sample(s["logits"], jax.vmap(jax.random.fold_in, (0, None))(keys, i), sp)
+    lp = distribution.token_logprobs(s["logits"], tok, sp.logprob_temperature)
+    hit = jnp.isin(tok, stop_ids)
+    match = s["match"]
+    if stop_table is not None:
+      packed = stop_table[match, tok].astype(jnp.int32)
+      hit, match = hit | (packed % 2 == 1), packed // 2
+    stopped = live & hit
+    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s["cache"])
+    return dict(
+        i=i + 1, cache=cache, logits=logits, match=match,
+        tokens=s["tokens"].at[:, i].set(jnp.where(live, tok, pad)),
+        logprobs=s["logprobs"].at[:, i].set(jnp.where(live, lp, 0.0)),
+        length=s["length"] + live, stopped=s["stopped"] | stopped,
+        done=s["done"] | stopped | (i + 1 >= n))
 
-  _, out, _, _ = jax.lax.while_loop(
-      lambda c: c[0] < max_new_tokens, body, (jnp.int32(1), out, cache, first))
-  return out
+  state = dict(
+      i=jnp.int32(0), cache=cache, logits=logits, match=jnp.zeros((b,), jnp.int32),
+      tokens=jnp.full((b, n), pad, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
+      length=jnp.zeros((b,), jnp.int32), stopped=jnp.zeros((b,), bool),
+      done=jnp.zeros((b,), bool))
+  s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]), step, state)
+  return {k: s[k] for k in ("tokens", "logprobs", "length", "stopped")}, s["cache"]
+
+
+@dataclasses.dataclass
+class Generation:
+  """What a sampling call produced for each of its rows (numpy, on the host).
+
+  tokens [B, N] (pad after a row's end), logprobs [B, N] (0 after the end),
+  lengths [B] sampled tokens per row (stop token included), stopped [B] (False:
+  hit max_new_tokens), texts and stop_reasons (when the sampler has a tokenizer).
+  """
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  lengths: np.ndarray
+  stopped: np.ndarray
+  texts: list | None = None
+  stop_reasons: list | None = None
+
+  @property
+  def finish_reasons(self) -> list[str]:
+    return ["stop" if s else "length" for s in self.stopped]
+
+  def row_tokens(self, i: int) -> np.ndarray:
+    return self.tokens[i, :self.lengths[i]]
+
+
+class Sampler:
+  """Samples from one decoder on one mesh; holds what is fixed across calls.
+
+  Args:
+    model: the Decoder module (its params are passed per call: the live ones).
+    tokenizer: optional; needed for stop strings and decoded texts.
+    stop_strings: strings that end a row wherever they appear in its output.
+    mesh: shard rows over (data, fsdp) and KV heads over tensor; None: one device.
+    length_buckets: allowed padded lengths of new-token chunks and caches.
+  """
+
+  def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
+               length_buckets=LENGTH_BUCKETS):
+    self.model, self.cfg, self.tokenizer, self.mesh = model, model.cfg, tokenizer, mesh
+    self.buckets = tuple(length_buckets)
+    self.stop_strings = tuple(stop_strings)
+    self.pad_id = self.cfg.pad_token_id or 0
+    self._stop_table = None
+    if self.stop_strings:
+      if tokenizer is None:
+        raise ValueError("stop strings need the tokenizer, to know each token's bytes")
+      table = stops.compile_stop_strings(
+          self.stop_strings, stops.token_bytes(tokenizer, self.cfg.vocab_size))
+      self._stop_table = self._replicated(table.table)
+
+  # -- Placement ---------------------------------------------------------------
+
+  def _replicated(self, x):
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, sharding_lib.replicated(self.mesh))
+
+  def _rows(self, x):
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, sharding_lib.batch_sharding(self.mesh, np.ndim(x)))
+
+  def padded_batch(self, n: int) -> int:
+    """Rows a cache for n sequences gets: a multiple of the mesh's batch shards."""
+    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
+    return -(-n // shards) * shards
+
+  # -- Caches ----------------------------------------------------------------
+
+  def new_cache(self, batch: int, size: int):
+    """An empty cache for `batch` sequences of up to `size` tokens (both padded)."""
+    if size > self.cfg.max_position_embeddings:
+      raise ValueError(f"a cache of {size} tokens exceeds the model's context of "
+                       f"{self.cfg.max_position_embeddings}")
+    size = min(bucket(size, self.buckets), self.cfg.max_position_embeddings)
+    return kv_cache.create(self.cfg, self.padded_batch(batch), size, self.mesh)
+
+  def _chunk(self, rows, cache, extra: int, need_token: bool):
+    """Left-pads new-token rows into a bucketed [cache batch, T] chunk and checks room."""
+    rows = [np.asarray(r, np.int64).reshape(-1) for r in rows]
+    b = kv_cache.batch(cache)
+    if not 0 < len(rows) <= b:
+      raise ValueError(f"got {len(rows)} rows of tokens for a cache of {b} rows")
+    for i, r in enumerate(rows):
+      if need_token and r.size == 0:
+        raise ValueError(f"row {i} has no tokens: a sampled row needs at least one new token")
+      if r.size and (r.min() < 0 or r.max() >= self.cfg.vocab_size):
+        raise ValueError(f"row {i} has token ids outside [0, {self.cfg.vocab_size})")
+    longest = max(r.size for r in rows)
+    t = bucket(max(longest, 1), self.buckets)
+    end, pos = int(cache["end"]), int(np.max(np.asarray(cache["pos"])))
+    room = kv_cache.size(cache) - end
+    if longest + extra > room or t + extra > room:
+      t = longest
+      if longest + extra > room:
+        raise ValueError(
+            f"{longest} new tokens + {extra} to generate do not fit the KV cache: "
+            f"{end} of {kv_cache.size(cache)} slots are used")
+    if pos + longest + extra > self.cfg.max_position_embeddings:
+      raise ValueError(f"position {pos} + {longest} new + {extra} generated tokens exceeds "
+                       f"the model's context of {self.cfg.max_position_embeddings}")
+    tokens = np.full((b, t), self.pad_id, np.int32)
+    mask = np.zeros((b, t), bool)
+    for i, r in enumerate(rows):
+      if r.size:
+        tokens[i, t - r.size:], mask[i, t - r.size:] = r, True
+    for i in range(len(rows), b):  # Filler rows: one token, so their logits stay finite.
+      tokens[i, -1], mask[i, -1] = self.pad_id, True
+    return self._rows(tokens), self._rows(mask)
+
+  def extend(self, params, cache, rows):
+    """Appends each row's new tokens (e.g. the other speaker's turn) to the cache."""
+    tokens, mask = self._chunk(rows, cache, 0, need_token=False)
+    return _extend(self.model, params, cache, tokens, mask)
+
+  def prefill_shared(self, params, prompts, copies: int, cache_size: int):
+    """One prefill per prompt, then `copies` consecutive rows of each (G rollouts).
+
+    The last token of each prompt is held back and returned, to be passed as
+    that row's new tokens to `generate` (which needs the last token's logits).
+    """
+    if any(len(p) == 0 for p in prompts):
+      raise ValueError("empty prompt")
+    cache = self.new_cache(len(prompts), cache_size)
+    cache = self.extend(params, cache, [p[:-1] for p in prompts])
+    rows = np.repeat(np.arange(len(prompts)), copies)
+    full = self.padded_batch(rows.size)
+    rows = np.concatenate([rows, np.zeros(full - rows.size, rows.dtype)])
+    cache = kv_cache.take(cache, self._rows(rows.astype(np.int32)))
+    return cache, [[p[-1]] for p in prompts for _ in range(copies)]
+
+  # -- Sampling --------------------------------------------------------------
+
+  def generate(self, params, rows, keys, sampling: SamplingParams, cache=None):
+    """Samples a continuation for each row of new tokens.
+
+    Args:
+      params: the model's current params.
+      rows: per sequence, the token ids to append before sampling: the whole
+        prompt for a fresh cache, the next turn's tokens for a dialogue's cache.
+      keys: one PRNG key per row (`sequence_keys`).
+      sampling: SamplingParams.
+      cache: the rows' cache from earlier calls; None starts a fresh one sized
+        for this prompt plus max_new_tokens.
+    Returns:
+      (Generation for the len(rows) rows, the updated cache).
+    """
+    if cache is None:
+      if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError("empty prompt: every row needs at least one token")
+      longest = max(len(r) for r in rows)
+      cache = self.new_cache(len(rows), bucket(longest, self.buckets) + sampling.max_new_tokens)
+    n = len(rows)
+    tokens, mask = self._chunk(rows, cache, sampling.max_new_tokens, need_token=True)
+    keys = jnp.asarray(keys)
+    if keys.shape[0] != n:
+      raise ValueError(f"{keys.shape[0]} keys for {n} rows")
+    if n < tokens.shape[0]:
+      keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n)])
+    out, cache = _generate(self.model, params, cache, tokens, mask, self._rows(keys),
+                           self._stop_table, sampling)
+    out = jax.device_get(out)
+    gen = Generation(out["tokens"][:n], out["logprobs"][:n], out["length"][:n], out["stopped"][:n])
+    if self.tokenizer is not None:
+      gen.texts, gen.stop_reasons = zip(*(self._text(gen, i, sampling) for i in range(n)))
+      gen.texts, gen.stop_reasons = list(gen.texts), list(gen.stop_reasons)
+    return gen, cache
+
+  def _text(self, gen: Generation, i: int, sampling: SamplingParams):
+    ids = gen.row_tokens(i).tolist()
+    reason = None
+    if gen.stopped[i] and ids and ids[-1] in sampling.stop_token_ids:
+      reason = self.tokenizer.decode(ids[-1:])
+      ids = ids[:-1]
+    text = self.tokenizer.decode(ids)
+    cut, which = stops.find_stop(text, self.stop_strings)
+    if which is not None:
+      text, reason = text[:cut], which
+    return text, reason
 
 
 def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
-  """Greedy continuation [B, max_new_tokens] of left-padded prompts tokens/mask [B, T]."""
+  """Greedy continuation [B, max_new_tokens] of left-padded prompts tokens/mask [B, T].
+
+  No stops: every row runs max_new_tokens (what transformers' generate does
+  with eos_token_id=None). Array in, array out, for parity checks.
+  """
   if max_new_tokens <= 0:
     raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+  sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+  tokens, host_mask = jnp.asarray(tokens), np.asarray(mask, bool)
   if tokens.ndim != 2 or tokens.shape[1] == 0:
     raise ValueError(f"prompts must be a non-empty [batch, length] array, got shape {tokens.shape}")
-  if not bool(jnp.all(jnp.asarray(mask)[:, -1])):
+  if not host_mask[:, -1].all():
     raise ValueError("prompts must be left-padded: every row's last token must be real "
                      "(an empty prompt has none)")
   total = tokens.shape[1] + max_new_tokens
   if total > model.cfg.max_position_embeddings:
     raise ValueError(f"prompt ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
                      f"the model's context of {model.cfg.max_position_embeddings}")
-  return _greedy(model, params, jnp.asarray(tokens), jnp.asarray(mask, bool), max_new_tokens)
+  mesh = getattr(getattr(tokens, "sharding", None), "mesh", None)
+  cache = kv_cache.create(model.cfg, tokens.shape[0], total, mesh)
+  keys = sequence_keys(0, np.arange(tokens.shape[0]))
+  if mesh is not None:
+    keys = jax.device_put(keys, sharding_lib.batch_sharding(mesh, 1))
+  out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), keys, None, sp)
+  return out["tokens"]

@@ -57,6 +57,11 @@ class ModelConfig:
   # Runtime choices, not architecture.
   dtype: str = "float32"
   remat: bool = False
+  # Scanned layers keep one compiled layer body (fast compiles for training).
+  # Unrolled layers (params layers_0, layers_1, ...) let decoding read each
+  # layer's weights and KV cache in place: XLA:CPU and :GPU copy the slice of
+  # a stacked array that a scan step reads, which doubles decode memory traffic.
+  scan_layers: bool = True
   # The checkpoint's own config.json, kept to write it back on export.
   hf_config_json: str = dataclasses.field(default="{}", compare=False, repr=False)
 

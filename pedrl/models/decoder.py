@@ -4,8 +4,13 @@ Layers are scanned (one compiled layer body over stacked parameters), so compile
 time does not grow with depth. Positions come from the attention mask
 (cumsum - 1), which makes a left-padded batch equal to each sequence alone.
 
+Layers are unrolled instead when cfg.scan_layers is False (params layers_0,
+layers_1, ...; see ModelConfig.scan_layers); `stack_layers` / `unstack_layers`
+convert between the two layouts.
+
 KV cache. A cache is a dict of arrays:
-  k, v: [L, B, S, KV, D]  keys/values per layer at buffer slots 0..S-1
+  k, v: [L, B, KV, S, D]  keys/values per layer at buffer slots 0..S-1 (with
+                          unrolled layers: a tuple of L arrays [B, KV, S, D])
   mask: [B, S] bool       which slots hold a real token
   pos:  [B] int32         the position the next real token of each row gets
   end:  [] int32          the first free slot (the same for every row)
@@ -16,6 +21,8 @@ Callers keep end + T <= S. A call with T > S raises; a call that overflows at
 run time (end is traced) returns NaN hidden states rather than silently
 overwriting cached slots, so the error cannot pass unnoticed.
 """
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -45,8 +52,9 @@ class Attention(nn.Module):
       q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+    k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, KV, T, D], the cache layout.
     if kv is not None:
-      at = (0, write_at, 0, 0)
+      at = (0, 0, write_at, 0)
       k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), at)
       v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), at)
       kv = {"k": k, "v": v}
@@ -91,6 +99,30 @@ def scanned(layer_cls, cfg: ModelConfig, n_broadcast: int, remat_policy: str = "
       in_axes=(nn.broadcast,) * n_broadcast + (0,), length=cfg.num_layers)
 
 
+def unrolled(layer_cls, cfg: ModelConfig, remat_policy: str = "nothing"):
+  """The layer class for unrolled stacks, wrapped in remat if configured."""
+  if cfg.remat:
+    return nn.remat(layer_cls, policy=REMAT_POLICIES[remat_policy])
+  return layer_cls
+
+
+def unstack_layers(params):
+  """Scanned params (`layers` with a leading layer axis) -> layers_0, layers_1, ..."""
+  out = {k: v for k, v in params.items() if k != "layers"}
+  num_layers = jax.tree.leaves(params["layers"])[0].shape[0]
+  for i in range(num_layers):
+    out[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], params["layers"])
+  return out
+
+
+def stack_layers(params):
+  """Unrolled params (layers_0, layers_1, ...) -> one `layers` tree with a leading layer axis."""
+  names = sorted((k for k in params if re.fullmatch(r"layers_\d+", k)), key=lambda k: int(k[7:]))
+  out = {k: v for k, v in params.items() if k not in names}
+  out["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *(params[k] for k in names))
+  return out
+
+
 def positions_from_mask(mask, start=None):
   """Position of each real token: start + number of real tokens before it."""
   pos = jnp.cumsum(mask.astype(jnp.int32), axis=1) - 1
@@ -102,8 +134,12 @@ def positions_from_mask(mask, start=None):
 def init_cache(cfg: ModelConfig, batch: int, size: int, dtype=None) -> dict:
   """An empty KV cache with `size` slots per row."""
   dtype = jnp.dtype(dtype or cfg.dtype)
-  shape = (cfg.num_layers, batch, size, cfg.num_kv_heads, cfg.head_dim)
-  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+  shape = (batch, cfg.num_kv_heads, size, cfg.head_dim)
+  def zeros():  # A fresh buffer per call: k and v are donated separately.
+    if cfg.scan_layers:
+      return jnp.zeros((cfg.num_layers,) + shape, dtype)
+    return tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+  return {"k": zeros(), "v": zeros(),
           "mask": jnp.zeros((batch, size), bool), "pos": jnp.zeros((batch,), jnp.int32),
           "end": jnp.zeros((), jnp.int32)}
 
@@ -115,7 +151,11 @@ class Decoder(nn.Module):
   def setup(self):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     self.embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=dtype)
-    self.layers = scanned(DecoderLayer, cfg, n_broadcast=4)(cfg)
+    if cfg.scan_layers:
+      self.layers = scanned(DecoderLayer, cfg, n_broadcast=4)(cfg)
+    else:
+      layer_cls = unrolled(DecoderLayer, cfg)
+      self.layers = [layer_cls(cfg) for _ in range(cfg.num_layers)]
     self.final_norm = layers.RMSNorm(cfg.norm_eps, dtype)
     if cfg.task == "causal_lm" and not cfg.tie_embeddings:
       self.lm_head = layers.dense(cfg.vocab_size, False, dtype, "lm_head", f32_out=True)
@@ -150,7 +190,16 @@ class Decoder(nn.Module):
       kv = {"k": cache["k"], "v": cache["v"]}
     cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
-    x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
+    if self.cfg.scan_layers:
+      x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
+    else:
+      new_kv = []
+      for i, layer in enumerate(self.layers):
+        x, kv_i = layer(x, cos, sin, attn_mask, write_at,
+                        None if kv is None else {"k": kv["k"][i], "v": kv["v"][i]})
+        new_kv.append(kv_i)
+      if kv is not None:
+        kv = {"k": tuple(c["k"] for c in new_kv), "v": tuple(c["v"] for c in new_kv)}
     hidden = self.final_norm(x)
     if cache is None:
       return hidden, None

@@ -5,13 +5,15 @@ with `jax.make_array_from_callback`, and the callback reads from the
 memory-mapped safetensors files only the slice that one device holds. On a pod
 each host therefore reads just its own shards.
 
-Layout. pedrl stacks per-layer weights on a leading layer axis and stores Dense
-kernels as [in, out]; transformers keeps one [out, in] tensor per layer. The
-tables below name, for each pedrl leaf, its transformers tensor.
+Layout. pedrl stacks per-layer weights on a leading layer axis (or, unrolled,
+keeps them under layers_0, layers_1, ...) and stores Dense kernels as
+[in, out]; transformers keeps one [out, in] tensor per layer. The tables below
+name, for each pedrl leaf, its transformers tensor.
 """
 import contextlib
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +141,17 @@ class _Tensors:
     return self.handles[self.where[key]].get_slice(key)
 
 
+def _layer_of(path: str):
+  """(table key, layer) of a leaf path: layer is 'all' for stacked leaves, an int
+  for an unrolled layer's leaf (layers_3/...), None outside the layers."""
+  if path.startswith("layers/"):
+    return path, "all"
+  m = re.match(r"layers_(\d+)/(.*)", path)
+  if m:
+    return "layers/" + m[2], int(m[1])
+  return path, None
+
+
 def _resolve(names: dict, cfg: ModelConfig, available) -> dict:
   """Adds the base-model prefix ('model.', 'bert.' or none) found in the files."""
   probe = "embed_tokens.weight" if cfg.is_decoder else "embeddings.word_embeddings.weight"
@@ -202,11 +215,14 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
   out = []
   with contextlib.ExitStack() as stack:
     tensors = _Tensors(ckpt_dir, stack)
-    names = _resolve({p: table[p] for p in paths}, cfg, tensors.where)
+    names = _resolve({_layer_of(p)[0]: table[_layer_of(p)[0]] for p in paths}, cfg, tensors.where)
     used = set()
     for path, leaf, sharding in zip(paths, leaves, shard_leaves):
-      name, transpose = names[path]
-      stacked = path.startswith("layers/")
+      key, layer = _layer_of(path)
+      name, transpose = names[key]
+      stacked = layer == "all"
+      if isinstance(layer, int):
+        name = name.format(i=layer)
       keys = [name.format(i=i) for i in range(cfg.num_layers)] if stacked else [name]
       per_tensor = leaf.shape[1:] if stacked else leaf.shape
       want = tuple(reversed(per_tensor)) if transpose and len(per_tensor) == 2 else tuple(per_tensor)
@@ -235,9 +251,12 @@ def _hf_tensors(params, cfg: ModelConfig):
   table = _DECODER if cfg.is_decoder else _BERT
   prefix = "model." if cfg.is_decoder else ""
   for path, leaf in zip(paths, leaves):
-    name, transpose = table[path]
+    key, layer = _layer_of(path)
+    name, transpose = table[key]
     name = name[1:] if name.startswith("^") else prefix + name
-    if path.startswith("layers/"):
+    if isinstance(layer, int):
+      name = name.format(i=layer)
+    if layer == "all":
       for i in range(cfg.num_layers):
         x = np.asarray(jax.device_get(leaf[i]))
         yield name.format(i=i), np.ascontiguousarray(x.T if transpose else x)

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m pedrl.bench.NAME`; each prints ratios against a peer run in the same process."""

@@ -1,0 +1,182 @@
+r"""pedrl's sampler against transformers' `generate`, same weights, same inputs, one process.
+
+  python -m pedrl.bench.sampling                       # CPU: small and medium Qwen2, fp32
+  python -m pedrl.bench.sampling --device_profile=gpu  # Qwen2.5-7B-shaped bf16 decode
+
+The CPU profile builds random Qwen2 models with transformers, saves them as
+safetensors and loads them into pedrl, then samples batch 16 x 128 new tokens
+after a 64-token prompt with top-p 0.95 in both. Compilation is timed apart
+from steady-state generation. The last line is `min_speedup_vs_transformers=`.
+
+The roofline column compares one decode step's time with the machine's limit
+for it: max(matmul FLOPs / peak matmul FLOP/s, bytes read / memory bandwidth),
+both peaks measured here with XLA (`pedrl.bench.roofline`).
+"""
+import os
+import tempfile
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pedrl import models
+from pedrl.bench import roofline
+from pedrl.engine import Sampler, SamplingParams, sequence_keys
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("device_profile", "cpu", ["cpu", "gpu"], "cpu: vs transformers; gpu: 7B bf16 decode.")
+flags.DEFINE_list("sizes", ["small", "medium"], "CPU profile model sizes.")
+flags.DEFINE_integer("batch", 16, "Sequences per call.")
+flags.DEFINE_integer("prompt_len", 64, "Prompt tokens.")
+flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
+flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
+flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
+flags.DEFINE_integer("repeats", 2, "Timed runs per engine; the best is reported.")
+
+SIZES = {  # Qwen2 architecture, fp32.
+    "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=8192),
+    "medium": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072,
+                   num_attention_heads=12, num_key_value_heads=6, vocab_size=32000),
+}
+QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944,
+                 num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
+
+
+def _best(fn, repeats):
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t)
+  return min(times)
+
+
+def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
+  """(matmul FLOPs, bytes read) of one decode step of `batch` rows."""
+  e, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+  per_layer = e * d * (cfg.num_heads * 2 + cfg.num_kv_heads * 2) + 3 * e * f
+  weights = cfg.num_layers * per_layer + e * cfg.vocab_size
+  cache = 2 * cfg.num_layers * batch * cfg.num_kv_heads * cache_len * d
+  return 2 * batch * weights, (weights + cache) * dtype_bytes
+
+
+def bench_transformers(path, prompts, args):
+  import torch
+  import transformers
+  model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  ids = torch.tensor(prompts)
+
+  def run(n):
+    cfg = transformers.GenerationConfig(do_sample=True, top_p=args["top_p"], top_k=0,
+                                        temperature=1.0, max_new_tokens=n, eos_token_id=None,
+                                        pad_token_id=0)
+    with torch.no_grad():
+      return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                            generation_config=cfg)
+
+  run(2)  # Warm-up.
+  total = _best(lambda: run(args["new_tokens"]), args["repeats"])
+  ttft = _best(lambda: run(1), args["repeats"])
+  return dict(total=total, ttft=ttft, compile=0.0, threads=torch.get_num_threads())
+
+
+def bench_pedrl(model, params, prompts, args):
+  sampler = Sampler(model)
+  rows = [list(p) for p in prompts]
+  keys = sequence_keys(0, np.arange(len(rows)))
+
+  def run(n):
+    gen, _ = sampler.generate(params, rows, keys, SamplingParams(n, top_p=args["top_p"]))
+    return gen
+
+  t = time.perf_counter()
+  gen = run(args["new_tokens"])
+  first = time.perf_counter() - t
+  assert gen.lengths.min() == args["new_tokens"], gen.lengths
+  total = _best(lambda: run(args["new_tokens"]), args["repeats"])
+  run(1)
+  ttft = _best(lambda: run(1), args["repeats"])
+  return dict(total=total, ttft=ttft, compile=first - total)
+
+
+def cpu_profile():
+  import transformers
+  args = dict(top_p=FLAGS.top_p, new_tokens=FLAGS.new_tokens, repeats=FLAGS.repeats)
+  peak, bw = roofline.peak_matmul_flops(), roofline.memory_bandwidth()
+  print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores, peak matmul "
+        f"{peak / 1e9:.0f} GFLOP/s (fp32), memory read {bw / 1e9:.1f} GB/s")
+  rng = np.random.default_rng(0)
+  speedups, lines = [], []
+  header = (f"{'model':<8}{'engine':<14}{'tok/s':>9}{'ratio':>8}{'ttft_s':>9}{'compile_s':>11}"
+            f"{'step_ms':>9}{'roofline':>10}")
+  for size in FLAGS.sizes:
+    with tempfile.TemporaryDirectory() as path:
+      hf_cfg = transformers.Qwen2Config(max_position_embeddings=4096, **SIZES[size])
+      import torch
+      torch.manual_seed(0)
+      transformers.Qwen2ForCausalLM(hf_cfg).save_pretrained(path)
+      prompts = rng.integers(1, hf_cfg.vocab_size, (FLAGS.batch, FLAGS.prompt_len)).tolist()
+      ref = bench_transformers(path, prompts, args)
+      cfg, model, params = models.load(path, dtype="float32", scan_layers=FLAGS.scan_layers)
+      ours = bench_pedrl(model, params, prompts, args)
+    flops, nbytes = step_cost(cfg, FLAGS.batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 4)
+    limit = max(flops / peak, nbytes / bw)
+    for name, r in (("transformers", ref), ("pedrl", ours)):
+      r["tok_s"] = FLAGS.batch * FLAGS.new_tokens / r["total"]
+      r["step"] = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
+    speedups.append(ours["tok_s"] / ref["tok_s"])
+    for name, r in (("transformers", ref), ("pedrl", ours)):
+      lines.append(f"{size:<8}{name:<14}{r['tok_s']:>9.1f}{r['tok_s'] / ref['tok_s']:>8.2f}"
+                   f"{r['ttft']:>9.3f}{r['compile']:>11.2f}{r['step'] * 1e3:>9.1f}"
+                   f"{limit / r['step']:>10.0%}")
+  print(f"batch {FLAGS.batch}, prompt {FLAGS.prompt_len}, {FLAGS.new_tokens} new tokens, "
+        f"top-p {FLAGS.top_p}, fp32; transformers on {ref['threads']} torch threads")
+  print(header)
+  print("\n".join(lines))
+  print(f"min_speedup_vs_transformers={min(speedups):.2f}")
+
+
+def gpu_profile():
+  from pedrl.models.config import ModelConfig
+  from pedrl.models.hf_checkpoint import abstract_params
+  c = QWEN25_7B
+  cfg = ModelConfig(
+      "qwen2", "causal_lm", c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
+      c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
+      c["intermediate_size"], 1e-6, 32768, qkv_bias=True, rope_theta=1e6, dtype="bfloat16",
+      scan_layers=FLAGS.scan_layers, pad_token_id=0)
+  shapes = abstract_params(cfg)
+  leaves, treedef = jax.tree.flatten(shapes)
+  keys = jax.random.split(jax.random.key(0), len(leaves))
+  params = jax.tree.unflatten(treedef, [
+      jax.jit(lambda k, s=s: (0.02 * jax.random.normal(k, s.shape, jnp.float32)).astype(s.dtype))(k)
+      for k, s in zip(keys, leaves)])
+  model = models.build_model(cfg)
+  hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
+  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s; Qwen2.5-7B shape, bf16")
+  print(f"{'batch':>6}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}{'compile_s':>11}{'mem_GiB':>9}")
+  rng = np.random.default_rng(0)
+  for batch in (1, 16):
+    prompts = rng.integers(1, cfg.vocab_size, (batch, FLAGS.prompt_len)).tolist()
+    r = bench_pedrl(model, params, prompts, dict(top_p=FLAGS.top_p, new_tokens=FLAGS.new_tokens,
+                                                 repeats=FLAGS.repeats))
+    step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
+    _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
+    stats = jax.devices()[0].memory_stats() or {}
+    print(f"{batch:>6}{batch / step:>14.1f}{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}"
+          f"{r['ttft']:>8.3f}{r['compile']:>11.1f}{stats.get('peak_bytes_in_use', 0) / 2**30:>9.1f}")
+
+
+def main(argv):
+  del argv
+  if FLAGS.device_profile == "gpu":
+    gpu_profile()
+  else:
+    cpu_profile()
+
+
+if __name__ == "__main__":
+  app.run(main)

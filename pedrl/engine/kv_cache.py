@@ -1,0 +1,49 @@
+"""KV caches as values: create, shard, select rows (the layout is in models/decoder.py)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from pedrl import sharding as sharding_lib
+from pedrl.models.config import ModelConfig
+from pedrl.models.decoder import init_cache
+
+
+def shardings(cfg: ModelConfig, mesh, batch: int):
+  """NamedShardings of a cache: rows over (data, fsdp), KV heads over tensor where they divide."""
+  rows = sharding_lib.BATCH if batch % _batch_shards(mesh) == 0 else None
+  heads = "tensor" if cfg.num_kv_heads % mesh.shape["tensor"] == 0 else None
+  kv = NamedSharding(mesh, P(None, rows, heads) if cfg.scan_layers else P(rows, heads))
+  kv = kv if cfg.scan_layers else (kv,) * cfg.num_layers
+  return {"k": kv, "v": kv, "mask": NamedSharding(mesh, P(rows)),
+          "pos": NamedSharding(mesh, P(rows)), "end": NamedSharding(mesh, P())}
+
+
+def _batch_shards(mesh) -> int:
+  return int(np.prod([mesh.shape[a] for a in sharding_lib.BATCH]))
+
+
+def create(cfg: ModelConfig, batch: int, size: int, mesh=None):
+  """An empty cache, allocated directly with its sharding when a mesh is given."""
+  out = None if mesh is None else shardings(cfg, mesh, batch)
+  return jax.jit(lambda: init_cache(cfg, batch, size), out_shardings=out)()
+
+
+@jax.jit
+def take(cache, rows):
+  """The cache of rows `rows` (an int array; may repeat rows, e.g. G copies of a prompt)."""
+  pick = lambda x: jnp.take(x, rows, axis=0)
+  if isinstance(cache["k"], tuple):
+    k, v = tuple(map(pick, cache["k"])), tuple(map(pick, cache["v"]))
+  else:
+    k, v = (jnp.take(x, rows, axis=1) for x in (cache["k"], cache["v"]))
+  return {"k": k, "v": v, "mask": pick(cache["mask"]), "pos": pick(cache["pos"]),
+          "end": cache["end"]}
+
+
+def size(cache) -> int:
+  return cache["mask"].shape[1]
+
+
+def batch(cache) -> int:
+  return cache["mask"].shape[0]

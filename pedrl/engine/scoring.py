@@ -1,0 +1,136 @@
+"""Teacher-forced log-probs: many continuations per context, and whole sequences.
+
+`Scorer.score` answers "how likely is each of these K continuations after this
+context?" for N contexts at once (UCO's oracle candidates and scaffold hints,
+eqs. 3 and 6). Each context is encoded once into a KV cache, the cache rows
+are repeated K times, and every continuation is run on top of its copy, so a
+long dialogue is not re-encoded per candidate. Log-probs come from
+`distribution.token_logprobs`, the function the sampler reports with.
+"""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pedrl import sharding as sharding_lib
+from pedrl.engine import distribution, kv_cache, sampling
+from pedrl.models.decoder import Decoder, init_cache
+
+
+@dataclasses.dataclass
+class Scores:
+  """Per (context, continuation): summed and mean log-prob, token count, per-token values.
+
+  Arrays are [N, K] ([N, K, T] for `tokens`); a continuation with no tokens
+  (ragged K, padded) has count 0, sum 0 and mean NaN.
+  """
+  sum: np.ndarray
+  mean: np.ndarray
+  count: np.ndarray
+  tokens: np.ndarray
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7, 8))
+def _score_chunk(model, params, ctx, ctx_mask, cont, cont_mask, temperature, copies: int,
+                 cache_size: int):
+  cache = init_cache(model.cfg, ctx.shape[0], cache_size)
+  last, cache = sampling.next_token_logits(model, params, ctx, ctx_mask, cache)
+  rows = jnp.repeat(jnp.arange(ctx.shape[0]), copies)
+  cache = kv_cache.take(cache, rows)
+  hidden, _ = model.apply({"params": params}, cont, cont_mask, cache)
+  logits = model.apply({"params": params}, hidden[:, :-1], method=Decoder.logits)
+  logits = jnp.concatenate([last[rows][:, None], logits], axis=1)  # Predicts cont[:, t].
+  lp = distribution.token_logprobs(logits, cont, temperature)
+  return jnp.where(cont_mask, lp, 0.0)
+
+
+class Scorer:
+  """Scores continuations under one decoder, chunked to bound the logits' memory.
+
+  Args:
+    model: the Decoder module.
+    mesh: shard rows over (data, fsdp); None: one device.
+    max_logits_bytes: float32 logits held at once ([rows, T, V] per chunk).
+  """
+
+  def __init__(self, model: Decoder, mesh=None, length_buckets=sampling.LENGTH_BUCKETS,
+               max_logits_bytes: int = 1 << 30):
+    self.model, self.cfg, self.mesh = model, model.cfg, mesh
+    self.buckets, self.max_logits_bytes = tuple(length_buckets), max_logits_bytes
+    self.pad_id = self.cfg.pad_token_id or 0
+
+  def _rows(self, x):
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, sharding_lib.batch_sharding(self.mesh, np.ndim(x)))
+
+  def score(self, params, contexts, continuations, temperature: float = 1.0) -> Scores:
+    """log p(continuation | context) for every continuation of every context.
+
+    Args:
+      params: the model's params.
+      contexts: N token-id lists (each non-empty).
+      continuations: N lists of token-id lists (K_i per context; ragged K is padded).
+      temperature: log-probs of softmax(logits / temperature), as the sampler reports.
+    """
+    n = len(contexts)
+    if n == 0 or len(continuations) != n:
+      raise ValueError(f"need one list of continuations per context: got {n} contexts and "
+                       f"{len(continuations)} continuation lists")
+    if any(len(c) == 0 for c in contexts):
+      raise ValueError("empty context: the first continuation token needs something to follow")
+    if not temperature > 0:
+      raise ValueError(f"temperature must be > 0, got {temperature}")
+    k = max(1, max(len(c) for c in continuations))
+    tc = sampling.bucket(max(len(c) for c in contexts), self.buckets)
+    tk = sampling.bucket(max(1, max(len(x) for c in continuations for x in c) if k else 1),
+                         self.buckets)
+    if tc + tk > self.cfg.max_position_embeddings:
+      raise ValueError(f"context ({tc}) + continuation ({tk}) tokens exceed the model's "
+                       f"context of {self.cfg.max_position_embeddings}")
+    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
+    per_row = tk * self.cfg.vocab_size * 4 * k
+    chunk = max(1, self.max_logits_bytes // per_row)
+    chunk = max(shards, chunk // shards * shards)
+
+    ctx = np.full((n, tc), self.pad_id, np.int32)
+    ctx_mask = np.zeros((n, tc), bool)
+    cont = np.full((n, k, tk), self.pad_id, np.int32)
+    cont_mask = np.zeros((n, k, tk), bool)
+    for i, c in enumerate(contexts):
+      ctx[i, tc - len(c):], ctx_mask[i, tc - len(c):] = c, True
+      for j, x in enumerate(continuations[i]):
+        cont[i, j, :len(x)], cont_mask[i, j, :len(x)] = x, True
+    for a in (ctx, cont):
+      if a.min() < 0 or a.max() >= self.cfg.vocab_size:
+        raise ValueError(f"token ids outside [0, {self.cfg.vocab_size})")
+
+    out = np.zeros((n, k, tk), np.float32)
+    for start in range(0, n, chunk):
+      stop = min(n, start + chunk)
+      size = -(-(stop - start) // shards) * shards
+      sel = np.arange(start, start + size).clip(max=n - 1)  # Filler rows repeat the last one.
+      lp = _score_chunk(
+          self.model, params, self._rows(ctx[sel]), self._rows(ctx_mask[sel]),
+          self._rows(cont[sel].reshape(size * k, tk)),
+          self._rows(cont_mask[sel].reshape(size * k, tk)), jnp.float32(temperature), k, tc + tk)
+      out[start:stop] = np.asarray(lp).reshape(size, k, tk)[:stop - start]
+    count = cont_mask.sum(-1)
+    total = out.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      mean = np.where(count > 0, total / count, np.nan)
+    return Scores(sum=total, mean=mean, count=count, tokens=out)
+
+
+def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float = 1.0):
+  """log p(tokens[:, t] | tokens[:, :t]) for t >= 1 ([B, T], 0 at t=0 and padding).
+
+  Full-sequence teacher forcing (GRPO's old/reference log-probs), through the
+  same `token_logprobs` the sampler uses.
+  """
+  logits, _ = model.apply({"params": params}, tokens, mask, method=Decoder.forward)
+  lp = distribution.token_logprobs(logits[:, :-1], tokens[:, 1:], temperature)
+  lp = jnp.where(mask[:, 1:] & mask[:, :-1], lp, 0.0)
+  return jnp.pad(lp, ((0, 0), (1, 0)))

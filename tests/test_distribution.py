@@ -1,0 +1,101 @@
+"""Sampling filters and draws against an independent numpy reference (sort-based)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pedrl.engine import distribution
+from pedrl.engine.distribution import SamplingParams
+
+
+def reference_distribution(logits, temperature=1.0, top_k=0, top_p=1.0):
+  """The filtered distribution computed the textbook way: sort, cut, renormalise.
+
+  Like transformers' warpers: temperature, then top-k keeping ties with the k-th
+  value, then top-p keeping the smallest sorted prefix whose mass reaches p.
+  """
+  x = np.asarray(logits, np.float64) / temperature
+  keep = np.ones_like(x, bool)
+  if top_k:
+    kth = np.sort(x)[::-1][top_k - 1]
+    keep &= x >= kth
+  if top_p < 1:
+    p = np.where(keep, np.exp(x - x[keep].max()), 0)
+    p /= p.sum()
+    ranked = p[np.argsort(-p, kind="stable")]
+    ahead = np.cumsum(ranked) - ranked  # Mass strictly ahead of each token in rank order.
+    keep &= p >= ranked[ahead < top_p].min()  # Ties with the last kept token stay.
+  w = np.where(keep, np.exp(x - x[keep].max()), 0)
+  return w / w.sum()
+
+
+LOGITS = np.array([2.0, 1.5, 1.5, 0.7, 0.0, -0.3, -1.0, -2.5])
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.5, 0, 1.0), (1.3, 3, 1.0), (1.0, 2, 1.0),  # k=2 keeps the tie: 3 tokens.
+    (1.0, 0, 0.8), (0.7, 0, 0.5), (1.0, 5, 0.9), (1.0, 0, 0.05)])
+def test_draws_follow_the_exact_filtered_distribution(temperature, top_k, top_p):
+  n = 20000
+  sp = SamplingParams(1, temperature=temperature, top_k=top_k, top_p=top_p)
+  logits = jnp.tile(jnp.asarray(LOGITS, jnp.float32), (n, 1))
+  keys = jax.random.split(jax.random.key(123), n)
+  draws = np.asarray(jax.jit(lambda l, k: distribution.sample(l, k, sp))(logits, keys))
+  want = reference_distribution(LOGITS, temperature, top_k, top_p)
+  counts = np.bincount(draws, minlength=len(LOGITS))
+  assert counts[want == 0].sum() == 0, "a filtered-out token was drawn"
+  live = want > 0
+  chi2 = ((counts[live] - n * want[live]) ** 2 / (n * want[live])).sum()
+  # 99.99th percentile of chi-square with <= 7 degrees of freedom is below 30.
+  assert chi2 < 30, (counts / n, want)
+
+
+def test_filters_match_sort_based_reference_on_random_logits():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(64, 300)).astype(np.float32) * 3
+  logits[:, :5] = logits[:, :1]  # Ties at the top.
+  logits[3] = -np.inf
+  logits[3, 7] = 1.0  # One finite token only.
+  for k, p in [(1, 1.0), (10, 1.0), (299, 1.0), (0, 0.3), (0, 0.999), (20, 0.6)]:
+    sp = SamplingParams(1, top_k=k, top_p=p)
+    ours = np.isfinite(np.asarray(distribution.filtered_logits(jnp.asarray(logits), sp)))
+    for r in range(len(logits)):
+      np.testing.assert_array_equal(ours[r], reference_distribution(logits[r], 1.0, k, p) > 0,
+                                    err_msg=f"row {r} top_k={k} top_p={p}")
+
+
+def test_greedy_is_the_first_maximum():
+  logits = jnp.asarray([[0.0, 3.0, 3.0, 1.0], [-1.0, -1.0, -2.0, -5.0]])
+  np.testing.assert_array_equal(distribution.argmax(logits), [1, 0])
+  sp = SamplingParams(1, temperature=0.0)
+  np.testing.assert_array_equal(distribution.sample(logits, jax.random.split(jax.random.key(0), 2), sp),
+                                [1, 0])
+
+
+def test_inverse_cdf_never_picks_zero_weight_and_uses_every_block():
+  w = np.zeros((4, 1000), np.float32)
+  w[0, 999] = 1.0
+  w[1, [0, 513]] = 1.0
+  w[2, 256:512] = 1e-30
+  w[3] = 1.0
+  for u in (1e-7, 0.5, 1.0):
+    got = np.asarray(distribution.inverse_cdf(jnp.asarray(w), jnp.full((4,), u, jnp.float32)))
+    assert all(w[r, got[r]] > 0 for r in range(4)), (u, got)
+  got = np.asarray(distribution.inverse_cdf(jnp.asarray(w[3:]), jnp.asarray([0.7501], jnp.float32)))
+  assert got[0] == 750
+
+
+def test_token_logprobs_by_hand():
+  logits = jnp.asarray([[1.0, 2.0, 3.0]])
+  want = np.log(np.exp(2 / 0.5) / np.exp(np.array([1.0, 2.0, 3.0]) / 0.5).sum())
+  np.testing.assert_allclose(distribution.token_logprobs(logits, jnp.asarray([1]), 0.5), [want],
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(max_new_tokens=-3), "max_new_tokens"),
+    (dict(max_new_tokens=4, top_p=0.0), "top_p"), (dict(max_new_tokens=4, top_p=1.5), "top_p"),
+    (dict(max_new_tokens=4, top_k=-1), "top_k"), (dict(max_new_tokens=4, temperature=-1), "temperature")])
+def test_bad_sampling_params_are_named(kw, message):
+  with pytest.raises(ValueError, match=message):
+    SamplingParams(**kw)

@@ -1,0 +1,220 @@
+"""The sampler and scorer: transformers' greedy tokens, multi-turn cache reuse, one log-prob path."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import reference
+from pedrl import models, sharding
+from pedrl.engine import Sampler, SamplingParams, Scorer, sampling, sequence_keys, sequence_logprobs
+from pedrl.tokenizer import load_tokenizer
+
+CAUSAL = ["qwen2", "qwen2_tied", "qwen3", "llama3"]
+GREEDY = SamplingParams(64, temperature=0.0)
+
+
+def rows_of(rng, vocab, lengths):
+  return [rng.integers(1, vocab, n).tolist() for n in lengths]
+
+
+def left_pad(rows):
+  t = max(map(len, rows))
+  tokens = np.zeros((len(rows), t), np.int32)
+  mask = np.zeros((len(rows), t), bool)
+  for i, r in enumerate(rows):
+    tokens[i, t - len(r):], mask[i, t - len(r):] = r, True
+  return tokens, mask
+
+
+@pytest.fixture(scope="module", params=CAUSAL)
+def family(request, testdata):
+  path = testdata(request.param)
+  cfg, model, params = models.load(path, scan_layers=False)
+  return cfg, model, params, reference.load(path)
+
+
+def test_greedy_64_tokens_equal_transformers_with_and_without_padding(family):
+  cfg, model, params, hf = family
+  rows = rows_of(np.random.default_rng(0), cfg.vocab_size, [13, 7, 2])  # Row 0 is unpadded.
+  gen, _ = Sampler(model).generate(params, rows, sequence_keys(0, range(3)), GREEDY)
+  tokens, mask = left_pad(rows)
+  np.testing.assert_array_equal(gen.tokens, reference.greedy(hf, tokens, mask, 64))
+  assert gen.finish_reasons == ["length"] * 3 and (gen.lengths == 64).all()
+
+
+def test_three_turn_dialogue_by_extend_equals_encoding_it_whole(family):
+  """Turns appended to the cache (rows stopping at different steps) give the same
+  tokens as transformers on the whole history, and the same log-probs as scoring it."""
+  cfg, model, params, hf = family
+  rng = np.random.default_rng(1)
+  sampler, scorer = Sampler(model), Scorer(model)
+  history = rows_of(rng, cfg.vocab_size, [6, 11])
+  probe, _ = sampler.generate(params, history, sequence_keys(0, range(2)), SamplingParams(12, 0.0))
+  stop_id = int(probe.tokens[0, 4])  # Row 0 stops after 5 tokens; row 1 when it meets it.
+  sp = SamplingParams(12, temperature=0.0, stop_token_ids=(stop_id,))
+  cache = sampler.new_cache(2, 128)
+  new = history
+  for turn in range(3):
+    gen, cache = sampler.generate(params, new, sequence_keys(turn, range(2)), sp, cache=cache)
+    if turn == 0:
+      assert gen.stopped[0] and gen.lengths[0] <= 5
+    tokens, mask = left_pad(history)
+    want = reference.greedy(hf, tokens, mask, 12)
+    for r in range(2):
+      n = gen.lengths[r]
+      np.testing.assert_array_equal(gen.row_tokens(r), want[r, :n])
+      assert gen.stopped[r] == (stop_id in want[r, :n].tolist())
+    scores = scorer.score(params, history, [[gen.row_tokens(r).tolist()] for r in range(2)])
+    for r in range(2):
+      np.testing.assert_allclose(scores.tokens[r, 0, :gen.lengths[r]],
+                                 gen.logprobs[r, :gen.lengths[r]], atol=1e-4, rtol=0)
+    new = rows_of(rng, cfg.vocab_size, [3 + turn, 1])  # The other speaker's reply.
+    history = [h + gen.row_tokens(r).tolist() + new[r] for r, h in enumerate(history)]
+  np.testing.assert_array_equal(np.asarray(cache["pos"]),
+                                [len(h) - len(n) for h, n in zip(history, new)])
+
+
+def test_sampled_logprobs_equal_scorer_and_sequence_logprobs(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  rows = rows_of(np.random.default_rng(2), cfg.vocab_size, [5, 17, 9])
+  sp = SamplingParams(24, temperature=0.7, top_k=40, top_p=0.9)
+  gen, _ = Sampler(model).generate(params, rows, sequence_keys(7, range(3)), sp)
+  conts = [[gen.row_tokens(r).tolist(), gen.row_tokens(r)[:3].tolist()] for r in range(3)]
+  scores = Scorer(model).score(params, rows, conts, temperature=0.7)
+  full, mask = left_pad([r + c[0] for r, c in zip(rows, conts)])
+  whole = np.asarray(sequence_logprobs(model, params, jnp.asarray(full), jnp.asarray(mask), 0.7))
+  for r in range(3):
+    n = gen.lengths[r]
+    np.testing.assert_allclose(scores.tokens[r, 0, :n], gen.logprobs[r, :n], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(whole[r, -n:], gen.logprobs[r, :n], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(scores.sum[r, 1], gen.logprobs[r, :3].sum(), atol=1e-4)
+  np.testing.assert_array_equal(scores.count[:, 1], 3)
+  np.testing.assert_allclose(scores.mean, scores.sum / scores.count, rtol=1e-6)
+
+
+def test_scorer_shares_contexts_and_pads_ragged_candidates(testdata):
+  cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
+  rng = np.random.default_rng(3)
+  contexts = rows_of(rng, cfg.vocab_size, [8, 3])
+  conts = [rows_of(rng, cfg.vocab_size, [4, 1, 6]), rows_of(rng, cfg.vocab_size, [2])]
+  scores = Scorer(model, max_logits_bytes=1).score(params, contexts, conts)  # One row per chunk.
+  assert scores.sum.shape == (2, 3)
+  assert scores.count[1, 1] == 0 and np.isnan(scores.mean[1, 1])
+  for i, c in enumerate(contexts):  # Each pair scored alone, through the full forward.
+    for j, x in enumerate(conts[i]):
+      t, m = left_pad([c + x])
+      alone = np.asarray(sequence_logprobs(model, params, jnp.asarray(t), jnp.asarray(m)))
+      np.testing.assert_allclose(scores.sum[i, j], alone[0, -len(x):].sum(), atol=1e-4)
+
+
+def test_rows_do_not_depend_on_batch_composition(testdata):
+  cfg, model, params = models.load(testdata("qwen3"), scan_layers=False)
+  rows = rows_of(np.random.default_rng(4), cfg.vocab_size, [4, 9, 15, 6])
+  sp = SamplingParams(16, temperature=1.0, top_p=0.95)
+  sampler = Sampler(model)
+  together, _ = sampler.generate(params, rows, sequence_keys(5, [10, 11, 12, 13]), sp)
+  alone, _ = sampler.generate(params, rows[2:3], sequence_keys(5, [12]), sp)
+  np.testing.assert_array_equal(together.tokens[2], alone.tokens[0])
+  other_seed, _ = sampler.generate(params, rows[2:3], sequence_keys(6, [12]), sp)
+  assert not np.array_equal(other_seed.tokens[0], alone.tokens[0])
+
+
+def test_shared_prefill_equals_separate_prompts(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  prompts = rows_of(np.random.default_rng(5), cfg.vocab_size, [7, 12])
+  sampler = Sampler(model)
+  sp = SamplingParams(10, temperature=1.0)
+  keys = sequence_keys(0, range(6))
+  cache, last = sampler.prefill_shared(params, prompts, copies=3, cache_size=64)
+  shared, _ = sampler.generate(params, last, keys, sp, cache=cache)
+  separate, _ = sampler.generate(params, [p for p in prompts for _ in range(3)], keys, sp)
+  np.testing.assert_array_equal(shared.tokens, separate.tokens)
+  np.testing.assert_allclose(shared.logprobs, separate.logprobs, atol=1e-5)
+
+
+def test_stop_string_straddling_tokens_ends_the_row_and_is_cut_from_text(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  tok = load_tokenizer(testdata("chatml", kind="tokenizers"))
+  prompts = [tok.encode("Tell me about fractions, please."), tok.encode("Hi")]
+  keys = sequence_keys(0, range(2))
+  free, _ = Sampler(model, tok).generate(params, prompts, keys, SamplingParams(40, 0.0))
+  pieces = [tok.decode([t]) for t in free.row_tokens(0)]
+  # A stop string from the middle of token 10 into token 12 (multi-character pieces).
+  j = next(i for i in range(8, 30) if len(pieces[i]) > 1 and len(pieces[i + 2]) > 1)
+  stop = pieces[j][1:] + pieces[j + 1] + pieces[j + 2][:1]
+  text = free.texts[0]
+  sampler = Sampler(model, tok, stop_strings=(stop,))
+  gen, _ = sampler.generate(params, prompts, keys, SamplingParams(40, 0.0))
+  first = next(i for i in range(40) if stop in tok.decode(free.row_tokens(0)[:i + 1]))
+  assert gen.lengths[0] == first + 1 and gen.finish_reasons[0] == "stop"
+  np.testing.assert_array_equal(gen.row_tokens(0), free.row_tokens(0)[:first + 1])
+  assert gen.texts[0] == text[:text.index(stop)] and gen.stop_reasons[0] == stop
+  if stop not in free.texts[1]:
+    assert gen.finish_reasons[1] == "length" and gen.texts[1] == free.texts[1]
+
+
+def test_stop_token_is_dropped_from_text_but_kept_in_tokens(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  tok = load_tokenizer(testdata("chatml", kind="tokenizers"))
+  prompt = [tok.encode("Solve 3 + 4.")]
+  free, _ = Sampler(model, tok).generate(params, prompt, sequence_keys(0, [0]), SamplingParams(20, 0.0))
+  stop_id = int(free.tokens[0, 6])
+  gen, _ = Sampler(model, tok).generate(
+      params, prompt, sequence_keys(0, [0]), SamplingParams(20, 0.0, stop_token_ids=(stop_id,)))
+  n = free.tokens[0].tolist().index(stop_id) + 1
+  assert gen.lengths[0] == n and gen.tokens[0, n - 1] == stop_id
+  assert gen.texts[0] == tok.decode(free.tokens[0, :n - 1])
+  assert gen.stop_reasons[0] == tok.decode([stop_id])
+  assert (gen.tokens[0, n:] == (cfg.pad_token_id or 0)).all() and (gen.logprobs[0, n:] == 0).all()
+
+
+def test_buckets_bound_the_number_of_compiled_programs(testdata):
+  cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
+  sampler = Sampler(model)
+  rng = np.random.default_rng(6)
+  before = sampling._generate._cache_size()
+  for n in range(3, 40, 3):
+    sampler.generate(params, rows_of(rng, cfg.vocab_size, [n, 2]), sequence_keys(0, range(2)),
+                     SamplingParams(8, 0.0))
+  assert sampling._generate._cache_size() - before <= 4  # Prompt buckets 8, 16, 32, 48.
+
+
+def test_same_seed_same_tokens_on_one_and_eight_devices(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  rows = rows_of(np.random.default_rng(7), cfg.vocab_size, [5, 9, 3, 12, 7, 4, 8, 6])
+  sp = SamplingParams(20, temperature=1.0, top_p=0.9)
+  keys = sequence_keys(3, range(8))
+  single, _ = Sampler(model).generate(params, rows, keys, sp)
+  mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+  _, _, sharded = models.load(testdata("qwen2"), shardings=mesh, scan_layers=False)
+  sampler = Sampler(model, mesh=mesh)
+  multi, cache = sampler.generate(sharded, rows, keys, sp)
+  np.testing.assert_array_equal(multi.tokens, single.tokens)
+  np.testing.assert_allclose(multi.logprobs, single.logprobs, atol=1e-4)
+  assert len(cache["k"][0].sharding.device_set) == 8
+  scores = Scorer(model, mesh=mesh).score(sharded, rows[:3], [[[1, 2, 3]]] * 3)
+  alone = Scorer(model).score(params, rows[:3], [[[1, 2, 3]]] * 3)
+  np.testing.assert_allclose(scores.sum, alone.sum, atol=1e-4)
+
+
+def test_bad_input_is_named(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  sampler, keys = Sampler(model), sequence_keys(0, range(2))
+  sp = SamplingParams(4, 0.0)
+  with pytest.raises(ValueError, match="empty prompt"):
+    sampler.generate(params, [[1, 2], []], keys, sp)
+  with pytest.raises(ValueError, match="context"):
+    sampler.generate(params, [[1] * (cfg.max_position_embeddings - 2)] * 2, keys, sp)
+  cache = sampler.new_cache(2, 16)
+  with pytest.raises(ValueError, match="do not fit the KV cache"):
+    sampler.generate(params, [[1] * 14, [2]], keys, sp, cache=cache)
+  with pytest.raises(ValueError, match="outside"):
+    sampler.generate(params, [[1, cfg.vocab_size]], keys[:1], sp)
+  with pytest.raises(ValueError, match="keys"):
+    sampler.generate(params, [[1, 2]], keys, sp)
+  with pytest.raises(ValueError, match="stop strings need the tokenizer"):
+    Sampler(model, stop_strings=("x",))
+  with pytest.raises(ValueError, match="empty context"):
+    Scorer(model).score(params, [[]], [[[1]]])
+  with pytest.raises(ValueError, match="exceeds the model's context"):
+    sampler.new_cache(1, cfg.max_position_embeddings + 1)
