@@ -8,7 +8,7 @@ import transformers
 import reference
 from pedrl import models
 from pedrl.engine.sampling import generate_greedy
-from pedrl.models.decoder import Decoder, init_cache, pool_last
+from pedrl.models.decoder import Decoder, init_cache, pool_last, unstack_layers
 
 CAUSAL = ["qwen2", "qwen2_tied", "qwen3", "llama3"]
 ATOL = 1e-4
@@ -31,10 +31,12 @@ def family(request, testdata):
 def test_logits_match_transformers_with_left_padding(family):
   name, cfg, model, params, hf = family
   tokens, mask = reference.left_padded(np.random.default_rng(0), cfg.vocab_size, [0, 3, 11], 24)
-  ours, _ = run(model, params, tokens, mask)
   ref = reference.forward(hf, tokens, mask, reference.mask_positions(mask))
-  assert ours.dtype == np.float32
-  np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
+  unrolled = Decoder(cfg.replace(scan_layers=False))
+  for m, p in ((model, params), (unrolled, unstack_layers(params))):
+    ours, _ = run(m, p, tokens, mask)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
 
 
 def test_greedy_kv_cache_generation_matches_transformers(family):

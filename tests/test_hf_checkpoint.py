@@ -12,6 +12,7 @@ import transformers
 
 import reference
 from pedrl import models
+from pedrl.models import decoder
 from pedrl.models.config import ConfigError
 from pedrl.models.decoder import Decoder
 from pedrl.models.hf_checkpoint import CheckpointError, INDEX_FILE, tensor_names
@@ -50,6 +51,18 @@ def test_save_round_trip_reproduces_transformers_logits(testdata, tmp_path, name
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
 
 
+def test_unrolled_layout_loads_and_exports_the_same_tensors(testdata, tmp_path):
+  cfg, _, stacked = models.load(testdata("qwen3"))
+  ucfg, _, unrolled = models.load(testdata("qwen3"), scan_layers=False)
+  assert "layers_1" in unrolled and "layers" not in unrolled
+  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.unstack_layers(stacked), unrolled)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.stack_layers(unrolled), stacked)
+  out = str(tmp_path / "export")
+  models.save_params(unrolled, ucfg, out)
+  _, _, again = models.load(out)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, stacked, again)
+
+
 def test_bert_export_loads_in_transformers(testdata, tmp_path):
   cfg, _, params = models.load(testdata("bert"))
   out = str(tmp_path / "bert")
@@ -70,6 +83,18 @@ def test_tied_embeddings_export_without_lm_head(testdata, tmp_path):
   assert "lm_head.weight" not in tensor_names(out)
   _, _, again = models.load(out)
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
+
+
+def test_unrolled_layout_loads_and_exports_the_same_tensors(testdata, tmp_path):
+  cfg, _, stacked = models.load(testdata("qwen3"))
+  ucfg, _, unrolled = models.load(testdata("qwen3"), scan_layers=False)
+  assert "layers_1" in unrolled and "layers" not in unrolled
+  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.unstack_layers(stacked), unrolled)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.stack_layers(unrolled), stacked)
+  out = str(tmp_path / "export")
+  models.save_params(unrolled, ucfg, out)
+  _, _, again = models.load(out)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, stacked, again)
 
 
 def test_eos_ids_include_generation_config(testdata, tmp_path):

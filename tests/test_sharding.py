@@ -29,6 +29,10 @@ def test_rules_shard_what_divides_and_replicate_the_rest():
   assert sharding.spec_for("layers/mlp/down/kernel", (2, 176, 64), mesh) == P(None, "tensor", "fsdp")
   assert sharding.spec_for("embed/embedding", (1024, 64), mesh) == P("tensor", "fsdp")
   assert sharding.spec_for("layers/input_norm/scale", (2, 64), mesh) == P()
+  # Unrolled layers: the same rules without the leading layer axis.
+  assert sharding.spec_for("layers_1/attn/q/kernel", (64, 128), mesh) == P("fsdp", "tensor")
+  assert sharding.spec_for("layers_0/mlp/down/kernel", (176, 64), mesh) == P("tensor", "fsdp")
+  assert sharding.spec_for("layers_0/attn/q/bias", (128,), mesh) == P("tensor")
 
 
 @pytest.mark.parametrize("name", ["qwen2", "llama3", "bert"])
