@@ -202,12 +202,26 @@ def test_yarn_rope_matches_transformers(tmp_path, scaling):
 def test_cache_overflow_is_loud(testdata):
   cfg, model, params = models.load(testdata("qwen2"))
   tokens, mask = reference.left_padded(np.random.default_rng(11), cfg.vocab_size, [0], 8)
-  with pytest.raises(ValueError, match="do not fit a KV cache of 6 slots"):
+  with pytest.raises(ValueError, match="do not fit a KV cache window of 6 slots"):
     run(model, params, tokens, mask, init_cache(cfg, 1, 6))
   logits, cache = run(model, params, tokens, mask, init_cache(cfg, 1, 10))
   assert np.isfinite(logits).all()
   more, _ = run(model, params, tokens[:, :4], mask[:, :4], cache)  # 8 + 4 > 10 slots.
   assert np.isnan(more).all()
+
+
+def test_attention_window_reads_only_its_slots_and_is_loud_past_them(testdata):
+  cfg, model, params = models.load(testdata("llama3"))
+  tokens, mask = reference.left_padded(np.random.default_rng(12), cfg.vocab_size, [2], 12)
+  full, _ = run(model, params, tokens, mask)
+  apply = lambda t, m, c, w: model.apply({"params": params}, jnp.asarray(t), jnp.asarray(m), c,
+                                         window=w, method=Decoder.forward)
+  first, cache = apply(tokens[:, :8], mask[:, :8], init_cache(cfg, 1, 64), 8)
+  rest, _ = apply(tokens[:, 8:], mask[:, 8:], cache, 16)  # A 16-slot window of a 64-slot cache.
+  windowed = np.concatenate([np.asarray(first), np.asarray(rest)], 1)
+  np.testing.assert_allclose(windowed[mask], full[mask], atol=1e-5, rtol=0)
+  past, _ = apply(tokens[:, 8:], mask[:, 8:], cache, 10)  # Slots 8..11 exceed a 10-slot window.
+  assert np.isnan(np.asarray(past)).all()
 
 
 def test_sequence_classifier_row_ending_in_pad_id_follows_transformers(testdata):

@@ -172,11 +172,12 @@ def test_buckets_bound_the_number_of_compiled_programs(testdata):
   cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
   sampler = Sampler(model)
   rng = np.random.default_rng(6)
-  before = sampling._generate._cache_size()
+  sampler.generate(params, [[1, 2], [3]], sequence_keys(0, [0, 1]), SamplingParams(8, 0.0))
+  before = sampling._generate.jitted()._cache_size()
   for n in range(3, 40, 3):
     sampler.generate(params, rows_of(rng, cfg.vocab_size, [n, 2]), sequence_keys(0, range(2)),
                      SamplingParams(8, 0.0))
-  assert sampling._generate._cache_size() - before <= 4  # Prompt buckets 8, 16, 32, 48.
+  assert sampling._generate.jitted()._cache_size() - before <= 3  # Prompt buckets 16, 32, 48.
 
 
 def test_same_seed_same_tokens_on_one_and_eight_devices(testdata):

@@ -33,7 +33,7 @@ flags.DEFINE_integer("prompt_len", 64, "Prompt tokens.")
 flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
 flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
 flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
-flags.DEFINE_integer("repeats", 2, "Timed runs per engine; the best is reported.")
+flags.DEFINE_integer("repeats", 3, "Timed runs per engine; the best is reported.")
 
 SIZES = {  # Qwen2 architecture, fp32.
     "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
@@ -45,13 +45,16 @@ QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944
                  num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
 
 
-def _best(fn, repeats):
-  times = []
+def _interleaved_best(runs: dict, n: int, repeats: int) -> dict:
+  """Best wall time of runs[name](n) per engine, alternating engines each round so a
+  slow spell of a shared machine hits both alike."""
+  best = {name: float("inf") for name in runs}
   for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return min(times)
+    for name, run in runs.items():
+      t = time.perf_counter()
+      run(n)
+      best[name] = min(best[name], time.perf_counter() - t)
+  return best
 
 
 def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
@@ -63,48 +66,52 @@ def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
   return 2 * batch * weights, (weights + cache) * dtype_bytes
 
 
-def bench_transformers(path, prompts, args):
+def transformers_runner(path, prompts, top_p):
+  """run(n) sampling n tokens with transformers' generate (torch, float32)."""
   import torch
   import transformers
   model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
   ids = torch.tensor(prompts)
 
   def run(n):
-    cfg = transformers.GenerationConfig(do_sample=True, top_p=args["top_p"], top_k=0,
-                                        temperature=1.0, max_new_tokens=n, eos_token_id=None,
-                                        pad_token_id=0)
+    cfg = transformers.GenerationConfig(do_sample=True, top_p=top_p, top_k=0, temperature=1.0,
+                                        max_new_tokens=n, eos_token_id=None, pad_token_id=0)
     with torch.no_grad():
       return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                             generation_config=cfg)
-
-  run(2)  # Warm-up.
-  total = _best(lambda: run(args["new_tokens"]), args["repeats"])
-  ttft = _best(lambda: run(1), args["repeats"])
-  return dict(total=total, ttft=ttft, compile=0.0, threads=torch.get_num_threads())
+  return run
 
 
-def bench_pedrl(model, params, prompts, args):
+def pedrl_runner(model, params, prompts, top_p):
+  """run(n) sampling n tokens with pedrl's Sampler."""
   sampler = Sampler(model)
   rows = [list(p) for p in prompts]
   keys = sequence_keys(0, np.arange(len(rows)))
 
   def run(n):
-    gen, _ = sampler.generate(params, rows, keys, SamplingParams(n, top_p=args["top_p"]))
+    gen, _ = sampler.generate(params, rows, keys, SamplingParams(n, top_p=top_p))
+    assert gen.lengths.min() == n, gen.lengths
     return gen
+  return run
 
-  t = time.perf_counter()
-  gen = run(args["new_tokens"])
-  first = time.perf_counter() - t
-  assert gen.lengths.min() == args["new_tokens"], gen.lengths
-  total = _best(lambda: run(args["new_tokens"]), args["repeats"])
-  run(1)
-  ttft = _best(lambda: run(1), args["repeats"])
-  return dict(total=total, ttft=ttft, compile=first - total)
+
+def measure(runs: dict, new_tokens: int, repeats: int) -> dict:
+  """Per engine: compile time (first call minus steady), best total and best 1-token time."""
+  first = {}
+  for name, run in runs.items():
+    t = time.perf_counter()
+    run(new_tokens)
+    run(1)
+    first[name] = time.perf_counter() - t
+  total = _interleaved_best(runs, new_tokens, repeats)
+  ttft = _interleaved_best(runs, 1, repeats)
+  return {name: dict(total=total[name], ttft=ttft[name],
+                     compile=max(0.0, first[name] - total[name] - ttft[name])) for name in runs}
 
 
 def cpu_profile():
+  import torch
   import transformers
-  args = dict(top_p=FLAGS.top_p, new_tokens=FLAGS.new_tokens, repeats=FLAGS.repeats)
   peak, bw = roofline.peak_matmul_flops(), roofline.memory_bandwidth()
   print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores, peak matmul "
         f"{peak / 1e9:.0f} GFLOP/s (fp32), memory read {bw / 1e9:.1f} GB/s")
@@ -115,13 +122,14 @@ def cpu_profile():
   for size in FLAGS.sizes:
     with tempfile.TemporaryDirectory() as path:
       hf_cfg = transformers.Qwen2Config(max_position_embeddings=4096, **SIZES[size])
-      import torch
       torch.manual_seed(0)
       transformers.Qwen2ForCausalLM(hf_cfg).save_pretrained(path)
       prompts = rng.integers(1, hf_cfg.vocab_size, (FLAGS.batch, FLAGS.prompt_len)).tolist()
-      ref = bench_transformers(path, prompts, args)
       cfg, model, params = models.load(path, dtype="float32", scan_layers=FLAGS.scan_layers)
-      ours = bench_pedrl(model, params, prompts, args)
+      result = measure({"transformers": transformers_runner(path, prompts, FLAGS.top_p),
+                        "pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p)},
+                       FLAGS.new_tokens, FLAGS.repeats)
+    ref, ours = result["transformers"], result["pedrl"]
     flops, nbytes = step_cost(cfg, FLAGS.batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 4)
     limit = max(flops / peak, nbytes / bw)
     for name, r in (("transformers", ref), ("pedrl", ours)):
@@ -133,7 +141,8 @@ def cpu_profile():
                    f"{r['ttft']:>9.3f}{r['compile']:>11.2f}{r['step'] * 1e3:>9.1f}"
                    f"{limit / r['step']:>10.0%}")
   print(f"batch {FLAGS.batch}, prompt {FLAGS.prompt_len}, {FLAGS.new_tokens} new tokens, "
-        f"top-p {FLAGS.top_p}, fp32; transformers on {ref['threads']} torch threads")
+        f"top-p {FLAGS.top_p}, fp32; transformers on {torch.get_num_threads()} torch threads; "
+        f"best of {FLAGS.repeats} interleaved runs")
   print(header)
   print("\n".join(lines))
   print(f"min_speedup_vs_transformers={min(speedups):.2f}")
@@ -161,8 +170,8 @@ def gpu_profile():
   rng = np.random.default_rng(0)
   for batch in (1, 16):
     prompts = rng.integers(1, cfg.vocab_size, (batch, FLAGS.prompt_len)).tolist()
-    r = bench_pedrl(model, params, prompts, dict(top_p=FLAGS.top_p, new_tokens=FLAGS.new_tokens,
-                                                 repeats=FLAGS.repeats))
+    r = measure({"pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p)},
+                FLAGS.new_tokens, FLAGS.repeats)["pedrl"]
     step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
     _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
     stats = jax.devices()[0].memory_stats() or {}

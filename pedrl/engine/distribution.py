@@ -65,34 +65,47 @@ def _order_keys(x):
   return jnp.where(negative, ~bits, bits | jnp.uint32(1 << 31))
 
 
-def _largest_threshold(keys, weights, target):
-  """Per row, the largest t with sum(weights[keys >= t]) >= target (exact, 32 steps)."""
-  lo = jnp.zeros(keys.shape[:-1], jnp.uint32)
-  hi = jnp.full(keys.shape[:-1], 0xFFFFFFFF, jnp.uint32)
+def _from_order_keys(keys):
+  """The float32 values of `_order_keys`; NaN patterns map to the infinity beside them,
+  so comparing floats against the result keeps the key order."""
+  negative = (keys >> 31) == 0
+  bits = jnp.where(negative, ~keys, keys & jnp.uint32(0x7FFFFFFF))
+  x = jax.lax.bitcast_convert_type(bits, jnp.float32)
+  return jnp.where(jnp.isnan(x), jnp.where(negative, -jnp.inf, jnp.inf), x)
+
+
+def _largest_threshold(values, weights, target):
+  """Per row, the largest float t with sum(weights[values >= t]) >= target.
+
+  Exact: a bisection over the 2^32 float bit patterns in their value order,
+  each step one compare-and-sum pass over the row.
+  """
+  lo = jnp.zeros(values.shape[:-1], jnp.uint32)
+  hi = jnp.full(values.shape[:-1], 0xFFFFFFFF, jnp.uint32)
 
   def step(_, bounds):
     lo, hi = bounds
     mid = lo + ((hi - lo) >> 1) + 1  # Upper middle, no overflow; only used where lo < hi.
-    ok = jnp.sum(jnp.where(keys >= mid[..., None], weights, 0), axis=-1) >= target
+    t = _from_order_keys(mid)[..., None]
+    ok = jnp.sum(jnp.where(values >= t, weights, 0), axis=-1) >= target
     busy = lo < hi
     return jnp.where(busy & ok, mid, lo), jnp.where(busy & ~ok, mid - 1, hi)
 
   lo, _ = jax.lax.fori_loop(0, 32, step, (lo, hi))
-  return lo
+  return _from_order_keys(lo)
 
 
 def top_k_mask(logits, k: int):
   """True for the k largest logits of each row (and any tied with the k-th)."""
-  keys = _order_keys(logits)
-  t = _largest_threshold(keys, jnp.ones_like(logits, jnp.int32), k)
-  return keys >= t[..., None]
+  t = _largest_threshold(logits, jnp.ones_like(logits, jnp.int32), k)
+  return logits >= t[..., None]
 
 
 def top_p_mask(probs, p: float):
   """True for the smallest set of most likely tokens whose mass reaches p."""
-  keys = _order_keys(probs)
-  t = _largest_threshold(keys, probs.astype(jnp.float32), jnp.float32(p))
-  return keys >= t[..., None]
+  probs = probs.astype(jnp.float32)
+  t = _largest_threshold(probs, probs, jnp.float32(p))
+  return probs >= t[..., None]
 
 
 def filtered_logits(logits, params: SamplingParams):

@@ -1,4 +1,6 @@
 """KV caches as values: create, shard, select rows (the layout is in models/decoder.py)."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,8 +27,13 @@ def _batch_shards(mesh) -> int:
 
 def create(cfg: ModelConfig, batch: int, size: int, mesh=None):
   """An empty cache, allocated directly with its sharding when a mesh is given."""
+  return _creator(cfg, batch, size, mesh)()
+
+
+@functools.lru_cache(maxsize=64)
+def _creator(cfg, batch, size, mesh):
   out = None if mesh is None else shardings(cfg, mesh, batch)
-  return jax.jit(lambda: init_cache(cfg, batch, size), out_shardings=out)()
+  return jax.jit(lambda: init_cache(cfg, batch, size), out_shardings=out)
 
 
 @jax.jit

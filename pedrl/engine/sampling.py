@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import sharding as sharding_lib
-from pedrl.engine import distribution, kv_cache, stops
+from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.models.decoder import Decoder
 
@@ -49,23 +49,23 @@ def sequence_keys(seed: int, ids) -> jax.Array:
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
 
 
-def next_token_logits(model: Decoder, params, tokens, mask, cache):
+def next_token_logits(model: Decoder, params, tokens, mask, cache, window=None):
   """Runs new tokens through the cache; float32 logits [B, V] at the last slot."""
-  hidden, cache = model.apply({"params": params}, tokens, mask, cache)
+  hidden, cache = model.apply({"params": params}, tokens, mask, cache, window=window)
   logits = model.apply({"params": params}, hidden[:, -1:], method=Decoder.logits)
   return logits[:, 0], cache
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _extend(model, params, cache, tokens, mask):
-  _, cache = model.apply({"params": params}, tokens, mask, cache)
+@functools.partial(compiler.jit, static_argnums=(0, 5), donate_argnums=(2,))
+def _extend(model, params, cache, tokens, mask, window):
+  _, cache = model.apply({"params": params}, tokens, mask, cache, window=window)
   return cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 7), donate_argnums=(2,))
-def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: SamplingParams):
+@functools.partial(compiler.jit, static_argnums=(0, 7, 8), donate_argnums=(2,))
+def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: SamplingParams, window):
   b, n = tokens.shape[0], sp.max_new_tokens
-  logits, cache = next_token_logits(model, params, tokens, mask, cache)
+  logits, cache = next_token_logits(model, params, tokens, mask, cache, window)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   pad = model.cfg.pad_token_id or 0
 
@@ -80,7 +80,8 @@ def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: Sampling
       packed = stop_table[match, tok].astype(jnp.int32)
       hit, match = hit | (packed % 2 == 1), packed // 2
     stopped = live & hit
-    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s["cache"])
+    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s["cache"],
+                                      window)
     return dict(
         i=i + 1, cache=cache, logits=logits, match=match,
         tokens=s["tokens"].at[:, i].set(jnp.where(live, tok, pad)),
@@ -203,12 +204,14 @@ class Sampler:
         tokens[i, t - r.size:], mask[i, t - r.size:] = r, True
     for i in range(len(rows), b):  # Filler rows: one token, so their logits stay finite.
       tokens[i, -1], mask[i, -1] = self.pad_id, True
-    return self._rows(tokens), self._rows(mask)
+    # Attend only to the slots this call can reach (bucketed: few compiled windows).
+    window = min(bucket(end + t + extra, self.buckets), kv_cache.size(cache))
+    return self._rows(tokens), self._rows(mask), window
 
   def extend(self, params, cache, rows):
     """Appends each row's new tokens (e.g. the other speaker's turn) to the cache."""
-    tokens, mask = self._chunk(rows, cache, 0, need_token=False)
-    return _extend(self.model, params, cache, tokens, mask)
+    tokens, mask, window = self._chunk(rows, cache, 0, need_token=False)
+    return _extend(self.model, params, cache, tokens, mask, window)
 
   def prefill_shared(self, params, prompts, copies: int, cache_size: int):
     """One prefill per prompt, then `copies` consecutive rows of each (G rollouts).
@@ -248,14 +251,14 @@ class Sampler:
       longest = max(len(r) for r in rows)
       cache = self.new_cache(len(rows), bucket(longest, self.buckets) + sampling.max_new_tokens)
     n = len(rows)
-    tokens, mask = self._chunk(rows, cache, sampling.max_new_tokens, need_token=True)
+    tokens, mask, window = self._chunk(rows, cache, sampling.max_new_tokens, need_token=True)
     keys = jnp.asarray(keys)
     if keys.shape[0] != n:
       raise ValueError(f"{keys.shape[0]} keys for {n} rows")
     if n < tokens.shape[0]:
       keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n)])
     out, cache = _generate(self.model, params, cache, tokens, mask, self._rows(keys),
-                           self._stop_table, sampling)
+                           self._stop_table, sampling, window)
     out = jax.device_get(out)
     gen = Generation(out["tokens"][:n], out["logprobs"][:n], out["length"][:n], out["stopped"][:n])
     if self.tokenizer is not None:
@@ -300,5 +303,5 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
   keys = sequence_keys(0, np.arange(tokens.shape[0]))
   if mesh is not None:
     keys = jax.device_put(keys, sharding_lib.batch_sharding(mesh, 1))
-  out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), keys, None, sp)
+  out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), keys, None, sp, None)
   return out["tokens"]

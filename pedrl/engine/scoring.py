@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import sharding as sharding_lib
-from pedrl.engine import distribution, kv_cache, sampling
+from pedrl.engine import compiler, distribution, kv_cache, sampling
 from pedrl.models.decoder import Decoder, init_cache
 
 
@@ -32,7 +32,7 @@ class Scores:
   tokens: np.ndarray
 
 
-@functools.partial(jax.jit, static_argnums=(0, 7, 8))
+@functools.partial(compiler.jit, static_argnums=(0, 7, 8))
 def _score_chunk(model, params, ctx, ctx_mask, cont, cont_mask, temperature, copies: int,
                  cache_size: int):
   cache = init_cache(model.cfg, ctx.shape[0], cache_size)

@@ -58,7 +58,8 @@ class Attention(nn.Module):
       k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), at)
       v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), at)
       kv = {"k": k, "v": v}
-    out = layers.dot_attention(q, k.astype(dtype), v.astype(dtype), mask)
+    s = mask.shape[-1]  # Attend to the first s slots only (the window, see Decoder).
+    out = layers.dot_attention(q, k[:, :, :s].astype(dtype), v[:, :, :s].astype(dtype), mask)
     return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), kv
 
 
@@ -164,8 +165,13 @@ class Decoder(nn.Module):
     self.inv_freq, self.rope_scale = rope.frequencies(
         cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
 
-  def __call__(self, tokens, mask, cache=None, positions=None):
+  def __call__(self, tokens, mask, cache=None, positions=None, window=None):
     """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
+
+    With a cache, `window` (static) limits attention to its first `window`
+    slots: a dialogue's cache is sized for the whole dialogue, and early turns
+    then read only the part they can have filled. Tokens written past the
+    window make the hidden states NaN, like an overflow.
 
     Returns (hidden [B, T, E], new cache or None).
     """
@@ -178,15 +184,17 @@ class Decoder(nn.Module):
       attn_mask = mask[:, None, :] & causal[None]
       write_at, kv = 0, None
     else:
-      if t > cache["mask"].shape[1]:
-        raise ValueError(f"{t} new tokens do not fit a KV cache of {cache['mask'].shape[1]} slots")
+      size = cache["mask"].shape[1]
+      window = size if window is None else min(window, size)
+      if t > window:
+        raise ValueError(f"{t} new tokens do not fit a KV cache window of {window} slots")
       if positions is None:
         positions = positions_from_mask(mask, cache["pos"])
       write_at = cache["end"]
-      slots = jnp.arange(cache["mask"].shape[1])
+      slots = jnp.arange(window)
       kv_mask = jax.lax.dynamic_update_slice(cache["mask"], mask, (0, write_at))
       query_slots = write_at + jnp.arange(t)
-      attn_mask = kv_mask[:, None, :] & (slots[None, None, :] <= query_slots[None, :, None])
+      attn_mask = kv_mask[:, None, :window] & (slots[None, None, :] <= query_slots[None, :, None])
       kv = {"k": cache["k"], "v": cache["v"]}
     cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
@@ -203,7 +211,7 @@ class Decoder(nn.Module):
     hidden = self.final_norm(x)
     if cache is None:
       return hidden, None
-    overflow = write_at + t > cache["mask"].shape[1]
+    overflow = write_at + t > window
     hidden = jnp.where(overflow, jnp.nan, hidden).astype(hidden.dtype)
     new_cache = dict(kv, mask=kv_mask, pos=cache["pos"] + mask.sum(1, dtype=jnp.int32),
                      end=cache["end"] + t)
@@ -218,9 +226,9 @@ class Decoder(nn.Module):
                         preferred_element_type=jnp.float32)
     return self.lm_head(hidden)
 
-  def forward(self, tokens, mask, cache=None, positions=None):
+  def forward(self, tokens, mask, cache=None, positions=None, window=None):
     """`__call__` followed by `logits`: (logits [B, T, V or labels], new cache)."""
-    hidden, cache = self(tokens, mask, cache, positions)
+    hidden, cache = self(tokens, mask, cache, positions, window)
     return self.logits(hidden), cache
 
 
