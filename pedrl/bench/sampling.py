@@ -34,6 +34,7 @@ flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
 flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
 flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
 flags.DEFINE_integer("repeats", 3, "Timed runs per engine; the best is reported.")
+flags.DEFINE_integer("gpu_layers", 28, "Layers of the GPU profile's model (28 = Qwen2.5-7B; fewer to smoke-test).")
 
 SIZES = {  # Qwen2 architecture, fp32.
     "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
@@ -151,7 +152,7 @@ def cpu_profile():
 def gpu_profile():
   from pedrl.models.config import ModelConfig
   from pedrl.models.hf_checkpoint import abstract_params
-  c = QWEN25_7B
+  c = dict(QWEN25_7B, num_hidden_layers=FLAGS.gpu_layers)
   cfg = ModelConfig(
       "qwen2", "causal_lm", c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
       c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
@@ -165,7 +166,8 @@ def gpu_profile():
       for k, s in zip(keys, leaves)])
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
-  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s; Qwen2.5-7B shape, bf16")
+  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s; Qwen2.5-7B shape "
+        f"({cfg.num_layers} layers), bf16")
   print(f"{'batch':>6}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)
   for batch in (1, 16):
