@@ -85,18 +85,6 @@ def test_tied_embeddings_export_without_lm_head(testdata, tmp_path):
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
 
 
-def test_unrolled_layout_loads_and_exports_the_same_tensors(testdata, tmp_path):
-  cfg, _, stacked = models.load(testdata("qwen3"))
-  ucfg, _, unrolled = models.load(testdata("qwen3"), scan_layers=False)
-  assert "layers_1" in unrolled and "layers" not in unrolled
-  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.unstack_layers(stacked), unrolled)
-  jax.tree_util.tree_map(np.testing.assert_array_equal, decoder.stack_layers(unrolled), stacked)
-  out = str(tmp_path / "export")
-  models.save_params(unrolled, ucfg, out)
-  _, _, again = models.load(out)
-  jax.tree_util.tree_map(np.testing.assert_array_equal, stacked, again)
-
-
 def test_eos_ids_include_generation_config(testdata, tmp_path):
   path = copy(testdata, "qwen2", tmp_path)
   first = models.from_hf(path).eos_token_ids
