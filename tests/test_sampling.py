@@ -219,3 +219,32 @@ def test_bad_input_is_named(testdata):
     Scorer(model).score(params, [[]], [[[1]]])
   with pytest.raises(ValueError, match="exceeds the model's context"):
     sampler.new_cache(1, cfg.max_position_embeddings + 1)
+
+
+def test_filler_rows_do_not_keep_decoding_and_empty_extends_are_free(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  sampler = Sampler(model)
+  row = rows_of(np.random.default_rng(8), cfg.vocab_size, [5])
+  free, _ = sampler.generate(params, row, sequence_keys(0, [0]), SamplingParams(4, 0.0))
+  sp = SamplingParams(100, 0.0, stop_token_ids=(int(free.tokens[0, 0]),))
+  cache = sampler.new_cache(4, 256)  # Three filler rows beside the real one.
+  gen, cache = sampler.generate(params, row, sequence_keys(0, [0]), sp, cache=cache)
+  assert gen.lengths[0] == 1 and int(cache["end"]) == 8 + 1  # One chunk, one step.
+  same = sampler.extend(params, cache, [[]])
+  assert int(same["end"]) == 9
+
+
+def test_prompt_near_the_context_limit_is_accepted(testdata):
+  cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
+  n = cfg.max_position_embeddings - 4  # Its bucket + 4 new tokens exceeds the context.
+  rows = rows_of(np.random.default_rng(9), cfg.vocab_size, [n])
+  gen, _ = Sampler(model).generate(params, rows, sequence_keys(0, [0]), SamplingParams(4, 0.0))
+  assert gen.lengths[0] == 4
+  scores = Scorer(model).score(params, [rows[0][:-3]], [[[1, 2, 3]]])
+  assert scores.count[0, 0] == 3 and np.isfinite(scores.sum).all()
+
+
+def test_scorer_with_no_candidates_at_all(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  scores = Scorer(model).score(params, [[1, 2], [3]], [[], []])
+  assert scores.count.shape == (2, 1) and (scores.count == 0).all() and np.isnan(scores.mean).all()

@@ -2,9 +2,11 @@
 
 Top-k and top-p thresholds are found exactly by bisection on the float bits
 (32 steps of a compare-and-sum over the vocabulary) rather than by sorting the
-vocabulary, which XLA:CPU does ~40x slower than the whole rest of a decode step
-at a 32k vocabulary. Tokens tied with the threshold are all kept, as
-transformers' TopK warper keeps them.
+vocabulary, which XLA:CPU does slower than a whole decode step at a 32k
+vocabulary. Tokens tied with the threshold are all kept. For top-k that is what
+transformers' TopK warper does; its TopP warper instead splits a tie at the
+boundary by sort order (probabilities .5/.25/.25 with p=0.6: transformers keeps
+2 tokens, pedrl 3). Exact ties of float probabilities are rare in real models.
 
 `token_logprobs` is the single code path for model log-probs: the sampler
 reports it for the tokens it draws and the scorer for given tokens, so an RL
@@ -150,7 +152,14 @@ def inverse_cdf(weights, u, block: int = 256):
   before = jnp.where(j > 0, jnp.take_along_axis(cdf, jnp.maximum(j - 1, 0)[:, None], 1)[:, 0], 0.0)
   inside = jnp.take_along_axis(w, j[:, None, None], axis=1)[:, 0]  # [B, block]
   i = jnp.sum(jnp.cumsum(inside, axis=-1) < (target - before)[:, None], axis=-1)
-  return (j * block + jnp.minimum(i, _last_positive(inside))).astype(jnp.int32)
+  # Rounding (or a parallel GPU cumsum dipping by an ulp) can leave i on a zero
+  # entry or past the last one: take the nearest positive entry at or before i,
+  # else the first after it (the block has mass, so one exists).
+  index = jax.lax.broadcasted_iota(jnp.int32, inside.shape, 1)
+  positive, i = inside > 0, i[:, None]
+  before_i = jnp.max(jnp.where(positive & (index <= i), index, -1), axis=-1)
+  after_i = jnp.min(jnp.where(positive & (index >= i), index, block), axis=-1)
+  return (j * block + jnp.where(before_i >= 0, before_i, after_i)).astype(jnp.int32)
 
 
 def sample(logits, keys, params: SamplingParams):

@@ -62,8 +62,11 @@ def _extend(model, params, cache, tokens, mask, window):
   return cache
 
 
-@functools.partial(compiler.jit, static_argnums=(0, 7, 8), donate_argnums=(2,))
-def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: SamplingParams, window):
+@functools.partial(compiler.jit, static_argnums=(0, 8, 9), donate_argnums=(2,))
+def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
+              window):
+  """Extends the cache by tokens/mask, then decodes; rows with real=False (batch
+  filler) start done, so they never keep the loop running."""
   b, n = tokens.shape[0], sp.max_new_tokens
   logits, cache = next_token_logits(model, params, tokens, mask, cache, window)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
@@ -93,7 +96,7 @@ def _generate(model, params, cache, tokens, mask, keys, stop_table, sp: Sampling
       i=jnp.int32(0), cache=cache, logits=logits, match=jnp.zeros((b,), jnp.int32),
       tokens=jnp.full((b, n), pad, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
       length=jnp.zeros((b,), jnp.int32), stopped=jnp.zeros((b,), bool),
-      done=jnp.zeros((b,), bool))
+      done=~real)
   s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]), step, state)
   return {k: s[k] for k in ("tokens", "logprobs", "length", "stopped")}, s["cache"]
 
@@ -210,6 +213,8 @@ class Sampler:
 
   def extend(self, params, cache, rows):
     """Appends each row's new tokens (e.g. the other speaker's turn) to the cache."""
+    if not any(len(r) for r in rows):
+      return cache
     tokens, mask, window = self._chunk(rows, cache, 0, need_token=False)
     return _extend(self.model, params, cache, tokens, mask, window)
 
@@ -249,15 +254,20 @@ class Sampler:
       if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("empty prompt: every row needs at least one token")
       longest = max(len(r) for r in rows)
-      cache = self.new_cache(len(rows), bucket(longest, self.buckets) + sampling.max_new_tokens)
+      if longest + sampling.max_new_tokens > self.cfg.max_position_embeddings:
+        raise ValueError(f"a prompt of {longest} tokens + {sampling.max_new_tokens} new tokens "
+                         f"exceeds the model's context of {self.cfg.max_position_embeddings}")
+      size = bucket(longest, self.buckets) + sampling.max_new_tokens
+      cache = self.new_cache(len(rows), min(size, self.cfg.max_position_embeddings))
     n = len(rows)
     tokens, mask, window = self._chunk(rows, cache, sampling.max_new_tokens, need_token=True)
     keys = jnp.asarray(keys)
     if keys.shape[0] != n:
       raise ValueError(f"{keys.shape[0]} keys for {n} rows")
     if n < tokens.shape[0]:
-      keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n)])
-    out, cache = _generate(self.model, params, cache, tokens, mask, self._rows(keys),
+      keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n, axis=0)])
+    real = self._rows(np.arange(tokens.shape[0]) < n)
+    out, cache = _generate(self.model, params, cache, tokens, mask, real, self._rows(keys),
                            self._stop_table, sampling, window)
     out = jax.device_get(out)
     gen = Generation(out["tokens"][:n], out["logprobs"][:n], out["length"][:n], out["stopped"][:n])
@@ -301,7 +311,10 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
   mesh = getattr(getattr(tokens, "sharding", None), "mesh", None)
   cache = kv_cache.create(model.cfg, tokens.shape[0], total, mesh)
   keys = sequence_keys(0, np.arange(tokens.shape[0]))
+  real = jnp.ones((tokens.shape[0],), bool)
   if mesh is not None:
-    keys = jax.device_put(keys, sharding_lib.batch_sharding(mesh, 1))
-  out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), keys, None, sp, None)
+    rows = kv_cache.shardings(model.cfg, mesh, tokens.shape[0])["pos"]  # Replicated if indivisible.
+    keys, real = jax.device_put(keys, rows), jax.device_put(real, rows)
+  out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), real, keys, None, sp,
+                     None)
   return out["tokens"]

@@ -40,10 +40,15 @@ def _score_chunk(model, params, ctx, ctx_mask, cont, cont_mask, temperature, cop
   rows = jnp.repeat(jnp.arange(ctx.shape[0]), copies)
   cache = kv_cache.take(cache, rows)
   hidden, _ = model.apply({"params": params}, cont, cont_mask, cache)
+  first = distribution.token_logprobs(last[rows], cont[:, 0], temperature)  # After the context.
   logits = model.apply({"params": params}, hidden[:, :-1], method=Decoder.logits)
-  logits = jnp.concatenate([last[rows][:, None], logits], axis=1)  # Predicts cont[:, t].
-  lp = distribution.token_logprobs(logits, cont, temperature)
-  return jnp.where(cont_mask, lp, 0.0)
+  rest = distribution.token_logprobs(logits, cont[:, 1:], temperature)
+  return jnp.where(cont_mask, jnp.concatenate([first[:, None], rest], axis=1), 0.0)
+
+
+# Peak float32 [rows, T, V] buffers of one chunk (logits, scaled copy, exp), measured
+# from the compiled program's temp memory; the chunking budgets for them.
+_LOGITS_COPIES = 4
 
 
 class Scorer:
@@ -52,7 +57,8 @@ class Scorer:
   Args:
     model: the Decoder module.
     mesh: shard rows over (data, fsdp); None: one device.
-    max_logits_bytes: float32 logits held at once ([rows, T, V] per chunk).
+    max_logits_bytes: memory for one pass's float32 logits buffers (about four
+      [rows, T, V] arrays); contexts, and if need be continuations, are split to fit.
   """
 
   def __init__(self, model: Decoder, mesh=None, length_buckets=sampling.LENGTH_BUCKETS,
@@ -84,21 +90,24 @@ class Scorer:
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature}")
     k = max(1, max(len(c) for c in continuations))
-    tc = sampling.bucket(max(len(c) for c in contexts), self.buckets)
-    tk = sampling.bucket(max(1, max(len(x) for c in continuations for x in c) if k else 1),
-                         self.buckets)
-    if tc + tk > self.cfg.max_position_embeddings:
-      raise ValueError(f"context ({tc}) + continuation ({tk}) tokens exceed the model's "
-                       f"context of {self.cfg.max_position_embeddings}")
-    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
-    per_row = tk * self.cfg.vocab_size * 4 * k
-    chunk = max(1, self.max_logits_bytes // per_row)
-    chunk = max(shards, chunk // shards * shards)
+    longest_ctx = max(len(c) for c in contexts)
+    longest_cont = max((len(x) for c in continuations for x in c), default=0)
+    if longest_ctx + longest_cont > self.cfg.max_position_embeddings:
+      raise ValueError(f"a context of {longest_ctx} + a continuation of {longest_cont} tokens "
+                       f"exceed the model's context of {self.cfg.max_position_embeddings}")
+    tc = sampling.bucket(longest_ctx, self.buckets)
+    tk = sampling.bucket(max(1, longest_cont), self.buckets)
+    # Rows (context copies) per pass within the logits budget: all K continuations
+    # of as many contexts as fit, or K split into parts when one context is too many.
+    rows = max(1, self.max_logits_bytes // (tk * self.cfg.vocab_size * 4 * _LOGITS_COPIES))
+    kc = min(k, rows)
+    cc = max(1, rows // kc)
 
     ctx = np.full((n, tc), self.pad_id, np.int32)
     ctx_mask = np.zeros((n, tc), bool)
-    cont = np.full((n, k, tk), self.pad_id, np.int32)
-    cont_mask = np.zeros((n, k, tk), bool)
+    kp = -(-k // kc) * kc
+    cont = np.full((n, kp, tk), self.pad_id, np.int32)
+    cont_mask = np.zeros((n, kp, tk), bool)
     for i, c in enumerate(contexts):
       ctx[i, tc - len(c):], ctx_mask[i, tc - len(c):] = c, True
       for j, x in enumerate(continuations[i]):
@@ -107,16 +116,24 @@ class Scorer:
       if a.min() < 0 or a.max() >= self.cfg.vocab_size:
         raise ValueError(f"token ids outside [0, {self.cfg.vocab_size})")
 
-    out = np.zeros((n, k, tk), np.float32)
-    for start in range(0, n, chunk):
-      stop = min(n, start + chunk)
-      size = -(-(stop - start) // shards) * shards
-      sel = np.arange(start, start + size).clip(max=n - 1)  # Filler rows repeat the last one.
-      lp = _score_chunk(
-          self.model, params, self._rows(ctx[sel]), self._rows(ctx_mask[sel]),
-          self._rows(cont[sel].reshape(size * k, tk)),
-          self._rows(cont_mask[sel].reshape(size * k, tk)), jnp.float32(temperature), k, tc + tk)
-      out[start:stop] = np.asarray(lp).reshape(size, k, tk)[:stop - start]
+    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
+    out = np.zeros((n, kp, tk), np.float32)
+    for start in range(0, n, cc):
+      stop = min(n, start + cc)
+      # Pad the pass to a power of two of contexts (few compiled shapes) and to the
+      # mesh; filler rows repeat the last context.
+      size = min(cc, 1 << (stop - start - 1).bit_length())
+      size = -(-size // shards) * shards
+      sel = np.arange(start, start + size).clip(max=n - 1)
+      ctx_rows, ctx_rows_mask = self._rows(ctx[sel]), self._rows(ctx_mask[sel])
+      for j in range(0, kp, kc):
+        lp = _score_chunk(
+            self.model, params, ctx_rows, ctx_rows_mask,
+            self._rows(cont[sel, j:j + kc].reshape(size * kc, tk)),
+            self._rows(cont_mask[sel, j:j + kc].reshape(size * kc, tk)),
+            jnp.float32(temperature), kc, tc + tk)
+        out[start:stop, j:j + kc] = np.asarray(lp).reshape(size, kc, tk)[:stop - start]
+    out, cont_mask = out[:, :k], cont_mask[:, :k]
     count = cont_mask.sum(-1)
     total = out.sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):

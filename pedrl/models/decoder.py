@@ -17,9 +17,10 @@ KV cache. A cache is a dict of arrays:
 A call on T new tokens writes slots end..end+T-1 and lets each query see the
 filled slots at or before its own. Prefill, one-token decode and appending a
 whole new dialogue turn (with its own padding) are therefore one code path.
-Callers keep end + T <= S. A call with T > S raises; a call that overflows at
-run time (end is traced) returns NaN hidden states rather than silently
-overwriting cached slots, so the error cannot pass unnoticed.
+Callers keep end + T <= S (the engine's Sampler checks it on the host before
+every call). A call with T > S raises; a call that overflows at run time (end is
+traced) returns NaN hidden states, so the error cannot pass unnoticed, but its
+cache is corrupt (the write was shifted onto the last slots) and must be dropped.
 """
 import re
 
