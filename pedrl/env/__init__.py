@@ -1,0 +1,1 @@
+"""The tutoring environment: answers, problems and dialogue rollouts."""

@@ -1,0 +1,54 @@
+"""Final answers: the last \\boxed{...} of a solution, and whether it is correct.
+
+Papers 003 and 000 score a student attempt by its last boxed answer. Correctness
+is decided by math-verify (symbolic equivalence: 0.5 = \\frac{1}{2}, 1,000 = 1000)
+or, to reproduce reference numbers that used plain string comparison, by exact
+match after removing whitespace and `$`.
+"""
+import re
+
+from math_verify import parse, verify
+
+MATCH_MODES = ("math_verify", "exact")
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+
+
+def last_boxed(text: str) -> str | None:
+  """Content of the last \\boxed{...} (or \\fbox{...}) in text, braces matched; None if none.
+
+  A box whose braces never close is ignored, and an earlier complete one is used.
+  """
+  for m in reversed(list(_BOX.finditer(text))):
+    start = m.end()
+    if start >= len(text) or text[start] != "{":
+      continue
+    depth = 0
+    for i in range(start, len(text)):
+      if text[i] == "{" and text[i - 1] != "\\":
+        depth += 1
+      elif text[i] == "}" and text[i - 1] != "\\":
+        depth -= 1
+        if depth == 0:
+          return text[start + 1:i]
+  return None
+
+
+def _exact_form(s: str) -> str:
+  return re.sub(r"\s+|\$", "", s)
+
+
+def parses(answer: str) -> bool:
+  """Whether math-verify extracts something from a reference answer."""
+  return bool(parse(f"\\boxed{{{answer}}}"))
+
+
+def is_correct(predicted: str | None, reference: str, mode: str = "math_verify") -> bool:
+  """Whether an extracted answer equals the reference (None, e.g. no box, is wrong)."""
+  if mode not in MATCH_MODES:
+    raise ValueError(f"match mode {mode!r} is not one of {MATCH_MODES}")
+  if predicted is None:
+    return False
+  if mode == "exact":
+    return _exact_form(predicted) == _exact_form(reference)
+  gold = parse(f"\\boxed{{{reference}}}")
+  return bool(gold) and verify(gold, parse(f"\\boxed{{{predicted}}}"))

@@ -1,0 +1,42 @@
+"""Answer extraction (brace matching, several boxes, none) and equivalence checks."""
+import pytest
+
+from pedrl.env.answers import is_correct, last_boxed
+
+
+@pytest.mark.parametrize("text,want", [
+    (r"so \boxed{42}.", "42"),
+    (r"first \boxed{1} then \boxed{2}", "2"),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+    (r"\boxed{\left\{1, 2\right\}}", r"\left\{1, 2\right\}"),
+    (r"\boxed{a_{b_{c}} + {d}}", r"a_{b_{c}} + {d}"),
+    (r"answer \fbox{7}", "7"),
+    (r"\boxed {3}", "3"),
+    (r"\boxed{5} and an unclosed \boxed{6", "5"),
+    ("no box here: 42", None),
+    (r"\boxed", None),
+])
+def test_last_boxed(text, want):
+  assert last_boxed(text) == want
+
+
+@pytest.mark.parametrize("pred,ref", [
+    ("0.5", r"\frac{1}{2}"), ("1,000", "1000"), (r"\frac{3}{4}", "0.75"), ("x = 3", "3"),
+    (r"\dfrac{1}{2}", r"\frac12"), ("2\\sqrt{2}", r"\sqrt{8}"),
+])
+def test_math_verify_equivalences(pred, ref):
+  assert is_correct(pred, ref)
+
+
+@pytest.mark.parametrize("pred,ref", [("0.51", "0.5"), ("3", "-3"), ("abc", "3"), (None, "3")])
+def test_wrong_answers(pred, ref):
+  assert not is_correct(pred, ref)
+
+
+def test_exact_mode_reproduces_string_matching():
+  assert is_correct(" 1000 ", "1000", mode="exact")
+  assert is_correct("$42$", "42", mode="exact")
+  assert not is_correct("1,000", "1000", mode="exact")
+  assert not is_correct("0.5", r"\frac{1}{2}", mode="exact")
+  with pytest.raises(ValueError, match="match mode"):
+    is_correct("1", "1", mode="fuzzy")
