@@ -38,8 +38,9 @@ def _exact_form(s: str) -> str:
 
 
 def parses(answer: str) -> bool:
-  """Whether math-verify extracts something from a reference answer."""
-  return bool(parse(f"\\boxed{{{answer}}}"))
+  """Whether math-verify reads a math expression from an answer (its string
+  fallback alone does not count)."""
+  return any(not isinstance(x, str) for x in parse(f"\\boxed{{{answer}}}"))
 
 
 def is_correct(predicted: str | None, reference: str, mode: str = "math_verify") -> bool:

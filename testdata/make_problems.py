@@ -1,0 +1,67 @@
+"""Writes testdata/problems/bigmath_sample.jsonl: problems written here, in BigMath's schema.
+
+Fields as on the Big-Math-RL-Verified dataset card: problem, answer, source,
+domain (list of strings), llama8b_solve_rate (share of 64 Llama-3.1-8B samples
+that were correct). The rates and a few non-numeric answers are chosen so the
+paper's filter (single number, rate in [0.01, 0.60]) keeps some rows and drops
+others. Deterministic: `python testdata/make_problems.py` rewrites the same file.
+"""
+import json
+import os
+import random
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "problems", "bigmath_sample.jsonl")
+WORD = "Mathematics -> Applied Mathematics -> Math Word Problems"
+ALGEBRA = "Mathematics -> Algebra -> Prealgebra -> Fractions"
+
+
+def word_problems(rng):
+  names = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana"]
+  for i in range(16):
+    a, b, c = rng.randint(3, 40), rng.randint(2, 9), rng.randint(1, 20)
+    name = names[i % len(names)]
+    if i % 3 == 0:
+      text = (f"{name} buys {b} boxes of pencils with {a} pencils in each box and gives away "
+              f"{c} pencils. How many pencils does {name} have left?")
+      answer = str(a * b - c)
+    elif i % 3 == 1:
+      text = (f"A tank holds {a * b} litres of water. {name} pours it equally into {b} buckets. "
+              f"How many litres are in each bucket?")
+      answer = str(a)
+    else:
+      text = (f"{name} reads {a} pages on Monday and {b} times as many pages on Tuesday. "
+              f"How many pages does {name} read on the two days together?")
+      answer = str(a + a * b)
+    yield text, answer, "orca_math", WORD
+
+
+def fraction_problems(rng):
+  for _ in range(6):
+    p, q = rng.randint(1, 5), rng.randint(6, 9)
+    yield (f"What is $\\frac{{{p}}}{{{q}}} + \\frac{{{p}}}{{{q}}}$ in lowest terms?",
+           f"\\frac{{{2 * p}}}{{{q}}}" if (2 * p) % q else str(2 * p // q), "cn_k12", ALGEBRA)
+
+
+def non_numeric():  # Kept by the loader, dropped by the paper's single-number filter.
+  yield ("Find all real $x$ with $x^2 = 9$.", "\\{-3, 3\\}", "olympiads", ALGEBRA)
+  yield ("Write the point that is 2 units right of and 5 units above the origin.", "(2, 5)",
+         "cn_k12", ALGEBRA)
+  yield ("Simplify $3(x + 2) - 6$.", "3x", "MATH", ALGEBRA)
+
+
+def main():
+  rng = random.Random(2024)
+  rows = []
+  for text, answer, source, domain in [*word_problems(rng), *fraction_problems(rng), *non_numeric()]:
+    rate = rng.choice([0.0, 1 / 64, 5 / 64, 12 / 64, 20 / 64, 38 / 64, 45 / 64, 1.0])
+    rows.append({"problem": text, "answer": answer, "source": source, "domain": [domain],
+                 "llama8b_solve_rate": rate})
+  os.makedirs(os.path.dirname(OUT), exist_ok=True)
+  with open(OUT, "w") as f:
+    for row in rows:
+      f.write(json.dumps(row) + "\n")
+  print(f"wrote {len(rows)} rows to {OUT}")
+
+
+if __name__ == "__main__":
+  main()

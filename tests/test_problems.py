@@ -1,0 +1,84 @@
+"""Problem loaders, the paper's filter and split, and bad rows reported by row number."""
+import json
+
+import pytest
+
+from pedrl.env import problems as P
+
+SAMPLE = "testdata/problems/bigmath_sample.jsonl"
+NON_NUMERIC = {"\\{-3, 3\\}", "(2, 5)", "3x"}
+
+
+def test_sample_loads_and_filter_keeps_single_numbers_in_the_rate_band():
+  rows = [json.loads(line) for line in open(SAMPLE)]
+  loaded, report = P.load_bigmath(SAMPLE)
+  assert report.loaded == report.rows == len(rows) and not report.skipped
+  assert loaded[0].domain == tuple(rows[0]["domain"]) and loaded[0].source == "orca_math"
+  kept = P.paper_filter(loaded)
+  want = [r["problem"] for r in rows
+          if 0.01 <= r["llama8b_solve_rate"] <= 0.60 and r["answer"] not in NON_NUMERIC]
+  assert sorted(p.problem for p in kept) == sorted(want) and 0 < len(kept) < len(rows)
+
+
+@pytest.mark.parametrize("answer,single", [
+    ("5", True), ("-2.5", True), (r"\frac{3}{4}", True), (r"2\sqrt{2}", True), ("1,000", True),
+    ("(1, 2)", False), (r"\{1,2\}", False), ("[0, 1)", False), ("x+1", False), ("i", False)])
+def test_single_number(answer, single):
+  assert P.is_single_number(answer) == single
+
+
+def test_split_is_deterministic_disjoint_and_seeded():
+  loaded, _ = P.load_bigmath(SAMPLE)
+  train, test = P.split(loaded, n_train=15, n_test=5, seed=3)
+  assert len(train) == 15 and len(test) == 5
+  assert not {p.id for p in train} & {p.id for p in test}
+  again = P.split(list(reversed(loaded)), n_train=15, n_test=5, seed=3)  # File order is irrelevant.
+  assert again == (train, test)
+  assert P.split(loaded, n_train=15, n_test=5, seed=4)[1] != test
+  with pytest.raises(P.DataError, match="cannot give a test set"):
+    P.split(loaded[:3], n_test=5)
+
+
+def write_bad_file(path):
+  good = {"problem": "What is 2 + 2?", "answer": "4", "llama8b_solve_rate": 0.2}
+  lines = [json.dumps(good).encode(),
+           b"\xff\xfe not utf-8",
+           b'{"problem": "unterminated',
+           json.dumps({"problem": "No answer here."}).encode(),
+           json.dumps({"problem": "Odd answer", "answer": "\\frac{"}).encode(),
+           json.dumps([1, 2]).encode(),
+           json.dumps({"problem": "Rate", "answer": "1", "llama8b_solve_rate": "high"}).encode(),
+           json.dumps(dict(good, problem="What is 3 + 3?", answer="6")).encode()]
+  path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_bad_rows_are_skipped_and_reported_by_row_number(tmp_path):
+  path = tmp_path / "bad.jsonl"
+  write_bad_file(path)
+  loaded, report = P.load_bigmath(str(path))
+  assert [p.answer for p in loaded] == ["4", "6"]
+  assert report.rows == 8 and report.loaded == 2
+  assert [n for n, _ in report.skipped] == [2, 3, 4, 5, 6, 7]
+  reasons = dict(report.skipped)
+  assert "UTF-8" in reasons[2] and "JSON" in reasons[3] and "'answer'" in reasons[4]
+  assert "math-verify" in reasons[5] and "object" in reasons[6] and "solve_rate" in reasons[7]
+  assert "6 skipped: row 2:" in report.summary()
+
+
+def test_bad_rows_are_fatal_when_configured(tmp_path):
+  path = tmp_path / "bad.jsonl"
+  write_bad_file(path)
+  with pytest.raises(P.DataError, match=r"bad.jsonl: row 2: not UTF-8"):
+    P.load_bigmath(str(path), on_error="fatal")
+  with pytest.raises(P.DataError, match="no such problem file"):
+    P.load_bigmath(str(tmp_path / "missing.jsonl"))
+  with pytest.raises(ValueError, match="on_error"):
+    P.load_bigmath(str(path), on_error="ignore")
+
+
+def test_real_gsm8k_and_math500(shared_data):
+  gsm, report = P.load_gsm8k(shared_data("gsm8k", "test.jsonl"))
+  assert report.loaded == report.rows == 1319
+  assert gsm[0].answer == "18" and gsm[0].problem.startswith("Janet")
+  math, report = P.load_math500(shared_data("math500", "test.jsonl"))
+  assert report.loaded == report.rows == 500 and math[0].domain == ("Precalculus",)
