@@ -22,6 +22,7 @@ setuptools.setup(
         "absl-py",
         "ml-collections",
         "math-verify",
+        "jinja2",  # Prompt files and transformers' chat templates.
         "tqdm",
     ],
     extras_require={

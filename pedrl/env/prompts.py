@@ -1,0 +1,47 @@
+"""The papers' prompts, kept as Jinja text files in `prompt_texts/`, and chat rendering.
+
+A prompt is rendered with its variables (missing ones are errors), then placed in
+a conversation that each model's own Hugging Face chat template turns into
+tokens (`chat_ids`), so Qwen and Llama students both get their native format;
+no role markers are written by hand here.
+"""
+import os
+
+import jinja2
+
+PROMPT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompt_texts")
+
+# name -> where the paper gives it.
+SOURCES = {
+    "pedagogical_rl/student_pre_dialogue": "paper 003, figure 10",
+    "pedagogical_rl/student_post_dialogue": "paper 003, figure 11",
+    "pedagogical_rl/student_system": "paper 003, figure 12",
+    "pedagogical_rl/tutor_system": "paper 003, figure 13",
+    "thinking/tutor_general": "paper 001, appendix A.1 (general tutor prompt)",
+    "thinking/tutor_polya": "paper 001, appendix A.1 (pedagogical, Polya-based)",
+    "thinking/student_system": "paper 001, appendix A.2",
+    "uco/teacher": "paper 000, table XII",
+    "uco/student": "paper 000, table XII",
+}
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIR),
+                          undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                          autoescape=False)
+
+
+def render(name: str, **variables) -> str:
+  """The prompt `name` (a key of SOURCES) with its {{ variables }} filled in."""
+  if name not in SOURCES:
+    raise KeyError(f"unknown prompt {name!r}; known: {', '.join(sorted(SOURCES))}")
+  try:
+    return _ENV.get_template(name + ".jinja").render(**variables).strip()
+  except jinja2.UndefinedError as e:
+    raise ValueError(f"prompt {name!r} ({SOURCES[name]}): {e.message}") from None
+
+
+def chat_ids(tokenizer, messages, add_generation_prompt: bool = True) -> list[int]:
+  """Token ids of `messages` ([{"role", "content"}]) in the tokenizer's own chat template."""
+  if not getattr(tokenizer, "chat_template", None):
+    raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
+  return list(tokenizer.apply_chat_template(
+      messages, tokenize=True, add_generation_prompt=add_generation_prompt)["input_ids"])

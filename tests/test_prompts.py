@@ -1,0 +1,54 @@
+"""The papers' prompts render completely and go through each model's chat template."""
+import os
+
+import pytest
+
+from pedrl.env import prompts
+from pedrl.tokenizer import load_tokenizer
+
+
+@pytest.mark.parametrize("name", sorted(prompts.SOURCES))
+def test_every_prompt_renders_with_its_variables(name):
+  text = prompts.render(name, problem="What is 7 * 8?", conversation="Teacher: Hi.\nStudent: Hello.")
+  assert "{{" not in text and "}}" not in text
+  assert "7 * 8" in text or "Teacher: Hi." in text
+
+
+def test_paper_facts_in_prompts():
+  assert prompts.render("pedagogical_rl/student_pre_dialogue", problem="P").startswith(
+      "Please reason step by step, and put your final answer within \\boxed{}.")
+  tutor = prompts.render("pedagogical_rl/tutor_system", problem="P")
+  assert "<end_of_conversation>" in tutor and "must not reveal the answer" in tutor
+  assert "Polya's 4-Step Problem-Solving Method" in prompts.render("thinking/tutor_polya", problem="P")
+  assert prompts.render("uco/student", problem="P").count("P.") >= 1
+
+
+def test_missing_variables_and_unknown_prompts_are_named():
+  with pytest.raises(ValueError, match="problem"):
+    prompts.render("pedagogical_rl/tutor_system")
+  with pytest.raises(KeyError, match="known"):
+    prompts.render("nope")
+
+
+@pytest.mark.parametrize("tokenizer", ["chatml", "llama3"])
+def test_chat_rendering_uses_the_tokenizers_template(testdata, tokenizer):
+  tok = load_tokenizer(testdata(tokenizer, kind="tokenizers"))
+  system = prompts.render("pedagogical_rl/student_system", problem="What is 7 * 8?")
+  ids = prompts.chat_ids(tok, [{"role": "system", "content": system},
+                               {"role": "user", "content": "Hello!"}])
+  text = tok.decode(ids)
+  assert text == tok.apply_chat_template(
+      [{"role": "system", "content": system}, {"role": "user", "content": "Hello!"}],
+      tokenize=False, add_generation_prompt=True)
+  assert "What is 7 * 8?" in text and text.index(system[:30]) < text.index("Hello!")
+
+
+def test_real_qwen_chat_template(shared_data):
+  path = shared_data("tokenizers", "qwen2_5_instruct")
+  tok = load_tokenizer(path)
+  tutor = prompts.render("thinking/tutor_polya", problem="What is 7 * 8?")
+  ids = prompts.chat_ids(tok, [{"role": "system", "content": tutor},
+                               {"role": "user", "content": "I think it's 54."}])
+  text = tok.decode(ids)
+  assert text.startswith("<|im_start|>system\n" + tutor[:40])
+  assert text.endswith("<|im_start|>user\nI think it's 54.<|im_end|>\n<|im_start|>assistant\n")
