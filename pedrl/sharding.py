@@ -68,3 +68,15 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def batch_shards(mesh: Mesh | None) -> int:
+  """How many pieces the batch dimension is split into (1 without a mesh)."""
+  return 1 if mesh is None else int(np.prod([mesh.shape[a] for a in BATCH]))
+
+
+def put_rows(x, mesh: Mesh | None):
+  """A host array [B, ...] on the devices: rows split over (data, fsdp), or one device."""
+  if mesh is None:
+    return jax.numpy.asarray(x)
+  return jax.device_put(x, batch_sharding(mesh, np.ndim(x)))

@@ -3,7 +3,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pedrl import sharding as sharding_lib
@@ -13,16 +12,12 @@ from pedrl.models.decoder import init_cache
 
 def shardings(cfg: ModelConfig, mesh, batch: int):
   """NamedShardings of a cache: rows over (data, fsdp), KV heads over tensor where they divide."""
-  rows = sharding_lib.BATCH if batch % _batch_shards(mesh) == 0 else None
+  rows = sharding_lib.BATCH if batch % sharding_lib.batch_shards(mesh) == 0 else None
   heads = "tensor" if cfg.num_kv_heads % mesh.shape["tensor"] == 0 else None
   kv = NamedSharding(mesh, P(None, rows, heads) if cfg.scan_layers else P(rows, heads))
   kv = kv if cfg.scan_layers else (kv,) * cfg.num_layers
   return {"k": kv, "v": kv, "mask": NamedSharding(mesh, P(rows)),
           "pos": NamedSharding(mesh, P(rows)), "end": NamedSharding(mesh, P())}
-
-
-def _batch_shards(mesh) -> int:
-  return int(np.prod([mesh.shape[a] for a in sharding_lib.BATCH]))
 
 
 def create(cfg: ModelConfig, batch: int, size: int, mesh=None):

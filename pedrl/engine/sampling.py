@@ -157,13 +157,11 @@ class Sampler:
     return jax.device_put(x, sharding_lib.replicated(self.mesh))
 
   def _rows(self, x):
-    if self.mesh is None:
-      return jnp.asarray(x)
-    return jax.device_put(x, sharding_lib.batch_sharding(self.mesh, np.ndim(x)))
+    return sharding_lib.put_rows(x, self.mesh)
 
   def padded_batch(self, n: int) -> int:
     """Rows a cache for n sequences gets: a multiple of the mesh's batch shards."""
-    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
+    shards = sharding_lib.batch_shards(self.mesh)
     return -(-n // shards) * shards
 
   # -- Caches ----------------------------------------------------------------

@@ -68,9 +68,7 @@ class Scorer:
     self.pad_id = self.cfg.pad_token_id or 0
 
   def _rows(self, x):
-    if self.mesh is None:
-      return jnp.asarray(x)
-    return jax.device_put(x, sharding_lib.batch_sharding(self.mesh, np.ndim(x)))
+    return sharding_lib.put_rows(x, self.mesh)
 
   def score(self, params, contexts, continuations, temperature: float = 1.0) -> Scores:
     """log p(continuation | context) for every continuation of every context.
@@ -116,7 +114,7 @@ class Scorer:
       if a.min() < 0 or a.max() >= self.cfg.vocab_size:
         raise ValueError(f"token ids outside [0, {self.cfg.vocab_size})")
 
-    shards = 1 if self.mesh is None else kv_cache._batch_shards(self.mesh)
+    shards = sharding_lib.batch_shards(self.mesh)
     out = np.zeros((n, kp, tk), np.float32)
     for start in range(0, n, cc):
       stop = min(n, start + cc)

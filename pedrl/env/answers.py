@@ -5,6 +5,7 @@ is decided by math-verify (symbolic equivalence: 0.5 = \\frac{1}{2}, 1,000 = 100
 or, to reproduce reference numbers that used plain string comparison, by exact
 match after removing whitespace and `$`.
 """
+import functools
 import re
 
 from math_verify import parse, verify
@@ -37,10 +38,17 @@ def _exact_form(s: str) -> str:
   return re.sub(r"\s+|\$", "", s)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def parse_answer(answer: str) -> tuple:
+  """math-verify's reading of an answer, cached: a reference is parsed once, not once
+  per load, filter and each of the K attempts checked against it."""
+  return tuple(parse(f"\\boxed{{{answer}}}"))
+
+
 def parses(answer: str) -> bool:
   """Whether math-verify reads a math expression from an answer (its string
   fallback alone does not count)."""
-  return any(not isinstance(x, str) for x in parse(f"\\boxed{{{answer}}}"))
+  return any(not isinstance(x, str) for x in parse_answer(answer))
 
 
 def is_correct(predicted: str | None, reference: str, mode: str = "math_verify") -> bool:
@@ -51,5 +59,5 @@ def is_correct(predicted: str | None, reference: str, mode: str = "math_verify")
     return False
   if mode == "exact":
     return _exact_form(predicted) == _exact_form(reference)
-  gold = parse(f"\\boxed{{{reference}}}")
-  return bool(gold) and verify(gold, parse(f"\\boxed{{{predicted}}}"))
+  gold = parse_answer(reference)
+  return bool(gold) and verify(list(gold), parse(f"\\boxed{{{predicted}}}"))

@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 import sympy
-from math_verify import parse
 
 from pedrl.env import answers
 
@@ -158,7 +157,7 @@ def load_math500(path: str, on_error: str = "skip"):
 def is_single_number(answer: str) -> bool:
   """Whether the answer is one number (5, -2.5, \\frac{3}{4}, 2\\sqrt{2}), not a tuple,
   set, interval, equation or expression with variables."""
-  parsed = parse(f"\\boxed{{{answer}}}")
+  parsed = answers.parse_answer(answer)
   if not parsed:
     return False
   value = parsed[0]

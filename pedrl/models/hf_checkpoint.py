@@ -215,7 +215,8 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
   out = []
   with contextlib.ExitStack() as stack:
     tensors = _Tensors(ckpt_dir, stack)
-    names = _resolve({_layer_of(p)[0]: table[_layer_of(p)[0]] for p in paths}, cfg, tensors.where)
+    table_keys = {_layer_of(p)[0] for p in paths}
+    names = _resolve({k: table[k] for k in table_keys}, cfg, tensors.where)
     used = set()
     for path, leaf, sharding in zip(paths, leaves, shard_leaves):
       key, layer = _layer_of(path)
