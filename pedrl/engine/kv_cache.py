@@ -49,3 +49,26 @@ def size(cache) -> int:
 
 def batch(cache) -> int:
   return cache["mask"].shape[0]
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def compact(cache):
+  """Moves each row's filled slots to the front, in order, and the end back.
+
+  Every chunk takes the same slots in all rows, so left padding and rows that
+  stopped early leave masked gaps; a long dialogue packs them away when its
+  cache runs out of room instead of needing a cache sized for the gaps.
+  """
+  order = jnp.argsort(~cache["mask"], axis=1, stable=True)  # Filled slots first, in order.
+  gather = lambda x: jnp.take_along_axis(x, order[:, None, :, None], axis=2)  # [B, KV, S, D]
+  if isinstance(cache["k"], tuple):
+    k, v = tuple(map(gather, cache["k"])), tuple(map(gather, cache["v"]))
+  else:
+    k, v = (jax.vmap(gather)(x) for x in (cache["k"], cache["v"]))
+  return {"k": k, "v": v, "mask": jnp.take_along_axis(cache["mask"], order, axis=1),
+          "pos": cache["pos"], "end": jnp.max(jnp.sum(cache["mask"], axis=1, dtype=jnp.int32))}
+
+
+def room(cache) -> int:
+  """Slots left after the last chunk written."""
+  return size(cache) - int(cache["end"])

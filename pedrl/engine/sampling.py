@@ -226,11 +226,25 @@ class Sampler:
       raise ValueError("empty prompt")
     cache = self.new_cache(len(prompts), cache_size)
     cache = self.extend(params, cache, [p[:-1] for p in prompts])
-    rows = np.repeat(np.arange(len(prompts)), copies)
-    full = self.padded_batch(rows.size)
-    rows = np.concatenate([rows, np.zeros(full - rows.size, rows.dtype)])
-    cache = kv_cache.take(cache, self._rows(rows.astype(np.int32)))
+    cache = self.select_rows(cache, np.repeat(np.arange(len(prompts)), copies))
     return cache, [[p[-1]] for p in prompts for _ in range(copies)]
+
+  def select_rows(self, cache, rows, batch: int | None = None):
+    """The cache of rows `rows` (indices, may repeat), padded to `batch` rows
+    (default: the mesh's padded batch) with copies of the first; dialogues that
+    ended leave the batch this way."""
+    rows = np.asarray(rows, np.int32)
+    full = self.padded_batch(batch or rows.size)
+    if full < rows.size:
+      raise ValueError(f"{rows.size} rows do not fit a batch of {full}")
+    rows = np.concatenate([rows, np.full(full - rows.size, rows[0], np.int32)])
+    return kv_cache.take(cache, self._rows(rows))
+
+  def make_room(self, cache, need: int):
+    """The cache, compacted if fewer than `need` slots are free; and the free slots."""
+    if kv_cache.room(cache) < need:
+      cache = kv_cache.compact(cache)
+    return cache, kv_cache.room(cache)
 
   # -- Sampling --------------------------------------------------------------
 

@@ -1,0 +1,60 @@
+r"""Rollouts only: tutor–student dialogues on a problem split, with the student's solve attempts.
+
+  python -m pedrl.experiments.rollout --config=experiments/rollout.py:tiny --workdir=/tmp/rollout
+
+Variants: `paper` (paper 003's setup; give the checkpoints and problems:
+--config.tutor.path=... --config.student.path=... --config.problems.path=...)
+and `tiny` (the testdata checkpoints on a CPU, about a minute). Writes
+WORKDIR/dialogues.jsonl (appended batch by batch: a rerun resumes) and
+WORKDIR/summary.json.
+"""
+import ml_collections
+from ml_collections import config_dict
+
+
+def get_config(variant: str = "paper"):
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.batch_problems = 16  # B problems per batch (paper 003's generation batch).
+  c.group_size = 8  # G rollouts per problem.
+  c.scan_layers = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
+  c.mesh = dict(data=1, fsdp=-1, tensor=1)  # -1: all remaining devices.
+
+  # Paper 003 / reference: Qwen2.5-7B-Instruct tutor at T=1.0, top-k 50; Llama-3.1-8B-Instruct
+  # student at T=0.6; at most 1024 new tokens per turn.
+  c.tutor = dict(path=config_dict.placeholder(str), temperature=1.0, top_k=50, top_p=1.0,
+                 max_new_tokens=1024)
+  c.student = dict(path=config_dict.placeholder(str), temperature=0.6, top_k=0, top_p=1.0,
+                   max_new_tokens=1024)
+
+  c.problems = dict(
+      path=config_dict.placeholder(str),
+      format="bigmath",  # bigmath | gsm8k | math500
+      on_error="skip",  # skip (counted, by row number) | fatal
+      filter=True,  # Paper 003: single numeric answer, Llama-8B solve rate in [0.01, 0.60].
+      split="test",  # test | train | all
+      n_train=10_000, n_test=500,
+      limit=0)  # >0: only the first `limit` problems of the split.
+
+  c.rollout = dict(
+      max_turns=16, max_conversation_tokens=8192, scenario="mixed",
+      tutor_prompt="pedagogical_rl/tutor_system", student_prompt="pedagogical_rl/student_system",
+      attempt_prompt="pedagogical_rl/student_pre_dialogue",
+      attempt_prefix="Here is my attempt at this problem: ",
+      personas=(), thinking=True, force_thinking=False)
+
+  # Solve attempts: K=8 at T=0.6, up to 3900 tokens (reference code).
+  c.solve = dict(k=8, match="math_verify", temperature=0.6, max_new_tokens=3900,
+                 pre_dialogue=True, prompts_per_call=16)
+
+  if variant == "tiny":
+    c.batch_problems, c.group_size, c.scan_layers = 2, 2, False
+    c.tutor.path, c.student.path = "testdata/models/qwen2", "testdata/models/llama3"
+    c.tutor.max_new_tokens = c.student.max_new_tokens = 24
+    c.problems.update(path="testdata/problems/bigmath_sample.jsonl", filter=False, split="all",
+                      limit=4)
+    c.rollout.update(max_turns=4, max_conversation_tokens=700, force_thinking=True)
+    c.solve.update(k=2, max_new_tokens=32)
+  elif variant != "paper":
+    raise ValueError(f"unknown variant {variant!r}: paper or tiny")
+  return c

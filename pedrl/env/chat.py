@@ -1,0 +1,116 @@
+"""What each side of a dialogue sees, and its chat-template tokens turn by turn.
+
+The tutor's own view keeps its `<think>` blocks; the student and the judges
+see `visible_text`: thinking and the `<end_of_conversation>` marker removed.
+
+A dialogue grows one KV cache per model, so each turn appends only the tokens
+that are new to that model: the template's closing of the model's own last
+message, the other side's message, and the next generation prompt. They are
+found by rendering the dialogue's *role skeleton* (every content replaced by
+a marker) with and without the new messages and taking the difference, so any
+template that only appends works (Qwen, Llama), whatever it does to contents.
+"""
+import dataclasses
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+END_OF_CONVERSATION = "<end_of_conversation>"
+
+
+class TemplateError(ValueError):
+  """A chat template that cannot be extended turn by turn."""
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+  """(visible part, thinking part) of a message.
+
+  Every `<think>…</think>` block is thinking. An unclosed `<think>` (a turn cut
+  at its token limit) runs to the end, and a `</think>` with no opening closes
+  a block begun before the text (a template that opens it in the prompt): both
+  are hidden, so thinking never reaches the other side.
+  """
+  visible, thinking = [], []
+  close, open_ = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+  if close != -1 and (open_ == -1 or close < open_):
+    thinking.append(text[:close])
+    text = text[close + len(THINK_CLOSE):]
+  while True:
+    i = text.find(THINK_OPEN)
+    if i == -1:
+      visible.append(text)
+      break
+    visible.append(text[:i])
+    text = text[i + len(THINK_OPEN):]
+    j = text.find(THINK_CLOSE)
+    if j == -1:
+      thinking.append(text)
+      break
+    thinking.append(text[:j])
+    text = text[j + len(THINK_CLOSE):]
+  return "".join(visible), "\n".join(t.strip() for t in thinking if t.strip())
+
+
+def visible_text(text: str) -> str:
+  """The message as the student and the judges see it."""
+  return split_thinking(text)[0].replace(END_OF_CONVERSATION, "").strip()
+
+
+def ends_conversation(text: str) -> bool:
+  """The tutor wrote `<end_of_conversation>` outside its thinking."""
+  return END_OF_CONVERSATION in split_thinking(text)[0]
+
+
+def _marker(i: int) -> str:
+  return f"\ue000{i}\ue001"  # Private-use characters: no template trims or rewrites them.
+
+
+@dataclasses.dataclass
+class ChatFormat:
+  """One tokenizer's chat template, rendered whole or turn by turn.
+
+  template_kwargs go to `apply_chat_template` (e.g. enable_thinking for Qwen3).
+  """
+  tokenizer: object
+  template_kwargs: dict = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not getattr(self.tokenizer, "chat_template", None):
+      raise TemplateError(f"tokenizer {getattr(self.tokenizer, 'name_or_path', '?')!r} "
+                          "has no chat template")
+
+  def render(self, messages, add_generation_prompt: bool) -> str:
+    return self.tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
+        **self.template_kwargs)
+
+  def encode(self, text: str) -> list[int]:
+    """Token ids of rendered text (special tokens in it are recognized, none added)."""
+    return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+  def prompt_ids(self, messages) -> list[int]:
+    """The whole conversation, ending in the generation prompt."""
+    return self.encode(self.render(messages, add_generation_prompt=True))
+
+  def next_ids(self, roles, new_messages, stop_text: str | None) -> list[int]:
+    """Tokens to append after a model's own last message to reach its next turn.
+
+    Args:
+      roles: roles of the messages already in the model's tokens; the last is
+        the model's own message ("assistant").
+      new_messages: what was said since ({"role", "content"} dicts).
+      stop_text: the text of the stop token that ended the model's message, if
+        it ended on one: the template's closing starts with it and it is
+        already in the tokens. None (cut at the token limit): the whole closing
+        is appended.
+    """
+    skeleton = [{"role": r, "content": _marker(i)} for i, r in enumerate(roles)]
+    before = self.render(skeleton, add_generation_prompt=False)
+    after = self.render(skeleton + list(new_messages), add_generation_prompt=True)
+    if not after.startswith(before):
+      raise TemplateError(
+          "the chat template renders earlier messages differently once more follow, so a "
+          "dialogue cannot be extended turn by turn; use a template that only appends")
+    last = _marker(len(roles) - 1)
+    delta = before[before.rindex(last) + len(last):] + after[len(before):]
+    if stop_text and delta.startswith(stop_text):
+      delta = delta[len(stop_text):]
+    return self.encode(delta)

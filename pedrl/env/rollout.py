@@ -1,0 +1,283 @@
+"""Vectorized tutor–student dialogues: B problems × G rollouts, turn by turn.
+
+The environment of paper 003 (section 5.1), also used by papers 000 and 001.
+Every turn is one batched sampling call for all live dialogues of the speaking
+side; each side keeps one KV cache over the batch, so a turn only feeds the
+tokens new to that model. A dialogue ends after a tutor message that says
+`<end_of_conversation>` (outside its thinking), after `max_turns` messages, or
+when either model's view of it passes `max_conversation_tokens`; ended
+dialogues leave the caches, so later turns only compute live ones.
+
+Scenarios (per problem, the same for its G rollouts, from a seeded RNG):
+guided, the tutor speaks first; attempted, the student first answers the
+pre-dialogue prompt (paper 003 figure 10) and the tutor sees that attempt as
+"Here is my attempt at this problem: …".
+
+Views: the tutor's messages are `assistant` and the student's `user` in the
+tutor's view, flipped in the student's. The tutor's view keeps its thinking;
+the student sees `chat.visible_text`. In the attempted scenario the student's
+view starts with its attempt as its own (assistant) message after its system
+prompt.
+"""
+import dataclasses
+import hashlib
+import time
+
+import jax
+import numpy as np
+
+from pedrl.engine.distribution import SamplingParams
+from pedrl.engine.sampling import bucket
+from pedrl.env import chat, prompts
+from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
+
+SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSettings:
+  """Dialogue rules; defaults are paper 003's (values from its reference code)."""
+  max_turns: int = 16  # Messages per dialogue, the student's attempt included.
+  max_conversation_tokens: int = 8192
+  scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
+  tutor_prompt: str = "pedagogical_rl/tutor_system"
+  student_prompt: str = "pedagogical_rl/student_system"
+  attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
+  attempt_prefix: str = "Here is my attempt at this problem: "
+  personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
+  thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
+  force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.scenario not in SCENARIOS:
+      raise ValueError(f"scenario {self.scenario!r} is not one of {SCENARIOS}")
+    if self.max_turns < 1 or self.max_conversation_tokens < 1:
+      raise ValueError("max_turns and max_conversation_tokens must be positive")
+    if self.force_thinking and not self.thinking:
+      raise ValueError("force_thinking needs thinking=True")
+    for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt):
+      if name not in prompts.SOURCES:
+        raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
+
+
+@dataclasses.dataclass
+class Party:
+  """A model taking one side: its sampler, current params, chat format, sampling."""
+  sampler: object  # pedrl.engine.Sampler (with its tokenizer).
+  params: object
+  chat: chat.ChatFormat
+  sampling: SamplingParams
+
+
+@dataclasses.dataclass
+class RolloutStats:
+  tutor_seconds: float = 0.0
+  student_seconds: float = 0.0  # Attempts included.
+  calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
+  compactions: int = 0
+
+
+def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
+  """(scenario, persona) of a problem: a function of the seed and the problem only."""
+  h = int(hashlib.sha1(problem_id.encode()).hexdigest()[:15], 16)
+  rng = np.random.default_rng([settings.seed, h])
+  scenario = settings.scenario
+  if scenario == "mixed":
+    scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
+  persona = settings.personas[int(rng.integers(len(settings.personas)))] if settings.personas else ""
+  return scenario, persona
+
+
+def turn_keys(seed: int, uids, message: int):
+  """One PRNG key per dialogue for its `message`-th message: batch-independent."""
+  base = jax.random.fold_in(jax.random.key(seed), message)
+  return jax.vmap(lambda u: jax.random.fold_in(base, u))(np.asarray(uids, np.uint32))
+
+
+class _Side:
+  """A party's running state over the batch: its cache and every dialogue's view."""
+
+  def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = ""):
+    self.name, self.party, self.capacity, self.prefix = name, party, capacity, prefix
+    self.prefix_ids = party.chat.encode(prefix) if prefix else []
+    self.cache, self.rows = None, []
+    self.views = [[] for _ in range(n)]  # {"role", "content"} in this side's roles.
+    self.fed = [0] * n  # Messages of the view already in the cache.
+    self.lengths = [0] * n  # Tokens in the cache.
+    self.stop_text = [None] * n
+
+  def new_tokens(self, d: int) -> list[int]:
+    view, fed = self.views[d], self.fed[d]
+    if fed == 0:
+      ids = self.party.chat.prompt_ids(view)
+    else:
+      ids = self.party.chat.next_ids([m["role"] for m in view[:fed]], view[fed:],
+                                     self.stop_text[d])
+    return ids + self.prefix_ids
+
+  def place(self, live: list[int]):
+    """Points the cache at the live dialogues, in order (batch bucketed to powers of two)."""
+    sampler = self.party.sampler
+    batch = sampler.padded_batch(min(1 << (len(live) - 1).bit_length(), len(self.views)))
+    if self.cache is None:
+      self.cache = sampler.new_cache(batch, self.capacity)
+    elif self.rows != live:
+      where = {d: i for i, d in enumerate(self.rows)}
+      self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
+    self.rows, self.batch = list(live), batch
+
+  def speak(self, live: list[int], messages: list[int], uids, seed: int, stats, ended: dict):
+    """One batched turn for the live dialogues (the list shrinks by those that
+    cannot fit another turn; they go to `ended`). Returns per speaking dialogue
+    (d, fed tokens, sampled tokens, log-probs, raw text, finish reason)."""
+    sampler, sp = self.party.sampler, self.party.sampling
+    rows = {d: self.new_tokens(d) for d in live}
+    for d in list(live):  # A turn that cannot fit this model's cache ends the dialogue.
+      if self.lengths[d] + len(rows[d]) + sp.max_new_tokens > self.capacity:
+        ended[d] = "token_limit"
+        live.remove(d)
+    while live:
+      self.place(live)
+      longest = max(len(rows[d]) for d in live)
+      self.cache, room = sampler.make_room(self.cache, bucket(longest) + sp.max_new_tokens)
+      top = max(self.lengths[d] for d in live)
+      if (room >= longest + sp.max_new_tokens
+          and top + longest + sp.max_new_tokens <= sampler.cfg.max_position_embeddings):
+        break
+      # Each row fits alone but not beside the others: the longest dialogue ends.
+      worst = max(live, key=lambda d: self.lengths[d] + len(rows[d]))
+      ended[worst] = "token_limit"
+      live.remove(worst)
+    if not live:
+      return []
+    keys = jax.numpy.concatenate([turn_keys(seed, [uids[d]], messages[d]) for d in live])
+    stats.calls.append((self.name, len(live), self.batch))
+    start = time.perf_counter()
+    gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
+                                       self.cache)
+    setattr(stats, f"{self.name}_seconds",
+            getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    out = []
+    for i, d in enumerate(live):
+      tokens = gen.row_tokens(i)
+      self.stop_text[d] = (sampler.tokenizer.decode(tokens[-1:].tolist())
+                           if gen.stopped[i] and len(tokens) else None)
+      raw = self.prefix + gen.texts[i]
+      self.views[d].append({"role": "assistant", "content": raw})
+      self.fed[d] = len(self.views[d])
+      self.lengths[d] += len(rows[d]) + len(tokens)
+      out.append((d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw, gen.finish_reasons[i]))
+    return out
+
+
+def _capacity(party: Party, settings: RolloutSettings, other_max_new: int) -> int:
+  """Cache slots for a whole dialogue: the token limit plus one more exchange and slack
+  for template tokens (masked gaps are compacted away when room runs out)."""
+  want = settings.max_conversation_tokens + party.sampling.max_new_tokens + other_max_new + 256
+  return min(bucket(want), party.sampler.cfg.max_position_embeddings)
+
+
+def _attempts(student: Party, settings, dialogues, todo, uids, stats) -> list[str]:
+  """The student's first attempt (paper 003 figure 10) for the attempted-scenario dialogues."""
+  sampler = student.sampler
+  rows = [student.chat.prompt_ids([{"role": "user", "content": prompts.render(
+      settings.attempt_prompt, problem=dialogues[d].problem)}]) for d in todo]
+  keys = jax.numpy.concatenate([turn_keys(settings.seed, [uids[d]], 0) for d in todo])
+  start = time.perf_counter()
+  gen, _ = sampler.generate(student.params, rows, keys, student.sampling)
+  stats.student_seconds += time.perf_counter() - start
+  stats.calls.append(("attempt", len(todo), len(todo)))
+  return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
+
+
+def run(problems, group_size: int, tutor: Party, student: Party, settings: RolloutSettings,
+        uid_offset: int = 0, stats: RolloutStats | None = None) -> list[Dialogue]:
+  """Runs len(problems) × group_size dialogues to their ends.
+
+  Args:
+    problems: pedrl.env.problems.Problem rows.
+    group_size: G rollouts per problem (consecutive in the output).
+    tutor, student: the two parties (different models and tokenizers allowed).
+    settings: RolloutSettings.
+    uid_offset: dialogue i samples with keys from uid_offset + i: give every
+      batch of a run its own range.
+    stats: filled with timings and per-call batch sizes when given.
+  Returns:
+    Dialogue records (no solve attempts yet: see pedrl.env.solving).
+  """
+  stats = stats if stats is not None else RolloutStats()
+  dialogues, personas = [], []
+  for p in problems:
+    scenario, persona = problem_draws(p.id, settings)
+    for g in range(group_size):
+      dialogues.append(Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer,
+                                scenario=scenario, rollout=g, persona=persona))
+  n = len(dialogues)
+  uids = [uid_offset + i for i in range(n)]
+  t_max, s_max = tutor.sampling.max_new_tokens, student.sampling.max_new_tokens
+  prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
+  tutor_side = _Side(TUTOR, tutor, n, _capacity(tutor, settings, s_max), prefix)
+  student_side = _Side(STUDENT, student, n, _capacity(student, settings, t_max))
+  for d, dl in enumerate(dialogues):
+    tutor_side.views[d].append({"role": "system", "content": prompts.render(
+        settings.tutor_prompt, problem=dl.problem)})
+    system = prompts.render(settings.student_prompt, problem=dl.problem)
+    if dl.persona:
+      system += "\n\n" + dl.persona
+    student_side.views[d].append({"role": "system", "content": system})
+
+  ended: dict[int, str] = {}
+  todo = [d for d in range(n) if dialogues[d].scenario == ATTEMPTED]
+  if todo:
+    for d, (raw, count, finish) in zip(todo, _attempts(student, settings, dialogues, todo, uids,
+                                                     stats)):
+      text = chat.visible_text(raw)
+      dialogues[d].messages.append(Message(role=STUDENT, text=text, raw=raw, num_tokens=count,
+                                           finish_reason=finish))
+      student_side.views[d].append({"role": "assistant", "content": text})
+      tutor_side.views[d].append({"role": "user", "content": settings.attempt_prefix + text})
+
+  def finish(d, reason):
+    ended[d] = reason
+    dialogues[d].end_reason = reason
+
+  live = [d for d in range(n) if len(dialogues[d].messages) < settings.max_turns]
+  for d in set(range(n)) - set(live):
+    finish(d, "max_turns")
+  speakers = [(tutor_side, student_side), (student_side, tutor_side)]
+  while live:
+    for side, other in speakers:
+      said = side.speak(live, [len(dialogues[d].messages) for d in range(n)], uids,
+                        settings.seed, stats, ended)
+      for d in ended:
+        dialogues[d].end_reason = dialogues[d].end_reason or ended[d]
+      for d, fed, tokens, logprobs, raw, finish_reason in said:
+        dl = dialogues[d]
+        visible, thinking = chat.split_thinking(raw)
+        msg = Message(role=side.name, text=chat.visible_text(raw), thinking=thinking, raw=raw,
+                      num_tokens=int(tokens.size), finish_reason=finish_reason)
+        other.views[d].append({"role": "user", "content": msg.text})
+        if side is tutor_side:
+          if dl.messages and dl.messages[-1].role == STUDENT:
+            last = dl.messages[-1]
+            last.span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
+          dl.tutor_ids += list(map(int, fed))
+          dl.tutor_mask += [0] * len(fed)
+          dl.tutor_logprobs += [0.0] * len(fed)
+          msg.span = (len(dl.tutor_ids), len(dl.tutor_ids) + tokens.size)
+          dl.tutor_ids += tokens.tolist()
+          dl.tutor_mask += [1] * tokens.size
+          dl.tutor_logprobs += [float(x) for x in logprobs]
+        dl.messages.append(msg)
+        dl.student_tokens = student_side.lengths[d]
+        if side is tutor_side and chat.ends_conversation(raw):
+          finish(d, "end_of_conversation")
+        elif len(dl.messages) >= settings.max_turns:
+          finish(d, "max_turns")
+        elif max(tutor_side.lengths[d], student_side.lengths[d]) > settings.max_conversation_tokens:
+          finish(d, "token_limit")
+      live[:] = [d for d in live if d not in ended]
+      if not live:
+        break
+  return dialogues

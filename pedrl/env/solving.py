@@ -1,0 +1,111 @@
+"""Student solve attempts: K samples before (paper 003 figure 10) and after (figure 11) a dialogue.
+
+Each prompt is encoded once and its cache copied to its K samples. The last
+`\\boxed{…}` of each sample is its answer; correctness is math-verify
+equivalence with the reference, or the reference code's case-insensitive
+string equality (`match="exact"`, to reproduce the paper's numbers).
+
+The post-dialogue prompt (figure 11) has a `conversation` placeholder; pedrl
+fills it with the visible dialogue as "Teacher: …" / "Student: …" paragraphs
+and sends it as a user message after the student's system prompt (figure 12,
+which carries the problem, and the persona if any).
+"""
+import dataclasses
+
+import jax
+import numpy as np
+
+from pedrl.engine.sampling import bucket
+from pedrl.env import answers, prompts
+from pedrl.env.dialogue import TUTOR
+
+SPEAKER_NAMES = {TUTOR: "Teacher", "student": "Student"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveSettings:
+  k: int = 8  # Samples per attempt (paper 003 section 5.1).
+  match: str = "math_verify"
+  pre_prompt: str = "pedagogical_rl/student_pre_dialogue"
+  post_prompt: str = "pedagogical_rl/student_post_dialogue"
+  student_prompt: str = "pedagogical_rl/student_system"
+  prompts_per_call: int = 16  # Prompts sampled together (× k rows).
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.k < 1 or self.prompts_per_call < 1:
+      raise ValueError("k and prompts_per_call must be positive")
+    if self.match not in answers.MATCH_MODES:
+      raise ValueError(f"match {self.match!r} is not one of {answers.MATCH_MODES}")
+
+
+@dataclasses.dataclass
+class Attempts:
+  texts: list
+  answers: list  # Last boxed answer per sample, None without a box.
+  correct: list
+
+  @property
+  def rate(self) -> float:
+    return solve_rate(self.correct)
+
+
+def solve_rate(correct) -> float:
+  """r_sol = (1/K) Σ_k 1[ŝ_k = s] (paper 003, eq. 2)."""
+  return float(np.mean(np.asarray(correct, float))) if len(correct) else 0.0
+
+
+def grade(texts, reference: str, match: str = "math_verify") -> Attempts:
+  found = [answers.last_boxed(t) for t in texts]
+  return Attempts(list(texts), found, [answers.is_correct(a, reference, match) for a in found])
+
+
+def transcript(messages) -> str:
+  """The visible dialogue as the post-dialogue prompt's `conversation`."""
+  return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
+
+
+def sample(student, chats, uids, k: int, seed: int, prompts_per_call: int) -> list[list[str]]:
+  """K sampled texts per chat ([{"role", "content"}] lists), by `student` (a rollout.Party)."""
+  sampler, sp = student.sampler, student.sampling
+  out = []
+  for lo in range(0, len(chats), prompts_per_call):
+    part = [student.chat.prompt_ids(c) for c in chats[lo:lo + prompts_per_call]]
+    ids = uids[lo:lo + prompts_per_call]
+    size = bucket(max(map(len, part))) + sp.max_new_tokens
+    cache, last = sampler.prefill_shared(student.params, part, k, size)
+    base = jax.random.key(seed)
+    keys = jax.vmap(lambda u, j: jax.random.fold_in(jax.random.fold_in(base, u), j))(
+        np.repeat(np.asarray(ids, np.uint32), k), np.tile(np.arange(k, dtype=np.uint32), len(ids)))
+    gen, _ = sampler.generate(student.params, last, keys, sp, cache)
+    out += [gen.texts[i * k:(i + 1) * k] for i in range(len(part))]
+  return out
+
+
+def pre_dialogue(problems, student, settings: SolveSettings) -> dict:
+  """The student alone on each problem: {problem id: Attempts}."""
+  chats = [[{"role": "user", "content": prompts.render(settings.pre_prompt, problem=p.problem)}]
+           for p in problems]
+  uids = [int(p.id[:7], 16) for p in problems]  # Per problem: the same draws in every batch.
+  texts = sample(student, chats, uids, settings.k, settings.seed + 1, settings.prompts_per_call)
+  return {p.id: grade(t, p.answer, settings.match) for p, t in zip(problems, texts)}
+
+
+def post_dialogue(dialogues, student, settings: SolveSettings, uid_offset: int = 0) -> list:
+  """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts."""
+  chats = []
+  for d in dialogues:
+    system = prompts.render(settings.student_prompt, problem=d.problem)
+    if d.persona:
+      system += "\n\n" + d.persona
+    chats.append([{"role": "system", "content": system},
+                  {"role": "user", "content": prompts.render(
+                      settings.post_prompt, conversation=transcript(d.messages))}])
+  uids = [uid_offset + i for i in range(len(dialogues))]
+  texts = sample(student, chats, uids, settings.k, settings.seed + 2, settings.prompts_per_call)
+  out = []
+  for d, t in zip(dialogues, texts):
+    a = grade(t, d.answer, settings.match)
+    d.post_answers, d.post_correct, d.r_sol = a.answers, a.correct, a.rate
+    out.append(a)
+  return out

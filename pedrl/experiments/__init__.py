@@ -1,0 +1,1 @@
+"""Entry points: `python -m pedrl.experiments.NAME --config=experiments/NAME.py:VARIANT`."""

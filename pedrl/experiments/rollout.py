@@ -1,0 +1,150 @@
+r"""Runs tutor–student rollouts on a problem split and writes them with a summary.
+
+  python -m pedrl.experiments.rollout --config=experiments/rollout.py:tiny --workdir=/tmp/rollout
+
+Per batch of problems: dialogues (pedrl.env.rollout), the student's
+pre-dialogue and post-dialogue solve attempts (pedrl.env.solving), then the
+batch is appended to WORKDIR/dialogues.jsonl. A rerun with the same workdir
+skips problems already written. WORKDIR/summary.json and the last lines of the
+log hold the summary (key=value).
+"""
+import collections
+import dataclasses
+import json
+import os
+import time
+
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from pedrl import models, sharding
+from pedrl.engine import Sampler, SamplingParams
+from pedrl.env import chat, dialogue, problems as problems_lib, rollout, solving
+from pedrl.tokenizer import load_tokenizer
+
+config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/rollout.py:tiny.")
+flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+FLAGS = flags.FLAGS
+
+LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8k,
+           "math500": problems_lib.load_math500}
+
+
+def load_party(side, mesh, scan_layers: bool, template_kwargs=None) -> rollout.Party:
+  """A model from a checkpoint path with its tokenizer, sampler and sampling params."""
+  if not side.path:
+    raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
+  cfg, model, params = models.load(side.path, shardings=mesh, scan_layers=scan_layers)
+  tokenizer = load_tokenizer(side.path, require_chat_template=True)
+  sampling = SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
+                            top_k=side.top_k, top_p=side.top_p, stop_token_ids=cfg.eos_token_ids)
+  return rollout.Party(Sampler(model, tokenizer, mesh=mesh), params,
+                       chat.ChatFormat(tokenizer, dict(template_kwargs or {})), sampling)
+
+
+def load_problems(c):
+  """The configured split, and the loader's report of skipped rows."""
+  p = c.problems
+  if not p.path:
+    raise app.UsageError("give the problems file: --config.problems.path=rows.jsonl")
+  if p.format not in LOADERS:
+    raise app.UsageError(f"problems.format {p.format!r} is not one of {sorted(LOADERS)}")
+  rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
+  logging.info("%s", report.summary())
+  if p.filter:
+    rows = problems_lib.paper_filter(rows)
+    logging.info("%d problems pass the paper's filter", len(rows))
+  if p.split != "all":
+    train, test = problems_lib.split(rows, p.n_train, p.n_test, c.seed)
+    rows = {"train": train, "test": test}[p.split]
+  return (rows[:p.limit] if p.limit > 0 else rows), report
+
+
+def summarize(dialogues, seconds: dict, report) -> dict:
+  """The run's numbers: per dialogue means, rates, end reasons, and where time went."""
+  n = max(len(dialogues), 1)
+  mean = lambda xs: float(np.mean(xs)) if len(xs) else float("nan")
+  sampled = lambda d, role: sum(m.num_tokens for m in d.messages if m.role == role)
+  post = [d.r_sol for d in dialogues if d.r_sol is not None]
+  pre = [d.pre_solve_rate for d in dialogues if d.pre_solve_rate is not None]
+  return {
+      "dialogues": len(dialogues),
+      "problems": len({d.problem_id for d in dialogues}),
+      "mean_turns": mean([d.turns for d in dialogues]),
+      "mean_tutor_tokens": mean([sampled(d, dialogue.TUTOR) for d in dialogues]),
+      "mean_student_tokens": mean([sampled(d, dialogue.STUDENT) for d in dialogues]),
+      "pre_solve_rate": mean(pre),
+      "post_solve_rate": mean(post),
+      "delta_solve_rate": mean(post) - mean(pre) if post and pre else float("nan"),
+      "truncation_rate": sum(d.truncated for d in dialogues) / n,
+      "end_reasons": dict(collections.Counter(d.end_reason for d in dialogues)),
+      "scenarios": dict(collections.Counter(d.scenario for d in dialogues)),
+      "skipped_problem_rows": len(report.skipped),
+      **{f"seconds_{k}": round(v, 2) for k, v in seconds.items()},
+  }
+
+
+def main(argv):
+  del argv
+  c = FLAGS.config
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  out_path = os.path.join(FLAGS.workdir, "dialogues.jsonl")
+  mesh = sharding.make_mesh(**c.mesh.to_dict())
+  settings = rollout.RolloutSettings(
+      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
+  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
+                                prompts_per_call=c.solve.prompts_per_call,
+                                student_prompt=settings.student_prompt)
+  rows, report = load_problems(c)
+  done = dialogue.load_jsonl(out_path) if os.path.exists(out_path) else []
+  written = collections.Counter(d.problem_id for d in done)
+  todo = [p for p in rows if written[p.id] < c.group_size]
+  if done:
+    logging.info("resuming: %d dialogues already in %s; %d of %d problems left",
+                 len(done), out_path, len(todo), len(rows))
+  if any(written[p.id] for p in todo):  # A batch cut mid-write: drop its partial problems.
+    done = [d for d in done if written[d.problem_id] >= c.group_size]
+    dialogue.save_jsonl(done, out_path, mode="w")
+
+  start = time.perf_counter()
+  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
+  student = load_party(c.student, mesh, c.scan_layers)
+  solver = dataclasses.replace(student, sampling=dataclasses.replace(
+      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+  seconds = collections.Counter(load=time.perf_counter() - start)
+
+  b = c.batch_problems
+  offset = len(done)
+  with tqdm(total=len(todo), unit="problem", desc="rollouts") as bar:
+    for lo in range(0, len(todo), b):
+      batch = todo[lo:lo + b]
+      stats = rollout.RolloutStats()
+      dialogues = rollout.run(batch, c.group_size, tutor, student, settings,
+                              uid_offset=offset, stats=stats)
+      seconds["tutor"] += stats.tutor_seconds
+      seconds["student"] += stats.student_seconds
+      t0 = time.perf_counter()
+      if c.solve.pre_dialogue:
+        pre = solving.pre_dialogue(batch, solver, solve)
+        for d in dialogues:
+          d.pre_solve_rate = pre[d.problem_id].rate
+      solving.post_dialogue(dialogues, solver, solve, uid_offset=offset)
+      seconds["solve"] += time.perf_counter() - t0
+      dialogue.save_jsonl(dialogues, out_path)
+      done += dialogues
+      offset += len(dialogues)
+      bar.update(len(batch))
+      bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
+                      r_sol=f"{np.mean([d.r_sol for d in dialogues]):.2f}")
+  seconds["total"] = time.perf_counter() - start
+  summary = summarize(done, dict(seconds), report)
+  with open(os.path.join(FLAGS.workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  for k, v in summary.items():
+    print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+
+
+if __name__ == "__main__":
+  app.run(main)
