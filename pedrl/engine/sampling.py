@@ -224,7 +224,11 @@ class Sampler:
     """
     if any(len(p) == 0 for p in prompts):
       raise ValueError("empty prompt")
-    cache = self.new_cache(len(prompts), cache_size)
+    # cache_size counts tokens; the prefill chunk takes its bucketed width in slots.
+    longest = max(len(p) for p in prompts)
+    slots = bucket(longest - 1, self.buckets) + 1 + max(cache_size - longest, 0)
+    cache = self.new_cache(len(prompts), min(max(cache_size, slots),
+                                             self.cfg.max_position_embeddings))
     cache = self.extend(params, cache, [p[:-1] for p in prompts])
     cache = self.select_rows(cache, np.repeat(np.arange(len(prompts)), copies))
     return cache, [[p[-1]] for p in prompts for _ in range(copies)]

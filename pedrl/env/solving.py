@@ -15,7 +15,6 @@ import dataclasses
 import jax
 import numpy as np
 
-from pedrl.engine.sampling import bucket
 from pedrl.env import answers, prompts
 from pedrl.env.dialogue import TUTOR
 
@@ -72,7 +71,7 @@ def sample(student, chats, uids, k: int, seed: int, prompts_per_call: int) -> li
   for lo in range(0, len(chats), prompts_per_call):
     part = [student.chat.prompt_ids(c) for c in chats[lo:lo + prompts_per_call]]
     ids = uids[lo:lo + prompts_per_call]
-    size = bucket(max(map(len, part))) + sp.max_new_tokens
+    size = max(map(len, part)) + sp.max_new_tokens
     cache, last = sampler.prefill_shared(student.params, part, k, size)
     base = jax.random.key(seed)
     keys = jax.vmap(lambda u, j: jax.random.fold_in(jax.random.fold_in(base, u), j))(

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -97,7 +98,10 @@ def main(argv):
   solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
                                 prompts_per_call=c.solve.prompts_per_call,
                                 student_prompt=settings.student_prompt)
-  rows, report = load_problems(c)
+  try:
+    rows, report = load_problems(c)
+  except problems_lib.DataError as e:  # A bad row under on_error=fatal, before any work.
+    sys.exit(f"error: {e}")
   done = dialogue.load_jsonl(out_path) if os.path.exists(out_path) else []
   written = collections.Counter(d.problem_id for d in done)
   todo = [p for p in rows if written[p.id] < c.group_size]

@@ -1,0 +1,343 @@
+"""Rollouts: scenarios, views, the tutor mask, stop rules, shrinking batches, records.
+
+Most tests drive `rollout.run` with scripted speakers: samplers whose reply is a
+function of the context they were fed, so the tests know every message and can
+read back exactly which tokens each model saw. The last ones run the real
+sampler on the testdata models.
+"""
+import types
+
+import numpy as np
+import pytest
+
+from pedrl import models
+from pedrl.engine import Sampler, SamplingParams, sampling
+from pedrl.engine.scoring import sequence_logprobs
+from pedrl.env import chat, dialogue, rollout
+from pedrl.env.problems import Problem, problem_id
+from pedrl.tokenizer import load_tokenizer
+
+SECRET = "SECRET-PLAN-42"
+
+
+class ScriptedSampler:
+  """The rollout's sampler interface over a reply function `script(context_text)`.
+
+  Its "cache" holds each row's fed token ids; every generate call is logged as
+  (rows asked for, rows in the cache, the contexts).
+  """
+
+  def __init__(self, tokenizer, script, stop_id):
+    self.tokenizer, self.script, self.stop_id = tokenizer, script, stop_id
+    self.cfg = types.SimpleNamespace(max_position_embeddings=1 << 20)
+    self.calls = []
+
+  def padded_batch(self, n):
+    return n
+
+  def new_cache(self, batch, size):
+    return {"rows": [[] for _ in range(batch)], "size": size}
+
+  def select_rows(self, cache, rows, batch=None):
+    rows = list(rows) + [rows[0]] * ((batch or len(rows)) - len(rows))
+    return {"rows": [list(cache["rows"][r]) for r in rows], "size": cache["size"]}
+
+  def make_room(self, cache, need):
+    return cache, cache["size"] - max(len(r) for r in cache["rows"])
+
+  def generate(self, params, rows, keys, sp, cache=None):
+    cache = cache or self.new_cache(len(rows), 1 << 20)
+    n, width = len(rows), sp.max_new_tokens
+    tokens = np.zeros((n, width), np.int64)
+    lengths, stopped, texts = np.zeros(n, int), np.zeros(n, bool), []
+    contexts = []
+    for i, new in enumerate(rows):
+      cache["rows"][i] += list(new)
+      context = self.tokenizer.decode(cache["rows"][i])
+      contexts.append(context)
+      ids = list(self.tokenizer(self.script(context), add_special_tokens=False)["input_ids"])
+      ids = ids + [self.stop_id] if len(ids) < width else ids[:width]
+      stopped[i], lengths[i] = ids[-1] == self.stop_id, len(ids)
+      tokens[i, :len(ids)] = ids
+      texts.append(self.tokenizer.decode(ids[:-1] if stopped[i] else ids))
+      cache["rows"][i] += ids
+    self.calls.append((n, len(cache["rows"]), contexts))
+    logprobs = -0.01 * (1 + np.arange(width))[None].repeat(n, 0) * (np.arange(width) < lengths[:, None])
+    gen = sampling.Generation(tokens, logprobs, lengths, stopped, texts)
+    return gen, cache
+
+
+def _party(tokenizer, script, stop_token, max_new=64):
+  stop_id = tokenizer.convert_tokens_to_ids(stop_token)
+  return rollout.Party(ScriptedSampler(tokenizer, script, stop_id), None,
+                       chat.ChatFormat(tokenizer),
+                       SamplingParams(max_new_tokens=max_new, stop_token_ids=(stop_id,)))
+
+
+def _problem(text, answer="7"):
+  return Problem(id=problem_id(text), problem=text, answer=answer)
+
+
+def tutor_script(context):
+  """Thinks a secret, asks a question; ends on turn 2 of problems that say 'short'."""
+  turn = context.count("<|im_start|>assistant")
+  end = " <end_of_conversation>" if "short" in context and turn >= 2 else ""
+  return f"<think>{SECRET} turn {turn}</think>Tutor turn {turn}: what next?{end}"
+
+
+def student_script(context):
+  if "long-winded" in context:
+    return "I think " + "really " * 60 + "so."
+  return "Student says: maybe 7."
+
+
+@pytest.fixture(scope="module")
+def qwen_tok(testdata):
+  return load_tokenizer(testdata("qwen2"))
+
+
+@pytest.fixture(scope="module")
+def llama_tok(testdata):
+  return load_tokenizer(testdata("llama3"))
+
+
+def _run(tutor_tok, student_tok, problems, group=2, **settings):
+  tutor = _party(tutor_tok, tutor_script, "<|im_end|>")
+  stop = "<|eot_id|>" if "<|eot_id|>" in student_tok.get_vocab() else "<|im_end|>"
+  student = _party(student_tok, student_script, stop)
+  stats = rollout.RolloutStats()
+  out = rollout.run(problems, group, tutor, student, rollout.RolloutSettings(**settings),
+                    stats=stats)
+  return out, tutor.sampler, student.sampler, stats
+
+
+def test_scenario_is_per_problem_and_reproducible_by_seed():
+  ids = [problem_id(f"problem {i}") for i in range(200)]
+  draws = lambda seed: [rollout.problem_draws(i, rollout.RolloutSettings(seed=seed))[0]
+                        for i in ids]
+  assert draws(0) == draws(0)
+  assert draws(0) != draws(1)
+  share = np.mean([s == dialogue.GUIDED for s in draws(0)])
+  assert 0.35 < share < 0.65  # Uniform over the two scenarios.
+  fixed = rollout.RolloutSettings(scenario=dialogue.ATTEMPTED)
+  assert {rollout.problem_draws(i, fixed)[0] for i in ids} == {dialogue.ATTEMPTED}
+  personas = rollout.RolloutSettings(personas=("shy", "bold", "careless"))
+  assert {rollout.problem_draws(i, personas)[1] for i in ids} == {"shy", "bold", "careless"}
+
+
+def test_all_rollouts_of_a_problem_share_scenario_and_persona(qwen_tok, llama_tok):
+  problems = [_problem(f"What is {i} + 3?") for i in range(6)]
+  out, *_ = _run(qwen_tok, llama_tok, problems, group=3, max_turns=2,
+                 personas=("shy", "bold"))
+  for p in problems:
+    group = [d for d in out if d.problem_id == p.id]
+    assert len(group) == 3 and [d.rollout for d in group] == [0, 1, 2]
+    assert len({(d.scenario, d.persona) for d in group}) == 1
+    assert group[0].messages[0].role == (
+        dialogue.STUDENT if group[0].scenario == dialogue.ATTEMPTED else dialogue.TUTOR)
+
+
+def _check_views(out, student_sampler):
+  for d in out:
+    for m in d.messages:
+      if m.role == dialogue.TUTOR:
+        assert SECRET in m.thinking and SECRET in m.raw
+        assert SECRET not in m.text and "<think>" not in m.text
+        assert "<end_of_conversation>" not in m.text
+  for _, _, contexts in student_sampler.calls:
+    for context in contexts:
+      assert SECRET not in context and "<think>" not in context
+      assert "<end_of_conversation>" not in context
+
+
+@pytest.mark.parametrize("student", ["qwen2", "llama3"])
+def test_thinking_never_reaches_the_student(testdata, qwen_tok, student):
+  problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
+  out, tutor_s, student_s, _ = _run(qwen_tok, load_tokenizer(testdata(student)), problems,
+                                    max_turns=6)
+  assert any("<end_of_conversation>" in m.raw for d in out for m in d.messages)
+  _check_views(out, student_s)
+  # The tutor keeps its own thinking in its view.
+  assert any(SECRET in c for _, _, cs in tutor_s.calls[1:] for c in cs)
+
+
+def _check_mask(d, tok):
+  ids, mask = np.asarray(d.tutor_ids), np.asarray(d.tutor_mask, bool)
+  assert len(ids) == len(mask) == len(d.tutor_logprobs)
+  tutor_msgs = [m for m in d.messages if m.role == dialogue.TUTOR]
+  # The 1s are exactly the sampled tokens of the tutor's turns, in order.
+  expected = []
+  for m in tutor_msgs:
+    expected += list(tok(m.raw, add_special_tokens=False)["input_ids"])
+    expected += [tok.convert_tokens_to_ids("<|im_end|>")] if m.finish_reason == "stop" else []
+  assert ids[mask].tolist() == expected
+  for m in tutor_msgs:
+    a, b = m.span
+    assert mask[a:b].all() and b - a == m.num_tokens
+  assert int(mask.sum()) == sum(m.num_tokens for m in tutor_msgs)
+  # Nothing of the student's is under the mask; all of it is in the 0s.
+  masked_text = tok.decode(ids[mask])
+  for m in d.messages:
+    if m.role == dialogue.STUDENT:
+      assert m.text not in masked_text
+      a, b = m.span
+      if b:
+        assert not mask[a:b].any() and m.text in tok.decode(ids[a:b])
+  # Log-probs sit on the 1s only.
+  lp = np.asarray(d.tutor_logprobs)
+  assert (lp[~mask] == 0).all() and (lp[mask] < 0).all()
+
+
+def _check_ids_equal_render(d, fmt, settings):
+  """tutor_ids are what the template makes of the tutor's whole view (independent render)."""
+  from pedrl.env import prompts
+  view = [{"role": "system", "content": prompts.render(settings.tutor_prompt, problem=d.problem)}]
+  for i, m in enumerate(d.messages):
+    if m.role == dialogue.TUTOR:
+      view.append({"role": "assistant", "content": m.raw})
+    elif i == 0:
+      view.append({"role": "user", "content": settings.attempt_prefix + m.text})
+    else:
+      view.append({"role": "user", "content": m.text})
+  while view[-1]["role"] != "assistant":  # Messages after the tutor's last turn were not fed.
+    view.pop()
+  whole = fmt.encode(fmt.render(view, add_generation_prompt=False))
+  assert d.tutor_ids == whole[:len(d.tutor_ids)]
+  last = [m for m in d.messages if m.role == dialogue.TUTOR][-1]
+  closing = fmt.tokenizer.decode(whole[len(d.tutor_ids):]).strip()
+  assert closing == ("" if last.finish_reason == "stop" else "<|im_end|>")
+
+
+@pytest.mark.parametrize("scenario", [dialogue.GUIDED, dialogue.ATTEMPTED])
+def test_tutor_mask_covers_exactly_the_tutor_tokens(qwen_tok, llama_tok, scenario):
+  problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
+  out, *_ = _run(qwen_tok, llama_tok, problems, max_turns=7, scenario=scenario)
+  settings = rollout.RolloutSettings(scenario=scenario)
+  for d in out:
+    _check_mask(d, qwen_tok)
+    _check_ids_equal_render(d, chat.ChatFormat(qwen_tok), settings)
+
+
+def test_real_qwen_template_mask_and_thinking(shared_data, llama_tok):
+  """The same checks on the real Qwen2.5-Instruct tokenizer and chat template."""
+  tok = load_tokenizer(shared_data("tokenizers", "qwen2_5_instruct"))
+  problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
+  for scenario in (dialogue.GUIDED, dialogue.ATTEMPTED):
+    out, _, student_s, _ = _run(tok, llama_tok, problems, max_turns=7, scenario=scenario)
+    _check_views(out, student_s)
+    for d in out:
+      _check_mask(d, tok)
+      _check_ids_equal_render(d, chat.ChatFormat(tok), rollout.RolloutSettings())
+      assert d.tutor_ids[:3] == tok("<|im_start|>system\n", add_special_tokens=False)["input_ids"]
+
+
+def test_each_stop_rule(qwen_tok, llama_tok):
+  problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?"),
+              _problem("long-winded: what is 1 + 6?")]
+  out, *_ = _run(qwen_tok, qwen_tok, problems, group=1, max_turns=8,
+                 max_conversation_tokens=700, scenario=dialogue.GUIDED)
+  by = {d.problem: d for d in out}
+  short, plain, long = (by[p.problem] for p in problems)
+  assert short.end_reason == "end_of_conversation" and short.turns == 3
+  assert short.messages[-1].role == dialogue.TUTOR
+  assert plain.end_reason == "max_turns" and plain.turns == 8
+  assert long.end_reason == "token_limit" and long.turns < 8
+
+
+def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
+  tutor = _party(qwen_tok, tutor_script, "<|im_end|>", max_new=6)
+  student = _party(llama_tok, student_script, "<|eot_id|>")
+  out = rollout.run([_problem("What is 2 + 5?")], 2, tutor, student,
+                    rollout.RolloutSettings(max_turns=4, scenario=dialogue.GUIDED))
+  for d in out:
+    tutor_msgs = [m for m in d.messages if m.role == dialogue.TUTOR]
+    assert all(m.finish_reason == "length" and m.num_tokens == 6 for m in tutor_msgs)
+    assert d.truncated
+    _check_mask(d, qwen_tok)
+    # The cut thinking is hidden; the template's closing follows the cut turn.
+    assert all(m.text == "" for m in tutor_msgs)
+    _check_ids_equal_render(d, chat.ChatFormat(qwen_tok), rollout.RolloutSettings())
+
+
+def test_finished_dialogues_leave_the_batch(qwen_tok, llama_tok):
+  problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
+  out, tutor_s, student_s, stats = _run(qwen_tok, llama_tok, problems, group=2, max_turns=8,
+                                        scenario=dialogue.GUIDED)
+  tutor_calls = [c for c in stats.calls if c[0] == dialogue.TUTOR]
+  # Four dialogues talk until the short ones end after the tutor's 2nd turn.
+  assert [c[1] for c in tutor_calls] == [4, 4, 2, 2]
+  assert [c[2] for c in tutor_calls] == [4, 4, 2, 2]  # The cache shrinks with them.
+  assert [len(cs) for _, _, cs in tutor_s.calls] == [4, 4, 2, 2]
+  assert [rows for _, rows, _ in student_s.calls] == [4, 2, 2, 2]
+  # The contexts still running are the long problem's, never the ended ones.
+  for _, _, contexts in tutor_s.calls[2:] + student_s.calls[2:]:
+    assert all("short" not in c for c in contexts)
+
+
+def test_records_round_trip_through_jsonl(qwen_tok, llama_tok, tmp_path):
+  out, *_ = _run(qwen_tok, llama_tok, [_problem("short: what is 3 + 4?")], max_turns=5,
+                 scenario=dialogue.ATTEMPTED)
+  out[0].r_sol, out[0].post_answers, out[0].post_correct = 0.5, ["7", None], [True, False]
+  path = tmp_path / "d.jsonl"
+  dialogue.save_jsonl(out, path)
+  back = dialogue.load_jsonl(path)
+  assert back == out
+  assert back[0].tutor_turn_spans == out[0].tutor_turn_spans
+  with open(path, "ab") as f:
+    f.write(b'{"problem_id": "x"\n')
+  with pytest.raises(ValueError, match="line 3"):
+    dialogue.load_jsonl(path)
+
+
+def test_bad_settings_are_refused():
+  with pytest.raises(ValueError, match="scenario"):
+    rollout.RolloutSettings(scenario="both")
+  with pytest.raises(ValueError, match="force_thinking"):
+    rollout.RolloutSettings(thinking=False, force_thinking=True)
+  with pytest.raises(ValueError, match="unknown prompt"):
+    rollout.RolloutSettings(tutor_prompt="nope/tutor")
+
+
+# -- The real sampler on the testdata models ------------------------------------------------
+
+
+def _real_party(testdata, name, temperature, max_new, scan_layers=False):
+  cfg, model, params = models.load(testdata(name), scan_layers=scan_layers)
+  tok = load_tokenizer(testdata(name))
+  return rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+                       SamplingParams(max_new_tokens=max_new, temperature=temperature,
+                                      stop_token_ids=cfg.eos_token_ids)), model
+
+
+def test_real_models_rollout_logprobs_equal_full_sequence_scoring(testdata, monkeypatch):
+  """Qwen tutor, Llama student: turn-by-turn KV caches (rows leaving, compaction) give
+  the tutor log-probs that scoring the whole tutor sequence at once gives."""
+  from pedrl.engine import kv_cache
+  compactions = []
+  real_compact = kv_cache.compact
+  monkeypatch.setattr(kv_cache, "compact", lambda c: compactions.append(1) or real_compact(c))
+  tutor, tutor_model = _real_party(testdata, "qwen2", 1.0, 16)
+  student, _ = _real_party(testdata, "llama3", 0.6, 16)
+  settings = rollout.RolloutSettings(max_turns=20, max_conversation_tokens=1000,
+                                     force_thinking=True)
+  # One problem of each scenario (their dialogues end at different turns).
+  candidates = [_problem(f"What is {i} + 10?") for i in range(20)]
+  problems = [next(p for p in candidates if rollout.problem_draws(p.id, settings)[0] == s)
+              for s in (dialogue.GUIDED, dialogue.ATTEMPTED)]
+  stats = rollout.RolloutStats()
+  out = rollout.run(problems, 2, tutor, student, settings, stats=stats)
+  assert compactions, "the dialogues should outgrow the caches' free slots"
+  live = [c[1] for c in stats.calls if c[0] == dialogue.TUTOR]
+  assert live[0] == 4 and live[-1] < 4  # Dialogues left the batch as they ended.
+  for d in out:
+    assert d.end_reason in ("token_limit", "max_turns") and d.turns >= 10
+    ids = np.asarray(d.tutor_ids)[None]
+    lp = np.asarray(sequence_logprobs(tutor_model, tutor.params, ids, np.ones_like(ids, bool)))
+    mask = np.asarray(d.tutor_mask, bool)
+    np.testing.assert_allclose(lp[0][mask], np.asarray(d.tutor_logprobs)[mask], atol=1e-4)
+    # The forced "<think>\n" is fed, not sampled.
+    for m in d.messages:
+      if m.role == dialogue.TUTOR:
+        assert m.raw.startswith("<think>\n")
+        a = m.span[0]
+        assert not any(d.tutor_mask[a - 2:a])

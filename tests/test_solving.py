@@ -1,0 +1,71 @@
+"""Student solve attempts: r_sol by hand, grading modes, batch-independent samples."""
+import numpy as np
+import pytest
+
+from pedrl import models
+from pedrl.engine import Sampler, SamplingParams
+from pedrl.env import chat, rollout, solving
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.env.problems import Problem, problem_id
+from pedrl.tokenizer import load_tokenizer
+
+
+def test_solve_rate_is_mean_correctness():
+  assert solving.solve_rate([True, False, True, True]) == 0.75  # 3 of K=4.
+  assert solving.solve_rate([False] * 8) == 0.0
+  assert solving.solve_rate([]) == 0.0
+
+
+def test_grade_takes_the_last_box_and_both_match_modes():
+  texts = [r"so x = \boxed{\frac{1}{2}}", r"first \boxed{3}, then \boxed{0.5}", "no box here",
+           r"\boxed{\frac{2}{4}"]  # Unclosed: no answer.
+  a = solving.grade(texts, "0.5")
+  assert a.answers == [r"\frac{1}{2}", "0.5", None, None]
+  assert a.correct == [True, True, False, False] and a.rate == 0.5
+  exact = solving.grade(texts, "0.5", match="exact")
+  assert exact.correct == [False, True, False, False] and exact.rate == 0.25
+
+
+def test_transcript_names_the_speakers():
+  msgs = [Message(role=STUDENT, text="My attempt: 8"), Message(role=TUTOR, text="Count again.")]
+  assert solving.transcript(msgs) == "Student: My attempt: 8\n\nTeacher: Count again."
+
+
+def test_settings_are_checked():
+  with pytest.raises(ValueError, match="match"):
+    solving.SolveSettings(match="fuzzy")
+  with pytest.raises(ValueError, match="positive"):
+    solving.SolveSettings(k=0)
+
+
+@pytest.fixture(scope="module")
+def student(testdata):
+  cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
+  tok = load_tokenizer(testdata("llama3"))
+  return rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+                       SamplingParams(max_new_tokens=12, temperature=0.6,
+                                      stop_token_ids=cfg.eos_token_ids))
+
+
+def test_samples_do_not_depend_on_how_prompts_are_batched(student):
+  chats = [[{"role": "user", "content": f"What is {i} + 1?"}] for i in range(3)]
+  together = solving.sample(student, chats, [10, 11, 12], k=3, seed=0, prompts_per_call=3)
+  apart = solving.sample(student, chats, [10, 11, 12], k=3, seed=0, prompts_per_call=1)
+  assert together == apart and len(together) == 3 and all(len(t) == 3 for t in together)
+  assert len(set(together[0])) > 1  # The K samples differ.
+  other = solving.sample(student, chats, [10, 11, 12], k=3, seed=1, prompts_per_call=3)
+  assert other != together
+
+
+def test_pre_and_post_dialogue_attempts_fill_the_records(student):
+  problems = [Problem(id=problem_id(t), problem=t, answer="4") for t in ("2 + 2?", "1 + 3?")]
+  pre = solving.pre_dialogue(problems, student, solving.SolveSettings(k=2))
+  assert set(pre) == {p.id for p in problems}
+  assert all(len(a.texts) == 2 and a.rate == solving.solve_rate(a.correct) for a in pre.values())
+  dialogues = [Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer, scenario="guided",
+                        rollout=0, messages=[Message(role=TUTOR, text="What is 2 + 2?")])
+               for p in problems]
+  out = solving.post_dialogue(dialogues, student, solving.SolveSettings(k=3))
+  for d, a in zip(dialogues, out):
+    assert len(d.post_answers) == len(d.post_correct) == 3
+    assert d.r_sol == a.rate == np.mean(d.post_correct)
