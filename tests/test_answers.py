@@ -35,8 +35,9 @@ def test_wrong_answers(pred, ref):
 
 def test_exact_mode_reproduces_string_matching():
   assert is_correct(" 1000 ", "1000", mode="exact")
-  assert is_correct("$42$", "42", mode="exact")
-  assert is_correct("X = 3", "x=3", mode="exact")  # The reference ignores case.
+  assert is_correct(" X=3 ", "x=3", mode="exact")  # Stripped and case-insensitive, as the reference.
+  assert not is_correct("$42$", "42", mode="exact")
+  assert not is_correct("x = 3", "x=3", mode="exact")
   assert not is_correct("1,000", "1000", mode="exact")
   assert not is_correct("0.5", r"\frac{1}{2}", mode="exact")
   with pytest.raises(ValueError, match="match mode"):

@@ -74,10 +74,44 @@ def test_a_cut_turn_gets_the_templates_closing(testdata, shared_data):
     assert _grow(fmt, CONVERSATION, stop_id, cut=0) == fmt.prompt_ids(CONVERSATION)
 
 
-def test_template_that_rewrites_history_is_refused(testdata):
+# The shape of Qwen3's template: the assistant message after the last user message
+# is wrapped in a think block (empty unless given), earlier ones are not, and
+# enable_thinking=False puts an empty think block in the generation prompt.
+QWEN3_LIKE = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages %}{% if m['role'] == 'user' %}{% set ns.last_user = loop.index0 %}"
+    "{% endif %}{% endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' and loop.index0 > ns.last_user -%}"
+    "{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + m['content'] + '<|im_end|>\n' }}"
+    "{%- else -%}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}")
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_template_that_rewraps_the_last_message_qwen3_style(testdata, thinking):
   tok = load_tokenizer(testdata("qwen2"))
-  tok.chat_template = ("{% for m in messages[-2:] %}{{ m['role'] + ': ' + m['content'] + '\n' }}"
-                       "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+  tok.chat_template = QWEN3_LIKE
+  fmt = chat.ChatFormat(tok, {"enable_thinking": thinking})
+  stop = tok.convert_tokens_to_ids("<|im_end|>")
+  # What the model holds: its turns as it sampled them, after the generation prompt.
+  ids = fmt.prompt_ids(CONVERSATION[:2])
+  prompt_tail = "" if thinking else "<think>\n\n</think>\n\n"
+  assert tok.decode(ids).endswith("assistant\n" + prompt_tail)
+  ids += fmt.encode(CONVERSATION[2]["content"]) + [stop]
+  ids += fmt.next_ids(["system", "user", "assistant"], CONVERSATION[3:4], "<|im_end|>")
+  assert tok.decode(ids).endswith(
+      "Count again from 3.<|im_end|>\n<|im_start|>user\n3, 4, 5, 6, 7. So 7?<|im_end|>\n"
+      "<|im_start|>assistant\n" + prompt_tail)
+
+
+def test_template_that_drops_the_models_message_is_refused(testdata):
+  tok = load_tokenizer(testdata("qwen2"))
+  tok.chat_template = ("{{ messages[-1]['role'] + ': ' + messages[-1]['content'] + '\n' }}"
+                       "{% if add_generation_prompt %}assistant: {% endif %}")
   fmt = chat.ChatFormat(tok)
   with pytest.raises(chat.TemplateError, match="turn by turn"):
     fmt.next_ids(["system", "user", "assistant"], [{"role": "user", "content": "x"}], None)

@@ -6,7 +6,9 @@ read back exactly which tokens each model saw. The last ones run the real
 sampler on the testdata models.
 """
 import types
+import zlib
 
+import jax
 import numpy as np
 import pytest
 
@@ -24,7 +26,9 @@ class ScriptedSampler:
   """The rollout's sampler interface over a reply function `script(context_text)`.
 
   Its "cache" holds each row's fed token ids; every generate call is logged as
-  (rows asked for, rows in the cache, the contexts).
+  (rows asked for, rows in the cache, the contexts). Each reply ends with
+  " #<tag from the row's key>:<crc32 of the context>", so rollouts of one
+  problem differ and a test can tell which context produced a message.
   """
 
   def __init__(self, tokenizer, script, stop_id):
@@ -55,7 +59,9 @@ class ScriptedSampler:
       cache["rows"][i] += list(new)
       context = self.tokenizer.decode(cache["rows"][i])
       contexts.append(context)
-      ids = list(self.tokenizer(self.script(context), add_special_tokens=False)["input_ids"])
+      tag = int(np.asarray(jax.random.key_data(keys[i])).sum()) % 9973
+      reply = f"{self.script(context)} #{tag}:{zlib.crc32(context.encode())}"
+      ids = list(self.tokenizer(reply, add_special_tokens=False)["input_ids"])
       ids = ids + [self.stop_id] if len(ids) < width else ids[:width]
       stopped[i], lengths[i] = ids[-1] == self.stop_id, len(ids)
       tokens[i, :len(ids)] = ids
@@ -127,8 +133,11 @@ def test_scenario_is_per_problem_and_reproducible_by_seed():
 
 def test_all_rollouts_of_a_problem_share_scenario_and_persona(qwen_tok, llama_tok):
   problems = [_problem(f"What is {i} + 3?") for i in range(6)]
-  out, *_ = _run(qwen_tok, llama_tok, problems, group=3, max_turns=2,
-                 personas=("shy", "bold"))
+  settings = dict(max_turns=4, personas=("I am shy.", "I am bold."))
+  out, _, student_s, _ = _run(qwen_tok, llama_tok, problems, group=3, **settings)
+  for d in out:  # Persona and scenario reach the student's prompt.
+    _check_each_message_came_from_its_own_dialogue(d, qwen_tok, llama_tok,
+                                                   rollout.RolloutSettings(**settings))
   for p in problems:
     group = [d for d in out if d.problem_id == p.id]
     assert len(group) == 3 and [d.rollout for d in group] == [0, 1, 2]
@@ -208,6 +217,27 @@ def _check_ids_equal_render(d, fmt, settings):
   assert closing == ("" if last.finish_reason == "stop" else "<|im_end|>")
 
 
+def _check_each_message_came_from_its_own_dialogue(d, tutor_tok, student_tok, settings):
+  """Every message's crc is that of this dialogue's own context (no rows mixed up
+  as dialogues leave the caches), persona included in the student's."""
+  from pedrl.env import solving
+  fmt = chat.ChatFormat(student_tok)
+  view = [{"role": "system", "content": rollout.student_system_prompt(settings.student_prompt, d)}]
+  for i, m in enumerate(d.messages):
+    if m.role == dialogue.TUTOR:
+      context = tutor_tok.decode(d.tutor_ids[:m.span[0]])
+    elif i == 0:  # The attempt, from the pre-dialogue prompt.
+      context = student_tok.decode(fmt.prompt_ids(solving.pre_dialogue_chat(
+          d.problem, solving.SolveSettings())))
+    else:
+      context = student_tok.decode(fmt.prompt_ids(view))
+    assert m.raw.rsplit(":", 1)[1] == str(zlib.crc32(context.encode())), (d.uid, i)
+    is_attempt = i == 0 and m.role == dialogue.STUDENT
+    own = m.role == dialogue.STUDENT
+    view.append({"role": "assistant" if own else "user",
+                 "content": m.text if is_attempt or not own else m.raw})
+
+
 @pytest.mark.parametrize("scenario", [dialogue.GUIDED, dialogue.ATTEMPTED])
 def test_tutor_mask_covers_exactly_the_tutor_tokens(qwen_tok, llama_tok, scenario):
   problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
@@ -231,11 +261,28 @@ def test_real_qwen_template_mask_and_thinking(shared_data, llama_tok):
       assert d.tutor_ids[:3] == tok("<|im_start|>system\n", add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.parametrize("thinking", [True, False])
+def test_thinking_switch_reaches_the_tutors_template(testdata, llama_tok, thinking):
+  from test_chat import QWEN3_LIKE
+  tok = load_tokenizer(testdata("qwen2"))
+  tok.chat_template = QWEN3_LIKE
+  out, tutor_s, student_s, _ = _run(tok, llama_tok, [_problem("What is 2 + 5?")], max_turns=6,
+                                    scenario=dialogue.GUIDED, thinking=thinking)
+  empty_think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+  for _, _, contexts in tutor_s.calls:
+    assert all(c.endswith(empty_think) != thinking for c in contexts)
+  _check_views(out, student_s)
+
+
 def test_each_stop_rule(qwen_tok, llama_tok):
   problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?"),
               _problem("long-winded: what is 1 + 6?")]
-  out, *_ = _run(qwen_tok, qwen_tok, problems, group=1, max_turns=8,
-                 max_conversation_tokens=700, scenario=dialogue.GUIDED)
+  run = lambda limit: _run(qwen_tok, qwen_tok, problems, group=1, max_turns=8,
+                          max_conversation_tokens=limit, scenario=dialogue.GUIDED)[0]
+  plain = run(1 << 20)[1]
+  assert plain.end_reason == "max_turns"
+  # A limit the plain dialogue never passes; the long-winded one passes it early.
+  out = run(max(len(plain.tutor_ids), plain.student_tokens))
   by = {d.problem: d for d in out}
   short, plain, long = (by[p.problem] for p in problems)
   assert short.end_reason == "end_of_conversation" and short.turns == 3
@@ -262,7 +309,11 @@ def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
 def test_finished_dialogues_leave_the_batch(qwen_tok, llama_tok):
   problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
   out, tutor_s, student_s, stats = _run(qwen_tok, llama_tok, problems, group=2, max_turns=8,
-                                        scenario=dialogue.GUIDED)
+                                        scenario=dialogue.GUIDED, personas=("I am shy.",))
+  assert len({d.messages[-1].raw for d in out}) == 4  # The rollouts differ.
+  for d in out:
+    _check_each_message_came_from_its_own_dialogue(
+        d, qwen_tok, llama_tok, rollout.RolloutSettings(personas=("I am shy.",)))
   tutor_calls = [c for c in stats.calls if c[0] == dialogue.TUTOR]
   # Four dialogues talk until the short ones end after the tutor's 2nd turn.
   assert [c[1] for c in tutor_calls] == [4, 4, 2, 2]

@@ -58,10 +58,22 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
     assert key in summary
   assert "mean_turns=" in r.stdout
 
+  # A crash mid-write: the last problem's dialogues are gone, the second problem
+  # has one of its two, and a line is cut in half. The rerun repairs and redoes both.
+  by_problem = [records[i:i + 2] for i in range(0, 6, 2)]
+  path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:40], encoding="utf-8")
   again = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
   assert again.returncode == 0, again.stderr[-3000:]
-  assert "0 of 3 problems left" in again.stderr
-  assert path.read_text(encoding="utf-8").splitlines() == lines
+  assert "removed a partly written last line" in again.stderr
+  assert "dropping 1 dialogues of part-written problems" in again.stderr
+  assert "2 of 3 problems left" in again.stderr
+  resumed = dialogue.load_jsonl(str(path))
+  assert path.read_text(encoding="utf-8").splitlines()[:2] == lines[:2]
+  assert len(resumed) == 6
+  # Dialogue seeds come from each problem's place in the split, not from the batch.
+  for old, new in zip(by_problem[1:], [resumed[2:4], resumed[4:6]]):
+    assert [(d.problem_id, d.uid) for d in old] == [(d.problem_id, d.uid) for d in new]
+  assert [d.uid for d in resumed] == list(range(6))
 
 
 def test_rollout_job_fatal_bad_row_names_it_before_any_work(tmp_path):

@@ -49,12 +49,24 @@ def student(testdata):
 
 def test_samples_do_not_depend_on_how_prompts_are_batched(student):
   chats = [[{"role": "user", "content": f"What is {i} + 1?"}] for i in range(3)]
-  together = solving.sample(student, chats, [10, 11, 12], k=3, seed=0, prompts_per_call=3)
-  apart = solving.sample(student, chats, [10, 11, 12], k=3, seed=0, prompts_per_call=1)
+  draw = lambda seed=0, stream=1, per_call=3: solving.sample(
+      student, chats, [10, 11, 12], k=3, seed=seed, stream=stream, prompts_per_call=per_call)
+  together, apart = draw(), draw(per_call=1)
   assert together == apart and len(together) == 3 and all(len(t) == 3 for t in together)
   assert len(set(together[0])) > 1  # The K samples differ.
-  other = solving.sample(student, chats, [10, 11, 12], k=3, seed=1, prompts_per_call=3)
-  assert other != together
+  assert draw(seed=1) != together and draw(stream=2) != together
+
+
+def test_post_dialogue_prompt_carries_problem_persona_and_transcript():
+  d = Dialogue(problem_id="p", problem="What is 2 + 2?", answer="4", scenario="attempted",
+               rollout=0, persona="You often forget to carry.",
+               messages=[Message(role=STUDENT, text="It is 5."),
+                         Message(role=TUTOR, text="Count on your fingers.")])
+  system, user = solving.post_dialogue_chat(d, solving.SolveSettings())
+  assert "What is 2 + 2?" in system["content"]
+  assert system["content"].endswith("\n\nYou often forget to carry.")
+  assert user["content"].startswith("Student: It is 5.\n\nTeacher: Count on your fingers.\n")
+  assert r"\boxed{}" in user["content"]
 
 
 def test_pre_and_post_dialogue_attempts_fill_the_records(student):

@@ -35,8 +35,8 @@ def last_boxed(text: str) -> str | None:
 
 
 def _exact_form(s: str) -> str:
-  """The reference code's string match: case and whitespace ignored (and $ signs)."""
-  return re.sub(r"\s+|\$", "", s).lower()
+  """The reference code's string match: stripped, case-insensitive, nothing more."""
+  return s.strip().lower()
 
 
 @functools.lru_cache(maxsize=1 << 16)

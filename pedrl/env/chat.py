@@ -7,8 +7,8 @@ A dialogue grows one KV cache per model, so each turn appends only the tokens
 that are new to that model: the template's closing of the model's own last
 message, the other side's message, and the next generation prompt. They are
 found by rendering the dialogue's *role skeleton* (every content replaced by
-a marker) with and without the new messages and taking the difference, so any
-template that only appends works (Qwen, Llama), whatever it does to contents.
+a marker) with the new messages and taking what follows the model's last
+message, so templates work whatever they do to contents (Qwen2.5, Qwen3, Llama).
 """
 import dataclasses
 
@@ -31,8 +31,7 @@ def split_thinking(text: str) -> tuple[str, str]:
   visible, thinking = [], []
   close, open_ = text.find(THINK_CLOSE), text.find(THINK_OPEN)
   if close != -1 and (open_ == -1 or close < open_):
-    thinking.append(text[:close])
-    text = text[close + len(THINK_CLOSE):]
+    text = THINK_OPEN + text
   while True:
     i = text.find(THINK_OPEN)
     if i == -1:
@@ -103,14 +102,15 @@ class ChatFormat:
         is appended.
     """
     skeleton = [{"role": r, "content": _marker(i)} for i, r in enumerate(roles)]
-    before = self.render(skeleton, add_generation_prompt=False)
     after = self.render(skeleton + list(new_messages), add_generation_prompt=True)
-    if not after.startswith(before):
-      raise TemplateError(
-          "the chat template renders earlier messages differently once more follow, so a "
-          "dialogue cannot be extended turn by turn; use a template that only appends")
     last = _marker(len(roles) - 1)
-    delta = before[before.rindex(last) + len(last):] + after[len(before):]
+    if last not in after:
+      raise TemplateError("the chat template drops the model's own last message once more "
+                          "messages follow, so a dialogue cannot be extended turn by turn")
+    # What follows the model's last message. Only `after` counts: a template may
+    # render the last message differently while it is last (Qwen3 wraps it in an
+    # empty think block), but the cache already holds that message as sampled.
+    delta = after[after.rindex(last) + len(last):]
     if stop_text and delta.startswith(stop_text):
       delta = delta[len(stop_text):]
     return self.encode(delta)

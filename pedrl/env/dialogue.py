@@ -9,6 +9,7 @@ prefixes and everything from the student are 0. GRPO trains on the 1s.
 """
 import dataclasses
 import json
+import os
 
 TUTOR, STUDENT = "tutor", "student"
 GUIDED, ATTEMPTED = "guided", "attempted"  # Who speaks first (paper 003 section 5.1).
@@ -22,7 +23,10 @@ class Message:
   raw: str = ""  # As sampled (the tutor's view of its own turns).
   num_tokens: int = 0  # Sampled tokens, stop token included.
   finish_reason: str = "stop"  # "stop", "length" (cut at max_new_tokens).
-  span: tuple = (0, 0)  # [start, end) of this message's tokens in tutor_ids.
+  # [start, end) in tutor_ids: a tutor message's sampled tokens; for a student
+  # message, the tokens that brought it to the tutor (template tokens included;
+  # (0, 0) if the dialogue ended before the tutor read it).
+  span: tuple = (0, 0)
 
 
 @dataclasses.dataclass
@@ -32,6 +36,7 @@ class Dialogue:
   answer: str
   scenario: str  # GUIDED or ATTEMPTED.
   rollout: int  # Index among the G rollouts of the problem.
+  uid: int = 0  # Seeds the dialogue's samples: problem's number in its split * G + rollout.
   persona: str = ""
   messages: list = dataclasses.field(default_factory=list)
   end_reason: str = ""  # "end_of_conversation", "max_turns", "token_limit".
@@ -74,9 +79,22 @@ class Dialogue:
 
 
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
+  """Appends (or writes) the records in one write, synced: a crash can cut at most
+  the last line, which `repair_jsonl` removes."""
   with open(path, mode, encoding="utf-8") as f:
-    for d in dialogues:
-      f.write(d.to_json() + "\n")
+    f.write("".join(d.to_json() + "\n" for d in dialogues))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def repair_jsonl(path: str) -> int:
+  """Cuts a partly written last line (no newline) off `path`; returns the bytes cut."""
+  with open(path, "rb+") as f:
+    data = f.read()
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+      f.truncate(keep)
+  return len(data) - keep
 
 
 def load_jsonl(path: str) -> list[Dialogue]:

@@ -75,13 +75,27 @@ class RolloutStats:
   tutor_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
   calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
-  compactions: int = 0
+
+
+# Independent random streams of one run seed (split by fold_in, never seed + k).
+DIALOGUE_STREAM, PRE_SOLVE_STREAM, POST_SOLVE_STREAM = 0, 1, 2
+
+
+def random_keys(seed: int, stream: int, uids, steps):
+  """One PRNG key per (uid, step) pair: the same whatever batch a row is in."""
+  base = jax.random.fold_in(jax.random.key(seed), stream)
+  fold = lambda u, t: jax.random.fold_in(jax.random.fold_in(base, u), t)
+  return jax.vmap(fold)(np.asarray(uids, np.uint32), np.asarray(steps, np.uint32))
+
+
+def problem_number(problem_id: str) -> int:
+  """A stable 31-bit number for a problem id (any string)."""
+  return int(hashlib.sha1(problem_id.encode()).hexdigest()[:8], 16) >> 1
 
 
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
   """(scenario, persona) of a problem: a function of the seed and the problem only."""
-  h = int(hashlib.sha1(problem_id.encode()).hexdigest()[:15], 16)
-  rng = np.random.default_rng([settings.seed, h])
+  rng = np.random.default_rng([settings.seed, problem_number(problem_id)])
   scenario = settings.scenario
   if scenario == "mixed":
     scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
@@ -89,10 +103,8 @@ def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]
   return scenario, persona
 
 
-def turn_keys(seed: int, uids, message: int):
-  """One PRNG key per dialogue for its `message`-th message: batch-independent."""
-  base = jax.random.fold_in(jax.random.key(seed), message)
-  return jax.vmap(lambda u: jax.random.fold_in(base, u))(np.asarray(uids, np.uint32))
+def _pow2(n: int) -> int:
+  return 1 << (n - 1).bit_length()
 
 
 class _Side:
@@ -119,7 +131,7 @@ class _Side:
   def place(self, live: list[int]):
     """Points the cache at the live dialogues, in order (batch bucketed to powers of two)."""
     sampler = self.party.sampler
-    batch = sampler.padded_batch(min(1 << (len(live) - 1).bit_length(), len(self.views)))
+    batch = sampler.padded_batch(min(_pow2(len(live)), len(self.views)))
     if self.cache is None:
       self.cache = sampler.new_cache(batch, self.capacity)
     elif self.rows != live:
@@ -127,7 +139,7 @@ class _Side:
       self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
     self.rows, self.batch = list(live), batch
 
-  def speak(self, live: list[int], messages: list[int], uids, seed: int, stats, ended: dict):
+  def speak(self, live: list[int], dialogues, seed: int, stats, ended: dict):
     """One batched turn for the live dialogues (the list shrinks by those that
     cannot fit another turn; they go to `ended`). Returns per speaking dialogue
     (d, fed tokens, sampled tokens, log-probs, raw text, finish reason)."""
@@ -151,7 +163,8 @@ class _Side:
       live.remove(worst)
     if not live:
       return []
-    keys = jax.numpy.concatenate([turn_keys(seed, [uids[d]], messages[d]) for d in live])
+    keys = random_keys(seed, DIALOGUE_STREAM, [dialogues[d].uid for d in live],
+                       [len(dialogues[d].messages) for d in live])
     stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
     gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
@@ -178,43 +191,52 @@ def _capacity(party: Party, settings: RolloutSettings, other_max_new: int) -> in
   return min(bucket(want), party.sampler.cfg.max_position_embeddings)
 
 
-def _attempts(student: Party, settings, dialogues, todo, uids, stats) -> list[str]:
-  """The student's first attempt (paper 003 figure 10) for the attempted-scenario dialogues."""
-  sampler = student.sampler
+def _attempts(student: Party, settings, dialogues, todo, stats) -> list[tuple]:
+  """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
+  sampler, sp = student.sampler, student.sampling
   rows = [student.chat.prompt_ids([{"role": "user", "content": prompts.render(
       settings.attempt_prompt, problem=dialogues[d].problem)}]) for d in todo]
-  keys = jax.numpy.concatenate([turn_keys(settings.seed, [uids[d]], 0) for d in todo])
+  keys = random_keys(settings.seed, DIALOGUE_STREAM, [dialogues[d].uid for d in todo],
+                     [0] * len(todo))
+  cache = sampler.new_cache(_pow2(len(todo)), bucket(max(map(len, rows))) + sp.max_new_tokens)
   start = time.perf_counter()
-  gen, _ = sampler.generate(student.params, rows, keys, student.sampling)
+  gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
   stats.student_seconds += time.perf_counter() - start
-  stats.calls.append(("attempt", len(todo), len(todo)))
+  stats.calls.append(("attempt", len(todo), _pow2(len(todo))))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
 
 
 def run(problems, group_size: int, tutor: Party, student: Party, settings: RolloutSettings,
-        uid_offset: int = 0, stats: RolloutStats | None = None) -> list[Dialogue]:
+        problem_uids=None, stats: RolloutStats | None = None) -> list[Dialogue]:
   """Runs len(problems) × group_size dialogues to their ends.
 
   Args:
     problems: pedrl.env.problems.Problem rows.
     group_size: G rollouts per problem (consecutive in the output).
     tutor, student: the two parties (different models and tokenizers allowed).
+      `settings.thinking` is passed to the tutor's template as enable_thinking.
     settings: RolloutSettings.
-    uid_offset: dialogue i samples with keys from uid_offset + i: give every
-      batch of a run its own range.
+    problem_uids: a distinct number per problem within the run (default 0, 1,
+      ...; a job passes each problem's index in its split). Dialogue g of
+      problem u gets uid u * G + g, which seeds its samples, so a dialogue's
+      draws do not depend on its batch or on a resumed run.
     stats: filled with timings and per-call batch sizes when given.
   Returns:
     Dialogue records (no solve attempts yet: see pedrl.env.solving).
   """
   stats = stats if stats is not None else RolloutStats()
-  dialogues, personas = [], []
-  for p in problems:
+  problem_uids = range(len(problems)) if problem_uids is None else problem_uids
+  dialogues = []
+  for p, u in zip(problems, problem_uids, strict=True):
     scenario, persona = problem_draws(p.id, settings)
     for g in range(group_size):
       dialogues.append(Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer,
-                                scenario=scenario, rollout=g, persona=persona))
+                                scenario=scenario, rollout=g, uid=u * group_size + g,
+                                persona=persona))
   n = len(dialogues)
-  uids = [uid_offset + i for i in range(n)]
+  tutor = dataclasses.replace(tutor, chat=dataclasses.replace(
+      tutor.chat, template_kwargs={**tutor.chat.template_kwargs,
+                                   "enable_thinking": settings.thinking}))
   t_max, s_max = tutor.sampling.max_new_tokens, student.sampling.max_new_tokens
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
   tutor_side = _Side(TUTOR, tutor, n, _capacity(tutor, settings, s_max), prefix)
@@ -222,15 +244,12 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   for d, dl in enumerate(dialogues):
     tutor_side.views[d].append({"role": "system", "content": prompts.render(
         settings.tutor_prompt, problem=dl.problem)})
-    system = prompts.render(settings.student_prompt, problem=dl.problem)
-    if dl.persona:
-      system += "\n\n" + dl.persona
-    student_side.views[d].append({"role": "system", "content": system})
+    student_side.views[d].append({"role": "system", "content": student_system_prompt(
+        settings.student_prompt, dl)})
 
-  ended: dict[int, str] = {}
   todo = [d for d in range(n) if dialogues[d].scenario == ATTEMPTED]
   if todo:
-    for d, (raw, count, finish) in zip(todo, _attempts(student, settings, dialogues, todo, uids,
+    for d, (raw, count, finish) in zip(todo, _attempts(student, settings, dialogues, todo,
                                                      stats)):
       text = chat.visible_text(raw)
       dialogues[d].messages.append(Message(role=STUDENT, text=text, raw=raw, num_tokens=count,
@@ -238,31 +257,24 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
       student_side.views[d].append({"role": "assistant", "content": text})
       tutor_side.views[d].append({"role": "user", "content": settings.attempt_prefix + text})
 
-  def finish(d, reason):
-    ended[d] = reason
-    dialogues[d].end_reason = reason
-
-  live = [d for d in range(n) if len(dialogues[d].messages) < settings.max_turns]
-  for d in set(range(n)) - set(live):
-    finish(d, "max_turns")
-  speakers = [(tutor_side, student_side), (student_side, tutor_side)]
+  ended: dict[int, str] = {}  # Dialogue -> end reason.
+  for d in range(n):
+    if len(dialogues[d].messages) >= settings.max_turns:
+      ended[d] = "max_turns"
+  live = [d for d in range(n) if d not in ended]
   while live:
-    for side, other in speakers:
-      said = side.speak(live, [len(dialogues[d].messages) for d in range(n)], uids,
-                        settings.seed, stats, ended)
-      for d in ended:
-        dialogues[d].end_reason = dialogues[d].end_reason or ended[d]
-      for d, fed, tokens, logprobs, raw, finish_reason in said:
+    for side, other in ((tutor_side, student_side), (student_side, tutor_side)):
+      for d, fed, tokens, logprobs, raw, finish_reason in side.speak(
+          live, dialogues, settings.seed, stats, ended):
         dl = dialogues[d]
-        visible, thinking = chat.split_thinking(raw)
-        msg = Message(role=side.name, text=chat.visible_text(raw), thinking=thinking, raw=raw,
+        msg = Message(role=side.name, text=chat.visible_text(raw),
+                      thinking=chat.split_thinking(raw)[1], raw=raw,
                       num_tokens=int(tokens.size), finish_reason=finish_reason)
         other.views[d].append({"role": "user", "content": msg.text})
         if side is tutor_side:
-          if dl.messages and dl.messages[-1].role == STUDENT:
-            last = dl.messages[-1]
-            last.span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
-          dl.tutor_ids += list(map(int, fed))
+          if dl.messages:  # The tokens that brought the student's message to the tutor.
+            dl.messages[-1].span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
+          dl.tutor_ids += [int(t) for t in fed]
           dl.tutor_mask += [0] * len(fed)
           dl.tutor_logprobs += [0.0] * len(fed)
           msg.span = (len(dl.tutor_ids), len(dl.tutor_ids) + tokens.size)
@@ -272,12 +284,20 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
         dl.messages.append(msg)
         dl.student_tokens = student_side.lengths[d]
         if side is tutor_side and chat.ends_conversation(raw):
-          finish(d, "end_of_conversation")
+          ended[d] = "end_of_conversation"
         elif len(dl.messages) >= settings.max_turns:
-          finish(d, "max_turns")
+          ended[d] = "max_turns"
         elif max(tutor_side.lengths[d], student_side.lengths[d]) > settings.max_conversation_tokens:
-          finish(d, "token_limit")
+          ended[d] = "token_limit"
       live[:] = [d for d in live if d not in ended]
       if not live:
         break
+  for d, reason in ended.items():
+    dialogues[d].end_reason = reason
   return dialogues
+
+
+def student_system_prompt(name: str, d: Dialogue) -> str:
+  """The student's system prompt for a dialogue, its persona appended."""
+  system = prompts.render(name, problem=d.problem)
+  return system + "\n\n" + d.persona if d.persona else system

@@ -12,10 +12,9 @@ which carries the problem, and the persona if any).
 """
 import dataclasses
 
-import jax
 import numpy as np
 
-from pedrl.env import answers, prompts
+from pedrl.env import answers, prompts, rollout
 from pedrl.env.dialogue import TUTOR
 
 SPEAKER_NAMES = {TUTOR: "Teacher", "student": "Student"}
@@ -64,8 +63,10 @@ def transcript(messages) -> str:
   return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def sample(student, chats, uids, k: int, seed: int, prompts_per_call: int) -> list[list[str]]:
-  """K sampled texts per chat ([{"role", "content"}] lists), by `student` (a rollout.Party)."""
+def sample(student, chats, uids, k: int, seed: int, stream: int,
+           prompts_per_call: int) -> list[list[str]]:
+  """K sampled texts per chat ([{"role", "content"}] lists) by `student` (a rollout.Party);
+  sample j of chat i draws from key (seed, stream, uids[i], j)."""
   sampler, sp = student.sampler, student.sampling
   out = []
   for lo in range(0, len(chats), prompts_per_call):
@@ -73,35 +74,37 @@ def sample(student, chats, uids, k: int, seed: int, prompts_per_call: int) -> li
     ids = uids[lo:lo + prompts_per_call]
     size = max(map(len, part)) + sp.max_new_tokens
     cache, last = sampler.prefill_shared(student.params, part, k, size)
-    base = jax.random.key(seed)
-    keys = jax.vmap(lambda u, j: jax.random.fold_in(jax.random.fold_in(base, u), j))(
-        np.repeat(np.asarray(ids, np.uint32), k), np.tile(np.arange(k, dtype=np.uint32), len(ids)))
+    keys = rollout.random_keys(seed, stream, np.repeat(ids, k), np.tile(np.arange(k), len(ids)))
     gen, _ = sampler.generate(student.params, last, keys, sp, cache)
     out += [gen.texts[i * k:(i + 1) * k] for i in range(len(part))]
   return out
 
 
+def pre_dialogue_chat(problem: str, settings: SolveSettings) -> list[dict]:
+  return [{"role": "user", "content": prompts.render(settings.pre_prompt, problem=problem)}]
+
+
+def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
+  """Figure 11 after the student's system prompt (figure 12, with the persona)."""
+  return [{"role": "system", "content": rollout.student_system_prompt(settings.student_prompt, d)},
+          {"role": "user", "content": prompts.render(settings.post_prompt,
+                                                     conversation=transcript(d.messages))}]
+
+
 def pre_dialogue(problems, student, settings: SolveSettings) -> dict:
   """The student alone on each problem: {problem id: Attempts}."""
-  chats = [[{"role": "user", "content": prompts.render(settings.pre_prompt, problem=p.problem)}]
-           for p in problems]
-  uids = [int(p.id[:7], 16) for p in problems]  # Per problem: the same draws in every batch.
-  texts = sample(student, chats, uids, settings.k, settings.seed + 1, settings.prompts_per_call)
+  chats = [pre_dialogue_chat(p.problem, settings) for p in problems]
+  uids = [rollout.problem_number(p.id) for p in problems]  # The same draws in any batch.
+  texts = sample(student, chats, uids, settings.k, settings.seed, rollout.PRE_SOLVE_STREAM,
+                 settings.prompts_per_call)
   return {p.id: grade(t, p.answer, settings.match) for p, t in zip(problems, texts)}
 
 
-def post_dialogue(dialogues, student, settings: SolveSettings, uid_offset: int = 0) -> list:
+def post_dialogue(dialogues, student, settings: SolveSettings) -> list:
   """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts."""
-  chats = []
-  for d in dialogues:
-    system = prompts.render(settings.student_prompt, problem=d.problem)
-    if d.persona:
-      system += "\n\n" + d.persona
-    chats.append([{"role": "system", "content": system},
-                  {"role": "user", "content": prompts.render(
-                      settings.post_prompt, conversation=transcript(d.messages))}])
-  uids = [uid_offset + i for i in range(len(dialogues))]
-  texts = sample(student, chats, uids, settings.k, settings.seed + 2, settings.prompts_per_call)
+  chats = [post_dialogue_chat(d, settings) for d in dialogues]
+  texts = sample(student, chats, [d.uid for d in dialogues], settings.k, settings.seed,
+                 rollout.POST_SOLVE_STREAM, settings.prompts_per_call)
   out = []
   for d, t in zip(dialogues, texts):
     a = grade(t, d.answer, settings.match)

@@ -63,6 +63,27 @@ def load_problems(c):
   return (rows[:p.limit] if p.limit > 0 else rows), report
 
 
+def resume(path: str, group_size: int) -> list:
+  """The dialogues of problems already complete in `path` (a rerun skips them).
+
+  A line cut by a crash is removed, and problems with fewer than group_size
+  dialogues written are dropped from the file, to be run again whole.
+  """
+  if not os.path.exists(path):
+    return []
+  cut = dialogue.repair_jsonl(path)
+  if cut:
+    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
+  done = dialogue.load_jsonl(path)
+  count = collections.Counter(d.problem_id for d in done)
+  whole = [d for d in done if count[d.problem_id] >= group_size]
+  if len(whole) < len(done):
+    logging.warning("%s: dropping %d dialogues of part-written problems; they run again",
+                    path, len(done) - len(whole))
+    dialogue.save_jsonl(whole, path, mode="w")
+  return whole
+
+
 def summarize(dialogues, seconds: dict, report) -> dict:
   """The run's numbers: per dialogue means, rates, end reasons, and where time went."""
   n = max(len(dialogues), 1)
@@ -102,15 +123,12 @@ def main(argv):
     rows, report = load_problems(c)
   except problems_lib.DataError as e:  # A bad row under on_error=fatal, before any work.
     sys.exit(f"error: {e}")
-  done = dialogue.load_jsonl(out_path) if os.path.exists(out_path) else []
-  written = collections.Counter(d.problem_id for d in done)
-  todo = [p for p in rows if written[p.id] < c.group_size]
+  done = resume(out_path, c.group_size)
+  finished = {d.problem_id for d in done}
+  todo = [(i, p) for i, p in enumerate(rows) if p.id not in finished]
   if done:
     logging.info("resuming: %d dialogues already in %s; %d of %d problems left",
                  len(done), out_path, len(todo), len(rows))
-  if any(written[p.id] for p in todo):  # A batch cut mid-write: drop its partial problems.
-    done = [d for d in done if written[d.problem_id] >= c.group_size]
-    dialogue.save_jsonl(done, out_path, mode="w")
 
   start = time.perf_counter()
   tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
@@ -120,13 +138,12 @@ def main(argv):
   seconds = collections.Counter(load=time.perf_counter() - start)
 
   b = c.batch_problems
-  offset = len(done)
   with tqdm(total=len(todo), unit="problem", desc="rollouts") as bar:
     for lo in range(0, len(todo), b):
-      batch = todo[lo:lo + b]
+      uids, batch = zip(*todo[lo:lo + b])
       stats = rollout.RolloutStats()
       dialogues = rollout.run(batch, c.group_size, tutor, student, settings,
-                              uid_offset=offset, stats=stats)
+                              problem_uids=uids, stats=stats)
       seconds["tutor"] += stats.tutor_seconds
       seconds["student"] += stats.student_seconds
       t0 = time.perf_counter()
@@ -134,11 +151,10 @@ def main(argv):
         pre = solving.pre_dialogue(batch, solver, solve)
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
-      solving.post_dialogue(dialogues, solver, solve, uid_offset=offset)
+      solving.post_dialogue(dialogues, solver, solve)
       seconds["solve"] += time.perf_counter() - t0
       dialogue.save_jsonl(dialogues, out_path)
       done += dialogues
-      offset += len(dialogues)
       bar.update(len(batch))
       bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
                       r_sol=f"{np.mean([d.r_sol for d in dialogues]):.2f}")
