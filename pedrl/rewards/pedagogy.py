@@ -1,0 +1,32 @@
+"""Dialogue-level rewards of PedagogicalRL (paper 003) and PedagogicalRL-Thinking (paper 001)."""
+import numpy as np
+
+
+def pedagogical_rl_reward(r_sol, r_ped, lam: float, hard: bool = False):
+  """Soft: r_sol + (r_ped − 1)·λ (paper 003, eq. 4); hard: −λ whenever a judge rejects."""
+  r_sol, r_ped = np.asarray(r_sol, np.float64), np.asarray(r_ped, np.float64)
+  _check_unit("r_ped", r_ped)
+  if hard:  # Paper 003 section 4: rejection is a fixed penalty, whatever the solve rate.
+    return np.where(r_ped < 1.0, -lam, r_sol)
+  return r_sol + (r_ped - 1.0) * lam
+
+
+def thinking_reward(r_sol, r_ped, r_think, lam_ped: float = 0.75, lam_think: float = 0.3,
+                    theta: float = 0.6):
+  """r_sol + (r_ped − 1)·λ_ped + (r_think − θ)·λ_think (paper 001, eq. 1)."""
+  r_think = np.asarray(r_think, np.float64)
+  _check_unit("r_think", r_think)
+  return pedagogical_rl_reward(r_sol, r_ped, lam_ped) + (r_think - theta) * lam_think
+
+
+def judges_accept(decisions) -> float:
+  """r_ped = Π_m 1[J_m accepts] over every sample of every judge (paper 003, eq. 3)."""
+  decisions = list(decisions)
+  if not decisions:
+    raise ValueError("r_ped needs at least one judge decision")
+  return float(all(bool(d) for d in decisions))
+
+
+def _check_unit(name, x):
+  if np.any((x < 0) | (x > 1)):
+    raise ValueError(f"{name} must lie in [0, 1], got {x}")

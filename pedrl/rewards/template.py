@@ -1,0 +1,65 @@
+"""Template rewards of PedagogicalRL (paper 003, appendix B), from the tutor's raw turns.
+
+Tags are checked on each tutor message as sampled (thinking included). A
+message "uses tags correctly" when it has at least one <think>…</think> block,
+every block is closed before the next opens, and none is empty; it "misuses"
+them when an opening or closing tag is unmatched or out of order. A message
+without tags does neither. Like the reference code, the thinking terms and the
+end bonus are 0 for a dialogue that was never scored (hard rejection), and the
+length penalty applies regardless.
+"""
+import re
+
+_TAG = re.compile(r"</?think>")
+
+
+def _blocks(text: str):
+  """(well_formed, blocks): the tag sequence open, close, open, close, ... and the contents."""
+  tags = list(_TAG.finditer(text))
+  ok = len(tags) % 2 == 0 and all(
+      t.group() == ("<think>" if i % 2 == 0 else "</think>") for i, t in enumerate(tags))
+  blocks = [text[a.end():b.start()] for a, b in zip(tags[::2], tags[1::2])] if ok else []
+  return ok, blocks
+
+
+def tags_correct(text: str) -> bool:
+  ok, blocks = _blocks(text)
+  return ok and bool(blocks) and all(b.strip() for b in blocks)
+
+
+def tags_misused(text: str) -> bool:
+  return not _blocks(text)[0]
+
+
+def think_format_reward(tutor_texts, c: float = 0.5) -> float:
+  """c · |{u_i with correct tags}| / |{u_i}| (paper 003, appendix B.1)."""
+  tutor_texts = list(tutor_texts)
+  if not tutor_texts:
+    return 0.0
+  return c * sum(map(tags_correct, tutor_texts)) / len(tutor_texts)
+
+
+def tag_misuse_penalty(tutor_texts, c: float = 0.5) -> float:
+  """p_misuse = c · (# of wrong tags in D), counted per tutor message (paper 003, appendix B.2)."""
+  return c * sum(map(tags_misused, tutor_texts))
+
+
+def end_reward(ended_by_tutor: bool, value: float = 0.1) -> float:
+  """r_end = 0.1 if the tutor ended the dialogue, else 0 (paper 003, appendix B.3)."""
+  return value if ended_by_tutor else 0.0
+
+
+def length_penalty(any_turn_truncated: bool, value: float = 0.5) -> float:
+  """p_len = 0.5 if a tutor turn hit the token limit without EOS (paper 003, appendix B.4)."""
+  return value if any_turn_truncated else 0.0
+
+
+def template_reward(tutor_texts, ended_by_tutor: bool, any_turn_truncated: bool,
+                    scored: bool = True, c_think: float = 0.5, c_misuse: float = 0.5,
+                    r_end: float = 0.1, p_len: float = 0.5) -> float:
+  """r_templ = r_think + r_end − p_misuse − p_len (paper 003, appendix B.5)."""
+  tags = end = 0.0
+  if scored:
+    tags = think_format_reward(tutor_texts, c_think) - tag_misuse_penalty(tutor_texts, c_misuse)
+    end = end_reward(ended_by_tutor, r_end)
+  return tags + end - length_penalty(any_turn_truncated, p_len)
