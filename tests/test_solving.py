@@ -5,7 +5,7 @@ import pytest
 from pedrl import models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.env import chat, rollout, solving
-from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, transcript
 from pedrl.env.problems import Problem, problem_id
 from pedrl.tokenizer import load_tokenizer
 
@@ -28,7 +28,7 @@ def test_grade_takes_the_last_box_and_both_match_modes():
 
 def test_transcript_names_the_speakers():
   msgs = [Message(role=STUDENT, text="My attempt: 8"), Message(role=TUTOR, text="Count again.")]
-  assert solving.transcript(msgs) == "Student: My attempt: 8\n\nTeacher: Count again."
+  assert transcript(msgs) == "Student: My attempt: 8\n\nTeacher: Count again."
 
 
 def test_settings_are_checked():

@@ -78,6 +78,14 @@ class Dialogue:
     return cls(**row)
 
 
+SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
+
+
+def transcript(messages) -> str:
+  """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs."""
+  return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
+
+
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
   """Appends (or writes) the records in one write, synced: a crash can cut at most
   the last line, which `repair_jsonl` removes."""

@@ -22,6 +22,12 @@ SOURCES = {
     "thinking/student_system": "paper 001, appendix A.2",
     "uco/teacher": "paper 000, table XII",
     "uco/student": "paper 000, table XII",
+    # Judges. Where figure 14 elides an example, pedrl's own example stands in its place.
+    "judges/leakage": "paper 003, figure 14",
+    "judges/helpfulness": "paper 003, figure 15",
+    "judges/thinking_leakage": "paper 001, appendix A.3 (leakage judge)",
+    "judges/thinking_helpfulness": "paper 001, appendix A.3 (helpfulness judge)",
+    "judges/thinking_quality": "paper 001, appendix A.3 (thinking quality judge)",
 }
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIR),

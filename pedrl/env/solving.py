@@ -15,9 +15,8 @@ import dataclasses
 import numpy as np
 
 from pedrl.env import answers, prompts, rollout
-from pedrl.env.dialogue import TUTOR
+from pedrl.env.dialogue import transcript
 
-SPEAKER_NAMES = {TUTOR: "Teacher", "student": "Student"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +55,6 @@ def solve_rate(correct) -> float:
 def grade(texts, reference: str, match: str = "math_verify") -> Attempts:
   found = [answers.last_boxed(t) for t in texts]
   return Attempts(list(texts), found, [answers.is_correct(a, reference, match) for a in found])
-
-
-def transcript(messages) -> str:
-  """The visible dialogue as the post-dialogue prompt's `conversation`."""
-  return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
 def sample(student, chats, uids, k: int, seed: int, stream: int,
