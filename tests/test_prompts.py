@@ -10,7 +10,7 @@ from pedrl.tokenizer import load_tokenizer
 @pytest.mark.parametrize("name", sorted(prompts.SOURCES))
 def test_every_prompt_renders_with_its_variables(name):
   text = prompts.render(name, problem="What is 7 * 8?", conversation="Teacher: Hi.\nStudent: Hello.",
-                        thinking="Turn 1: ask about units.")
+                        thinking="Turn 1: ask about units.", answer="56", message="Hm.")
   assert "{{" not in text and "}}" not in text
   assert "7 * 8" in text or "Teacher: Hi." in text
 

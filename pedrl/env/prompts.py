@@ -22,6 +22,9 @@ SOURCES = {
     "thinking/student_system": "paper 001, appendix A.2",
     "uco/teacher": "paper 000, table XII",
     "uco/student": "paper 000, table XII",
+    # pedrl's own (paper 000 shows no oracle or level prompt; the level definitions are its III-B-2).
+    "uco/oracle": "pedrl, after paper 000 section III-B (candidates and five scaffold hints)",
+    "uco/level_classifier": "pedrl, after paper 000 section III-B-2 (level definitions)",
     # Judges. Where figure 14 elides an example, pedrl's own example stands in its place.
     "judges/leakage": "paper 003, figure 14",
     "judges/helpfulness": "paper 003, figure 15",

@@ -77,7 +77,7 @@ class JudgeStats(collections.Counter):
 
 # -- Parsing -------------------------------------------------------------------------------
 
-def _json_object(text: str):
+def json_object(text: str):
   """The object between the first '{' and the last '}', as JSON or a Python literal."""
   text = re.sub(r"```(?:json)?", "", text)
   start, end = text.find("{"), text.rfind("}")
@@ -96,7 +96,7 @@ def _json_object(text: str):
 
 def parse_decision(text: str) -> bool | None:
   """True (OK/accept), False (REJECT) or None (unreadable), whatever the case or quoting."""
-  obj = _json_object(text or "")
+  obj = json_object(text or "")
   value = obj.get("decision") if obj else None
   if value is None:  # Prose or broken JSON: a "decision": X pair anywhere.
     m = re.search(r"""["']?decision["']?\s*[:=]\s*["']?([A-Za-z]+)""", text or "", re.I)
@@ -107,7 +107,7 @@ def parse_decision(text: str) -> bool | None:
 
 def parse_score(text: str) -> float | None:
   """A score in [0, 1] (a number or a numeric string), or None."""
-  obj = _json_object(text or "")
+  obj = json_object(text or "")
   value = obj.get("score") if obj else None
   if value is None:
     m = re.search(r"""["']?score["']?\s*[:=]\s*["']?(-?[0-9]*\.?[0-9]+)""", text or "", re.I)

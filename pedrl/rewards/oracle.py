@@ -1,0 +1,159 @@
+"""UCO's oracle (paper 000 section III-B): per tutor turn, n candidate correct student
+responses and one hint per scaffold level ℓ0–ℓ4; and how a tutor message's level is found.
+
+Backends: `LLMOracle` over any judge text backend (OpenAI-compatible or local)
+with pedrl's oracle prompt (the paper shows none), and `ReferenceOracle`, an
+offline stand-in built from the reference answer and fixed hint templates.
+An LLM reply with fewer than n candidates or a missing level is asked again;
+after `rounds` the `on_failure` policy applies: "reference" (that turn uses the
+reference oracle, counted) or "error".
+"""
+import collections
+import dataclasses
+
+import numpy as np
+
+from pedrl.env import prompts
+from pedrl.env.dialogue import transcript
+from pedrl.rewards.judging import json_object
+from pedrl.rewards.uco import SCAFFOLD_LEVELS
+
+N_CANDIDATES = 5  # n in paper 000 eq. 3.
+
+
+class OracleError(ValueError):
+  """The oracle gave no usable candidates or hints for a turn."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleTurn:
+  candidates: tuple  # N_CANDIDATES correct student responses.
+  hints: tuple  # One per level ℓ0..ℓ4.
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleRequest:
+  """Turn `turn` (a tutor message index) of a dialogue; `prompt`/`uid` for text backends."""
+  dialogue: object
+  turn: int
+  prompt: str = ""
+  uid: int = 0
+
+
+# -- Offline: from the reference answer -------------------------------------------------------
+
+CANDIDATE_TEMPLATES = (
+    "The answer is {answer}.",
+    "So the final answer is \\boxed{{{answer}}}.",
+    "I worked it out and got {answer}.",
+    "After checking each step again, the result is {answer}.",
+    "{answer}",
+)
+HINT_TEMPLATES = (
+    "What is the problem asking you to find, and what do you already know that could help?",
+    "Try splitting the problem into smaller parts and decide which quantity to work out first.",
+    "Think about which relationship or formula connects the quantities given in the problem.",
+    "Write down each given quantity, set up the equation that links them, and solve it one "
+    "step at a time, checking each calculation.",
+    "Here is how a problem like this is solved: list the givens, set up the relationship, "
+    "compute step by step and check the result. Done for this problem, that gives {answer}.",
+)
+
+
+@dataclasses.dataclass
+class ReferenceOracle:
+  """Candidates that state the reference answer in five phrasings; fixed hints per level
+  (only the worked example carries the answer). It knows nothing of the dialogue, so
+  its candidates and hints are the same every turn: a smoke-test stand-in."""
+
+  def __call__(self, requests) -> list[OracleTurn]:
+    return [OracleTurn(tuple(t.format(answer=r.dialogue.answer) for t in CANDIDATE_TEMPLATES),
+                       tuple(t.format(answer=r.dialogue.answer) for t in HINT_TEMPLATES))
+            for r in requests]
+
+
+# -- An LLM oracle over a text backend ---------------------------------------------------------
+
+def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
+  """The first n non-empty candidates and all five hints, or None."""
+  obj = json_object(text or "")
+  if not obj:
+    return None
+  candidates = [c.strip() for c in obj.get("candidates") or [] if isinstance(c, str) and c.strip()]
+  hints = obj.get("hints")
+  if len(candidates) < n or not isinstance(hints, dict):
+    return None
+  hints = {str(k).strip().lower().replace("-", "_").replace(" ", "_"): v for k, v in hints.items()}
+  levels = [hints.get(name) for name in SCAFFOLD_LEVELS]
+  if not all(isinstance(h, str) and h.strip() for h in levels):
+    return None
+  return OracleTurn(tuple(candidates[:n]), tuple(h.strip() for h in levels))
+
+
+def visible_until(d, turn: int) -> list:
+  """The dialogue's messages up to and including message `turn`."""
+  return d.messages[:turn + 1]
+
+
+@dataclasses.dataclass
+class LLMOracle:
+  backend: object  # complete(requests, round) -> [text | Exception]
+  rounds: int = 3
+  on_failure: str = "reference"  # "reference" or "error".
+  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+  def __post_init__(self):
+    if self.on_failure not in ("reference", "error"):
+      raise ValueError(f"on_failure {self.on_failure!r} is not 'reference' or 'error'")
+
+  def __call__(self, requests) -> list[OracleTurn]:
+    requests = [dataclasses.replace(r, uid=i, prompt=prompts.render(
+        "uco/oracle", problem=r.dialogue.problem, answer=r.dialogue.answer,
+        conversation=transcript(visible_until(r.dialogue, r.turn)))) for i, r in enumerate(requests)]
+    out = [None] * len(requests)
+    pending = list(requests)
+    for round_ in range(self.rounds):
+      if not pending:
+        break
+      self.stats["requests"] += len(pending)
+      replies = self.backend.complete(pending, round_)
+      still = []
+      for r, reply in zip(pending, replies):
+        turn = None if isinstance(reply, Exception) else parse_oracle(reply)
+        if turn is None:
+          self.stats["api_errors" if isinstance(reply, Exception) else "parse_failures"] += 1
+          still.append(r)
+        else:
+          out[r.uid] = turn
+      pending = still
+    if pending and self.on_failure == "error":
+      r = pending[0]
+      raise OracleError(f"the oracle gave no {N_CANDIDATES} candidates and 5 hints for problem "
+                        f"{r.dialogue.problem_id}, turn {r.turn}, after {self.rounds} tries")
+    self.stats["fallback/reference"] += len(pending)
+    for r, turn in zip(pending, ReferenceOracle()(pending)):
+      out[r.uid] = turn
+    return out
+
+
+# -- The level ℓ(a_t) of a tutor message --------------------------------------------------------
+
+def nearest_hint_level(message_embedding, hint_embeddings) -> int:
+  """The level whose oracle hint is closest (cosine) to the tutor's message."""
+  h = np.asarray(hint_embeddings, np.float64)
+  m = np.asarray(message_embedding, np.float64)
+  sims = h @ m / np.maximum(np.linalg.norm(h, axis=1) * np.linalg.norm(m), 1e-12)
+  return int(np.argmax(sims))
+
+
+def parse_level(text: str) -> int | None:
+  obj = json_object(text or "")
+  value = obj.get("level") if obj else None
+  if isinstance(value, str):
+    name = value.strip().lower().replace("-", "_").replace(" ", "_")
+    value = SCAFFOLD_LEVELS.index(name) if name in SCAFFOLD_LEVELS else value
+  try:
+    level = int(value)
+  except (TypeError, ValueError):
+    return None
+  return level if 0 <= level < len(SCAFFOLD_LEVELS) else None

@@ -1,0 +1,168 @@
+"""UCO's per-turn rewards (paper 000, eqs. 3–9) for a batch of dialogues.
+
+For every tutor turn a_t: the oracle's candidates c^k and level hints; the
+student's log-probs of each candidate after the dialogue up to and including
+a_t (eq. 3, one batched scorer call); the cosine of the student's next message
+o_{t+1} with the candidates (eq. 4, one embedder call); the student's log-prob
+of one candidate after each level's hint in place of a_t (eqs. 6–7, one
+batched scorer call); the level ℓ(a_t) of the tutor's message (nearest hint in
+embedding space, or an LLM classifier); then eqs. 5, 8 and 9.
+
+The student state s_t is the dialogue as the student sees it (visible text,
+its own messages as `assistant`), under the student's system prompt.
+The last tutor turn has no o_{t+1}: `last_turn_semantic` says whether its
+progress is the potential term alone ("potential_only", the default: eq. 5 with
+the missing term dropped, not counted as a bad answer) or uses f_semantic = 0.
+"""
+import collections
+import dataclasses
+
+import numpy as np
+
+from pedrl.env import prompts, rollout
+from pedrl.env.dialogue import STUDENT, TUTOR
+from pedrl.rewards import oracle as oracle_lib
+from pedrl.rewards import uco
+
+
+@dataclasses.dataclass(frozen=True)
+class UCOSettings:
+  alpha: float = 2.0  # Paper 000 section IV: α, δ, λ, c, γ.
+  delta: float = 0.7
+  lam: float = 0.5
+  c: float = 0.2
+  gamma: float = 0.95
+  reduce: str = "mean"  # Eq. 3 and eq. 6: per-token mean or the literal sum.
+  level_method: str = "nearest_hint"  # or "llm" (needs a classifier backend).
+  last_turn_semantic: str = "potential_only"  # or "zero".
+  zpd_candidate: int = 0  # Which candidate c_t eq. 6 scores.
+  student_prompt: str = "pedagogical_rl/student_system"
+  classifier_rounds: int = 3
+
+  def __post_init__(self):
+    if self.reduce not in uco.REDUCTIONS:
+      raise ValueError(f"reduce {self.reduce!r} is not one of {uco.REDUCTIONS}")
+    if self.level_method not in ("nearest_hint", "llm"):
+      raise ValueError(f"level_method {self.level_method!r} is not nearest_hint or llm")
+    if self.last_turn_semantic not in ("potential_only", "zero"):
+      raise ValueError(f"last_turn_semantic {self.last_turn_semantic!r} is not "
+                       "potential_only or zero")
+    if not 0 <= self.zpd_candidate < oracle_lib.N_CANDIDATES:
+      raise ValueError(f"zpd_candidate must be in [0, {oracle_lib.N_CANDIDATES})")
+
+
+@dataclasses.dataclass
+class TurnScore:
+  message: int  # Index of the tutor message in Dialogue.messages.
+  potential: float
+  semantic: float | None  # None: no student message followed.
+  progress: float
+  zpd_level: int
+  level: int
+  scaffold: float
+  reward: float
+  level_logprobs: tuple = ()
+
+
+def student_view(d, upto: int, student_prompt: str) -> list[dict]:
+  """The student's chat for messages[:upto]: its system prompt, own messages as assistant."""
+  view = [{"role": "system", "content": rollout.student_system_prompt(student_prompt, d)}]
+  for m in d.messages[:upto]:
+    view.append({"role": "assistant" if m.role == STUDENT else "user", "content": m.text})
+  return view
+
+
+def _token_logprobs(scores):
+  """Per (row, continuation) the token log-probs, as ragged lists."""
+  return [[scores.tokens[i, k, :scores.count[i, k]] for k in range(scores.count.shape[1])]
+          for i in range(scores.count.shape[0])]
+
+
+def _classify_levels(backend, turns, rounds: int, fallback, stats) -> list[int]:
+  """ℓ(a_t) by the LLM classifier; unparsed after `rounds` -> the nearest hint (counted)."""
+  reqs = [oracle_lib.OracleRequest(d, i, prompts.render(
+      "uco/level_classifier", problem=d.problem, message=d.messages[i].text), uid=n)
+          for n, (d, i) in enumerate(turns)]
+  out = [None] * len(reqs)
+  pending = reqs
+  for round_ in range(rounds):
+    if not pending:
+      break
+    replies = backend.complete(pending, round_)
+    still = []
+    for r, reply in zip(pending, replies):
+      level = None if isinstance(reply, Exception) else oracle_lib.parse_level(reply)
+      if level is None:
+        stats["level_parse_failures"] += 1
+        still.append(r)
+      else:
+        out[r.uid] = level
+    pending = still
+  for r in pending:
+    stats["level_fallback/nearest_hint"] += 1
+    out[r.uid] = fallback[r.uid]
+  return out
+
+
+def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSettings,
+                classifier=None, stats=None) -> list[list[TurnScore]]:
+  """Per dialogue, a TurnScore per tutor turn.
+
+  student: a rollout.Party (its params and chat template score the candidates);
+  scorer: an engine Scorer on the student's model; oracle: ReferenceOracle or
+  LLMOracle; embedder: texts -> unit vectors; classifier: a text backend, for
+  level_method="llm".
+  """
+  stats = stats if stats is not None else collections.Counter()
+  turns = [(d, i) for d in dialogues for i, m in enumerate(d.messages) if m.role == TUTOR]
+  if not turns:
+    return [[] for _ in dialogues]
+  told = oracle([oracle_lib.OracleRequest(d, i) for d, i in turns])
+  chat, sp = student.chat, settings.student_prompt
+
+  # Eq. 3: log π_S(c^k | s_t, a_t) for every candidate, one batched call.
+  contexts = [chat.prompt_ids(student_view(d, i + 1, sp)) for d, i in turns]
+  candidates = [[chat.encode(c) for c in o.candidates] for o in told]
+  pot_scores = _token_logprobs(scorer.score(student.params, contexts, candidates))
+  # Eq. 6: log π_S(c_t | s_t, hint_ℓ) for the five levels, one batched call.
+  level_ctx = [chat.prompt_ids(student_view(d, i, sp) + [{"role": "user", "content": h}])
+               for (d, i), o in zip(turns, told) for h in o.hints]
+  level_cont = [[candidates[n][settings.zpd_candidate]] for n in range(len(turns))
+                for _ in range(len(uco.SCAFFOLD_LEVELS))]
+  lvl_scores = _token_logprobs(scorer.score(student.params, level_ctx, level_cont))
+
+  # Eq. 4 and the nearest-hint level: one embedder call over every text involved.
+  replies = [d.messages[i + 1].text if i + 1 < len(d.messages) else None for d, i in turns]
+  texts = sorted({t for o in told for t in o.candidates + o.hints}
+                 | {d.messages[i].text for d, i in turns} | {r for r in replies if r is not None})
+  vectors = dict(zip(texts, embedder(texts)))
+  nearest = [oracle_lib.nearest_hint_level(vectors[d.messages[i].text],
+                                           [vectors[h] for h in o.hints])
+             for (d, i), o in zip(turns, told)]
+  levels = nearest
+  if settings.level_method == "llm":
+    if classifier is None:
+      raise ValueError("level_method='llm' needs a classifier backend")
+    levels = _classify_levels(classifier, turns, settings.classifier_rounds, nearest, stats)
+
+  out = {id(d): [] for d in dialogues}
+  n_levels = len(uco.SCAFFOLD_LEVELS)
+  for n, ((d, i), o) in enumerate(zip(turns, told)):
+    potential = uco.potential_score(pot_scores[n], settings.alpha, settings.reduce)
+    semantic = None
+    if replies[n] is not None:
+      semantic = uco.semantic_score(vectors[replies[n]], [vectors[c] for c in o.candidates],
+                                    settings.delta)
+      progress = uco.progress_reward(potential, semantic, settings.lam)
+    elif settings.last_turn_semantic == "zero":
+      progress = uco.progress_reward(potential, 0.0, settings.lam)
+    else:
+      progress = potential
+    p_levels = [uco.candidate_logprob(lvl_scores[n * n_levels + l][0], settings.reduce)
+                for l in range(n_levels)]
+    scaffold = uco.scaffold_reward(p_levels, levels[n], settings.c)
+    out[id(d)].append(TurnScore(
+        message=i, potential=potential, semantic=semantic, progress=progress,
+        zpd_level=uco.zpd_level(p_levels), level=levels[n], scaffold=scaffold,
+        reward=uco.turn_reward(progress, scaffold), level_logprobs=tuple(p_levels)))
+  return [out[id(d)] for d in dialogues]

@@ -1,0 +1,115 @@
+"""UCO per-turn rewards on the testdata models, against a by-hand recomputation."""
+import numpy as np
+import pytest
+
+from pedrl import models
+from pedrl.engine import Sampler, SamplingParams
+from pedrl.engine.scoring import Scorer, sequence_logprobs
+from pedrl.env import chat, rollout
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.rewards import embedding, oracle, uco, uco_turns
+from pedrl.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def setup(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  tok = load_tokenizer(testdata("qwen2"))
+  student = rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+                          SamplingParams(max_new_tokens=8, stop_token_ids=cfg.eos_token_ids))
+  return student, model, Scorer(model), embedding.Embedder(testdata("bert"))
+
+
+def _dialogue():
+  return Dialogue(problem_id="p", problem="What is 3 + 4?", answer="7", scenario="attempted",
+                  rollout=0, messages=[
+                      Message(role=STUDENT, text="Is it 8?"),
+                      Message(role=TUTOR, text="Count up from 3, four times."),
+                      Message(role=STUDENT, text="4, 5, 6, 7. So 7!"),
+                      Message(role=TUTOR, text="Well done."),
+                  ])
+
+
+def _logprob(model, params, context, continuation, reduce, width=512):
+  """Teacher-forced over the whole sequence (right-padded to one width: one compile)."""
+  n = len(context) + len(continuation)
+  ids = np.zeros((1, width), np.int32)
+  ids[0, :n] = context + continuation
+  mask = np.arange(width)[None] < n
+  lp = np.asarray(sequence_logprobs(model, params, ids, mask))[0]
+  return uco.candidate_logprob(lp[len(context):n], reduce)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum"])
+def test_turn_rewards_equal_a_by_hand_recomputation(setup, reduce):
+  student, model, scorer, embedder = setup
+  d = _dialogue()
+  settings = uco_turns.UCOSettings(reduce=reduce)
+  (scores,) = uco_turns.score_turns([d], student, scorer, oracle.ReferenceOracle(), embedder,
+                                    settings)
+  assert [s.message for s in scores] == [1, 3]
+  told = oracle.ReferenceOracle()([oracle.OracleRequest(d, 1)])[0]
+  fmt, params = student.chat, student.params
+  for s in scores:
+    view = uco_turns.student_view(d, s.message + 1, settings.student_prompt)
+    ctx = fmt.prompt_ids(view)
+    best = max(_logprob(model, params, ctx, fmt.encode(c), reduce) for c in told.candidates)
+    assert s.potential == pytest.approx(np.tanh(2.0 * best), abs=1e-4)
+    before = uco_turns.student_view(d, s.message, settings.student_prompt)
+    p = [_logprob(model, params, fmt.prompt_ids(before + [{"role": "user", "content": h}]),
+                  fmt.encode(told.candidates[0]), reduce) for h in told.hints]
+    np.testing.assert_allclose(s.level_logprobs, p, atol=1e-4)
+    assert s.zpd_level == max(0, int(np.argmax(p)) - 1)
+    vec = embedder([d.messages[s.message].text] + list(told.hints))
+    level = int(np.argmax(vec[1:] @ vec[0]))
+    assert s.level == level
+    want_scaffold = (1 / (1 + np.exp(-p[level])) + 0.5 if level == s.zpd_level
+                     else -0.2 * abs(level - s.zpd_level))
+    assert s.scaffold == pytest.approx(want_scaffold, abs=1e-4)
+    assert s.reward == pytest.approx(s.progress + s.scaffold)
+  first, last = scores
+  vec = embedder([d.messages[2].text] + list(told.candidates))
+  semantic = float(np.max(vec[1:] @ vec[0])) - 0.7
+  assert first.semantic == pytest.approx(semantic, abs=1e-5)
+  assert first.progress == pytest.approx(0.5 * first.potential + 0.5 * semantic, abs=1e-5)
+  # The last tutor turn has no student reply: progress is the potential term alone.
+  assert last.semantic is None and last.progress == last.potential
+  (zero,) = uco_turns.score_turns([d], student, scorer, oracle.ReferenceOracle(), embedder,
+                                  uco_turns.UCOSettings(reduce=reduce, last_turn_semantic="zero"))
+  assert zero[1].progress == pytest.approx(0.5 * zero[1].potential)
+
+
+class _TextBackend:
+  def __init__(self, replies):
+    self.replies, self.calls = replies, 0
+
+  def complete(self, requests, round_=0):
+    self.calls += 1
+    return [self.replies(r, round_) for r in requests]
+
+
+def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
+  student, _, scorer, embedder = setup
+  good = ('{"candidates": ["7", "It is 7.", "3+4=7", "seven: 7", "I get 7"], "hints": '
+          '{"metacognitive": "What do you know?", "strategic": "Count on.", "conceptual": '
+          '"Addition is counting on.", "Step-by-step": "Start at 3, add 1 four times.", '
+          '"worked example": "2+5: 3,4,5,6,7 so 7."}}')
+  short = '{"candidates": ["7", "7"], "hints": {}}'
+  o = oracle.LLMOracle(_TextBackend(lambda r, k: good if (r.turn, k) != (1, 0) else short))
+  classifier = _TextBackend(lambda r, k: '{"level": "conceptual"}' if r.turn == 1 else "??")
+  settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2)
+  stats = {}
+  import collections
+  stats = collections.Counter()
+  (scores,) = uco_turns.score_turns([_dialogue()], student, scorer, o, embedder, settings,
+                                    classifier=classifier, stats=stats)
+  assert o.stats["parse_failures"] == 1 and o.stats["fallback/reference"] == 0
+  assert scores[0].level == 2  # "conceptual" from the classifier.
+  assert stats["level_parse_failures"] == 2 and stats["level_fallback/nearest_hint"] == 1
+  strict = oracle.LLMOracle(_TextBackend(lambda r, k: short), rounds=2, on_failure="error")
+  with pytest.raises(oracle.OracleError, match="turn 1"):
+    strict([oracle.OracleRequest(_dialogue(), 1)])
+  lenient = oracle.LLMOracle(_TextBackend(lambda r, k: short), rounds=2)
+  (turn,) = lenient([oracle.OracleRequest(_dialogue(), 1)])
+  assert turn == oracle.ReferenceOracle()([oracle.OracleRequest(_dialogue(), 1)])[0]
+  assert lenient.stats["fallback/reference"] == 1 and lenient.stats["parse_failures"] == 2
