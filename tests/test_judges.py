@@ -4,6 +4,7 @@ import http.server
 import json
 import threading
 import time
+import types
 
 import pytest
 
@@ -24,6 +25,7 @@ from pedrl.rewards import backends, judging
     ("Decision: OK", True),
     ("I think the teacher did fine.", None),
     ('{"decision": "maybe"}', None),
+    ('Schema echoed: "decision": "OK or REJECT"', None),
     ("", None),
 ])
 def test_parse_decision(text, want):
@@ -140,7 +142,7 @@ def test_rule_judges():
 
 class _Server:
   """Answers POST /v1/chat/completions from a list of actions, one per request:
-  ("sleep", seconds) | ("status", code) | ("reply", content)."""
+  ("sleep", seconds) | ("status", code) | ("body", raw bytes) | ("reply", content)."""
 
   def __init__(self, actions):
     self.actions, self.lock, self.bodies = list(actions), threading.Lock(), []
@@ -161,7 +163,9 @@ class _Server:
         if kind == "status":
           data = json.dumps({"error": {"message": "scripted", "type": "x"}}).encode()
           code = arg
-        else:
+        elif kind == "body":  # A 200 whose body is not a completion.
+          code, data = 200, arg
+        elif kind == "reply":
           code, data = 200, json.dumps({
               "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
               "choices": [{"index": 0, "finish_reason": "stop",
@@ -196,10 +200,15 @@ def _backend(server, **kw):
   return backends.OpenAIBackend(**kw)
 
 
-def test_openai_backend_retries_then_succeeds(api_key):
+def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
   server = _Server([("sleep", 1.5), ("status", 429), ("status", 500), ("status", 503),
                     ("reply", "not json at all"),
                     ("reply", 'Here you go: {"reasoning": "fine", "decision": "OK"} Thanks!')])
+  delays = []
+  # The backend's own view of time and randomness (the server keeps the real ones).
+  monkeypatch.setattr(backends, "time", types.SimpleNamespace(sleep=delays.append))
+  monkeypatch.setattr(backends, "random", types.SimpleNamespace(
+      uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
   try:
     backend = _backend(server)
     stats = judging.JudgeStats()
@@ -213,6 +222,8 @@ def test_openai_backend_retries_then_succeeds(api_key):
     assert backend.stats["retries/RateLimitError"] == 1
     assert backend.stats["retries/InternalServerError"] == 2
     assert stats["parse_failures"] == 1 and stats["reasks"] == 1 and stats["api_errors"] == 0
+    # Exponential backoff (base 0.01 s, doubling) times the jitter factor drawn in [0.5, 1.5].
+    assert delays == pytest.approx([0.0125, 0.025, 0.05, 0.1])
     body, auth = server.bodies[-1]
     assert body["model"] == "judge-model" and body["temperature"] == 0.6
     assert auth == "Bearer sk-test-not-a-secret"
@@ -281,3 +292,17 @@ def test_local_backend_samples_each_request_with_its_own_key(testdata):
   # Paper 003's judge prompts do not fit the tiny model's 1024-token context: said plainly.
   with pytest.raises(judging.JudgeError, match="exceeds the local judge model's context"):
     backend.complete(judging.requests_for([_dialogue(0)], judging.PEDAGOGICAL_RL), 0)
+
+
+def test_openai_backend_malformed_bodies_and_the_policy(api_key):
+  # A body that is not JSON is retried like a 5xx; replies that never parse meet the policy.
+  server = _Server([("body", b"<html>bad gateway</html>")] + [("reply", "no verdict")] * 20)
+  try:
+    backend = _backend(server)
+    stats = judging.JudgeStats()
+    v = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, rounds=3,
+                      on_failure="accept", stats=stats)
+    assert v[0].r_ped == 1.0 and stats["policy/accept"] == 2
+    assert stats["parse_failures"] == 6 and backend.stats["retries/JSONDecodeError"] == 1
+  finally:
+    server.close()

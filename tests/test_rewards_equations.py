@@ -73,6 +73,8 @@ def test_potential_score_sum_and_mean():
     uco.potential_score([[]])
   with pytest.raises(ValueError, match="at least one"):
     uco.potential_score([])
+  with pytest.raises(ValueError, match="NaN"):
+    uco.potential_score([[np.nan, -1.0], [-0.5]])
 
 
 def test_semantic_score_is_max_cosine_minus_delta():

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from pedrl.env import dialogue
+from pedrl.rewards import uco
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOOD = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "source": "written",
@@ -49,12 +53,17 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
     assert d.turns >= 1 and d.end_reason in ("max_turns", "end_of_conversation", "token_limit")
     assert len(d.post_correct) == 2 and d.r_sol is not None and d.pre_solve_rate is not None
     assert sum(d.tutor_mask) == sum(m.num_tokens for m in d.messages if m.role == "tutor")
+    # The tiny variant's rewards: r_sol + pedagogy (rule judges) + template.
+    assert set(d.rewards) == {"r_sol", "pedagogy", "template", "total"}
+    assert d.judgement["r_ped"] in (0.0, 1.0) and d.rewards["r_sol"] == d.r_sol
+    assert d.rewards["total"] == pytest.approx(sum(v for k, v in d.rewards.items()
+                                                   if k != "total"))
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["dialogues"] == 6 and summary["problems"] == 3
   assert summary["skipped_problem_rows"] == 4
   assert summary["mean_turns"] == sum(d.turns for d in records) / 6
   for key in ("seconds_tutor", "seconds_student", "seconds_solve", "truncation_rate",
-              "pre_solve_rate", "post_solve_rate"):
+              "pre_solve_rate", "post_solve_rate", "reward_total", "reward_pedagogy"):
     assert key in summary
   assert "mean_turns=" in r.stdout
 
@@ -83,3 +92,29 @@ def test_rollout_job_fatal_bad_row_names_it_before_any_work(tmp_path):
   assert r.returncode != 0
   assert "row 2: no 'answer'" in r.stderr
   assert not (workdir / "dialogues.jsonl").exists()
+
+
+def test_rollout_job_with_uco_rewards_writes_per_turn_rewards(tmp_path):
+  workdir = tmp_path / "uco"
+  r = subprocess.run(
+      [sys.executable, "-m", "pedrl.experiments.rollout", "--config=experiments/rollout.py:tiny_uco",
+       f"--workdir={workdir}", "--config.problems.limit=1"],
+      cwd=ROOT, env=dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu"), capture_output=True,
+      text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  records = dialogue.load_jsonl(str(workdir / "dialogues.jsonl"))
+  assert len(records) == 2
+  for d in records:
+    tutor_turns = [i for i, m in enumerate(d.messages) if m.role == "tutor"]
+    assert [t["message"] for t in d.turn_rewards] == tutor_turns
+    for t in d.turn_rewards:
+      assert t["reward"] == pytest.approx(t["progress"] + t["scaffold"])
+      assert len(t["level_logprobs"]) == 5 and 0 <= t["level"] <= 4
+    returns = uco.discounted_returns([t["reward"] for t in d.turn_rewards], 0.95)
+    assert d.rewards["uco"] == pytest.approx(returns[0])
+    assert d.rewards["total"] == pytest.approx(d.rewards["uco"] + d.rewards["template"])
+  metrics = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert len(metrics) == 1 and set(metrics[0]) == {"batch_problem_uids", "uco", "template", "total"}
+  assert metrics[0]["uco"]["mean"] == pytest.approx(np.mean([d.rewards["uco"] for d in records]))
+  assert "reward_uco=" in r.stdout and np.isfinite(
+      float(r.stdout.split("reward_uco=")[1].split()[0]))

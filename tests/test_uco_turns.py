@@ -1,11 +1,13 @@
 """UCO per-turn rewards on the testdata models, against a by-hand recomputation."""
+import collections
+
 import numpy as np
 import pytest
 
 from pedrl import models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.engine.scoring import Scorer, sequence_logprobs
-from pedrl.env import chat, rollout
+from pedrl.env import chat, prompts, rollout
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.rewards import embedding, oracle, uco, uco_turns
 from pedrl.tokenizer import load_tokenizer
@@ -48,15 +50,22 @@ def test_turn_rewards_equal_a_by_hand_recomputation(setup, reduce):
   (scores,) = uco_turns.score_turns([d], student, scorer, oracle.ReferenceOracle(), embedder,
                                     settings)
   assert [s.message for s in scores] == [1, 3]
-  told = oracle.ReferenceOracle()([oracle.OracleRequest(d, 1)])[0]
   fmt, params = student.chat, student.params
+  system = {"role": "system", "content": prompts.render("pedagogical_rl/student_system",
+                                                        problem="What is 3 + 4?")}
+  # The student's state before each tutor turn, written out by hand.
+  before = {1: [system, {"role": "assistant", "content": "Is it 8?"}],
+            3: [system, {"role": "assistant", "content": "Is it 8?"},
+                {"role": "user", "content": "Count up from 3, four times."},
+                {"role": "assistant", "content": "4, 5, 6, 7. So 7!"}]}
   for s in scores:
-    view = uco_turns.student_view(d, s.message + 1, settings.student_prompt)
-    ctx = fmt.prompt_ids(view)
+    told = oracle.ReferenceOracle()([oracle.OracleRequest(d, s.message)])[0]
+    after = before[s.message] + [{"role": "user", "content": d.messages[s.message].text}]
+    ctx = fmt.prompt_ids(after)
     best = max(_logprob(model, params, ctx, fmt.encode(c), reduce) for c in told.candidates)
     assert s.potential == pytest.approx(np.tanh(2.0 * best), abs=1e-4)
-    before = uco_turns.student_view(d, s.message, settings.student_prompt)
-    p = [_logprob(model, params, fmt.prompt_ids(before + [{"role": "user", "content": h}]),
+    p = [_logprob(model, params,
+                  fmt.prompt_ids(before[s.message] + [{"role": "user", "content": h}]),
                   fmt.encode(told.candidates[0]), reduce) for h in told.hints]
     np.testing.assert_allclose(s.level_logprobs, p, atol=1e-4)
     assert s.zpd_level == max(0, int(np.argmax(p)) - 1)
@@ -68,6 +77,7 @@ def test_turn_rewards_equal_a_by_hand_recomputation(setup, reduce):
     assert s.scaffold == pytest.approx(want_scaffold, abs=1e-4)
     assert s.reward == pytest.approx(s.progress + s.scaffold)
   first, last = scores
+  told = oracle.ReferenceOracle()([oracle.OracleRequest(d, 1)])[0]
   vec = embedder([d.messages[2].text] + list(told.candidates))
   semantic = float(np.max(vec[1:] @ vec[0])) - 0.7
   assert first.semantic == pytest.approx(semantic, abs=1e-5)
@@ -98,8 +108,6 @@ def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   o = oracle.LLMOracle(_TextBackend(lambda r, k: good if (r.turn, k) != (1, 0) else short))
   classifier = _TextBackend(lambda r, k: '{"level": "conceptual"}' if r.turn == 1 else "??")
   settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2)
-  stats = {}
-  import collections
   stats = collections.Counter()
   (scores,) = uco_turns.score_turns([_dialogue()], student, scorer, o, embedder, settings,
                                     classifier=classifier, stats=stats)
@@ -113,3 +121,16 @@ def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   (turn,) = lenient([oracle.OracleRequest(_dialogue(), 1)])
   assert turn == oracle.ReferenceOracle()([oracle.OracleRequest(_dialogue(), 1)])[0]
   assert lenient.stats["fallback/reference"] == 1 and lenient.stats["parse_failures"] == 2
+
+
+def test_oracle_replies_are_checked():
+  assert oracle.parse_oracle('{"candidates": "seven is it", "hints": {}}') is None
+  hints = {k: "h" for k in ("metacognitive", "strategic", "conceptual", "step_by_step")}
+  assert oracle.parse_oracle(str({"candidates": ["a"] * 5, "hints": hints})) is None  # No l4.
+  hints["worked_example"] = "h"
+  assert oracle.parse_oracle(str({"candidates": ["a"] * 6, "hints": hints})).candidates == ("a",) * 5
+  down = _TextBackend(lambda r, k: ConnectionError("refused"))
+  with pytest.raises(oracle.OracleError, match="failed every request"):
+    oracle.LLMOracle(down)([oracle.OracleRequest(_dialogue(), 1)])
+  assert oracle.parse_level('{"level": "Step-by-step"}') == 3
+  assert oracle.parse_level('{"level": 7}') is None

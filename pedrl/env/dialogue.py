@@ -49,6 +49,10 @@ class Dialogue:
   post_correct: list = dataclasses.field(default_factory=list)
   r_sol: float | None = None
   pre_solve_rate: float | None = None
+  # Filled by the rewards (pedrl.rewards).
+  judgement: dict = dataclasses.field(default_factory=dict)  # r_ped, r_think, samples, dropped.
+  turn_rewards: list = dataclasses.field(default_factory=list)  # UCO, per tutor turn.
+  rewards: dict = dataclasses.field(default_factory=dict)  # Per component, and "total".
 
   @property
   def turns(self) -> int:

@@ -3,10 +3,12 @@ r"""Runs tutor–student rollouts on a problem split and writes them with a summ
   python -m pedrl.experiments.rollout --config=experiments/rollout.py:tiny --workdir=/tmp/rollout
 
 Per batch of problems: dialogues (pedrl.env.rollout), the student's
-pre-dialogue and post-dialogue solve attempts (pedrl.env.solving), then the
-batch is appended to WORKDIR/dialogues.jsonl. A rerun with the same workdir
-skips problems already written. WORKDIR/summary.json and the last lines of the
-log hold the summary (key=value).
+pre-dialogue solve attempts, the rewards (pedrl.rewards.pipeline: judges,
+post-dialogue attempts, UCO turns, weighted components), then the batch is
+appended to WORKDIR/dialogues.jsonl. A rerun with the same workdir
+skips problems already written. WORKDIR/metrics.jsonl has each batch's reward
+components (mean, std); WORKDIR/summary.json and the last lines of the log hold
+the summary (key=value).
 """
 import collections
 import dataclasses
@@ -22,13 +24,17 @@ from tqdm import tqdm
 
 from pedrl import models, sharding
 from pedrl.engine import Sampler, SamplingParams
+from pedrl.engine.scoring import Scorer
 from pedrl.env import chat, dialogue, problems as problems_lib, rollout, solving
+from pedrl.rewards import (assemble, backends, embedding, judging, oracle as oracle_lib,
+                           pipeline, uco_turns)
 from pedrl.tokenizer import load_tokenizer
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/rollout.py:tiny.")
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
 FLAGS = flags.FLAGS
 
+JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING}
 LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8k,
            "math500": problems_lib.load_math500}
 
@@ -63,6 +69,55 @@ def load_problems(c):
   return (rows[:p.limit] if p.limit > 0 else rows), report
 
 
+def build_rewards(c, student, solver, solve, mesh) -> pipeline.RewardPipeline:
+  """The reward pipeline the config asks for (judges, oracle, embedder, weights)."""
+  r = c.rewards
+  settings = assemble.RewardSettings(
+      components=assemble.parse_components(r.components), lam=r.lam, hard=r.hard,
+      lam_think=r.lam_think, theta=r.theta, gamma=r.uco.gamma)
+  backend = None
+
+  def text_backend(kind, **openai_overrides):
+    if kind == "openai":
+      overrides = {k: v for k, v in openai_overrides.items() if v}
+      return backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
+    if kind == "local":
+      return backends.LocalBackend(load_party(r.local_judge, mesh, c.scan_layers),
+                                   temperature=r.local_judge.temperature, seed=c.seed)
+    if kind == "rule":
+      return backends.RuleBackend()
+    raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
+
+  specs = ()
+  if settings.needs_judges:
+    if r.judges not in JUDGE_PANELS:
+      raise app.UsageError(f"rewards.judges {r.judges!r} is not one of {sorted(JUDGE_PANELS)}")
+    specs = tuple(dataclasses.replace(s, samples=r.judge_samples) if s.kind == judging.DECISION
+                  else s for s in JUDGE_PANELS[r.judges])
+    backend = text_backend(r.judge_backend)
+  kw = {}
+  if "uco" in settings.names:
+    u = r.uco
+    oracle_kind = u.oracle
+    oracle = (oracle_lib.ReferenceOracle() if oracle_kind == "reference" else
+              oracle_lib.LLMOracle(text_backend(oracle_kind, model=u.oracle_model,
+                                                base_url=u.oracle_base_url,
+                                                api_key_env=u.oracle_api_key_env),
+                                   rounds=u.oracle_rounds, on_failure=u.on_oracle_failure))
+    path = embedding.minilm_path() if u.embedder == "minilm" else u.embedder
+    kw = dict(
+        uco=uco_turns.UCOSettings(
+            alpha=u.alpha, delta=u.delta, lam=u.lam, c=u.c, gamma=u.gamma, reduce=u.reduce,
+            level_method=u.level_method, last_turn_semantic=u.last_turn_semantic,
+            zpd_candidate=u.zpd_candidate, classifier_rounds=u.classifier_rounds,
+            student_prompt=c.rollout.student_prompt),
+        student=student, scorer=Scorer(student.sampler.model, mesh), oracle=oracle,
+        embedder=embedding.Embedder(path),
+        classifier=text_backend(u.classifier_backend) if u.level_method == "llm" else None)
+  return pipeline.RewardPipeline(settings, solver, solve, specs, backend, r.judge_rounds,
+                                 r.on_judge_failure, solve_always=c.solve.post_dialogue, **kw)
+
+
 def resume(path: str, group_size: int) -> list:
   """The dialogues of problems already complete in `path` (a rerun skips them).
 
@@ -91,7 +146,7 @@ def summarize(dialogues, seconds: dict, report) -> dict:
   sampled = lambda d, role: sum(m.num_tokens for m in d.messages if m.role == role)
   post = [d.r_sol for d in dialogues if d.r_sol is not None]
   pre = [d.pre_solve_rate for d in dialogues if d.pre_solve_rate is not None]
-  return {
+  out = {
       "dialogues": len(dialogues),
       "problems": len({d.problem_id for d in dialogues}),
       "mean_turns": mean([d.turns for d in dialogues]),
@@ -106,6 +161,11 @@ def summarize(dialogues, seconds: dict, report) -> dict:
       "skipped_problem_rows": len(report.skipped),
       **{f"seconds_{k}": round(v, 2) for k, v in seconds.items()},
   }
+  scored = [d for d in dialogues if d.rewards]
+  for name in (scored[0].rewards if scored else {}):
+    out[f"reward_{name}"] = mean([d.rewards[name] for d in scored])
+  out["dropped_by_judges"] = sum(bool(d.judgement.get("dropped")) for d in dialogues)
+  return out
 
 
 def main(argv):
@@ -135,6 +195,7 @@ def main(argv):
   student = load_party(c.student, mesh, c.scan_layers)
   solver = dataclasses.replace(student, sampling=dataclasses.replace(
       student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+  rewards = build_rewards(c, student, solver, solve, mesh)
   seconds = collections.Counter(load=time.perf_counter() - start)
 
   b = c.batch_problems
@@ -151,15 +212,23 @@ def main(argv):
         pre = solving.pre_dialogue(batch, solver, solve)
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
-      solving.post_dialogue(dialogues, solver, solve)
       seconds["solve"] += time.perf_counter() - t0
+      batch_stats = rewards(dialogues)
+      logging.info("batch %d: %s", lo // b, "  ".join(
+          f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in batch_stats.items()))
+      with open(os.path.join(FLAGS.workdir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"batch_problem_uids": list(uids), **{
+            k: {"mean": m, "std": sd} for k, (m, sd) in batch_stats.items()}}) + "\n")
       dialogue.save_jsonl(dialogues, out_path)
       done += dialogues
       bar.update(len(batch))
       bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
-                      r_sol=f"{np.mean([d.r_sol for d in dialogues]):.2f}")
-  seconds["total"] = time.perf_counter() - start
+                      reward=f"{batch_stats['total'][0]:.2f}")
+  seconds["solve"] += rewards.seconds["solve"]
+  seconds.update(judges=rewards.seconds["judges"], uco=rewards.seconds["uco"],
+                 total=time.perf_counter() - start)
   summary = summarize(done, dict(seconds), report)
+  summary["reward_pipeline"] = dict(sorted(rewards.stats.items()))
   with open(os.path.join(FLAGS.workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   for k, v in summary.items():

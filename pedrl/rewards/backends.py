@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 
 from pedrl.env import chat
@@ -50,6 +51,7 @@ class OpenAIBackend:
       raise JudgeError(f"the environment variable {self.api_key_env} is not set; it must hold "
                        f"the API key for the judge endpoint {self.base_url or 'api.openai.com'}")
     self._openai = openai
+    self._lock = threading.Lock()  # Counters are bumped from the worker threads.
     self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
                                  max_retries=0)  # Retries are ours: counted, with jitter.
 
@@ -58,20 +60,28 @@ class OpenAIBackend:
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
       return list(pool.map(self._one, [r.prompt for r in requests]))
 
+  def _count(self, key: str):
+    with self._lock:
+      self.stats[key] += 1
+
   def _one(self, prompt: str):
     o = self._openai
-    retryable = (o.APITimeoutError, o.APIConnectionError, o.RateLimitError, o.InternalServerError)
+    # Timeouts, connection errors, 429, 5xx, and replies that are not a completion.
+    retryable = (o.APITimeoutError, o.APIConnectionError, o.RateLimitError, o.InternalServerError,
+                 o.APIResponseValidationError, ValueError)
     for attempt in range(self.max_tries):
       try:
         out = self._client.chat.completions.create(
             model=self.model, messages=[{"role": "user", "content": prompt}],
             temperature=self.temperature, max_tokens=self.max_tokens)
+        if not out.choices:
+          raise ValueError("the completion has no choices")
         return out.choices[0].message.content or ""
       except retryable as e:
         if attempt + 1 == self.max_tries:
           return e
-        self.stats["retries"] += 1
-        self.stats[f"retries/{type(e).__name__}"] += 1
+        self._count("retries")
+        self._count(f"retries/{type(e).__name__}")
         delay = min(self.backoff_max, self.backoff_base * 2 ** attempt)
         time.sleep(delay * random.uniform(0.5, 1.5))
       except o.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.

@@ -99,7 +99,8 @@ def parse_decision(text: str) -> bool | None:
   obj = json_object(text or "")
   value = obj.get("decision") if obj else None
   if value is None:  # Prose or broken JSON: a "decision": X pair anywhere.
-    m = re.search(r"""["']?decision["']?\s*[:=]\s*["']?([A-Za-z]+)""", text or "", re.I)
+    m = re.search(r"""["']?decision["']?\s*[:=]\s*["']?([A-Za-z]+)["']?\s*(?:[,}\n.]|$)""",
+                  text or "", re.I)
     value = m.group(1) if m else None
   word = str(value).strip().strip("\"'").lower() if value is not None else ""
   return True if word in _ACCEPT else False if word in _REJECT else None
@@ -168,7 +169,7 @@ def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject"
     if len(replies) != len(pending):
       raise JudgeError(f"backend returned {len(replies)} replies for {len(pending)} requests")
     failed = [req for req, rep in zip(pending, replies) if isinstance(rep, Exception)]
-    if failed and len(failed) == len(pending):
+    if r == 0 and failed and len(failed) == len(pending):  # The endpoint is down, not flaky.
       first = next(rep for rep in replies if isinstance(rep, Exception))
       raise JudgeError(f"the judge backend failed every request of the batch "
                        f"({type(first).__name__}: {first})")

@@ -79,7 +79,10 @@ def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
   obj = json_object(text or "")
   if not obj:
     return None
-  candidates = [c.strip() for c in obj.get("candidates") or [] if isinstance(c, str) and c.strip()]
+  candidates = obj.get("candidates")
+  if not isinstance(candidates, list):
+    return None
+  candidates = [c.strip() for c in candidates if isinstance(c, str) and c.strip()]
   hints = obj.get("hints")
   if len(candidates) < n or not isinstance(hints, dict):
     return None
@@ -88,11 +91,6 @@ def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
   if not all(isinstance(h, str) and h.strip() for h in levels):
     return None
   return OracleTurn(tuple(candidates[:n]), tuple(h.strip() for h in levels))
-
-
-def visible_until(d, turn: int) -> list:
-  """The dialogue's messages up to and including message `turn`."""
-  return d.messages[:turn + 1]
 
 
 @dataclasses.dataclass
@@ -107,9 +105,12 @@ class LLMOracle:
       raise ValueError(f"on_failure {self.on_failure!r} is not 'reference' or 'error'")
 
   def __call__(self, requests) -> list[OracleTurn]:
+    # The hints stand in for the tutor's turn (eq. 6), so the oracle sees the
+    # dialogue before it, and the turn itself for the candidates (eq. 3).
     requests = [dataclasses.replace(r, uid=i, prompt=prompts.render(
         "uco/oracle", problem=r.dialogue.problem, answer=r.dialogue.answer,
-        conversation=transcript(visible_until(r.dialogue, r.turn)))) for i, r in enumerate(requests)]
+        conversation=transcript(r.dialogue.messages[:r.turn]) or "(no messages yet)",
+        message=r.dialogue.messages[r.turn].text)) for i, r in enumerate(requests)]
     out = [None] * len(requests)
     pending = list(requests)
     for round_ in range(self.rounds):
@@ -117,6 +118,9 @@ class LLMOracle:
         break
       self.stats["requests"] += len(pending)
       replies = self.backend.complete(pending, round_)
+      if round_ == 0 and replies and all(isinstance(x, Exception) for x in replies):
+        raise OracleError(f"the oracle backend failed every request of the batch "
+                          f"({type(replies[0]).__name__}: {replies[0]})")
       still = []
       for r, reply in zip(pending, replies):
         turn = None if isinstance(reply, Exception) else parse_oracle(reply)

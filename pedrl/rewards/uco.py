@@ -21,6 +21,8 @@ def candidate_logprob(token_logprobs, reduce: str = "mean") -> float:
     raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
   if lp.size == 0:
     raise ValueError("a candidate has no tokens")
+  if np.isnan(lp).any():
+    raise ValueError("a candidate's log-probs contain NaN")
   return float(lp.sum() if reduce == "sum" else lp.mean())
 
 

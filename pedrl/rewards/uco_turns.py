@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from pedrl.env import prompts, rollout
-from pedrl.env.dialogue import STUDENT, TUTOR
+from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
 from pedrl.rewards import oracle as oracle_lib
 from pedrl.rewards import uco
 
@@ -65,10 +65,14 @@ class TurnScore:
 
 
 def student_view(d, upto: int, student_prompt: str) -> list[dict]:
-  """The student's chat for messages[:upto]: its system prompt, own messages as assistant."""
+  """The student's chat for messages[:upto], as the rollout fed it: its system prompt,
+  its own messages as sampled (its attempt as shown), the tutor's visible text."""
   view = [{"role": "system", "content": rollout.student_system_prompt(student_prompt, d)}]
-  for m in d.messages[:upto]:
-    view.append({"role": "assistant" if m.role == STUDENT else "user", "content": m.text})
+  for i, m in enumerate(d.messages[:upto]):
+    own = m.role == STUDENT
+    attempt = own and i == 0 and d.scenario == ATTEMPTED
+    content = m.raw if own and m.raw and not attempt else m.text
+    view.append({"role": "assistant" if own else "user", "content": content})
   return view
 
 
@@ -93,7 +97,7 @@ def _classify_levels(backend, turns, rounds: int, fallback, stats) -> list[int]:
     for r, reply in zip(pending, replies):
       level = None if isinstance(reply, Exception) else oracle_lib.parse_level(reply)
       if level is None:
-        stats["level_parse_failures"] += 1
+        stats["level_api_errors" if isinstance(reply, Exception) else "level_parse_failures"] += 1
         still.append(r)
       else:
         out[r.uid] = level

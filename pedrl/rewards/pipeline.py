@@ -1,0 +1,82 @@
+"""Rewards for a batch of dialogues: judges, then solve attempts, then UCO turns, then totals.
+
+The order matters for cost: with the hard penalty a rejected dialogue gets no
+solve attempts (paper 003), and a dialogue a judge policy dropped gets nothing.
+"""
+import collections
+import dataclasses
+import time
+
+from pedrl.env import solving
+from pedrl.rewards import assemble, judging, uco_turns
+
+
+@dataclasses.dataclass
+class RewardPipeline:
+  settings: assemble.RewardSettings
+  solver: object  # rollout.Party: the student, with the solve-attempt sampling params.
+  solve: solving.SolveSettings
+  judge_specs: tuple = ()
+  judge_backend: object = None
+  judge_rounds: int = 5
+  on_judge_failure: str = "reject"
+  uco: uco_turns.UCOSettings | None = None
+  student: object = None  # rollout.Party scoring UCO candidates (the student's model).
+  scorer: object = None
+  oracle: object = None
+  embedder: object = None
+  classifier: object = None
+  solve_always: bool = True  # Post-dialogue attempts even without r_sol (Δ solve-rate reports).
+  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+  def __post_init__(self):
+    names = self.settings.names
+    if self.settings.needs_judges and (not self.judge_specs or self.judge_backend is None):
+      raise ValueError(f"reward components {sorted(names)} need judges and a judge backend")
+    if "thinking" in names and not any(s.kind == judging.SCORE for s in self.judge_specs):
+      raise ValueError("the thinking component needs the thinking-quality judge (THINKING)")
+    if "uco" in names and None in (self.uco, self.student, self.scorer, self.oracle,
+                                   self.embedder):
+      raise ValueError("the uco component needs UCO settings, the student, a scorer, an "
+                       "oracle and an embedder")
+
+  def __call__(self, dialogues) -> dict:
+    """Fills judgement, r_sol, turn_rewards and rewards; returns (mean, std) per component."""
+    clock = time.perf_counter()
+    if self.settings.needs_judges:
+      judge_stats = judging.JudgeStats()
+      verdicts = judging.judge(dialogues, self.judge_specs, self.judge_backend,
+                               self.judge_rounds, self.on_judge_failure, judge_stats)
+      self.stats.update({f"judge/{k}": v for k, v in judge_stats.items()})
+      for d, v in zip(dialogues, verdicts):
+        d.judgement = dataclasses.asdict(v)
+    clock = self._tick("judges", clock)
+    kept = [d for d in dialogues if not d.judgement.get("dropped")]
+    self.stats["dropped"] += len(dialogues) - len(kept)
+    to_solve = [d for d in kept if not assemble.rejected(d, self.settings)]
+    self.stats["hard_rejected"] += len(kept) - len(to_solve)
+    if to_solve and (self.solve_always or "r_sol" in self.settings.names):
+      solving.post_dialogue(to_solve, self.solver, self.solve)
+    clock = self._tick("solve", clock)
+    if "uco" in self.settings.names and to_solve:
+      scores = uco_turns.score_turns(to_solve, self.student, self.scorer, self.oracle,
+                                     self.embedder, self.uco, self.classifier, self.stats)
+      for d, turns in zip(to_solve, scores):
+        d.turn_rewards = [dataclasses.asdict(t) for t in turns]
+    self._tick("uco", clock)
+    self._collect()
+    return assemble.assign(dialogues, self.settings)
+
+  def _collect(self):
+    """Counters kept by the backends and the oracle (retries, fallbacks), as totals."""
+    for prefix, source in (("judge_backend", self.judge_backend), ("oracle", self.oracle),
+                           ("oracle_backend", getattr(self.oracle, "backend", None)),
+                           ("classifier", self.classifier)):
+      for k, v in (getattr(source, "stats", None) or {}).items():
+        self.stats[f"{prefix}/{k}"] = v  # The source's counts are already running totals.
+
+  def _tick(self, what: str, since: float) -> float:
+    now = time.perf_counter()
+    self.seconds[what] += now - since
+    return now

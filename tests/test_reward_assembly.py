@@ -1,0 +1,114 @@
+"""Weighted reward components per dialogue, the hard penalty, and the pipeline's order."""
+import numpy as np
+import pytest
+
+from pedrl.env import solving
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.rewards import assemble, backends, judging, pedagogy, pipeline, template, uco
+
+
+def _dialogue(uid, tutor="<think>plan</think>What do you get?", student="7",
+              end="end_of_conversation", r_sol=0.5, r_ped=1.0, r_think=None):
+  d = Dialogue(problem_id=f"p{uid}", problem="3 + 4?", answer="7", scenario="guided",
+               rollout=0, uid=uid, end_reason=end, r_sol=r_sol,
+               messages=[Message(role=TUTOR, text="What do you get?", raw=tutor),
+                         Message(role=STUDENT, text=student, raw=student)])
+  d.judgement = {"r_ped": r_ped, "r_think": r_think, "dropped": False}
+  return d
+
+
+def test_parse_components():
+  assert assemble.parse_components("r_sol:1, pedagogy:1,template:0.5") == (
+      ("r_sol", 1.0), ("pedagogy", 1.0), ("template", 0.5))
+  assert assemble.parse_components("uco") == (("uco", 1.0),)
+  with pytest.raises(ValueError, match="not one of"):
+    assemble.parse_components("r_sol:1,leak:1")
+  with pytest.raises(ValueError, match="weight"):
+    assemble.parse_components("r_sol:high")
+
+
+def test_components_add_up_to_the_papers_rewards():
+  s003 = assemble.RewardSettings()  # r_sol + pedagogy + template, λ = 0.75.
+  for r_ped in (1.0, 0.0):
+    d = _dialogue(0, r_ped=r_ped)
+    values = assemble.components(d, s003)
+    want = pedagogy.pedagogical_rl_reward(0.5, r_ped, 0.75) + template.template_reward(
+        [d.messages[0].raw], True, False)
+    assert assemble.total(values, d, s003) == pytest.approx(want)
+  s001 = assemble.RewardSettings(components=assemble.parse_components("r_sol,pedagogy,thinking"))
+  d = _dialogue(0, r_ped=1.0, r_think=0.9)
+  assert assemble.total(assemble.components(d, s001), d, s001) == pytest.approx(
+      pedagogy.thinking_reward(0.5, 1.0, 0.9))
+
+
+def test_hard_penalty_replaces_the_rest_but_not_the_length_penalty():
+  hard = assemble.RewardSettings(hard=True, lam=1.5)
+  d = _dialogue(0, r_ped=0.0, r_sol=None, end="max_turns")
+  d.messages[0].finish_reason = "length"
+  values = assemble.components(d, hard)
+  assert values == {"r_sol": 0.0, "pedagogy": 0.0, "template": -0.5}
+  assert assemble.total(values, d, hard) == pytest.approx(-1.5 - 0.5)
+  mixed = assemble.RewardSettings(components=(("uco", 1.0), ("template", 1.0)), hard=True)
+  assert assemble.components(d, mixed)["uco"] == 0.0  # No turn rewards needed: replaced by -λ.
+
+
+def test_uco_component_is_the_discounted_return():
+  s = assemble.RewardSettings(components=(("uco", 2.0),), gamma=0.5)
+  d = _dialogue(0)
+  d.turn_rewards = [{"reward": 1.0}, {"reward": 0.4}]
+  values = assemble.components(d, s)
+  assert values["uco"] == pytest.approx(1.0 + 0.5 * 0.4)
+  assert assemble.total(values, d, s) == pytest.approx(2.4)
+  d.turn_rewards = []
+  with pytest.raises(ValueError, match="no UCO turn rewards"):
+    assemble.components(d, s)
+
+
+def test_missing_inputs_are_errors_not_zeros():
+  d = _dialogue(0, r_sol=None)
+  with pytest.raises(ValueError, match="no r_sol"):
+    assemble.components(d, assemble.RewardSettings())
+
+
+def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
+  solved = []
+  def fake_solve(dialogues, student, settings):
+    solved.extend(d.uid for d in dialogues)
+    for d in dialogues:
+      d.r_sol = 1.0
+  monkeypatch.setattr(solving, "post_dialogue", fake_solve)
+  leak = _dialogue(0, tutor="The answer is 7.", r_sol=None)
+  leak.messages[0].text = "The answer is 7."
+  ok = _dialogue(1, r_sol=None)
+  p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
+                              judging.PEDAGOGICAL_RL[:1], backends.RuleBackend())
+  stats = p([leak, ok])
+  assert solved == [1] and p.stats["hard_rejected"] == 1
+  assert leak.rewards["total"] == pytest.approx(-0.75) and leak.r_sol is None
+  assert ok.rewards["total"] == pytest.approx(1.0 + 0.0 + ok.rewards["template"])
+  assert stats["total"][0] == pytest.approx(np.mean([leak.rewards["total"], ok.rewards["total"]]))
+
+  class Garbage:
+    def complete(self, requests, round_=0):
+      return ["??"] * len(requests)
+  solved.clear()
+  a, b = _dialogue(2, r_sol=None), _dialogue(3, r_sol=None)
+  p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
+                              judging.PEDAGOGICAL_RL, Garbage(), judge_rounds=1,
+                              on_judge_failure="drop")
+  stats = p([a, b])
+  assert solved == [] and a.judgement["dropped"] and not a.rewards
+  assert p.stats["dropped"] == 2 and p.stats["judge/policy/drop"] == 8  # 2 x 2 judges x 2.
+  assert np.isnan(stats["total"][0])
+
+
+def test_pipeline_refuses_an_incomplete_configuration():
+  with pytest.raises(ValueError, match="judge backend"):
+    pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings())
+  with pytest.raises(ValueError, match="thinking-quality judge"):
+    pipeline.RewardPipeline(
+        assemble.RewardSettings(components=(("thinking", 1.0),)), None, solving.SolveSettings(),
+        judging.PEDAGOGICAL_RL, backends.RuleBackend())
+  with pytest.raises(ValueError, match="uco component needs"):
+    pipeline.RewardPipeline(assemble.RewardSettings(components=(("uco", 1.0),)), None,
+                            solving.SolveSettings())
