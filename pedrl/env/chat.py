@@ -33,18 +33,14 @@ def split_thinking(text: str) -> tuple[str, str]:
   if close != -1 and (open_ == -1 or close < open_):
     text = THINK_OPEN + text
   while True:
-    i = text.find(THINK_OPEN)
-    if i == -1:
-      visible.append(text)
+    before, opened, text = text.partition(THINK_OPEN)
+    visible.append(before)
+    if not opened:
       break
-    visible.append(text[:i])
-    text = text[i + len(THINK_OPEN):]
-    j = text.find(THINK_CLOSE)
-    if j == -1:
-      thinking.append(text)
+    inside, closed, text = text.partition(THINK_CLOSE)
+    thinking.append(inside)
+    if not closed:
       break
-    thinking.append(text[:j])
-    text = text[j + len(THINK_CLOSE):]
   return "".join(visible), "\n".join(t.strip() for t in thinking if t.strip())
 
 
