@@ -1,0 +1,1 @@
+"""GRPO: group-relative advantages, the clipped policy loss with a k3 KL, the update."""

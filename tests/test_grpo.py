@@ -1,0 +1,169 @@
+"""GRPO pieces against hand computation: advantages, the loss and its gradient, exact
+micro-batch accumulation, and one update moving log-probs the right way."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from pedrl import models
+from pedrl.rl import advantages, loss, update
+
+
+# -- Advantages ----------------------------------------------------------------------------------
+
+def test_group_advantages_by_hand():
+  # Group 1: [1, 0] -> mean 0.5, std 0.5; group 2: [0.5, 0.5] -> 0 / (0 + eps).
+  got = advantages.group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2, eps=1e-4)
+  np.testing.assert_allclose(got, [0.5 / 0.5001, -0.5 / 0.5001, 0.0, 0.0])
+  # Unbiased std (TRL): [3, 1, 2] -> mean 2, std 1.
+  np.testing.assert_allclose(advantages.group_advantages([3.0, 1.0, 2.0], 3, eps=0.0, ddof=1),
+                             [1.0, -1.0, 0.0])
+  with pytest.raises(ValueError, match="at least 2"):
+    advantages.group_advantages([1.0], 1)
+  with pytest.raises(ValueError, match="groups of 2"):
+    advantages.group_advantages([1.0, 2.0, 3.0], 2)
+
+
+def test_turn_advantages_by_hand():
+  # gamma 0.5. Dialogue A turns [1, 2] -> returns [2, 2]; B [0] -> [0].
+  # Pooled [2, 2, 0]: mean 4/3, std sqrt(8/9).
+  got = advantages.turn_advantages([[1.0, 2.0], [0.0]], group_size=2, gamma=0.5, eps=0.0)
+  std = np.sqrt(8 / 9)
+  np.testing.assert_allclose(got[0], [(2 - 4 / 3) / std] * 2)
+  np.testing.assert_allclose(got[1], [(0 - 4 / 3) / std])
+
+
+def test_token_advantages():
+  mask = [0, 0, 1, 1, 0, 1, 1, 1]
+  np.testing.assert_allclose(advantages.token_advantages(mask, [(2, 4), (5, 8)], [0.5, -1.0]),
+                             [0, 0, 0.5, 0.5, 0, -1, -1, -1])
+  np.testing.assert_allclose(advantages.token_advantages(mask, [], 2.0),
+                             [0, 0, 2, 2, 0, 2, 2, 2])
+  with pytest.raises(ValueError, match="turn advantages"):
+    advantages.token_advantages(mask, [(2, 4)], [0.5, 1.0])
+
+
+# -- Loss ------------------------------------------------------------------------------------------
+
+def test_k3_kl():
+  lp = jnp.asarray([-1.0, -2.0, -0.3])
+  np.testing.assert_array_equal(loss.k3_kl(lp, lp), 0.0)
+  # d = ref - logp = 0.5: e^0.5 - 0.5 - 1.
+  assert float(loss.k3_kl(jnp.float32(-1.5), jnp.float32(-1.0))) == pytest.approx(
+      np.exp(0.5) - 1.5, rel=1e-6)
+
+
+def _numpy_loss(theta, actions, old, ref, adv, mask, beta, eps, aggregation):
+  """The objective written directly: categorical policy softmax(theta[b, t])."""
+  logits = theta - theta.max(-1, keepdims=True)
+  logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  logp = np.take_along_axis(logp_all, actions[..., None], -1)[..., 0]
+  ratio = np.exp(logp - old)
+  obj = np.minimum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv)
+  d = ref - logp
+  per = (-obj + beta * (np.exp(d) - d - 1)) * mask
+  if aggregation == "token_mean":
+    return per.sum() / mask.sum()
+  return (per.sum(1) / np.maximum(mask.sum(1), 1)).mean()
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_loss_and_gradient_on_a_toy_policy(aggregation):
+  rng = np.random.default_rng(0)
+  b, t, v = 3, 5, 4
+  theta = rng.normal(size=(b, t, v))
+  actions = rng.integers(v, size=(b, t))
+  old = np.log(rng.uniform(0.1, 0.6, size=(b, t)))  # Ratios both inside and outside the clip.
+  ref = np.log(rng.uniform(0.1, 0.6, size=(b, t)))
+  adv = rng.normal(size=(b, t))
+  mask = (rng.uniform(size=(b, t)) < 0.7).astype(np.float64)
+  mask[0] = 0
+  mask[0, 1] = 1
+
+  def jax_loss(th):
+    logp = jnp.take_along_axis(jax.nn.log_softmax(th), jnp.asarray(actions)[..., None], -1)[..., 0]
+    total, norm, _ = loss.grpo_loss_terms(logp, old, ref, adv, mask, beta=0.04, eps_low=0.2,
+                                          aggregation=aggregation)
+    return total / norm
+
+  with jax.default_matmul_precision("float32"):
+    jax.config.update("jax_enable_x64", True)
+    try:
+      got = float(jax_loss(jnp.asarray(theta)))
+      grad = np.asarray(jax.grad(jax_loss)(jnp.asarray(theta)))
+    finally:
+      jax.config.update("jax_enable_x64", False)
+  want = _numpy_loss(theta, actions, old, ref, adv, mask, 0.04, 0.2, aggregation)
+  assert got == pytest.approx(want, rel=1e-9)
+  # Central differences of the direct computation.
+  h, fd = 1e-6, np.zeros_like(theta)
+  for idx in np.ndindex(theta.shape):
+    up, down = theta.copy(), theta.copy()
+    up[idx] += h
+    down[idx] -= h
+    fd[idx] = (_numpy_loss(up, actions, old, ref, adv, mask, 0.04, 0.2, aggregation)
+               - _numpy_loss(down, actions, old, ref, adv, mask, 0.04, 0.2, aggregation)) / (2 * h)
+  np.testing.assert_allclose(grad, fd, atol=1e-6)
+
+
+def test_first_pass_ratio_is_one_and_clipping_counts():
+  lp = jnp.log(jnp.asarray([[0.5, 0.2, 0.1]]))
+  mask = jnp.ones_like(lp)
+  total, norm, m = loss.grpo_loss_terms(lp, lp, lp, jnp.ones_like(lp), mask, beta=0.1)
+  assert float(total / norm) == pytest.approx(-1.0) and float(m["kl_sum"]) == 0.0
+  assert float(m["clipped_sum"]) == 0.0
+  _, _, m = loss.grpo_loss_terms(lp, lp - 0.5, lp, jnp.ones_like(lp), mask, beta=0.0)
+  assert float(m["clipped_sum"]) == 3.0  # Ratio e^0.5 > 1.2 everywhere.
+
+
+# -- Updates on the tiny model ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(testdata):
+  cfg, model, params = models.load(testdata("qwen2"))
+  return model, params
+
+
+def _batch(model, params, rows=4, width=24, seed=0):
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(3, 900, size=(rows, width)).astype(np.int32)
+  attn = np.ones((rows, width), bool)
+  attn[1, :5] = False  # A left-padded row.
+  tokens[~attn] = 0
+  loss_mask = np.zeros((rows, width), bool)
+  loss_mask[:, 10:] = True
+  loss_mask[2, 15:18] = False  # A student message inside the tutor's sequence.
+  adv = np.where(loss_mask, np.asarray([1.0, -1.0, 0.5, -0.5])[:rows, None], 0.0)
+  logp = np.asarray(update.policy_logprobs(model, params, tokens, attn, 1.0))
+  return {"tokens": tokens, "attn_mask": attn, "loss_mask": loss_mask,
+          "advantages": adv.astype(np.float32), "old_logp": logp, "ref_logp": logp - 0.05}
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny, aggregation):
+  model, params = tiny
+  batch = _batch(model, params)
+  full = update.GRPOSettings(micro_batch=4, aggregation=aggregation)
+  micro = update.GRPOSettings(micro_batch=1, aggregation=aggregation)
+  g_full, m_full = update.gradients(model, params, batch, full)
+  g_micro, m_micro = update.gradients(model, params, batch, micro)
+  for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_micro)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
+  assert float(m_full["tokens"]) == float(m_micro["tokens"]) == batch["loss_mask"].sum()
+
+
+def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
+  model, params = tiny
+  batch = _batch(model, params)
+  settings = update.GRPOSettings(micro_batch=2, beta=0.0)
+  opt = update.make_optimizer(1e-3)
+  new_params, _, metrics = update.train_step(model, params, opt.init(params), opt, batch, settings)
+  assert metrics["ratio"] == pytest.approx(1.0) and metrics["sampler_logp_diff"] < 1e-5
+  before = batch["old_logp"]
+  after = np.asarray(update.policy_logprobs(model, new_params, batch["tokens"],
+                                            batch["attn_mask"], 1.0))
+  change = ((after - before) * batch["loss_mask"]).sum(1)
+  assert change[0] > 0 and change[2] > 0  # Positive advantage: more likely.
+  assert change[1] < 0 and change[3] < 0  # Negative advantage: less likely.
+  assert np.isfinite(metrics["grad_norm"]) and isinstance(opt, optax.GradientTransformation)
