@@ -24,6 +24,7 @@ setuptools.setup(
         "math-verify",
         "jinja2",  # Prompt files and transformers' chat templates.
         "tqdm",
+        "tensorboardX",  # TensorBoard event files without TensorFlow.
     ],
     extras_require={
         # torch is only the reference implementation in tests. 2.13.0 is pinned

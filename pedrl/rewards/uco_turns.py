@@ -17,7 +17,6 @@ the missing term dropped, not counted as a bad answer) or uses f_semantic = 0.
 import collections
 import dataclasses
 
-import numpy as np
 
 from pedrl.env import prompts, rollout
 from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR

@@ -1,0 +1,10 @@
+r"""GRPO training with the rewards of PedagogicalRL-Thinking (paper 001).
+
+  python -m pedrl.experiments.thinking --config=experiments/thinking.py:tiny --workdir=/tmp/thinking
+"""
+from absl import app
+
+from pedrl.experiments import train
+
+if __name__ == "__main__":
+  app.run(train.main)

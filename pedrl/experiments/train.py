@@ -1,0 +1,119 @@
+r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking entry points.
+
+  python -m pedrl.experiments.pedagogical_rl --config=experiments/pedagogical_rl.py:tiny --workdir=/tmp/ped
+
+Each step: problems → rollouts (current tutor params, no copy) → rewards →
+group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
+checkpoints/ (orbax; a rerun resumes at the last one, same data order),
+metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
+"""
+import dataclasses
+import json
+import logging as std_logging
+import os
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from pedrl import sharding
+from pedrl.env import rollout, solving
+from pedrl.experiments.common import build_rewards, load_party, load_problems
+from pedrl.rl import checkpoint, trainer, update
+
+config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/uco.py:tiny.")
+flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics).", required=True)
+FLAGS = flags.FLAGS
+
+
+def fingerprint(cfg) -> dict:
+  """What must match between a checkpoint and the tutor it is restored into."""
+  return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
+                                       "num_heads", "num_kv_heads", "intermediate_size")}
+
+
+def check_config(c, mesh):
+  """Errors a run should meet before any compute."""
+  for side in ("tutor", "student"):
+    path = c[side].path
+    if not path or not os.path.isfile(os.path.join(path, "config.json")):
+      raise app.UsageError(f"--config.{side}.path={path!r} is not a checkpoint directory "
+                           "(no config.json)")
+  rows = c.batch_problems * c.group_size
+  shards = sharding.batch_shards(mesh)
+  if rows % shards:
+    raise app.UsageError(f"batch_problems × group_size = {rows} dialogues do not split over the "
+                         f"mesh's {shards} batch shards")
+  if c.group_size < 2:
+    raise app.UsageError(f"group_size must be at least 2 for group-relative advantages, "
+                         f"got {c.group_size}")
+
+
+class _QuietOrbax(std_logging.Filter):
+  """Orbax logs every save step by step at INFO; keep its warnings only."""
+
+  def filter(self, record):
+    return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+
+def main(argv):
+  del argv
+  logging.get_absl_handler().addFilter(_QuietOrbax())
+  if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("SLURM_JOB_ID"):
+    jax.distributed.initialize()  # Multi-host pods: one process per host.
+  c = FLAGS.config
+  workdir = FLAGS.workdir
+  os.makedirs(workdir, exist_ok=True)
+  mesh = sharding.make_mesh(**c.mesh.to_dict())
+  check_config(c, mesh)
+  settings = rollout.RolloutSettings(
+      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
+  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
+                                prompts_per_call=c.solve.prompts_per_call,
+                                student_prompt=settings.student_prompt)
+  problems, report = load_problems(c)
+  if not problems:
+    raise app.UsageError("no problems left after loading, filtering and splitting")
+  ckpt = checkpoint.Checkpoints(workdir, keep=c.rl.keep)
+  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
+  student = load_party(c.student, mesh, c.scan_layers)
+  solver = dataclasses.replace(student, sampling=dataclasses.replace(
+      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+  rewards = build_rewards(c, student, solver, solve, mesh)
+  r = c.rl
+  grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,
+                             aggregation=r.aggregation, temperature=c.tutor.temperature,
+                             micro_batch=r.micro_batch)
+  optimizer = update.make_optimizer(r.lr, r.weight_decay, r.max_grad_norm, eps=r.adam_eps)
+  train_settings = trainer.TrainSettings(
+      steps=r.steps, batch_problems=c.batch_problems, group_size=c.group_size, passes=r.passes,
+      mini_batch=r.mini_batch, advantage=r.advantage, advantage_eps=r.advantage_eps,
+      gamma=c.rewards.uco.gamma, save_every=r.save_every, keep=r.keep,
+      samples_every=r.samples_every, seed=c.seed)
+  writer = trainer.MetricsWriter(workdir)
+  run = trainer.Trainer(train_settings, grpo, tutor, student, settings, rewards, problems,
+                        optimizer, workdir, ckpt, writer, fingerprint(tutor.sampler.cfg))
+  if run.restore_if_any():
+    logging.info("resumed from %s at step %d", ckpt.directory, run.step)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(c.to_json_best_effort(indent=2))
+  logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
+               r.steps, c.batch_problems, c.group_size)
+  with tqdm(total=r.steps, initial=run.step, unit="step", desc="grpo") as bar:
+    def progress(step, m):
+      bar.update(1)
+      bar.set_postfix(reward=f"{m['reward/total']:.3f}", kl=f"{m['kl']:.4f}")
+    run.run(progress)
+  writer.close()
+  ckpt.close()
+  last = {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      last = json.loads(line)
+  print(f"step={run.step}")
+  print(f"reward_total={last.get('reward/total')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,241 @@
+"""The GRPO training loop: problems → rollouts → rewards → advantages → update.
+
+Colocated: the tutor's live params feed the sampler directly every step (no
+copy, no reload); the frozen reference and student sit beside it. Old-policy
+log-probs are the sampler's own (the same log-prob function as the trainer's),
+so the first pass has ratio 1; their gap to the trainer's is logged each step.
+
+Data order is a function of (seed, step): step s takes positions s·B … s·B+B−1
+of a sequence of seeded per-epoch permutations, and each problem's position is
+its uid for sampling. A run resumed from a checkpoint at step s therefore sees
+exactly the problems and draws of an uninterrupted run.
+"""
+import dataclasses
+import functools
+import json
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+
+from pedrl.engine.sampling import bucket
+from pedrl.env import dialogue as dialogue_lib, rollout
+from pedrl.rl import advantages as adv_lib, update
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  steps: int = 100
+  batch_problems: int = 16  # B.
+  group_size: int = 8  # G.
+  passes: int = 2  # μ optimizer passes over each generated batch (paper 003).
+  mini_batch: int = 0  # Rows per optimizer step; 0: the whole batch.
+  advantage: str = "dialogue"  # "dialogue" (003, 001) or "turn" (UCO).
+  advantage_eps: float = 1e-4
+  advantage_ddof: int = 0
+  gamma: float = 0.95
+  save_every: int = 10
+  keep: int = 3
+  samples_every: int = 10  # Steps between sample dialogues written as text.
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.group_size < 2:
+      raise ValueError(f"GRPO needs group_size >= 2, got {self.group_size}")
+    if self.advantage not in ("dialogue", "turn"):
+      raise ValueError(f"advantage {self.advantage!r} is not dialogue or turn")
+    if self.steps < 1 or self.batch_problems < 1 or self.passes < 1:
+      raise ValueError("steps, batch_problems and passes must be positive")
+
+
+def problems_for_step(problems, step: int, batch: int, seed: int):
+  """(positions, problems) of step `step`: seeded permutation per epoch."""
+  n = len(problems)
+  out = []
+  for pos in range(step * batch, (step + 1) * batch):
+    epoch, i = divmod(pos, n)
+    out.append((pos, problems[int(np.random.default_rng([seed, epoch]).permutation(n)[i])]))
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _logprobs(model, params, tokens, attn_mask, temperature):
+  return update.policy_logprobs(model, params, tokens, attn_mask, temperature)
+
+
+def build_batch(dialogues, token_advantages) -> dict:
+  """Right-padded [N, T] arrays of the tutor sequences (T bucketed: few compiles)."""
+  width = bucket(max(len(d.tutor_ids) for d in dialogues))
+  n = len(dialogues)
+  batch = {"tokens": np.zeros((n, width), np.int32), "attn_mask": np.zeros((n, width), bool),
+           "loss_mask": np.zeros((n, width), bool), "advantages": np.zeros((n, width), np.float32),
+           "old_logp": np.zeros((n, width), np.float32)}
+  for i, (d, a) in enumerate(zip(dialogues, token_advantages)):
+    k = len(d.tutor_ids)
+    batch["tokens"][i, :k] = d.tutor_ids
+    batch["attn_mask"][i, :k] = True
+    batch["loss_mask"][i, :k] = d.tutor_mask
+    batch["advantages"][i, :k] = a
+    batch["old_logp"][i, :k] = d.tutor_logprobs
+  return batch
+
+
+def dialogue_advantages(dialogues, settings: TrainSettings) -> list:
+  """Per dialogue, its per-token advantages; dialogues a judge dropped get none (zeros)
+  and are left out of their group's statistics."""
+  out = []
+  g = settings.group_size
+  for lo in range(0, len(dialogues), g):
+    group = dialogues[lo:lo + g]
+    kept = [d for d in group if d.rewards]
+    if len(kept) < 2:  # Nothing to compare against: no signal from this problem.
+      out += [np.zeros(len(d.tutor_ids), np.float32) for d in group]
+      continue
+    if settings.advantage == "dialogue":
+      values = adv_lib.group_advantages([d.rewards["total"] for d in kept], len(kept),
+                                        settings.advantage_eps, settings.advantage_ddof)
+    else:
+      values = adv_lib.turn_advantages([[t["reward"] for t in d.turn_rewards] for d in kept],
+                                       len(kept), settings.gamma, settings.advantage_eps,
+                                       settings.advantage_ddof)
+    it = iter(values)
+    for d in group:
+      if not d.rewards:
+        out.append(np.zeros(len(d.tutor_ids), np.float32))
+      elif settings.advantage == "dialogue":
+        out.append(adv_lib.token_advantages(d.tutor_mask, [], float(next(it))))
+      else:
+        out.append(adv_lib.token_advantages(d.tutor_mask, d.tutor_turn_spans, next(it)))
+  return out
+
+
+class Trainer:
+  """Holds the run's parts; `run()` trains to settings.steps, checkpointing and logging."""
+
+  def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor, student,
+               rollout_settings, rewards, problems, optimizer, workdir: str, checkpoints,
+               writer, model_fingerprint: dict):
+    self.s, self.grpo, self.tutor, self.student = settings, grpo, tutor, student
+    self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
+    self.optimizer, self.workdir, self.ckpt, self.writer = optimizer, workdir, checkpoints, writer
+    self.fingerprint = model_fingerprint
+    self.ref_params = tutor.params  # Frozen: updates make new arrays, this one stays.
+    self.params, self.opt_state, self.step = tutor.params, optimizer.init(tutor.params), 0
+    self._stop = False
+
+  def restore_if_any(self):
+    if self.ckpt.latest_step() is None:
+      return False
+    step, state, meta = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
+                                          self.fingerprint)
+    self.params, self.opt_state, self.step = state["params"], state["opt_state"], int(meta["step"])
+    return True
+
+  def save(self):
+    self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
+                   {"step": self.step, "data_position": self.step * self.s.batch_problems,
+                    "seed": self.s.seed, "model": self.fingerprint})
+
+  def _on_sigterm(self, *_):
+    self._stop = True  # Finish the step, save, exit: preemption loses no finished step.
+
+  def train_step(self) -> dict:
+    t0 = time.perf_counter()
+    chosen = problems_for_step(self.problems, self.step, self.s.batch_problems, self.s.seed)
+    uids, batch_problems = zip(*chosen)
+    tutor = dataclasses.replace(self.tutor, params=self.params)
+    stats = rollout.RolloutStats()
+    dialogues = rollout.run(batch_problems, self.s.group_size, tutor, self.student,
+                            self.rollout_settings, problem_uids=uids, stats=stats)
+    t1 = time.perf_counter()
+    reward_stats = self.rewards(dialogues)
+    t2 = time.perf_counter()
+    token_adv = dialogue_advantages(dialogues, self.s)
+    batch = build_batch(dialogues, token_adv)
+    model, temp = self.tutor.sampler.model, self.grpo.temperature
+    batch["ref_logp"] = np.asarray(_logprobs(model, self.ref_params, batch["tokens"],
+                                             batch["attn_mask"], temp))
+    rows = len(dialogues)
+    mini = self.s.mini_batch or rows
+    order = np.random.default_rng([self.s.seed, self.step]).permutation(rows)
+    updates = []
+    for _ in range(self.s.passes):
+      for lo in range(0, rows, mini):
+        idx = np.sort(order[lo:lo + mini])
+        part = {k: v[idx] for k, v in batch.items()}
+        self.params, self.opt_state, m = update.train_step(
+            model, self.params, self.opt_state, self.optimizer, part, self.grpo)
+        updates.append(m)
+    t3 = time.perf_counter()
+    self.step += 1
+    first = updates[0]
+    tutor_tokens = [sum(m.num_tokens for m in d.messages if m.role == dialogue_lib.TUTOR)
+                    for d in dialogues]
+    metrics = {f"reward/{k}": v[0] for k, v in reward_stats.items()}
+    metrics.update({f"reward_std/{k}": v[1] for k, v in reward_stats.items()})
+    metrics.update({
+        "step": self.step, "problem_uids": list(map(int, uids)),
+        "kl": float(updates[-1]["kl"]),
+        "clip_fraction": float(np.mean([m["clip_fraction"] for m in updates])),
+        "grad_norm": float(np.mean([m["grad_norm"] for m in updates])),
+        "first_pass_ratio": float(first["ratio"]),
+        "sampler_trainer_logp_diff": float(first["sampler_logp_diff"]),
+        "advantage/mean": float(np.mean(batch["advantages"][batch["loss_mask"]])),
+        "advantage/std": float(np.std(batch["advantages"][batch["loss_mask"]])),
+        "tutor_tokens/mean": float(np.mean(tutor_tokens)),
+        "turns/mean": float(np.mean([d.turns for d in dialogues])),
+        "dropped": sum(bool(d.judgement.get("dropped")) for d in dialogues),
+        "tokens_per_second": float(sum(tutor_tokens) / max(stats.tutor_seconds, 1e-9)),
+        "seconds/rollout": t1 - t0, "seconds/rewards": t2 - t1, "seconds/update": t3 - t2,
+    })
+    for k, v in self.rewards.stats.items():
+      metrics[f"pipeline/{k}"] = v
+    return metrics, dialogues
+
+  def run(self, progress=None):
+    previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+    try:
+      while self.step < self.s.steps and not self._stop:
+        metrics, dialogues = self.train_step()
+        self.writer.write(self.step, metrics)
+        if self.step % self.s.samples_every == 0 or self.step == 1:
+          self.writer.samples(self.step, dialogues[:2])
+        if self.step % self.s.save_every == 0 or self.step == self.s.steps or self._stop:
+          self.save()
+        if progress is not None:
+          progress(self.step, metrics)
+    finally:
+      signal.signal(signal.SIGTERM, previous)
+    return self.step
+
+
+class MetricsWriter:
+  """Per-step metrics to WORKDIR/metrics.jsonl and TensorBoard; sample dialogues as text."""
+
+  def __init__(self, workdir: str):
+    from tensorboardX import SummaryWriter
+    self.workdir = workdir
+    os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
+    self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self.path = os.path.join(workdir, "metrics.jsonl")
+
+  def write(self, step: int, metrics: dict):
+    with open(self.path, "a") as f:
+      f.write(json.dumps(metrics) + "\n")
+    for k, v in metrics.items():
+      if isinstance(v, (int, float)) and k != "step":
+        self.tb.add_scalar(k, v, step)
+    self.tb.flush()
+
+  def samples(self, step: int, dialogues):
+    text = "\n\n".join(
+        f"# problem {d.problem_id} ({d.scenario}), reward {d.rewards.get('total')}\n"
+        f"{d.problem}\n\n{dialogue_lib.transcript(d.messages)}" for d in dialogues)
+    with open(os.path.join(self.workdir, "samples", f"step_{step:06d}.txt"), "w") as f:
+      f.write(text)
+    self.tb.add_text("samples", text.replace("\n", "  \n"), step)
+
+  def close(self):
+    self.tb.close()
