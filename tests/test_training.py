@@ -40,12 +40,21 @@ def test_problem_order_is_a_function_of_seed_and_step():
   assert a != [trainer.problems_for_step(problems, s, 2, seed=1) for s in range(6)]
 
 
-def test_training_killed_and_restarted_resumes_with_the_same_data(tmp_path):
-  straight, killed = tmp_path / "straight", tmp_path / "killed"
-  args = ["--config.rl.steps=3"]
-  done = subprocess.run(_cmd("pedagogical_rl", straight, *args), cwd=ROOT, env=_env(),
+ARGS = ["--config.rl.steps=3"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+  """An uninterrupted 3-step PedagogicalRL run on the testdata models."""
+  workdir = tmp_path_factory.mktemp("straight")
+  done = subprocess.run(_cmd("pedagogical_rl", workdir, *ARGS), cwd=ROOT, env=_env(),
                         capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
+  return workdir
+
+
+def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_path):
+  killed, args = tmp_path / "killed", ARGS
   for sub in ("checkpoints", "tensorboard", "samples", "metrics.jsonl"):
     assert os.path.exists(straight / sub)
   assert sorted(os.listdir(straight / "checkpoints")) == ["1", "2", "3"]
@@ -89,3 +98,51 @@ def test_bad_configs_fail_before_any_compute(tmp_path):
                           "--config.group_size=3"), cwd=ROOT, capture_output=True, text=True,
                      timeout=300, env=dict(_env(), XLA_FLAGS="--xla_force_host_platform_device_count=2"))
   assert r.returncode != 0 and "do not split over the mesh" in r.stderr, r.stderr[-2000:]
+
+
+def test_export_writes_a_transformers_directory_of_the_trained_tutor(straight, tmp_path, testdata):
+  import torch
+  import transformers
+  from pedrl import models
+  from pedrl.tools import export
+  out = tmp_path / "exported"
+  assert export.export(str(straight), str(out)) == 3
+  cfg, model, params = models.load(str(out), scan_layers=False)
+  _, _, base = models.load(testdata("qwen2"), scan_layers=False)
+  moved = [not np.array_equal(a, b) for a, b in zip(jax_leaves(params), jax_leaves(base))]
+  assert any(moved)  # The trained tutor, not the initial one.
+  hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+  tokens = np.random.default_rng(0).integers(3, 900, size=(2, 12))
+  with torch.no_grad():
+    want = hf(input_ids=torch.tensor(tokens)).logits.numpy()
+  hidden, _ = model.apply({"params": params}, tokens, np.ones_like(tokens, bool))
+  got = np.asarray(model.apply({"params": params}, hidden, method=type(model).logits))
+  np.testing.assert_allclose(got, want, atol=1e-4)
+  assert (out / "tokenizer.json").exists() and (out / "generation_config.json").exists()
+
+
+def jax_leaves(tree):
+  import jax
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_plots_from_metrics(straight):
+  pytest.importorskip("matplotlib")
+  from pedrl.tools import plot
+  paths = plot.plot(str(straight))
+  assert {os.path.basename(p) for p in paths} >= {"rewards.png", "training.png"}
+  assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path):
+  import jax.numpy as jnp
+  from pedrl.rl import checkpoint
+  ckpt = checkpoint.Checkpoints(str(tmp_path))
+  state = {"params": {"w": jnp.ones(3)}, "opt_state": {"m": jnp.zeros(3)}}
+  ckpt.save(1, state, {"step": 1, "model": {"model_type": "qwen2", "hidden_size": 64}})
+  with pytest.raises(checkpoint.CheckpointError, match="another model"):
+    ckpt.restore(state, {"model_type": "llama", "hidden_size": 64})
+  step, restored, meta = ckpt.restore(state, {"model_type": "qwen2", "hidden_size": 64})
+  assert step == 1 and meta["step"] == 1
+  np.testing.assert_array_equal(restored["params"]["w"], 1.0)
+  ckpt.close()

@@ -87,6 +87,10 @@ def test_turn_rewards_equal_a_by_hand_recomputation(setup, reduce):
   (zero,) = uco_turns.score_turns([d], student, scorer, oracle.ReferenceOracle(), embedder,
                                   uco_turns.UCOSettings(reduce=reduce, last_turn_semantic="zero"))
   assert zero[1].progress == pytest.approx(0.5 * zero[1].potential)
+  (no_scaffold,) = uco_turns.score_turns(  # Table III ablation: eq. 9 without a term.
+      [d], student, scorer, oracle.ReferenceOracle(), embedder,
+      uco_turns.UCOSettings(reduce=reduce, scaffold_weight=0.0))
+  assert [t.reward for t in no_scaffold] == pytest.approx([t.progress for t in scores])
 
 
 class _TextBackend:

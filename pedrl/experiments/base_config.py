@@ -60,6 +60,7 @@ def dialogue_config(variant: str = "paper"):
       uco=dict(alpha=2.0, delta=0.7, lam=0.5, c=0.2, gamma=0.95, reduce="mean",
                level_method="nearest_hint", classifier_backend="openai", classifier_rounds=3,
                last_turn_semantic="potential_only", zpd_candidate=0,
+               progress_weight=1.0, scaffold_weight=1.0,  # Table III ablations.
                oracle="reference",  # reference | openai | local
                oracle_rounds=3, on_oracle_failure="reference",  # reference | error
                # An oracle on another endpoint than the judges (None: the judges' settings).

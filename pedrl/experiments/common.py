@@ -16,11 +16,12 @@ LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8
            "math500": problems_lib.load_math500}
 
 
-def load_party(side, mesh, scan_layers: bool, template_kwargs=None) -> rollout.Party:
-  """A model from a checkpoint path with its tokenizer, sampler and sampling params."""
+def load_party(side, mesh, scan_layers: bool, template_kwargs=None, **runtime) -> rollout.Party:
+  """A model from a checkpoint path with its tokenizer, sampler and sampling params;
+  `runtime` sets ModelConfig runtime fields (e.g. remat=True for the trained tutor)."""
   if not side.path:
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
-  cfg, model, params = models.load(side.path, shardings=mesh, scan_layers=scan_layers)
+  cfg, model, params = models.load(side.path, shardings=mesh, scan_layers=scan_layers, **runtime)
   tokenizer = load_tokenizer(side.path, require_chat_template=True)
   sampling = SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
                             top_k=side.top_k, top_p=side.top_p, stop_token_ids=cfg.eos_token_ids)
@@ -87,6 +88,7 @@ def build_rewards(c, student, solver, solve, mesh) -> pipeline.RewardPipeline:
             alpha=u.alpha, delta=u.delta, lam=u.lam, c=u.c, gamma=u.gamma, reduce=u.reduce,
             level_method=u.level_method, last_turn_semantic=u.last_turn_semantic,
             zpd_candidate=u.zpd_candidate, classifier_rounds=u.classifier_rounds,
+            progress_weight=u.progress_weight, scaffold_weight=u.scaffold_weight,
             student_prompt=c.rollout.student_prompt),
         student=student, scorer=Scorer(student.sampler.model, mesh), oracle=oracle,
         embedder=embedding.Embedder(path),

@@ -6,6 +6,9 @@ def rl_section(**overrides) -> ml_collections.ConfigDict:
   rl = ml_collections.ConfigDict(dict(
       steps=300,  # Paper 003 appendix A.1: about 300 policy updates per run.
       lr=5e-7,  # Paper 003 A.2, constant.
+      lr_schedule="constant",  # constant | cosine | linear (decay to 0 over `steps`)
+      warmup_steps=0,
+      remat=False,  # Recompute the tutor's layer activations in the backward pass.
       weight_decay=0.0, adam_eps=1e-8, max_grad_norm=1.0,
       beta=0.001,  # KL coefficient (k3).
       eps_low=0.2, eps_high=None,  # Clip range; eps_high None: symmetric.

@@ -57,13 +57,13 @@ class _QuietOrbax(std_logging.Filter):
     return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
 
 
-def main(argv):
-  del argv
-  logging.get_absl_handler().addFilter(_QuietOrbax())
-  if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("SLURM_JOB_ID"):
-    jax.distributed.initialize()  # Multi-host pods: one process per host.
-  c = FLAGS.config
-  workdir = FLAGS.workdir
+def _updates_per_batch(c) -> int:
+  rows = c.batch_problems * c.group_size
+  return -(-rows // (c.rl.mini_batch or rows))
+
+
+def build(c, workdir: str):
+  """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint."""
   os.makedirs(workdir, exist_ok=True)
   mesh = sharding.make_mesh(**c.mesh.to_dict())
   check_config(c, mesh)
@@ -76,7 +76,8 @@ def main(argv):
   if not problems:
     raise app.UsageError("no problems left after loading, filtering and splitting")
   ckpt = checkpoint.Checkpoints(workdir, keep=c.rl.keep)
-  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
+  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking},
+                     remat=c.rl.remat)
   student = load_party(c.student, mesh, c.scan_layers)
   solver = dataclasses.replace(student, sampling=dataclasses.replace(
       student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
@@ -85,7 +86,9 @@ def main(argv):
   grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,
                              aggregation=r.aggregation, temperature=c.tutor.temperature,
                              micro_batch=r.micro_batch)
-  optimizer = update.make_optimizer(r.lr, r.weight_decay, r.max_grad_norm, eps=r.adam_eps)
+  optimizer = update.make_optimizer(update.lr_schedule(r.lr, r.lr_schedule, r.steps * r.passes *
+                                                       _updates_per_batch(c), r.warmup_steps),
+                                    r.weight_decay, r.max_grad_norm, eps=r.adam_eps)
   train_settings = trainer.TrainSettings(
       steps=r.steps, batch_problems=c.batch_problems, group_size=c.group_size, passes=r.passes,
       mini_batch=r.mini_batch, advantage=r.advantage, advantage_eps=r.advantage_eps,
@@ -100,7 +103,17 @@ def main(argv):
     f.write(c.to_json_best_effort(indent=2))
   logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
                r.steps, c.batch_problems, c.group_size)
-  with tqdm(total=r.steps, initial=run.step, unit="step", desc="grpo") as bar:
+  return run, writer, ckpt
+
+
+def main(argv):
+  del argv
+  logging.get_absl_handler().addFilter(_QuietOrbax())
+  if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("SLURM_JOB_ID"):
+    jax.distributed.initialize()  # Multi-host pods: one process per host.
+  c, workdir = FLAGS.config, FLAGS.workdir
+  run, writer, ckpt = build(c, workdir)
+  with tqdm(total=c.rl.steps, initial=run.step, unit="step", desc="grpo") as bar:
     def progress(step, m):
       bar.update(1)
       bar.set_postfix(reward=f"{m['reward/total']:.3f}", kl=f"{m['kl']:.4f}")

@@ -37,6 +37,8 @@ class UCOSettings:
   zpd_candidate: int = 0  # Which candidate c_t eq. 6 scores.
   student_prompt: str = "pedagogical_rl/student_system"
   classifier_rounds: int = 3
+  progress_weight: float = 1.0  # Paper 000 table III ablations: 0 drops a term of eq. 9.
+  scaffold_weight: float = 1.0
 
   def __post_init__(self):
     if self.reduce not in uco.REDUCTIONS:
@@ -167,5 +169,7 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
     out[id(d)].append(TurnScore(
         message=i, potential=potential, semantic=semantic, progress=progress,
         zpd_level=uco.zpd_level(p_levels), level=levels[n], scaffold=scaffold,
-        reward=uco.turn_reward(progress, scaffold), level_logprobs=tuple(p_levels)))
+        reward=uco.turn_reward(settings.progress_weight * progress,
+                               settings.scaffold_weight * scaffold),
+        level_logprobs=tuple(p_levels)))
   return [out[id(d)] for d in dialogues]

@@ -184,9 +184,15 @@ class Trainer:
         "sampler_trainer_logp_diff": float(first["sampler_logp_diff"]),
         "advantage/mean": float(np.mean(batch["advantages"][batch["loss_mask"]])),
         "advantage/std": float(np.std(batch["advantages"][batch["loss_mask"]])),
+        # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's
+        # entropy at the sampling temperature (the full distribution is never materialised).
+        "entropy": float(-np.mean(batch["old_logp"][batch["loss_mask"]])),
         "tutor_tokens/mean": float(np.mean(tutor_tokens)),
         "turns/mean": float(np.mean([d.turns for d in dialogues])),
         "dropped": sum(bool(d.judgement.get("dropped")) for d in dialogues),
+        **({"judges/accept_rate": float(np.mean(judged))} if (judged := [
+            d.judgement["r_ped"] for d in dialogues
+            if d.judgement.get("r_ped") is not None]) else {}),
         "tokens_per_second": float(sum(tutor_tokens) / max(stats.tutor_seconds, 1e-9)),
         "seconds/rollout": t1 - t0, "seconds/rewards": t2 - t1, "seconds/update": t3 - t2,
     })

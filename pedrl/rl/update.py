@@ -29,6 +29,23 @@ class GRPOSettings:
   micro_batch: int = 8  # Rows per gradient computation.
 
 
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+def lr_schedule(lr: float, kind: str = "constant", total_updates: int = 1, warmup: int = 0):
+  """An optax schedule over optimizer updates: optional linear warmup, then constant,
+  cosine or linear decay to 0 by `total_updates`."""
+  if kind not in SCHEDULES:
+    raise ValueError(f"lr schedule {kind!r} is not one of {SCHEDULES}")
+  rest = max(total_updates - warmup, 1)
+  main = {"constant": optax.constant_schedule(lr),
+          "cosine": optax.cosine_decay_schedule(lr, rest),
+          "linear": optax.linear_schedule(lr, 0.0, rest)}[kind]
+  if not warmup:
+    return main
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
+
+
 def make_optimizer(lr, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
                    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
   """AdamW after global-norm clipping; `lr` may be an optax schedule."""
