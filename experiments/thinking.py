@@ -27,7 +27,8 @@ def get_config(variant: str = "paper"):
   thinking, prompt, think_reward = CONDITIONS[condition]
   c.rollout.update(thinking=thinking, force_thinking=thinking and variant == "tiny",
                    tutor_prompt=prompt, student_prompt="thinking/student_system")
-  c.rewards.update(judges="thinking", lam=0.75, lam_think=0.3, theta=0.6,
+  c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
+                   lam=0.75, lam_think=0.3, theta=0.6,
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
   c.problems.split = "train"
   c.rl = rl_config.rl_section()

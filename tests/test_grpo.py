@@ -14,7 +14,7 @@ from pedrl.rl import advantages, loss, update
 
 def test_group_advantages_by_hand():
   # Group 1: [1, 0] -> mean 0.5, std 0.5; group 2: [0.5, 0.5] -> 0 / (0 + eps).
-  got = advantages.group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2, eps=1e-4)
+  got = advantages.group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2, eps=1e-4, ddof=0)
   np.testing.assert_allclose(got, [0.5 / 0.5001, -0.5 / 0.5001, 0.0, 0.0])
   # Unbiased std (TRL): [3, 1, 2] -> mean 2, std 1.
   np.testing.assert_allclose(advantages.group_advantages([3.0, 1.0, 2.0], 3, eps=0.0, ddof=1),
@@ -26,12 +26,20 @@ def test_group_advantages_by_hand():
 
 
 def test_turn_advantages_by_hand():
-  # gamma 0.5. Dialogue A turns [1, 2] -> returns [2, 2]; B [0] -> [0].
-  # Pooled [2, 2, 0]: mean 4/3, std sqrt(8/9).
-  got = advantages.turn_advantages([[1.0, 2.0], [0.0]], group_size=2, gamma=0.5, eps=0.0)
-  std = np.sqrt(8 / 9)
-  np.testing.assert_allclose(got[0], [(2 - 4 / 3) / std] * 2)
-  np.testing.assert_allclose(got[1], [(0 - 4 / 3) / std])
+  # gamma 0.5. A's turns [1, 2] -> returns [2, 2]; B's [0] -> [0]; C's [3, 1] -> [3.5, 1].
+  got = advantages.turn_advantages([[1.0, 2.0], [0.0], [3.0, 1.0]], group_size=3, gamma=0.5,
+                                   eps=0.0, ddof=0)
+  # Turn 0: [2, 0, 3.5], mean 11/6; turn 1: [2, 1] (B has none), mean 1.5, std 0.5.
+  t0 = np.asarray([2.0, 0.0, 3.5])
+  t0 = (t0 - t0.mean()) / t0.std()
+  np.testing.assert_allclose(got[0], [t0[0], 1.0])
+  np.testing.assert_allclose(got[1], [t0[1]])
+  np.testing.assert_allclose(got[2], [t0[2], -1.0])
+  # Identical rollouts: no turn is better than another, whatever its depth.
+  same = advantages.turn_advantages([[0.5, 0.5, 0.5]] * 4, group_size=4)
+  np.testing.assert_allclose(np.concatenate(same), 0.0)
+  lone = advantages.turn_advantages([[1.0, 1.0], [1.0]], group_size=2)
+  assert lone[0][1] == 0.0  # Only one rollout reached turn 1.
 
 
 def test_token_advantages():
@@ -178,3 +186,35 @@ def test_lr_schedules():
   assert float(cos(5)) == pytest.approx(5e-4) and float(cos(10)) == pytest.approx(0, abs=1e-12)
   with pytest.raises(ValueError, match="schedule"):
     update.lr_schedule(1e-3, "step")
+
+
+def test_dialogue_advantages_mix_components_and_skip_dropped():
+  from pedrl.env.dialogue import Dialogue, Message
+  from pedrl.rl import trainer
+
+  def dialogue(total, uco_value=None, turns=(), dropped=False):
+    d = Dialogue(problem_id="p", problem="q", answer="1", scenario="guided", rollout=0,
+                 messages=[Message(role="tutor", text="a", span=(1, 3)),
+                           Message(role="student", text="b"),
+                           Message(role="tutor", text="c", span=(4, 6))],
+                 tutor_ids=list(range(6)), tutor_mask=[0, 1, 1, 0, 1, 1])
+    if not dropped:
+      d.rewards = {"total": total, **({"uco": uco_value} if uco_value is not None else {})}
+      d.turn_rewards = [{"reward": r} for r in turns]
+    return d
+  s = trainer.TrainSettings(group_size=3, advantage="turn", gamma=1.0, advantage_eps=0.0,
+                            advantage_ddof=0)
+  # Totals = uco + template; template differs (0, -0.5); one rollout dropped.
+  group = [dialogue(1.0, 1.0, (0.5, 0.5)), dialogue(0.5, 1.0, (0.5, 0.5)),
+           dialogue(0, dropped=True)]
+  a, b, c = trainer.dialogue_advantages(group, s, uco_weight=1.0)
+  # Same turn rewards: the turn part is 0; the rest (0 vs -0.5) gives +1 / -1.
+  np.testing.assert_allclose(a, [0, 1, 1, 0, 1, 1])
+  np.testing.assert_allclose(b, [0, -1, -1, 0, -1, -1])
+  np.testing.assert_allclose(c, 0.0)
+  # A hard-rejected rollout (no turn rewards, total -1) still gets its dialogue part.
+  group = [dialogue(0.0, 0.0, (0.0, 1.0)), dialogue(-1.0, 0.0, ()), dialogue(0.0, 0.0, (1.0, 0.0))]
+  a, b, c = trainer.dialogue_advantages(group, s, uco_weight=1.0)
+  assert b[1] < 0 and a[1] > 0 and c[1] > 0
+  # Returns (gamma 1): a [1, 1], c [1, 0]: turn 0 equal, turn 1 a above c.
+  assert a[4] > c[4]

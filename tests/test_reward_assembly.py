@@ -4,7 +4,7 @@ import pytest
 
 from pedrl.env import solving
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
-from pedrl.rewards import assemble, backends, judging, pedagogy, pipeline, template, uco
+from pedrl.rewards import assemble, backends, judging, pedagogy, pipeline, template
 
 
 def _dialogue(uid, tutor="<think>plan</think>What do you get?", student="7",

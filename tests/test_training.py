@@ -74,15 +74,21 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
     assert time.time() < deadline
     time.sleep(0.2)
   proc.send_signal(signal.SIGKILL)
-  proc.wait()
+  assert proc.wait() == -signal.SIGKILL  # Killed mid-run, not finished.
+  assert not (killed / "checkpoints" / "3").exists()
   again = subprocess.run(_cmd("pedagogical_rl", killed, *args), cwd=ROOT, env=_env(),
                          capture_output=True, text=True, timeout=600)
   assert again.returncode == 0, again.stderr[-3000:]
   assert "resumed from" in again.stderr
   resumed = _metrics(killed)
   assert [m["step"] for m in resumed][-1] == 3
+  assert [m["step"] for m in resumed] == [1, 2, 3]  # Rows of redone steps replaced.
   by_step = {m["step"]: m["problem_uids"] for m in resumed}
   assert by_step == {m["step"]: m["problem_uids"] for m in ref}
+  # Restored params and optimizer state: the same updates as the uninterrupted run.
+  for got, want in zip(resumed, ref):
+    assert got["reward/total"] == pytest.approx(want["reward/total"], abs=1e-6)
+    assert got["kl"] == pytest.approx(want["kl"], rel=1e-3, abs=1e-7)
 
 
 def test_bad_configs_fail_before_any_compute(tmp_path):

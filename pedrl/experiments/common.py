@@ -11,7 +11,8 @@ from pedrl.rewards import (assemble, backends, embedding, judging, oracle as ora
                            pipeline, uco_turns)
 from pedrl.tokenizer import load_tokenizer
 
-JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING}
+JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
+                "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
 LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8k,
            "math500": problems_lib.load_math500}
 

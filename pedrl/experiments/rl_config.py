@@ -4,11 +4,12 @@ import ml_collections
 
 def rl_section(**overrides) -> ml_collections.ConfigDict:
   rl = ml_collections.ConfigDict(dict(
-      steps=300,  # Paper 003 appendix A.1: about 300 policy updates per run.
+      steps=150,  # Paper 003 A.1: about 300 policy updates per run = 150 batches × μ 2.
       lr=5e-7,  # Paper 003 A.2, constant.
       lr_schedule="constant",  # constant | cosine | linear (decay to 0 over `steps`)
       warmup_steps=0,
       remat=False,  # Recompute the tutor's layer activations in the backward pass.
+      param_dtype="float32",  # The trained tutor's weights (bfloat16 loses small updates).
       weight_decay=0.0, adam_eps=1e-8, max_grad_norm=1.0,
       beta=0.001,  # KL coefficient (k3).
       eps_low=0.2, eps_high=None,  # Clip range; eps_high None: symmetric.
@@ -18,6 +19,7 @@ def rl_section(**overrides) -> ml_collections.ConfigDict:
       micro_batch=8,  # Rows per gradient computation (accumulated exactly).
       advantage="dialogue",  # dialogue | turn (UCO)
       advantage_eps=1e-4,
+      advantage_ddof=1,  # Unbiased group std, as TRL (paper 003's reference code).
       save_every=10, keep=3, samples_every=10))
   rl.update(overrides)
   return rl

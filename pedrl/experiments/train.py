@@ -76,15 +76,18 @@ def build(c, workdir: str):
   if not problems:
     raise app.UsageError("no problems left after loading, filtering and splitting")
   ckpt = checkpoint.Checkpoints(workdir, keep=c.rl.keep)
+  # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
+  # learning rates, AdamW updates vanish in bfloat16 weights.
   tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking},
-                     remat=c.rl.remat)
+                     remat=c.rl.remat, dtype=c.rl.param_dtype)
   student = load_party(c.student, mesh, c.scan_layers)
   solver = dataclasses.replace(student, sampling=dataclasses.replace(
       student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
   rewards = build_rewards(c, student, solver, solve, mesh)
   r = c.rl
   grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,
-                             aggregation=r.aggregation, temperature=c.tutor.temperature,
+                             aggregation=r.aggregation,
+                             temperature=tutor.sampling.logprob_temperature,
                              micro_batch=r.micro_batch)
   optimizer = update.make_optimizer(update.lr_schedule(r.lr, r.lr_schedule, r.steps * r.passes *
                                                        _updates_per_batch(c), r.warmup_steps),
@@ -92,6 +95,7 @@ def build(c, workdir: str):
   train_settings = trainer.TrainSettings(
       steps=r.steps, batch_problems=c.batch_problems, group_size=c.group_size, passes=r.passes,
       mini_batch=r.mini_batch, advantage=r.advantage, advantage_eps=r.advantage_eps,
+      advantage_ddof=r.advantage_ddof,
       gamma=c.rewards.uco.gamma, save_every=r.save_every, keep=r.keep,
       samples_every=r.samples_every, seed=c.seed)
   writer = trainer.MetricsWriter(workdir)

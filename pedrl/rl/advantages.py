@@ -6,15 +6,15 @@ Dialogue level: A_i = (r_i − mean_g r) / (std_g r + ε), one scalar per
 dialogue, on every tutor token of it.
 
 Turn level (UCO): each dialogue's per-turn rewards become discounted returns
-G_t = Σ_{k≥t} γ^{k−t} r_k; all returns of all turns of a problem's G rollouts
-are pooled and normalised together, A_{i,t} = (G_{i,t} − mean) / (std + ε);
-each tutor turn's tokens get their turn's advantage. Pooling turns of
-different depths in one group is pedrl's choice (paper 000 does not say); it
-keeps early turns, whose returns include more future reward, comparable
-across rollouts of the same problem.
+G_t = Σ_{k≥t} γ^{k−t} r_k; at each turn index t, the returns of the G rollouts
+that reached turn t are normalised together, A_{i,t} = (G_{i,t} − mean_t) /
+(std_t + ε); each tutor turn's tokens get their turn's advantage. Comparing a
+turn only with the same turn of the other rollouts keeps turn position out of
+the sign (early turns' returns hold more future reward); paper 000 does not
+say, this is pedrl's rule. A turn only one rollout reached gets 0.
 
-std is the population standard deviation by default (ddof=0); ddof=1 gives
-the unbiased estimate TRL's GRPOTrainer uses.
+std is the unbiased estimate by default (ddof=1, as TRL's GRPOTrainer, which
+paper 003's reference code builds on); ddof=0 gives the population one.
 """
 import numpy as np
 
@@ -29,26 +29,36 @@ def _groups(n: int, group_size: int):
   return range(0, n, group_size)
 
 
-def group_advantages(rewards, group_size: int, eps: float = 1e-4, ddof: int = 0) -> np.ndarray:
+def _normalised(x: np.ndarray, eps: float, ddof: int) -> np.ndarray:
+  """(x − mean) / (std + ε); all equal: zeros (no rollout is better, even at ε = 0)."""
+  std = x.std(ddof=ddof)
+  return np.zeros_like(x) if std == 0 else (x - x.mean()) / (std + eps)
+
+
+def group_advantages(rewards, group_size: int, eps: float = 1e-4, ddof: int = 1) -> np.ndarray:
   """(r − group mean) / (group std + ε) per dialogue (paper 003 section 4 / GRPO)."""
   r = np.asarray(rewards, np.float64)
   out = np.empty_like(r)
   for lo in _groups(r.size, group_size):
-    g = r[lo:lo + group_size]
-    out[lo:lo + group_size] = (g - g.mean()) / (g.std(ddof=ddof) + eps)
+    out[lo:lo + group_size] = _normalised(r[lo:lo + group_size], eps, ddof)
   return out
 
 
 def turn_advantages(turn_rewards, group_size: int, gamma: float = 0.95, eps: float = 1e-8,
-                    ddof: int = 0) -> list:
-  """Per dialogue, the advantage of each tutor turn (returns normalised within the group)."""
+                    ddof: int = 1) -> list:
+  """Per dialogue, the advantage of each tutor turn (returns normalised per turn index
+  within the group)."""
   returns = [uco.discounted_returns(r, gamma) for r in turn_rewards]
-  out = []
+  out = [np.zeros_like(x) for x in returns]
   for lo in _groups(len(returns), group_size):
-    group = returns[lo:lo + group_size]
-    pooled = np.concatenate(group) if any(x.size for x in group) else np.zeros(0)
-    mean, std = (pooled.mean(), pooled.std(ddof=ddof)) if pooled.size > ddof else (0.0, 0.0)
-    out += [(x - mean) / (std + eps) for x in group]
+    group = range(lo, lo + group_size)
+    for t in range(max(returns[i].size for i in group)):
+      have = [i for i in group if returns[i].size > t]
+      values = np.asarray([returns[i][t] for i in have])
+      if values.size < 2:
+        continue  # Nothing to compare this turn with.
+      for i, v in zip(have, _normalised(values, eps, ddof)):
+        out[i][t] = v
   return out
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from pedrl.engine.sampling import bucket
 from pedrl.env import dialogue as dialogue_lib, rollout
-from pedrl.rl import advantages as adv_lib, update
+from pedrl.rl import advantages as adv_lib, checkpoint as checkpoint_lib, update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class TrainSettings:
   mini_batch: int = 0  # Rows per optimizer step; 0: the whole batch.
   advantage: str = "dialogue"  # "dialogue" (003, 001) or "turn" (UCO).
   advantage_eps: float = 1e-4
-  advantage_ddof: int = 0
+  advantage_ddof: int = 1
   gamma: float = 0.95
   save_every: int = 10
   keep: int = 3
@@ -82,32 +82,43 @@ def build_batch(dialogues, token_advantages) -> dict:
   return batch
 
 
-def dialogue_advantages(dialogues, settings: TrainSettings) -> list:
-  """Per dialogue, its per-token advantages; dialogues a judge dropped get none (zeros)
-  and are left out of their group's statistics."""
+def dialogue_advantages(dialogues, settings: TrainSettings, uco_weight: float = 0.0) -> list:
+  """Per dialogue, its per-token advantages.
+
+  dialogue mode: the group advantage of rewards["total"] on every tutor token.
+  turn mode (UCO): each turn's advantage from the per-turn rewards (weighted by
+  the uco component's weight), plus the group advantage of the other
+  components (total − weight·uco) when there are any: so template terms, r_sol
+  or a hard −λ still count. Dialogues a judge policy dropped get none and stay
+  out of their group's statistics; a problem with fewer than 2 scored rollouts
+  gives no signal.
+  """
   out = []
   g = settings.group_size
+  turn_mode = settings.advantage == "turn"
   for lo in range(0, len(dialogues), g):
     group = dialogues[lo:lo + g]
     kept = [d for d in group if d.rewards]
-    if len(kept) < 2:  # Nothing to compare against: no signal from this problem.
+    if len(kept) < 2:
       out += [np.zeros(len(d.tutor_ids), np.float32) for d in group]
       continue
-    if settings.advantage == "dialogue":
-      values = adv_lib.group_advantages([d.rewards["total"] for d in kept], len(kept),
-                                        settings.advantage_eps, settings.advantage_ddof)
-    else:
-      values = adv_lib.turn_advantages([[t["reward"] for t in d.turn_rewards] for d in kept],
-                                       len(kept), settings.gamma, settings.advantage_eps,
-                                       settings.advantage_ddof)
-    it = iter(values)
+    rest = [d.rewards["total"] - (uco_weight * d.rewards.get("uco", 0.0) if turn_mode else 0.0)
+            for d in kept]
+    whole = adv_lib.group_advantages(rest, len(kept), settings.advantage_eps,
+                                     settings.advantage_ddof)
+    turns = (adv_lib.turn_advantages(
+        [[uco_weight * t["reward"] for t in d.turn_rewards] for d in kept], len(kept),
+        settings.gamma, settings.advantage_eps, settings.advantage_ddof) if turn_mode else None)
+    k = 0
     for d in group:
       if not d.rewards:
         out.append(np.zeros(len(d.tutor_ids), np.float32))
-      elif settings.advantage == "dialogue":
-        out.append(adv_lib.token_advantages(d.tutor_mask, [], float(next(it))))
-      else:
-        out.append(adv_lib.token_advantages(d.tutor_mask, d.tutor_turn_spans, next(it)))
+        continue
+      a = adv_lib.token_advantages(d.tutor_mask, [], float(whole[k]))
+      if turn_mode and d.turn_rewards:  # A hard-rejected dialogue has no turn rewards.
+        a = a + adv_lib.token_advantages(d.tutor_mask, d.tutor_turn_spans, turns[k])
+      out.append(a)
+      k += 1
   return out
 
 
@@ -130,13 +141,21 @@ class Trainer:
       return False
     step, state, meta = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
                                           self.fingerprint)
+    for key, value in (("seed", self.s.seed), ("batch_problems", self.s.batch_problems),
+                       ("group_size", self.s.group_size)):
+      if meta.get(key) != value:
+        raise checkpoint_lib.CheckpointError(
+            f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
+            f"config has {value}; resuming would change its data order. Use a new workdir.")
     self.params, self.opt_state, self.step = state["params"], state["opt_state"], int(meta["step"])
+    self.writer.truncate(self.step)  # Steps after the checkpoint run again.
     return True
 
   def save(self):
     self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
                    {"step": self.step, "data_position": self.step * self.s.batch_problems,
-                    "seed": self.s.seed, "model": self.fingerprint})
+                    "seed": self.s.seed, "batch_problems": self.s.batch_problems,
+                    "group_size": self.s.group_size, "model": self.fingerprint})
 
   def _on_sigterm(self, *_):
     self._stop = True  # Finish the step, save, exit: preemption loses no finished step.
@@ -152,8 +171,12 @@ class Trainer:
     t1 = time.perf_counter()
     reward_stats = self.rewards(dialogues)
     t2 = time.perf_counter()
-    token_adv = dialogue_advantages(dialogues, self.s)
+    uco_weight = dict(self.rewards.settings.components).get("uco", 0.0)
+    token_adv = dialogue_advantages(dialogues, self.s, uco_weight)
     batch = build_batch(dialogues, token_adv)
+    for i, d in enumerate(dialogues):
+      if not d.rewards:  # Dropped by a judge policy: out of the loss and its token count.
+        batch["loss_mask"][i] = False
     model, temp = self.tutor.sampler.model, self.grpo.temperature
     batch["ref_logp"] = np.asarray(_logprobs(model, self.ref_params, batch["tokens"],
                                              batch["attn_mask"], temp))
@@ -226,6 +249,15 @@ class MetricsWriter:
     os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
     self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
     self.path = os.path.join(workdir, "metrics.jsonl")
+
+  def truncate(self, step: int):
+    """Drops metric rows after `step` (a resumed run redoes those steps)."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    with open(self.path, "w") as f:
+      f.writelines(rows)
 
   def write(self, step: int, metrics: dict):
     with open(self.path, "a") as f:
