@@ -5,15 +5,16 @@ r"""Learning check: GRPO on the testdata models with a reward the tiny tutor can
 The reward is paper 003's pedagogy term with the rule judges (−λ when the
 helpfulness rule finds the tutor saying more than half of the dialogue's
 words): random tiny models vary around that share from rollout to rollout, so
-GRPO has a signal, and a tutor that learns to say less moves the reward up. Prints the mean reward of
-the first and last five steps and their difference; a run that learns ends
-clearly above its start. Not a test: it takes minutes on a CPU.
+GRPO has a signal, and a tutor that learns to say less moves the reward up.
+Prints the mean reward of the first and last five steps and their difference;
+a run that learns ends clearly above its start. Not a test: it takes minutes
+on a CPU.
 """
 import json
 import os
 
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from pedrl.experiments import train
 from pedrl.rewards import backends
@@ -43,6 +44,7 @@ def config(steps: int, lr: float):
 
 def main(argv):
   del argv
+  logging.get_absl_handler().addFilter(train.QuietOrbax())
   c = config(FLAGS.steps, FLAGS.lr)
   run, writer, ckpt = train.build(c, FLAGS.workdir)
   # A share threshold near the random tutor's median word share: about half the

@@ -50,7 +50,7 @@ def check_config(c, mesh):
                          f"got {c.group_size}")
 
 
-class _QuietOrbax(std_logging.Filter):
+class QuietOrbax(std_logging.Filter):
   """Orbax logs every save step by step at INFO; keep its warnings only."""
 
   def filter(self, record):
@@ -112,7 +112,7 @@ def build(c, workdir: str):
 
 def main(argv):
   del argv
-  logging.get_absl_handler().addFilter(_QuietOrbax())
+  logging.get_absl_handler().addFilter(QuietOrbax())
   if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("SLURM_JOB_ID"):
     jax.distributed.initialize()  # Multi-host pods: one process per host.
   c, workdir = FLAGS.config, FLAGS.workdir
