@@ -119,3 +119,11 @@ def test_turn_reward_and_discounted_returns():
   np.testing.assert_allclose(uco.discounted_returns([1.0, 0.0, 2.0], gamma=0.5), [1.5, 1.0, 2.0])
   np.testing.assert_allclose(uco.discounted_returns([1.0, 1.0]), [1.95, 1.0])
   assert uco.discounted_returns([]).size == 0
+
+
+def test_the_terms_of_eq_4_and_eq_1():
+  assert pedagogy.pedagogy_penalty(0.0, 0.75) == pytest.approx(-0.75)  # (0 - 1) * 0.75
+  assert pedagogy.pedagogy_penalty(1.0, 0.75) == 0.0
+  assert pedagogy.thinking_term(0.9) == pytest.approx(0.09)  # (0.9 - 0.6) * 0.3
+  with pytest.raises(ValueError, match="r_think"):
+    pedagogy.thinking_term(1.2)

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from pedrl.env.dialogue import TUTOR
-from pedrl.rewards import template, uco
+from pedrl.rewards import pedagogy, template, uco
 
 COMPONENTS = ("r_sol", "pedagogy", "thinking", "template", "uco")
 
@@ -70,11 +70,12 @@ def components(d, settings: RewardSettings) -> dict:
     if name == "r_sol":
       out[name] = 0.0 if hard_rejected else _required(d.r_sol, "r_sol", d)
     elif name == "pedagogy":
-      out[name] = 0.0 if hard_rejected else (
-          _required(d.judgement.get("r_ped"), "r_ped", d) - 1.0) * settings.lam
+      out[name] = 0.0 if hard_rejected else float(pedagogy.pedagogy_penalty(
+          _required(d.judgement.get("r_ped"), "r_ped", d), settings.lam))
     elif name == "thinking":
-      out[name] = 0.0 if hard_rejected else (
-          _required(d.judgement.get("r_think"), "r_think", d) - settings.theta) * settings.lam_think
+      out[name] = 0.0 if hard_rejected else float(pedagogy.thinking_term(
+          _required(d.judgement.get("r_think"), "r_think", d), settings.lam_think,
+          settings.theta))
     elif name == "template":
       out[name] = template.template_reward(
           [m.raw or m.text for m in tutor], d.end_reason == "end_of_conversation", d.truncated,

@@ -2,21 +2,32 @@
 import numpy as np
 
 
+def pedagogy_penalty(r_ped, lam: float):
+  """(r_ped − 1)·λ: the pedagogy term of paper 003, eq. 4 (and of paper 001, eq. 1)."""
+  r_ped = np.asarray(r_ped, np.float64)
+  _check_unit("r_ped", r_ped)
+  return (r_ped - 1.0) * lam
+
+
+def thinking_term(r_think, lam_think: float = 0.3, theta: float = 0.6):
+  """(r_think − θ)·λ_think: the thinking term of paper 001, eq. 1."""
+  r_think = np.asarray(r_think, np.float64)
+  _check_unit("r_think", r_think)
+  return (r_think - theta) * lam_think
+
+
 def pedagogical_rl_reward(r_sol, r_ped, lam: float, hard: bool = False):
   """Soft: r_sol + (r_ped − 1)·λ (paper 003, eq. 4); hard: −λ whenever a judge rejects."""
-  r_sol, r_ped = np.asarray(r_sol, np.float64), np.asarray(r_ped, np.float64)
-  _check_unit("r_ped", r_ped)
+  r_sol, penalty = np.asarray(r_sol, np.float64), pedagogy_penalty(r_ped, lam)
   if hard:  # Paper 003 section 4: rejection is a fixed penalty, whatever the solve rate.
-    return np.where(r_ped < 1.0, -lam, r_sol)
-  return r_sol + (r_ped - 1.0) * lam
+    return np.where(np.asarray(r_ped) < 1.0, -lam, r_sol)
+  return r_sol + penalty
 
 
 def thinking_reward(r_sol, r_ped, r_think, lam_ped: float = 0.75, lam_think: float = 0.3,
                     theta: float = 0.6):
   """r_sol + (r_ped − 1)·λ_ped + (r_think − θ)·λ_think (paper 001, eq. 1)."""
-  r_think = np.asarray(r_think, np.float64)
-  _check_unit("r_think", r_think)
-  return pedagogical_rl_reward(r_sol, r_ped, lam_ped) + (r_think - theta) * lam_think
+  return pedagogical_rl_reward(r_sol, r_ped, lam_ped) + thinking_term(r_think, lam_think, theta)
 
 
 def judges_accept(decisions) -> float:

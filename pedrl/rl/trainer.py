@@ -50,13 +50,18 @@ class TrainSettings:
       raise ValueError("steps, batch_problems and passes must be positive")
 
 
+@functools.lru_cache(maxsize=4)
+def _epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+  return np.random.default_rng([seed, epoch]).permutation(n)
+
+
 def problems_for_step(problems, step: int, batch: int, seed: int):
   """(positions, problems) of step `step`: seeded permutation per epoch."""
   n = len(problems)
   out = []
   for pos in range(step * batch, (step + 1) * batch):
     epoch, i = divmod(pos, n)
-    out.append((pos, problems[int(np.random.default_rng([seed, epoch]).permutation(n)[i])]))
+    out.append((pos, problems[int(_epoch_order(n, seed, epoch)[i])]))
   return out
 
 
