@@ -6,7 +6,7 @@ from absl import app, logging
 from pedrl import models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.engine.scoring import Scorer
-from pedrl.env import chat, problems as problems_lib, rollout
+from pedrl.env import chat, problems as problems_lib, rollout, solving
 from pedrl.rewards import (assemble, backends, embedding, judging, oracle as oracle_lib,
                            pipeline, uco_turns)
 from pedrl.tokenizer import load_tokenizer
@@ -46,6 +46,22 @@ def load_problems(c):
     train, test = problems_lib.split(rows, p.n_train, p.n_test, c.seed)
     rows = {"train": train, "test": test}[p.split]
   return (rows[:p.limit] if p.limit > 0 else rows), report
+
+
+def dialogue_settings(c):
+  """(RolloutSettings, SolveSettings) of a config's `rollout` and `solve` sections."""
+  settings = rollout.RolloutSettings(
+      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
+  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
+                                prompts_per_call=c.solve.prompts_per_call,
+                                student_prompt=settings.student_prompt)
+  return settings, solve
+
+
+def solver_party(student, c):
+  """The student with the solve attempts' sampling (temperature, token budget)."""
+  return dataclasses.replace(student, sampling=dataclasses.replace(
+      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
 
 
 def build_rewards(c, student, solver, solve, mesh) -> pipeline.RewardPipeline:

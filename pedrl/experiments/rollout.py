@@ -11,7 +11,6 @@ components (mean, std); WORKDIR/summary.json and the last lines of the log hold
 the summary (key=value).
 """
 import collections
-import dataclasses
 import json
 import os
 import sys
@@ -24,7 +23,8 @@ from tqdm import tqdm
 
 from pedrl import sharding
 from pedrl.env import dialogue, problems as problems_lib, rollout, solving
-from pedrl.experiments.common import build_rewards, load_party, load_problems
+from pedrl.experiments.common import (build_rewards, dialogue_settings, load_party,
+                                      load_problems, solver_party)
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/rollout.py:tiny.")
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
@@ -86,11 +86,7 @@ def main(argv):
   os.makedirs(FLAGS.workdir, exist_ok=True)
   out_path = os.path.join(FLAGS.workdir, "dialogues.jsonl")
   mesh = sharding.make_mesh(**c.mesh.to_dict())
-  settings = rollout.RolloutSettings(
-      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
-  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
-                                prompts_per_call=c.solve.prompts_per_call,
-                                student_prompt=settings.student_prompt)
+  settings, solve = dialogue_settings(c)
   try:
     rows, report = load_problems(c)
   except problems_lib.DataError as e:  # A bad row under on_error=fatal, before any work.
@@ -105,8 +101,7 @@ def main(argv):
   start = time.perf_counter()
   tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
   student = load_party(c.student, mesh, c.scan_layers)
-  solver = dataclasses.replace(student, sampling=dataclasses.replace(
-      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+  solver = solver_party(student, c)
   rewards = build_rewards(c, student, solver, solve, mesh)
   seconds = collections.Counter(load=time.perf_counter() - start)
 

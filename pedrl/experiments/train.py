@@ -7,7 +7,6 @@ group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
 metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
 """
-import dataclasses
 import json
 import logging as std_logging
 import os
@@ -18,8 +17,8 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from pedrl import sharding
-from pedrl.env import rollout, solving
-from pedrl.experiments.common import build_rewards, load_party, load_problems
+from pedrl.experiments.common import (build_rewards, dialogue_settings, load_party,
+                                      load_problems, solver_party)
 from pedrl.rl import checkpoint, trainer, update
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/uco.py:tiny.")
@@ -67,11 +66,7 @@ def build(c, workdir: str):
   os.makedirs(workdir, exist_ok=True)
   mesh = sharding.make_mesh(**c.mesh.to_dict())
   check_config(c, mesh)
-  settings = rollout.RolloutSettings(
-      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
-  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
-                                prompts_per_call=c.solve.prompts_per_call,
-                                student_prompt=settings.student_prompt)
+  settings, solve = dialogue_settings(c)
   problems, report = load_problems(c)
   if not problems:
     raise app.UsageError("no problems left after loading, filtering and splitting")
@@ -81,8 +76,7 @@ def build(c, workdir: str):
   tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking},
                      remat=c.rl.remat, dtype=c.rl.param_dtype)
   student = load_party(c.student, mesh, c.scan_layers)
-  solver = dataclasses.replace(student, sampling=dataclasses.replace(
-      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+  solver = solver_party(student, c)
   rewards = build_rewards(c, student, solver, solve, mesh)
   r = c.rl
   grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,

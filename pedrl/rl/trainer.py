@@ -182,9 +182,12 @@ class Trainer:
     for i, d in enumerate(dialogues):
       if not d.rewards:  # Dropped by a judge policy: out of the loss and its token count.
         batch["loss_mask"][i] = False
-    model, temp = self.tutor.sampler.model, self.grpo.temperature
-    batch["ref_logp"] = np.asarray(_logprobs(model, self.ref_params, batch["tokens"],
-                                             batch["attn_mask"], temp))
+    model, temp, mb = self.tutor.sampler.model, self.grpo.temperature, self.grpo.micro_batch
+    # In micro-batches: one pass materialises [rows, T, vocab] float32 logits.
+    batch["ref_logp"] = np.concatenate([
+        np.asarray(_logprobs(model, self.ref_params, batch["tokens"][lo:lo + mb],
+                             batch["attn_mask"][lo:lo + mb], temp))
+        for lo in range(0, len(dialogues), mb)])
     rows = len(dialogues)
     mini = self.s.mini_batch or rows
     order = np.random.default_rng([self.s.seed, self.step]).permutation(rows)
