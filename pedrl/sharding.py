@@ -9,6 +9,7 @@ import re
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXES = ("data", "fsdp", "tensor")
@@ -75,8 +76,30 @@ def batch_shards(mesh: Mesh | None) -> int:
   return 1 if mesh is None else int(np.prod([mesh.shape[a] for a in BATCH]))
 
 
+def put(x, sharding: NamedSharding):
+  """A host array on the devices of `sharding`. On a multi-host mesh every process
+  passes the same x and places only the shards its own devices hold."""
+  if sharding.is_fully_addressable:
+    return jax.device_put(x, sharding)
+  if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):  # Typed PRNG keys.
+    data = put(jax.random.key_data(x), NamedSharding(sharding.mesh, P(*sharding.spec, None)))
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
 def put_rows(x, mesh: Mesh | None):
   """A host array [B, ...] on the devices: rows split over (data, fsdp), or one device."""
   if mesh is None:
     return jax.numpy.asarray(x)
-  return jax.device_put(x, batch_sharding(mesh, np.ndim(x)))
+  return put(x, batch_sharding(mesh, np.ndim(x)))
+
+
+def to_host(tree):
+  """Device arrays → numpy. Arrays whose shards sit partly on other hosts' devices are
+  gathered first, so every process reads the same whole values."""
+  def one(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(x)
+  return jax.tree.map(one, tree)

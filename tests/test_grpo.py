@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from pedrl import models
 from pedrl.rl import advantages, loss, update
@@ -166,7 +167,8 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   batch = _batch(model, params)
   settings = update.GRPOSettings(micro_batch=2, beta=0.0)
   opt = update.make_optimizer(1e-3)
-  new_params, _, metrics = update.train_step(model, params, opt.init(params), opt, batch, settings)
+  start = jax.tree.map(jnp.copy, params)  # train_step donates its params.
+  new_params, _, metrics = update.train_step(model, start, opt.init(start), opt, batch, settings)
   assert metrics["ratio"] == pytest.approx(1.0) and metrics["sampler_logp_diff"] < 1e-5
   before = batch["old_logp"]
   after = np.asarray(update.policy_logprobs(model, new_params, batch["tokens"],
@@ -175,6 +177,33 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   assert change[0] > 0 and change[2] > 0  # Positive advantage: more likely.
   assert change[1] < 0 and change[3] < 0  # Negative advantage: less likely.
   assert np.isfinite(metrics["grad_norm"]) and isinstance(opt, optax.GradientTransformation)
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny):
+  from pedrl import sharding
+  model, params = tiny
+  batch = {k: v[:3] for k, v in _batch(model, params).items()}
+  settings = update.GRPOSettings(micro_batch=1)  # 1 device: 3 micro-batches of 1 row.
+  # Adam's first step is lr·g/(|g| + eps): with a small eps, lr·sign(g), which rounding
+  # noise flips where g ≈ 0. A large eps keeps the step linear in g.
+  opt = update.make_optimizer(1e-3, eps=1.0)
+  start = jax.tree.map(jnp.copy, params)
+  want, _, want_m = update.train_step(model, start, opt.init(start), opt, batch, settings)
+  mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)  # 2 micro-batches of 2, one row filled.
+  start = jax.device_put(params, sharding.param_shardings(params, mesh))
+  got, state, got_m = update.train_step(model, start, opt.init(start), opt, batch, settings, mesh)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-7)
+  for k in want_m:
+    assert got_m[k] == pytest.approx(want_m[k], rel=1e-4, abs=1e-6), k
+  # The updated params and the optimizer's moments keep the params' layout.
+  for name, leaf in (("q", got["layers"]["attn"]["q"]["kernel"]),
+                     ("mu", state[1][0].mu["layers"]["attn"]["q"]["kernel"])):
+    assert leaf.sharding.spec == sharding.spec_for("layers/attn/q/kernel", leaf.shape, mesh), name
+  micro = update.micro_batches(batch, 1, mesh)
+  assert micro["tokens"].shape[:2] == (2, 2) and not micro["loss_mask"][1, 1].any()
+  assert micro["tokens"].sharding.spec == P(None, sharding.BATCH, None)
 
 
 def test_lr_schedules():

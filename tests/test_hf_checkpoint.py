@@ -8,13 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import transformers
 
 import reference
 from pedrl import models
 from pedrl.models import decoder
 from pedrl.models.config import ConfigError
-from pedrl.models.decoder import Decoder
 from pedrl.models.hf_checkpoint import CheckpointError, INDEX_FILE, tensor_names
 from pedrl.tokenizer import TokenizerError, load_tokenizer
 

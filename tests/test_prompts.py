@@ -1,5 +1,4 @@
 """The papers' prompts render completely and go through each model's chat template."""
-import os
 import re
 
 import pytest

@@ -1,5 +1,4 @@
 """The sampler and scorer: transformers' greedy tokens, multi-turn cache reuse, one log-prob path."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -154,7 +154,7 @@ class Sampler:
   def _replicated(self, x):
     if self.mesh is None:
       return jnp.asarray(x)
-    return jax.device_put(x, sharding_lib.replicated(self.mesh))
+    return sharding_lib.put(x, sharding_lib.replicated(self.mesh))
 
   def _rows(self, x):
     return sharding_lib.put_rows(x, self.mesh)
@@ -187,7 +187,7 @@ class Sampler:
         raise ValueError(f"row {i} has token ids outside [0, {self.cfg.vocab_size})")
     longest = max(r.size for r in rows)
     t = bucket(max(longest, 1), self.buckets)
-    end, pos = int(cache["end"]), int(np.max(np.asarray(cache["pos"])))
+    end, pos = int(cache["end"]), int(np.max(sharding_lib.to_host(cache["pos"])))
     room = kv_cache.size(cache) - end
     if longest + extra > room or t + extra > room:
       t = longest
@@ -285,7 +285,7 @@ class Sampler:
     real = self._rows(np.arange(tokens.shape[0]) < n)
     out, cache = _generate(self.model, params, cache, tokens, mask, real, self._rows(keys),
                            self._stop_table, sampling, window)
-    out = jax.device_get(out)
+    out = sharding_lib.to_host(out)
     gen = Generation(out["tokens"][:n], out["logprobs"][:n], out["length"][:n], out["stopped"][:n])
     if self.tokenizer is not None:
       gen.texts, gen.stop_reasons = zip(*(self._text(gen, i, sampling) for i in range(n)))

@@ -10,7 +10,6 @@ long dialogue is not re-encoded per candidate. Log-probs come from
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -130,7 +129,7 @@ class Scorer:
             self._rows(cont[sel, j:j + kc].reshape(size * kc, tk)),
             self._rows(cont_mask[sel, j:j + kc].reshape(size * kc, tk)),
             jnp.float32(temperature), kc, tc + tk)
-        out[start:stop, j:j + kc] = np.asarray(lp).reshape(size, kc, tk)[:stop - start]
+        out[start:stop, j:j + kc] = sharding_lib.to_host(lp).reshape(size, kc, tk)[:stop - start]
     out, cont_mask = out[:, :k], cont_mask[:, :k]
     count = cont_mask.sum(-1)
     total = out.sum(-1)

@@ -1,6 +1,7 @@
 """What the entry points share: loading the two models, the problems and the rewards."""
 import dataclasses
 
+import jax
 from absl import app, logging
 
 from pedrl import models
@@ -75,7 +76,8 @@ def build_rewards(c, student, solver, solve, mesh) -> pipeline.RewardPipeline:
   def text_backend(kind, **openai_overrides):
     if kind == "openai":
       overrides = {k: v for k, v in openai_overrides.items() if v}
-      return backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
+      api = backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
+      return backends.MainProcessCalls(api) if jax.process_count() > 1 else api
     if kind == "local":
       return backends.LocalBackend(load_party(r.local_judge, mesh, c.scan_layers),
                                    temperature=r.local_judge.temperature, seed=c.seed)

@@ -21,14 +21,18 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from pedrl import sharding
+from pedrl import distributed, sharding
 from pedrl.env import dialogue, problems as problems_lib, rollout, solving
 from pedrl.experiments.common import (build_rewards, dialogue_settings, load_party,
                                       load_problems, solver_party)
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/rollout.py:tiny.")
 flags.DEFINE_string("workdir", None, "Output directory.", required=True)
+flags.DEFINE_enum("multihost", "auto", distributed.MODES,
+                  "jax.distributed.initialize(): auto = when the environment shows several "
+                  "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
 FLAGS = flags.FLAGS
+
 
 def resume(path: str, group_size: int) -> list:
   """The dialogues of problems already complete in `path` (a rerun skips them).
@@ -82,6 +86,8 @@ def summarize(dialogues, seconds: dict, report) -> dict:
 
 def main(argv):
   del argv
+  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
+  main_process = distributed.is_main_process()  # The one that writes; all compute.
   c = FLAGS.config
   os.makedirs(FLAGS.workdir, exist_ok=True)
   out_path = os.path.join(FLAGS.workdir, "dialogues.jsonl")
@@ -91,8 +97,9 @@ def main(argv):
     rows, report = load_problems(c)
   except problems_lib.DataError as e:  # A bad row under on_error=fatal, before any work.
     sys.exit(f"error: {e}")
-  done = resume(out_path, c.group_size)
-  finished = {d.problem_id for d in done}
+  done = resume(out_path, c.group_size) if main_process else []
+  # Every process must run the same batches, whatever its view of the workdir.
+  finished = set(distributed.broadcast_json(sorted({d.problem_id for d in done})))
   todo = [(i, p) for i, p in enumerate(rows) if p.id not in finished]
   if done:
     logging.info("resuming: %d dialogues already in %s; %d of %d problems left",
@@ -106,7 +113,7 @@ def main(argv):
   seconds = collections.Counter(load=time.perf_counter() - start)
 
   b = c.batch_problems
-  with tqdm(total=len(todo), unit="problem", desc="rollouts") as bar:
+  with tqdm(total=len(todo), unit="problem", desc="rollouts", disable=not main_process) as bar:
     for lo in range(0, len(todo), b):
       uids, batch = zip(*todo[lo:lo + b])
       stats = rollout.RolloutStats()
@@ -123,10 +130,11 @@ def main(argv):
       batch_stats = rewards(dialogues)
       logging.info("batch %d: %s", lo // b, "  ".join(
           f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in batch_stats.items()))
-      with open(os.path.join(FLAGS.workdir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps({"batch_problem_uids": list(uids), **{
-            k: {"mean": m, "std": sd} for k, (m, sd) in batch_stats.items()}}) + "\n")
-      dialogue.save_jsonl(dialogues, out_path)
+      if main_process:
+        with open(os.path.join(FLAGS.workdir, "metrics.jsonl"), "a") as f:
+          f.write(json.dumps({"batch_problem_uids": list(uids), **{
+              k: {"mean": m, "std": sd} for k, (m, sd) in batch_stats.items()}}) + "\n")
+        dialogue.save_jsonl(dialogues, out_path)
       done += dialogues
       bar.update(len(batch))
       bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
@@ -134,6 +142,8 @@ def main(argv):
   seconds["solve"] += rewards.seconds["solve"]
   seconds.update(judges=rewards.seconds["judges"], uco=rewards.seconds["uco"],
                  total=time.perf_counter() - start)
+  if not main_process:
+    return
   summary = summarize(done, dict(seconds), report)
   summary["reward_pipeline"] = dict(sorted(rewards.stats.items()))
   with open(os.path.join(FLAGS.workdir, "summary.json"), "w") as f:

@@ -11,18 +11,20 @@ import json
 import logging as std_logging
 import os
 
-import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
 
-from pedrl import sharding
+from pedrl import distributed, sharding
 from pedrl.experiments.common import (build_rewards, dialogue_settings, load_party,
                                       load_problems, solver_party)
 from pedrl.rl import checkpoint, trainer, update
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/uco.py:tiny.")
 flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics).", required=True)
+flags.DEFINE_enum("multihost", "auto", distributed.MODES,
+                  "jax.distributed.initialize(): auto = when the environment shows several "
+                  "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
 FLAGS = flags.FLAGS
 
 
@@ -92,13 +94,14 @@ def build(c, workdir: str):
       advantage_ddof=r.advantage_ddof,
       gamma=c.rewards.uco.gamma, save_every=r.save_every, keep=r.keep,
       samples_every=r.samples_every, seed=c.seed)
-  writer = trainer.MetricsWriter(workdir)
+  writer = trainer.MetricsWriter(workdir, active=distributed.is_main_process())
   run = trainer.Trainer(train_settings, grpo, tutor, student, settings, rewards, problems,
                         optimizer, workdir, ckpt, writer, fingerprint(tutor.sampler.cfg))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(c.to_json_best_effort(indent=2))
+  if distributed.is_main_process():
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(c.to_json_best_effort(indent=2))
   logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
                r.steps, c.batch_problems, c.group_size)
   return run, writer, ckpt
@@ -107,17 +110,20 @@ def build(c, workdir: str):
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(QuietOrbax())
-  if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("SLURM_JOB_ID"):
-    jax.distributed.initialize()  # Multi-host pods: one process per host.
+  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
   c, workdir = FLAGS.config, FLAGS.workdir
   run, writer, ckpt = build(c, workdir)
-  with tqdm(total=c.rl.steps, initial=run.step, unit="step", desc="grpo") as bar:
+  main_process = distributed.is_main_process()
+  with tqdm(total=c.rl.steps, initial=run.step, unit="step", desc="grpo",
+            disable=not main_process) as bar:
     def progress(step, m):
       bar.update(1)
       bar.set_postfix(reward=f"{m['reward/total']:.3f}", kl=f"{m['kl']:.4f}")
     run.run(progress)
   writer.close()
   ckpt.close()
+  if not main_process:
+    return
   last = {}
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     for line in f:

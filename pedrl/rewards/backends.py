@@ -13,6 +13,7 @@ import re
 import threading
 import time
 
+from pedrl import distributed
 from pedrl.env import chat
 from pedrl.env.dialogue import STUDENT, TUTOR
 from pedrl.rewards.judging import JudgeError, JudgeStats
@@ -88,6 +89,34 @@ class OpenAIBackend:
         raise JudgeError(f"judge endpoint {self.base_url or 'api.openai.com'} (model "
                          f"{self.model!r}) refused the request: HTTP {e.status_code} "
                          f"{type(e).__name__}") from None
+
+
+@dataclasses.dataclass
+class MainProcessCalls:
+  """An API backend on a multi-host run: process 0 calls it, every process gets its replies.
+
+  All processes run the same host-side program; sampled replies that differed
+  between hosts would steer them into different computations (and a pod that
+  hangs), and every host calling would multiply the API bill.
+  """
+  inner: object
+
+  @property
+  def stats(self):
+    return self.inner.stats  # Counted on process 0, the one that writes metrics.
+
+  def complete(self, requests, round_: int = 0):
+    message = None
+    if distributed.is_main_process():
+      try:
+        message = [{"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else
+                   {"text": r} for r in self.inner.complete(requests, round_)]
+      except JudgeError as e:  # Raised on every process, not only here.
+        message = {"fatal": str(e)}
+    message = distributed.broadcast_json(message)
+    if isinstance(message, dict):
+      raise JudgeError(message["fatal"])
+    return [JudgeError(m["error"]) if "error" in m else m["text"] for m in message]
 
 
 # -- A pedrl model on the training mesh ------------------------------------------------------

@@ -18,6 +18,7 @@ import signal
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from pedrl.engine.sampling import bucket
@@ -63,11 +64,6 @@ def problems_for_step(problems, step: int, batch: int, seed: int):
     epoch, i = divmod(pos, n)
     out.append((pos, problems[int(_epoch_order(n, seed, epoch)[i])]))
   return out
-
-
-@functools.partial(jax.jit, static_argnums=(0, 4))
-def _logprobs(model, params, tokens, attn_mask, temperature):
-  return update.policy_logprobs(model, params, tokens, attn_mask, temperature)
 
 
 def build_batch(dialogues, token_advantages) -> dict:
@@ -137,7 +133,8 @@ class Trainer:
     self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
     self.optimizer, self.workdir, self.ckpt, self.writer = optimizer, workdir, checkpoints, writer
     self.fingerprint = model_fingerprint
-    self.ref_params = tutor.params  # Frozen: updates make new arrays, this one stays.
+    # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
+    self.ref_params = jax.tree.map(jnp.copy, tutor.params)
     self.params, self.opt_state, self.step = tutor.params, optimizer.init(tutor.params), 0
     self._stop = False
 
@@ -182,12 +179,10 @@ class Trainer:
     for i, d in enumerate(dialogues):
       if not d.rewards:  # Dropped by a judge policy: out of the loss and its token count.
         batch["loss_mask"][i] = False
-    model, temp, mb = self.tutor.sampler.model, self.grpo.temperature, self.grpo.micro_batch
-    # In micro-batches: one pass materialises [rows, T, vocab] float32 logits.
-    batch["ref_logp"] = np.concatenate([
-        np.asarray(_logprobs(model, self.ref_params, batch["tokens"][lo:lo + mb],
-                             batch["attn_mask"][lo:lo + mb], temp))
-        for lo in range(0, len(dialogues), mb)])
+    model, mesh = self.tutor.sampler.model, self.tutor.sampler.mesh
+    batch["ref_logp"] = update.logprobs_in_chunks(
+        model, self.ref_params, batch["tokens"], batch["attn_mask"], self.grpo.temperature,
+        self.grpo.micro_batch, mesh)
     rows = len(dialogues)
     mini = self.s.mini_batch or rows
     order = np.random.default_rng([self.s.seed, self.step]).permutation(rows)
@@ -197,7 +192,7 @@ class Trainer:
         idx = np.sort(order[lo:lo + mini])
         part = {k: v[idx] for k, v in batch.items()}
         self.params, self.opt_state, m = update.train_step(
-            model, self.params, self.opt_state, self.optimizer, part, self.grpo)
+            model, self.params, self.opt_state, self.optimizer, part, self.grpo, mesh)
         updates.append(m)
     t3 = time.perf_counter()
     self.step += 1
@@ -249,18 +244,20 @@ class Trainer:
 
 
 class MetricsWriter:
-  """Per-step metrics to WORKDIR/metrics.jsonl and TensorBoard; sample dialogues as text."""
+  """Per-step metrics to WORKDIR/metrics.jsonl and TensorBoard; sample dialogues as text.
+  Inactive (writes nothing) on all but the main process of a multi-host run."""
 
-  def __init__(self, workdir: str):
-    from tensorboardX import SummaryWriter
-    self.workdir = workdir
-    os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
-    self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+  def __init__(self, workdir: str, active: bool = True):
+    self.workdir, self.active = workdir, active
     self.path = os.path.join(workdir, "metrics.jsonl")
+    if active:
+      from tensorboardX import SummaryWriter
+      os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
+      self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def truncate(self, step: int):
     """Drops metric rows after `step` (a resumed run redoes those steps)."""
-    if not os.path.exists(self.path):
+    if not self.active or not os.path.exists(self.path):
       return
     with open(self.path) as f:
       rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
@@ -268,6 +265,8 @@ class MetricsWriter:
       f.writelines(rows)
 
   def write(self, step: int, metrics: dict):
+    if not self.active:
+      return
     with open(self.path, "a") as f:
       f.write(json.dumps(metrics) + "\n")
     for k, v in metrics.items():
@@ -276,6 +275,8 @@ class MetricsWriter:
     self.tb.flush()
 
   def samples(self, step: int, dialogues):
+    if not self.active:
+      return
     text = "\n\n".join(
         f"# problem {d.problem_id} ({d.scenario}), reward {d.rewards.get('total')}\n"
         f"{d.problem}\n\n{dialogue_lib.transcript(d.messages)}" for d in dialogues)
@@ -284,4 +285,5 @@ class MetricsWriter:
     self.tb.add_text("samples", text.replace("\n", "  \n"), step)
 
   def close(self):
-    self.tb.close()
+    if self.active:
+      self.tb.close()

@@ -13,8 +13,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+from pedrl import sharding as sharding_lib
 from pedrl.engine.scoring import sequence_logprobs
 from pedrl.rl import loss as loss_lib
 
@@ -58,38 +61,72 @@ def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
   return sequence_logprobs(model, params, tokens, attn_mask, temperature)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _micro_grads(model, params, batch, settings: GRPOSettings, num_tokens, num_sequences):
-  def objective(p):
-    logp = policy_logprobs(model, p, batch["tokens"], batch["attn_mask"], settings.temperature)
+_METRICS = ("kl_sum", "clipped_sum", "ratio_sum", "tokens", "old_logp_diff_sum")
+
+
+def micro_batches(batch: dict, micro_batch: int, mesh=None) -> dict:
+  """[B, T] host arrays → [n, m, T] device arrays, each micro-batch's rows split over the
+  mesh's batch axes. m is micro_batch rounded up to the mesh's batch shards; the last
+  micro-batch is filled with copies of row 0 that carry no loss (loss_mask False)."""
+  rows = batch["tokens"].shape[0]
+  shards = sharding_lib.batch_shards(mesh)
+  m = -(-min(micro_batch, rows) // shards) * shards
+  n = -(-rows // m)
+  fill = np.zeros(n * m, np.int64)
+  fill[:rows] = np.arange(rows)
+  out = {}
+  for k, v in batch.items():
+    v = np.asarray(v)[fill]
+    if k == "loss_mask":
+      v[rows:] = False
+    v = v.reshape(n, m, *v.shape[1:])
+    out[k] = (jnp.asarray(v) if mesh is None else sharding_lib.put(
+        v, NamedSharding(mesh, P(None, sharding_lib.BATCH, *(None,) * (v.ndim - 2)))))
+  return out
+
+
+def _accumulated_grads(model, params, micro, settings: GRPOSettings, num_tokens, num_sequences):
+  """Sum over micro-batches (a scan: one compiled body) of the gradient of each one's
+  share of the mini-batch loss, and of the metric sums."""
+  def objective(p, part):
+    logp = policy_logprobs(model, p, part["tokens"], part["attn_mask"], settings.temperature)
     total, norm, metrics = loss_lib.grpo_loss_terms(
-        logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], batch["loss_mask"],
+        logp, part["old_logp"], part["ref_logp"], part["advantages"], part["loss_mask"],
         settings.beta, settings.eps_low, settings.eps_high, settings.aggregation,
         num_sequences=num_sequences, num_tokens=num_tokens)
-    mask = batch["loss_mask"].astype(jnp.float32)
-    metrics["old_logp_diff_sum"] = (jnp.abs(logp - batch["old_logp"]) * mask).sum()
+    mask = part["loss_mask"].astype(jnp.float32)
+    metrics["old_logp_diff_sum"] = (jnp.abs(logp - part["old_logp"]) * mask).sum()
     return total / norm, metrics
-  return jax.grad(objective, has_aux=True)(params)
+
+  def body(carry, part):
+    g, m = jax.grad(objective, has_aux=True)(params, part)
+    return jax.tree.map(jnp.add, carry, (g, m)), None
+
+  zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.float32(0) for k in _METRICS})
+  return jax.lax.scan(body, zeros, micro)[0]
 
 
-def gradients(model, params, batch, settings: GRPOSettings):
+def _totals(batch: dict):
+  """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
+  return (np.float32(max(np.asarray(batch["loss_mask"]).sum(), 1)),
+          np.float32(batch["tokens"].shape[0]))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _gradients(model, params, micro, settings, num_tokens, num_sequences):
+  return _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
+
+
+def gradients(model, params, batch, settings: GRPOSettings, mesh=None):
   """The mini-batch gradient, accumulated over micro-batches of settings.micro_batch rows;
   equal to one pass over the whole batch. Returns (grads, summed metrics)."""
-  rows = batch["tokens"].shape[0]
-  num_tokens = jnp.maximum(jnp.asarray(batch["loss_mask"], jnp.float32).sum(), 1.0)
-  num_sequences = jnp.float32(rows)
-  grads, metrics = None, None
-  for lo in range(0, rows, settings.micro_batch):
-    part = {k: v[lo:lo + settings.micro_batch] for k, v in batch.items()}
-    g, m = _micro_grads(model, params, part, settings, num_tokens, num_sequences)
-    grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
-    metrics = m if metrics is None else jax.tree.map(jnp.add, metrics, m)
-  return grads, metrics
+  return _gradients(model, params, micro_batches(batch, settings.micro_batch, mesh), settings,
+                    *_totals(batch))
 
 
-def train_step(model, params, opt_state, optimizer, batch, settings: GRPOSettings):
-  """One optimizer step on a mini-batch; returns (params, opt_state, metrics)."""
-  grads, m = gradients(model, params, batch, settings)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+def _step(model, optimizer, settings, params, opt_state, micro, num_tokens, num_sequences):
+  grads, m = _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
   updates, opt_state = optimizer.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
   tokens = jnp.maximum(m["tokens"], 1.0)
@@ -97,4 +134,29 @@ def train_step(model, params, opt_state, optimizer, batch, settings: GRPOSetting
              "ratio": m["ratio_sum"] / tokens, "tutor_tokens": m["tokens"],
              "sampler_logp_diff": m["old_logp_diff_sum"] / tokens,
              "grad_norm": optax.tree.norm(grads)}
-  return params, opt_state, jax.device_get(metrics)
+  return params, opt_state, metrics
+
+
+def train_step(model, params, opt_state, optimizer, batch, settings: GRPOSettings, mesh=None):
+  """One optimizer step on a mini-batch of host arrays, as one compiled program
+  (micro-batch gradients, accumulation, clipping, AdamW). `params` and `opt_state`
+  are donated: their buffers become the new ones. Returns (params, opt_state, metrics)."""
+  micro = micro_batches(batch, settings.micro_batch, mesh)
+  params, opt_state, metrics = _step(model, optimizer, settings, params, opt_state, micro,
+                                     *_totals(batch))
+  return params, opt_state, sharding_lib.to_host(metrics)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _chunked_logprobs(model, params, tokens, attn_mask, temperature):
+  return jax.lax.map(lambda ta: policy_logprobs(model, params, *ta, temperature),
+                     (tokens, attn_mask))
+
+
+def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chunk: int,
+                       mesh=None) -> np.ndarray:
+  """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
+  would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
+  micro = micro_batches({"tokens": tokens, "attn_mask": attn_mask}, chunk, mesh)
+  lp = _chunked_logprobs(model, params, micro["tokens"], micro["attn_mask"], temperature)
+  return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:tokens.shape[0]]

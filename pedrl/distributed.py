@@ -1,0 +1,55 @@
+"""Multi-host start: one process per host, all of them running the same command.
+
+`jax.distributed.initialize()` must run before anything touches the devices.
+With no arguments JAX finds the cluster itself (Cloud TPU metadata, SLURM,
+Open MPI, Kubernetes); "auto" calls it only where the environment shows
+more than one process, so single-host runs never wait for a coordinator.
+"""
+import json
+import os
+
+import jax
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+MODES = ("auto", "on", "off")
+
+
+def _count(value: str | None) -> int:
+  """How many processes an env value describes: an integer, or a comma-separated host list."""
+  if not value:
+    return 0
+  return int(value) if value.strip().isdigit() else len(value.split(","))
+
+
+def multiple_processes(env=os.environ) -> bool:
+  """Whether the environment describes a multi-process job (the markers JAX reads)."""
+  return bool(env.get("JAX_COORDINATOR_ADDRESS") or env.get("MEGASCALE_COORDINATOR_ADDRESS")
+              or _count(env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")) > 1
+              or _count(env.get("SLURM_NTASKS")) > 1 or _count(env.get("OMPI_COMM_WORLD_SIZE")) > 1)
+
+
+def initialize(mode: str = "auto") -> None:
+  """Starts the multi-process runtime: "on" always, "auto" when `multiple_processes()`."""
+  if mode not in MODES:
+    raise ValueError(f"multihost mode {mode!r} is not one of {MODES}")
+  if mode == "on" or (mode == "auto" and multiple_processes()):
+    jax.distributed.initialize()
+    logging.info("process %d of %d; %d local of %d devices", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def is_main_process() -> bool:
+  """The process that writes logs, metrics and files that every process would write alike."""
+  return jax.process_index() == 0
+
+
+def broadcast_json(value):
+  """Process 0's `value` (anything json.dumps takes) on every process; others pass None."""
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode(), np.uint8) if is_main_process() else None
+  size = int(multihost_utils.broadcast_one_to_all(np.int32(0 if data is None else data.size)))
+  buffer = data if data is not None else np.zeros(size, np.uint8)
+  return json.loads(bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))).decode())

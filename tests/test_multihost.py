@@ -1,0 +1,54 @@
+"""Two processes on one CPU machine stand in for two hosts of a pod (gloo collectives)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import multihost_worker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_agree_with_one(tmp_path, testdata):
+  port = _free_port()
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multihost_worker.py"), str(i),
+                             str(port), str(tmp_path / f"{i}.json")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for i in range(2)]
+  logs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, log in zip(procs, logs):
+    assert p.returncode == 0, log[-3000:]
+  first, second = (json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2))
+  assert first["main"] and not second["main"] and first["batch_spans_processes"]
+  # Replies of process 0's API calls on both, its failures as failures.
+  assert first["replies"] == second["replies"] == ["a from 0", "b from 0",
+                                                   "error: JudgeError: TimeoutError: gave up"]
+  want = multihost_worker.compute(testdata("qwen2"), None)  # One process, one device.
+  for got in (first, second):
+    assert got["tokens"] == want["tokens"]
+    np.testing.assert_allclose(got["logp"], want["logp"], atol=1e-5)
+    for k, v in want["metrics"].items():
+      assert got["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    np.testing.assert_allclose(got["embedding_row"], want["embedding_row"], atol=1e-7)
+
+
+def test_auto_mode_reads_the_cluster_environment():
+  from pedrl import distributed
+  assert not distributed.multiple_processes({})
+  assert not distributed.multiple_processes({"SLURM_NTASKS": "1", "TPU_WORKER_HOSTNAMES": "h0"})
+  assert distributed.multiple_processes({"SLURM_NTASKS": "4"})
+  assert distributed.multiple_processes({"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3"})
+  assert distributed.multiple_processes({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+  with pytest.raises(ValueError, match="multihost mode"):
+    distributed.initialize("sometimes")
