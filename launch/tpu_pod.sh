@@ -9,6 +9,7 @@
 # finds the slice's hosts from the TPU metadata. The workdir, checkpoints and
 # problems must be paths every host sees alike (a gcsfuse or NFS mount); only
 # process 0 writes metrics and samples, all of them write their checkpoint shards.
+# Only process 0 calls API judges: set their key variable on worker 0.
 set -euo pipefail
 
 usage() { sed -n '2,12p' "$0"; exit 2; }

@@ -45,11 +45,20 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
+def any_process(flag: bool) -> bool:
+  """True on every process if `flag` is True on any (e.g. a SIGTERM seen by one host)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  return bool(np.asarray(multihost_utils.process_allgather(np.int32(flag))).any())
+
+
 def broadcast_json(value):
   """Process 0's `value` (anything json.dumps takes) on every process; others pass None."""
   if jax.process_count() == 1:
     return value
-  data = np.frombuffer(json.dumps(value).encode(), np.uint8) if is_main_process() else None
-  size = int(multihost_utils.broadcast_one_to_all(np.int32(0 if data is None else data.size)))
-  buffer = data if data is not None else np.zeros(size, np.uint8)
-  return json.loads(bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))).decode())
+  data = json.dumps(value).encode() if is_main_process() else b""
+  size = int(multihost_utils.broadcast_one_to_all(np.int32(len(data))))
+  # Padded to a power of two: each buffer shape is one compiled broadcast program.
+  buffer = np.zeros(1 << max(size - 1, 1).bit_length(), np.uint8)
+  buffer[:len(data)] = np.frombuffer(data, np.uint8)
+  return json.loads(bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))[:size]))

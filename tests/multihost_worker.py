@@ -39,7 +39,8 @@ def compute(ckpt: str, mesh) -> dict:
   batch = dict(batch, old_logp=logp, ref_logp=logp - 0.05)
   opt = update.make_optimizer(1e-3, eps=1.0)
   settings = update.GRPOSettings(micro_batch=2)
-  params, _, metrics = update.train_step(model, params, opt.init(params), opt, batch, settings, mesh)
+  params, _, metrics = update.train_step(model, params, update.init_optimizer(opt, params), opt,
+                                         batch, settings, mesh)
   row = sharding.to_host(params["embed"]["embedding"])[7]
   return {"tokens": np.asarray(gen.tokens).tolist(), "logp": logp.tolist(),
           "metrics": {k: float(v) for k, v in metrics.items()}, "embedding_row": row.tolist()}
@@ -68,6 +69,7 @@ def main(process_id: int, port: int, out: str):
                        for r in replies]
   result["batch_spans_processes"] = not sharding.put_rows(np.zeros((4, 2)), mesh).is_fully_addressable
   result["main"] = distributed.is_main_process()
+  result["stop"] = distributed.any_process(process_id == 1)  # A SIGTERM seen by host 1 only.
   with open(out, "w") as f:
     json.dump(result, f)
 

@@ -180,27 +180,41 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
-def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny):
+def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny, tmp_path):
   from pedrl import sharding
+  from pedrl.rl import checkpoint
   model, params = tiny
   batch = {k: v[:3] for k, v in _batch(model, params).items()}
   settings = update.GRPOSettings(micro_batch=1)  # 1 device: 3 micro-batches of 1 row.
   # Adam's first step is lr·g/(|g| + eps): with a small eps, lr·sign(g), which rounding
   # noise flips where g ≈ 0. A large eps keeps the step linear in g.
-  opt = update.make_optimizer(1e-3, eps=1.0)
+  opt = update.make_optimizer(update.lr_schedule(1e-3, "cosine", 10), eps=1.0)
   start = jax.tree.map(jnp.copy, params)
-  want, _, want_m = update.train_step(model, start, opt.init(start), opt, batch, settings)
+  want, _, want_m = update.train_step(model, start, update.init_optimizer(opt, start), opt,
+                                      batch, settings)
   mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)  # 2 micro-batches of 2, one row filled.
-  start = jax.device_put(params, sharding.param_shardings(params, mesh))
-  got, state, got_m = update.train_step(model, start, opt.init(start), opt, batch, settings, mesh)
+  on_mesh = lambda p: jax.device_put(jax.tree.map(jnp.copy, p), sharding.param_shardings(p, mesh))
+  start = on_mesh(params)  # A copy: donating a device_put result can delete its source.
+  state = update.init_optimizer(opt, start)
+  layout = jax.tree.map(lambda x: x.sharding, (start, state))
+  got, state, got_m = update.train_step(model, start, state, opt, batch, settings, mesh)
   for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-7)
   for k in want_m:
     assert got_m[k] == pytest.approx(want_m[k], rel=1e-4, abs=1e-6), k
-  # The updated params and the optimizer's moments keep the params' layout.
-  for name, leaf in (("q", got["layers"]["attn"]["q"]["kernel"]),
-                     ("mu", state[1][0].mu["layers"]["attn"]["q"]["kernel"])):
-    assert leaf.sharding.spec == sharding.spec_for("layers/attn/q/kernel", leaf.shape, mesh), name
+  # Params and optimizer state keep their layout (donated buffers reused, no recompiles
+  # downstream), also after a checkpoint round trip: a resumed run steps on.
+  assert jax.tree.map(lambda x: x.sharding, (got, state)) == layout
+  assert state[1][0].mu["layers"]["attn"]["q"]["kernel"].sharding.spec == P(None, "fsdp", "tensor")
+  ckpt = checkpoint.Checkpoints(str(tmp_path))
+  ckpt.save(1, {"params": got, "opt_state": state}, {"model": {}})
+  fresh = on_mesh(params)
+  _, restored, _ = ckpt.restore({"params": fresh, "opt_state": update.init_optimizer(opt, fresh)},
+                                {})
+  ckpt.close()
+  again, state, _ = update.train_step(model, restored["params"], restored["opt_state"], opt, batch,
+                                      settings, mesh)
+  assert jax.tree.map(lambda x: x.sharding, (again, state)) == layout
   micro = update.micro_batches(batch, 1, mesh)
   assert micro["tokens"].shape[:2] == (2, 2) and not micro["loss_mask"][1, 1].any()
   assert micro["tokens"].sharding.spec == P(None, sharding.BATCH, None)

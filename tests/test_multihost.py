@@ -31,6 +31,7 @@ def test_two_processes_agree_with_one(tmp_path, testdata):
     assert p.returncode == 0, log[-3000:]
   first, second = (json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2))
   assert first["main"] and not second["main"] and first["batch_spans_processes"]
+  assert first["stop"] and second["stop"]
   # Replies of process 0's API calls on both, its failures as failures.
   assert first["replies"] == second["replies"] == ["a from 0", "b from 0",
                                                    "error: JudgeError: TimeoutError: gave up"]

@@ -4,7 +4,7 @@ import dataclasses
 import jax
 from absl import app, logging
 
-from pedrl import models
+from pedrl import distributed, models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.engine.scoring import Scorer
 from pedrl.env import chat, problems as problems_lib, rollout, solving
@@ -76,8 +76,11 @@ def build_rewards(c, student, solver, solve, mesh) -> pipeline.RewardPipeline:
   def text_backend(kind, **openai_overrides):
     if kind == "openai":
       overrides = {k: v for k, v in openai_overrides.items() if v}
-      api = backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
-      return backends.MainProcessCalls(api) if jax.process_count() > 1 else api
+      if jax.process_count() == 1:
+        return backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
+      return backends.MainProcessCalls(  # Only process 0 calls the API (and needs the key).
+          backends.OpenAIBackend(**dict(r.openai.to_dict(), **overrides))
+          if distributed.is_main_process() else None)
     if kind == "local":
       return backends.LocalBackend(load_party(r.local_judge, mesh, c.scan_layers),
                                    temperature=r.local_judge.temperature, seed=c.seed)

