@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pedrl.engine.sampling import bucket
 from pedrl import distributed
+from pedrl.engine.sampling import bucket
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rl import advantages as adv_lib, checkpoint as checkpoint_lib, update
 
