@@ -60,11 +60,12 @@ def compact(cache):
   cache runs out of room instead of needing a cache sized for the gaps.
   """
   order = jnp.argsort(~cache["mask"], axis=1, stable=True)  # Filled slots first, in order.
-  gather = lambda x: jnp.take_along_axis(x, order[:, None, :, None], axis=2)  # [B, KV, S, D]
+  gather_k = lambda x: jnp.take_along_axis(x, order[:, None, None, :], axis=3)  # [B, KV, D, S]
+  gather_v = lambda x: jnp.take_along_axis(x, order[:, None, :, None], axis=2)  # [B, KV, S, D]
   if isinstance(cache["k"], tuple):
-    k, v = tuple(map(gather, cache["k"])), tuple(map(gather, cache["v"]))
+    k, v = tuple(map(gather_k, cache["k"])), tuple(map(gather_v, cache["v"]))
   else:
-    k, v = (jax.vmap(gather)(x) for x in (cache["k"], cache["v"]))
+    k, v = jax.vmap(gather_k)(cache["k"]), jax.vmap(gather_v)(cache["v"])
   return {"k": k, "v": v, "mask": jnp.take_along_axis(cache["mask"], order, axis=1),
           "pos": cache["pos"], "end": jnp.max(jnp.sum(cache["mask"], axis=1, dtype=jnp.int32))}
 

@@ -9,8 +9,10 @@ layers_1, ...; see ModelConfig.scan_layers); `stack_layers` / `unstack_layers`
 convert between the two layouts.
 
 KV cache. A cache is a dict of arrays:
-  k, v: [L, B, KV, S, D]  keys/values per layer at buffer slots 0..S-1 (with
-                          unrolled layers: a tuple of L arrays [B, KV, S, D])
+  k: [L, B, KV, D, S]     keys per layer at buffer slots 0..S-1, transposed
+                          (decode attention sums over D with S contiguous)
+  v: [L, B, KV, S, D]     values (with unrolled layers, k and v are tuples of
+                          L arrays without the leading L)
   mask: [B, S] bool       which slots hold a real token
   pos:  [B] int32         the position the next real token of each row gets
   end:  [] int32          the first free slot (the same for every row)
@@ -53,14 +55,13 @@ class Attention(nn.Module):
       q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-    k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, KV, T, D], the cache layout.
-    if kv is not None:
-      at = (0, 0, write_at, 0)
-      k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), at)
-      v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), at)
+    k, v = k.transpose(0, 2, 3, 1), v.swapaxes(1, 2)  # [B, KV, D, T] and [B, KV, T, D].
+    if kv is not None:  # The cache layout (init_cache).
+      k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), (0, 0, 0, write_at))
+      v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), (0, 0, write_at, 0))
       kv = {"k": k, "v": v}
     s = mask.shape[-1]  # Attend to the first s slots only (the window, see Decoder).
-    out = layers.dot_attention(q, k[:, :, :s].astype(dtype), v[:, :, :s].astype(dtype), mask)
+    out = layers.dot_attention(q, k[..., :s].astype(dtype), v[:, :, :s].astype(dtype), mask)
     return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), kv
 
 
@@ -134,14 +135,15 @@ def positions_from_mask(mask, start=None):
 
 
 def init_cache(cfg: ModelConfig, batch: int, size: int, dtype=None) -> dict:
-  """An empty KV cache with `size` slots per row."""
+  """An empty KV cache with `size` slots per row: keys [B, KV, D, S] (transposed, for
+  decode attention, see layers.dot_attention), values [B, KV, S, D]."""
   dtype = jnp.dtype(dtype or cfg.dtype)
-  shape = (batch, cfg.num_kv_heads, size, cfg.head_dim)
-  def zeros():  # A fresh buffer per call: k and v are donated separately.
+  def zeros(shape):  # A fresh buffer per call: k and v are donated separately.
     if cfg.scan_layers:
       return jnp.zeros((cfg.num_layers,) + shape, dtype)
     return tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-  return {"k": zeros(), "v": zeros(),
+  return {"k": zeros((batch, cfg.num_kv_heads, cfg.head_dim, size)),
+          "v": zeros((batch, cfg.num_kv_heads, size, cfg.head_dim)),
           "mask": jnp.zeros((batch, size), bool), "pos": jnp.zeros((batch,), jnp.int32),
           "end": jnp.zeros((), jnp.int32)}
 
