@@ -41,7 +41,7 @@ def dot_attention(q, k, v, mask):
     # One-token decode as two multiply-reduces that stream the cache once, measured
     # fastest on XLA:CPU (`pedrl.bench.sampling`): scores sum over D, a major axis of
     # the transposed keys, so the S axis stays contiguous (a batched dot_general over
-    # (B, KV) with 2 query rows per group ran ~4x slower); values sum over S.
+    # (B, KV) with 2 query rows per group ran ~8x slower at 256 slots); values sum over S.
     scores = jnp.sum(q[:, 0, :, :, :, None].astype(f32) * k[:, :, None].astype(f32),
                      axis=-2)[:, :, :, None]  # [B, KV, G, 1, S]
   else:
