@@ -55,18 +55,26 @@ def main(process_id: int, port: int, out: str):
   from pedrl import distributed, sharding
   from pedrl.rewards import backends
 
-  class Echo:  # An "API" whose replies differ per host: only process 0's may be used.
-    stats = {}
+  class Echo:  # An "API" client, built on process 0 only (as the entry points do).
+    stats = {"calls": 1}
 
     def complete(self, requests, round_=0):
+      if requests == ["crash"]:
+        raise RuntimeError("unexpected reply type")
       return [f"{r} from {process_id}" for r in requests] + [TimeoutError("gave up")]
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   mesh = sharding.make_mesh(data=2, fsdp=2)
   result = compute(os.path.join(root, "testdata", "models", "qwen2"), mesh)
-  replies = backends.MainProcessCalls(Echo()).complete(["a", "b"])
+  api = backends.MainProcessCalls(Echo() if distributed.is_main_process() else None)
+  replies = api.complete(["a", "b"])
   result["replies"] = [r if isinstance(r, str) else f"error: {type(r).__name__}: {r}"
                        for r in replies]
+  try:  # Any exception of process 0's client is raised on every process (none may hang).
+    api.complete(["crash"])
+  except backends.JudgeError as e:
+    result["crash"] = str(e)
+  result["stats"] = dict(api.stats)
   result["batch_spans_processes"] = not sharding.put_rows(np.zeros((4, 2)), mesh).is_fully_addressable
   result["main"] = distributed.is_main_process()
   result["stop"] = distributed.any_process(process_id == 1)  # A SIGTERM seen by host 1 only.

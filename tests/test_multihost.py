@@ -35,6 +35,8 @@ def test_two_processes_agree_with_one(tmp_path, testdata):
   # Replies of process 0's API calls on both, its failures as failures.
   assert first["replies"] == second["replies"] == ["a from 0", "b from 0",
                                                    "error: JudgeError: TimeoutError: gave up"]
+  assert first["crash"] == second["crash"] == "RuntimeError: unexpected reply type"
+  assert first["stats"] == {"calls": 1} and second["stats"] == {}
   want = multihost_worker.compute(testdata("qwen2"), None)  # One process, one device.
   for got in (first, second):
     assert got["tokens"] == want["tokens"]

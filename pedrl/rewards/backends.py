@@ -97,13 +97,14 @@ class MainProcessCalls:
 
   All processes run the same host-side program; sampled replies that differed
   between hosts would steer them into different computations (and a pod that
-  hangs), and every host calling would multiply the API bill.
+  hangs), and every host calling would multiply the API bill. `inner` is None
+  on the other processes (they need no API key).
   """
   inner: object
 
   @property
-  def stats(self):
-    return self.inner.stats  # Counted on process 0, the one that writes metrics.
+  def stats(self):  # Counted on process 0, the one that writes metrics.
+    return self.inner.stats if self.inner is not None else JudgeStats()
 
   def complete(self, requests, round_: int = 0):
     message = None
@@ -111,8 +112,8 @@ class MainProcessCalls:
       try:
         message = [{"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else
                    {"text": r} for r in self.inner.complete(requests, round_)]
-      except JudgeError as e:  # Raised on every process, not only here.
-        message = {"fatal": str(e)}
+      except Exception as e:  # Raised on every process, not here alone (they would hang).
+        message = {"fatal": f"{type(e).__name__}: {e}"}
     message = distributed.broadcast_json(message)
     if isinstance(message, dict):
       raise JudgeError(message["fatal"])
