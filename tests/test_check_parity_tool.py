@@ -1,10 +1,13 @@
-"""`python -m pedrl.tools.check_parity` on checkpoints built here, not in testdata."""
+"""`python -m pedrl.tools.check_parity` on checkpoints built here and on the testdata decoders."""
 import subprocess
 import sys
 
+import pytest
 import transformers
 
 import reference
+from pedrl.models import config as model_config
+from pedrl.tools import check_parity
 
 
 def run_tool(*args):
@@ -41,3 +44,57 @@ def test_sequence_classifier_and_clear_error_for_generate(tmp_path):
   assert "task=seq_cls" in lines[0]
   rc, _, err = run_tool(f"--hf_dir={tmp_path}", "--generate=4")
   assert rc != 0 and "--generate needs a causal_lm checkpoint" in err
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen2_tied", "qwen3", "llama3"])
+def test_greedy_tokens_match_up_to_eos_on_every_testdata_decoder(testdata, name):
+  # 16 rows x 24 tokens from seed 0: in every family some reference row ends at an EOS.
+  result = check_parity.compare(testdata(name), generate=24, batch=16)
+  assert result["greedy_tokens_equal"], result.get("first_token_mismatch")
+  assert result["rows_ending_at_eos"] >= 1
+  assert result["max_abs_logit_diff"] <= 1e-4
+
+
+def test_cli_passes_on_testdata_qwen3_whose_reference_stops_at_eos(testdata):
+  rc, lines, err = run_tool(f"--hf_dir={testdata('qwen3')}", "--generate=16")
+  assert rc == 0, (lines, err[-2000:])
+  assert int(lines[0].split("rows_ending_at_eos=")[1].split("/")[0]) >= 1
+  assert lines[1:3] == ["verdict=PASS", "greedy_tokens_equal=true"]
+
+
+def test_an_early_eos_or_a_difference_up_to_the_eos_is_still_a_mismatch(testdata, monkeypatch):
+  hf_dir = testdata("qwen3")
+  seen = {}
+  def record(fn, key):
+    def wrapped(*args):
+      seen[key] = fn(*args)
+      return seen[key]
+    return wrapped
+  monkeypatch.setattr(check_parity, "reference_outputs",
+                      record(check_parity.reference_outputs, "ref"))
+  monkeypatch.setattr(check_parity, "pedrl_outputs", record(check_parity.pedrl_outputs, "ours"))
+  assert check_parity.compare(hf_dir, generate=16)["greedy_tokens_equal"]
+  ref, (logits, ours) = seen["ref"][1], seen["ours"]
+  (eos,) = model_config.from_hf(hf_dir).eos_token_ids
+  ends = [(r, list(ref[r]).index(eos)) for r in range(len(ref)) if eos in ref[r]]
+  assert ends and len(ends) < len(ref), ref  # Needs a row that ends and one that does not.
+  (r, k), s = ends[0], next(s for s in range(len(ref)) if eos not in ref[s])
+  assert 0 < k < ref.shape[1] - 1
+  other = int(ref.max()) + 1  # Differs from every reference token, EOS included.
+
+  # Replay both sides' recorded outputs, pedrl's with one token changed.
+  monkeypatch.setattr(check_parity, "reference_outputs", lambda *args: seen["ref"])
+  def tampered(row, step, token):
+    changed = ours.copy()
+    changed[row, step] = token
+    monkeypatch.setattr(check_parity, "pedrl_outputs", lambda *args: (logits, changed))
+    return check_parity.compare(hf_dir, generate=16)
+
+  assert tampered(r, k + 1, other)["greedy_tokens_equal"]  # After the reference's EOS: ignored.
+  for row, step, token in [(s, 1, eos),        # pedrl stops in a row the reference does not end.
+                           (r, k - 1, eos),    # pedrl stops one step early.
+                           (r, k, other),      # pedrl does not stop where the reference does.
+                           (r, 0, other)]:     # an ordinary token before the EOS.
+    result = tampered(row, step, token)
+    assert not result["greedy_tokens_equal"]
+    assert result["first_token_mismatch"] == (row, step, token, int(ref[row, step]))

@@ -7,8 +7,12 @@ Both implementations run the same batch of random token ids, some rows padded
 `max_abs_logit_diff=<float>` over the real tokens (pooled scores for seq_cls,
 final hidden states for embed); with --generate=N, `greedy_tokens_equal=<bool>`
 compares N greedy tokens from pedrl's KV-cache path with transformers'
-`generate`. Exits 1 when the difference exceeds --atol or the tokens differ.
-Needs torch (the `test` extra).
+`generate`. transformers stops a row at the checkpoint's EOS ids (config.json
+plus generation_config.json) and pedrl's greedy path does not, so each row is
+compared up to and including the reference's first EOS (all N tokens when it
+has none): pedrl's tokens after it are ignored, while an early EOS or any other
+difference up to it is a mismatch. Exits 1 when the difference exceeds --atol or
+the tokens differ. Needs torch (the `test` extra).
 """
 import sys
 import time
@@ -61,8 +65,9 @@ def reference_outputs(hf_dir: str, cfg, tokens, mask, generate: int):
     values = out.last_hidden_state if cfg.task == "embed" else out.logits
     greedy = None
     if generate:
+      # Explicit EOS ids: generate merges the model's generation_config into unset (None) fields.
       gen_cfg = transformers.GenerationConfig(
-          do_sample=False, max_new_tokens=generate, eos_token_id=None,
+          do_sample=False, max_new_tokens=generate, eos_token_id=list(cfg.eos_token_ids) or None,
           pad_token_id=cfg.pad_token_id or 0)
       greedy = model.generate(input_ids=t(tokens), attention_mask=t(mask),
                               generation_config=gen_cfg)[:, tokens.shape[1]:].numpy()
@@ -100,11 +105,20 @@ def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> 
   result = {"task": cfg.task, "model_type": cfg.model_type, "max_abs_logit_diff": float(diff.max()),
             "max_abs_reference": float(np.abs(ref).max())}
   if generate:
-    result["greedy_tokens_equal"] = bool(np.array_equal(greedy, ref_greedy))
-    if not result["greedy_tokens_equal"]:
-      row, col = np.argwhere(greedy != ref_greedy)[0]
+    # generate pads rows after their EOS and returns fewer columns once every row has one;
+    # -1 (never a token) fills those, and only steps up to each row's first EOS count.
+    ref_tokens = np.full_like(greedy, -1)
+    ref_tokens[:, :ref_greedy.shape[1]] = ref_greedy
+    at_eos = np.isin(ref_tokens, cfg.eos_token_ids)
+    ended = at_eos.any(1)
+    length = np.where(ended, at_eos.argmax(1) + 1, generate)
+    differs = (greedy != ref_tokens) & (np.arange(generate) < length[:, None])
+    result["rows_ending_at_eos"] = int(ended.sum())
+    result["greedy_tokens_equal"] = not differs.any()
+    if differs.any():
+      row, col = np.argwhere(differs)[0]
       result["first_token_mismatch"] = (int(row), int(col), int(greedy[row, col]),
-                                        int(ref_greedy[row, col]))
+                                        int(ref_tokens[row, col]))
   return result
 
 
@@ -116,9 +130,11 @@ def main(argv):
   start = time.time()
   result = compare(FLAGS.hf_dir, FLAGS.task, FLAGS.generate, FLAGS.batch, FLAGS.seq_len, FLAGS.seed)
   ok = result["max_abs_logit_diff"] <= FLAGS.atol and result.get("greedy_tokens_equal", True)
+  ended = result.get("rows_ending_at_eos")
+  eos = "" if ended is None else f" rows_ending_at_eos={ended}/{FLAGS.batch}"
   print(f"checkpoint={FLAGS.hf_dir} model_type={result['model_type']} task={result['task']} "
         f"largest |reference value|={result['max_abs_reference']:.4g} "
-        f"atol={FLAGS.atol:g} time={time.time() - start:.1f}s")
+        f"atol={FLAGS.atol:g} time={time.time() - start:.1f}s{eos}")
   if "first_token_mismatch" in result:
     row, col, ours, ref = result["first_token_mismatch"]
     print(f"first greedy mismatch: row {row}, step {col}: pedrl {ours}, transformers {ref}")
