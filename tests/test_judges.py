@@ -1,5 +1,6 @@
 """Judges: tolerant parsing, re-ask rounds and failure policies, rules, and the real
 `openai` client against a scripted HTTP server on 127.0.0.1."""
+import email.utils
 import http.server
 import json
 import threading
@@ -95,6 +96,11 @@ def test_unparsed_replies_are_reasked_then_follow_the_policy():
     assert [len(s) for s in backend.seen] == [8, 2, 1, 1, 1]  # Only the unparsed go again.
     assert stats["parse_failures"] == 5 + 1 and stats["reasks"] == 2 + 1 + 1 + 1
     assert stats[f"policy/{policy}"] == 1 and stats["requests"] == 8
+    # The policy's value is flagged; a dropped dialogue lists only the judges' values.
+    want = {"leakage": [False] if policy == "drop" else [True, False],
+            "helpfulness": [False, False]}
+    assert v[0].filled == want and len(v[0].decisions["leakage"]) == len(want["leakage"])
+    assert v[1].filled == {"leakage": [False, False], "helpfulness": [False, False]}
 
 
 def test_thinking_judge_sees_the_traces_and_others_do_not():
@@ -142,7 +148,8 @@ def test_rule_judges():
 
 class _Server:
   """Answers POST /v1/chat/completions from a list of actions, one per request:
-  ("sleep", seconds) | ("status", code) | ("body", raw bytes) | ("reply", content)."""
+  ("sleep", seconds) | ("status", code[, headers]) | ("body", raw bytes) |
+  ("html", raw bytes) | ("json", any JSON value) | ("reply", content)."""
 
   def __init__(self, actions):
     self.actions, self.lock, self.bodies = list(actions), threading.Lock(), []
@@ -156,15 +163,20 @@ class _Server:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with outer.lock:
           outer.bodies.append((body, self.headers.get("Authorization")))
-          kind, arg = outer.actions.pop(0) if outer.actions else ("reply", '{"decision": "OK"}')
+          action = outer.actions.pop(0) if outer.actions else ("reply", '{"decision": "OK"}')
+        kind, arg, headers = action[0], action[1], action[2] if len(action) > 2 else {}
         if kind == "sleep":
           time.sleep(arg)
           kind, arg = "reply", '{"decision": "OK"}'
+        content_type = "application/json"
         if kind == "status":
           data = json.dumps({"error": {"message": "scripted", "type": "x"}}).encode()
           code = arg
-        elif kind == "body":  # A 200 whose body is not a completion.
+        elif kind in ("body", "html"):  # A 200 whose body is not a completion.
           code, data = 200, arg
+          content_type = "text/html" if kind == "html" else content_type
+        elif kind == "json":
+          code, data = 200, json.dumps(arg).encode()
         elif kind == "reply":
           code, data = 200, json.dumps({
               "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -172,7 +184,9 @@ class _Server:
                            "message": {"role": "assistant", "content": arg}}]}).encode()
         try:
           self.send_response(code)
-          self.send_header("Content-Type", "application/json")
+          self.send_header("Content-Type", content_type)
+          for name, value in headers.items():
+            self.send_header(name, value)
           self.send_header("Content-Length", str(len(data)))
           self.end_headers()
           self.wfile.write(data)
@@ -195,8 +209,8 @@ def api_key(monkeypatch):
 
 
 def _backend(server, **kw):
-  kw = dict(model="judge-model", base_url=server.url, api_key_env="PEDRL_TEST_JUDGE_KEY",
-            timeout=0.5, backoff_base=0.01, max_concurrency=1, **kw)
+  kw = dict(dict(model="judge-model", base_url=server.url, api_key_env="PEDRL_TEST_JUDGE_KEY",
+                 timeout=0.5, backoff_base=0.01, max_concurrency=1), **kw)
   return backends.OpenAIBackend(**kw)
 
 
@@ -303,6 +317,134 @@ def test_openai_backend_malformed_bodies_and_the_policy(api_key):
     v = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, rounds=3,
                       on_failure="accept", stats=stats)
     assert v[0].r_ped == 1.0 and stats["policy/accept"] == 2
-    assert stats["parse_failures"] == 6 and backend.stats["retries/JSONDecodeError"] == 1
+    assert stats["parse_failures"] == 6 and backend.stats["retries/non_completion_reply"] == 1
+  finally:
+    server.close()
+
+
+# -- Endpoints that misbehave ---------------------------------------------------------------
+
+_ONE_SAMPLE = (judging.JudgeSpec("leakage", "judges/leakage", samples=1),)
+
+
+def test_completion_text_refuses_every_reply_that_is_no_completion():
+  ns = types.SimpleNamespace
+  for out in ("<html>502</html>", b"", None, [], ns(choices=None), ns(choices=[]),
+              ns(choices="x"), ns(choices=[ns(message=None)]),
+              ns(choices=[ns(message=ns(content=5))])):
+    with pytest.raises(backends.NonCompletionReply, match="no chat completion"):
+      backends.completion_text(out)
+  assert backends.completion_text(ns(choices=[ns(message=ns(content=None))])) == ""
+  assert backends.completion_text(ns(choices=[ns(message=ns(content="hi"))])) == "hi"
+
+
+def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
+  # Sample 0: a proxy's HTML page (the client returns a str), JSON without choices, an
+  # empty choice list: its 3 tries. Sample 1: a non-JSON body, then the verdict. Asked
+  # again, sample 0 gets its verdict too.
+  server = _Server([("html", b"<html>502 Bad Gateway</html>"), ("json", {"error": "upstream"}),
+                    ("json", {"choices": []}), ("body", b"<html>bad gateway</html>"),
+                    ("reply", '{"decision": "OK"}')])
+  try:
+    backend = _backend(server, max_tries=3)
+    stats = judging.JudgeStats()
+    v = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, stats=stats)
+    assert v[0].r_ped == 1.0 and v[0].filled == {"leakage": [False, False]}
+    assert backend.stats["retries/non_completion_reply"] == 3 == backend.stats["retries"]
+    assert stats["api_errors/non_completion_reply"] == 1 and stats["reasks"] == 1
+  finally:
+    server.close()
+
+
+def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
+  now = 1_700_000_000
+  server = _Server([("status", 429, {"Retry-After": "2"}),
+                    ("status", 503, {"Retry-After": "120"}),  # Longer than backoff_max.
+                    ("status", 429, {"retry-after-ms": "1500"}),
+                    ("status", 503, {"Retry-After": email.utils.formatdate(now + 5, usegmt=True)}),
+                    ("status", 500),  # No header: exponential backoff with jitter.
+                    ("reply", '{"decision": "OK"}')])
+  delays = []
+  monkeypatch.setattr(backends, "time", types.SimpleNamespace(sleep=delays.append,
+                                                              time=lambda: now))
+  monkeypatch.setattr(backends, "random", types.SimpleNamespace(
+      uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
+  try:
+    backend = _backend(server, max_tries=6, backoff_max=10.0)
+    v = judging.judge([_dialogue()], _ONE_SAMPLE, backend)
+    assert v[0].r_ped == 1.0
+    assert delays == pytest.approx([2.0, 10.0, 1.5, 5.0, 0.01 * 2 ** 4 * 1.25])
+  finally:
+    server.close()
+  assert backends.retry_after({"Retry-After": "soon"}) is None
+  assert backends.retry_after({"Retry-After": "-3"}) == 0.0 and backends.retry_after({}) is None
+
+
+def _mostly_down():
+  """An endpoint that answers once, then 503s."""
+  return _Server([("reply", '{"decision": "REJECT"}')] + [("status", 503)] * 200)
+
+
+def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
+  dialogues = [_dialogue(i) for i in range(4)]  # 4 x 2 samples: 1 answered, 7 filled in.
+  server = _mostly_down()
+  try:
+    backend = _backend(server, max_tries=2)
+    with pytest.raises(judging.JudgeError, match=(
+        r"^7 of 8 judge answers .* after 2 rounds .*on_failure='reject' \(88%\), more than "
+        r"rewards\.max_failed_share=0\.2 allows; causes: api_errors/InternalServerError 7$")):
+      judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], backend, rounds=2,
+                    max_failed_share=0.2)
+  finally:
+    server.close()
+  server = _mostly_down()
+  try:
+    stats = judging.JudgeStats()
+    v = judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], _backend(server, max_tries=2),
+                      rounds=2, stats=stats, max_failed_share=1.0)
+    assert [x.decisions["leakage"] for x in v] == [[False, False]] * 4
+    assert [x.filled["leakage"] for x in v] == [[False, True]] + [[True, True]] * 3
+    assert stats["policy/reject"] == 7 and stats["api_errors/InternalServerError"] == 14
+  finally:
+    server.close()
+  with pytest.raises(ValueError, match="max_failed_share"):
+    judging.judge(dialogues, judging.PEDAGOGICAL_RL, Scripted(), max_failed_share=1.5)
+
+
+def test_preflight_names_endpoint_model_and_key_variable(api_key):
+  server = _Server([("json", {"choices": [{"index": 0, "finish_reason": "length",
+                                           "message": {"role": "assistant", "content": None}}]}),
+                    ("status", 401), ("status", 404), ("status", 503), ("status", 503),
+                    ("html", b"<html>login</html>"), ("html", b"<html>login</html>")])
+  try:
+    backend = _backend(server)
+    backend.preflight()  # One token, nothing to say: a completion all the same.
+    body, _ = server.bodies[0]
+    assert body["max_tokens"] == 1 and body["model"] == "judge-model"
+    where = f"the judge endpoint {server.url} (model 'judge-model')"
+    for want, requests in (("refused the API key in the environment variable "
+                            "PEDRL_TEST_JUDGE_KEY: HTTP 401", 1),
+                           ("HTTP 404: an unknown model", 1),
+                           ("failed the preflight request: HTTP 503", 2),
+                           ("is no OpenAI-compatible endpoint", 2)):
+      before = len(server.bodies)
+      with pytest.raises(judging.JudgeError) as e:
+        backend.preflight()
+      assert str(e.value).startswith(where) and want in str(e.value)
+      assert "sk-test" not in str(e.value) and len(server.bodies) - before == requests
+    backends.MainProcessCalls(backend).preflight()  # The actions are spent: answers OK.
+  finally:
+    server.close()
+
+
+def test_preflight_of_an_unreachable_or_slow_endpoint(api_key):
+  server = _Server([])
+  server.close()  # Nothing listens on the port any more.
+  with pytest.raises(judging.JudgeError, match=f"endpoint {server.url} .* cannot be reached"):
+    backends.MainProcessCalls(_backend(server)).preflight()  # Raised as process 0 saw it.
+  server = _Server([("sleep", 0.6), ("sleep", 0.6)])
+  try:
+    with pytest.raises(judging.JudgeError, match="did not answer within the timeout of 0.2 s"):
+      _backend(server, timeout=0.2).preflight()
   finally:
     server.close()

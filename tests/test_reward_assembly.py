@@ -102,6 +102,55 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   assert np.isnan(stats["total"][0])
 
 
+class _CountingRules:
+  """The rule judges, with a running total like an API backend's retries."""
+
+  def __init__(self):
+    self.rules, self.stats = backends.RuleBackend(), judging.JudgeStats()
+
+  def complete(self, requests, round_=0):
+    self.stats["retries"] += len(requests)
+    return self.rules.complete(requests, round_)
+
+
+def test_batch_stats_hold_the_latest_call_and_stats_the_totals(monkeypatch):
+  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings: None)
+  leak = _dialogue(0, tutor="The answer is 7.", r_sol=1.0)
+  leak.messages[0].text = "The answer is 7."
+  p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
+                              judging.PEDAGOGICAL_RL[:1], _CountingRules())
+  p([leak, _dialogue(1, r_sol=1.0)])
+  assert p.batch_stats == {"judge/requests": 4, "judge/replies": 4, "dropped": 0,
+                           "hard_rejected": 1, "judge_backend/retries": 4}
+  p([_dialogue(2, r_sol=1.0)])
+  assert p.batch_stats == {"judge/requests": 2, "judge/replies": 2, "dropped": 0,
+                           "hard_rejected": 0, "judge_backend/retries": 2}
+  assert p.stats == {"judge/requests": 6, "judge/replies": 6, "dropped": 0,
+                     "hard_rejected": 1, "judge_backend/retries": 6}
+
+
+def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
+  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings: None)
+
+  class Garbage:
+    def complete(self, requests, round_=0):
+      return ["??"] * len(requests)
+  a = _dialogue(0)
+  p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
+                              judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1)
+  p([a])
+  assert a.judgement["filled"] == {"leakage": [True, True]} and a.judgement["r_ped"] == 0.0
+  strict = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
+                                   judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1,
+                                   max_failed_share=0.5)
+  b = _dialogue(1)
+  with pytest.raises(judging.JudgeError, match="2 of 2 judge answers.*parse_failures 2"):
+    strict([b])
+  assert b.judgement["r_ped"] == 1.0  # Untouched: no verdict was written.
+  assert strict.batch_stats == {"judge/requests": 2, "judge/replies": 2,
+                                "judge/parse_failures": 2}
+
+
 def test_pipeline_refuses_an_incomplete_configuration():
   with pytest.raises(ValueError, match="judge backend"):
     pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings())

@@ -1,5 +1,6 @@
 """UCO per-turn rewards on the testdata models, against a by-hand recomputation."""
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -102,29 +103,63 @@ class _TextBackend:
     return [self.replies(r, round_) for r in requests]
 
 
+GOOD_ORACLE = ('{"candidates": ["7", "It is 7.", "3+4=7", "seven: 7", "I get 7"], "hints": '
+               '{"metacognitive": "What do you know?", "strategic": "Count on.", "conceptual": '
+               '"Addition is counting on.", "Step-by-step": "Start at 3, add 1 four times.", '
+               '"worked example": "2+5: 3,4,5,6,7 so 7."}}')
+
+
 def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   student, _, scorer, embedder = setup
-  good = ('{"candidates": ["7", "It is 7.", "3+4=7", "seven: 7", "I get 7"], "hints": '
-          '{"metacognitive": "What do you know?", "strategic": "Count on.", "conceptual": '
-          '"Addition is counting on.", "Step-by-step": "Start at 3, add 1 four times.", '
-          '"worked example": "2+5: 3,4,5,6,7 so 7."}}')
+  good = GOOD_ORACLE
   short = '{"candidates": ["7", "7"], "hints": {}}'
-  o = oracle.LLMOracle(_TextBackend(lambda r, k: good if (r.turn, k) != (1, 0) else short))
+
+  def oracle_reply(r, k):  # Turn 1: too short, then good; turn 3: the endpoint refuses.
+    return ConnectionError("refused") if r.turn == 3 else short if k == 0 else good
+  o = oracle.LLMOracle(_TextBackend(oracle_reply))
   classifier = _TextBackend(lambda r, k: '{"level": "conceptual"}' if r.turn == 1 else "??")
   settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2)
   stats = collections.Counter()
   (scores,) = uco_turns.score_turns([_dialogue()], student, scorer, o, embedder, settings,
                                     classifier=classifier, stats=stats)
-  assert o.stats["parse_failures"] == 1 and o.stats["fallback/reference"] == 0
+  assert o.stats["parse_failures"] == 1 and o.stats["api_errors/ConnectionError"] == 3
+  assert o.stats["fallback/reference"] == 1
   assert scores[0].level == 2  # "conceptual" from the classifier.
   assert stats["level_parse_failures"] == 2 and stats["level_fallback/nearest_hint"] == 1
+  # Which values are stand-ins: turn 3's candidates and hints, and its level.
+  assert [(t.oracle_fallback, t.level_fallback) for t in scores] == [(False, False), (True, True)]
   strict = oracle.LLMOracle(_TextBackend(lambda r, k: short), rounds=2, on_failure="error")
   with pytest.raises(oracle.OracleError, match="turn 1"):
     strict([oracle.OracleRequest(_dialogue(), 1)])
   lenient = oracle.LLMOracle(_TextBackend(lambda r, k: short), rounds=2)
   (turn,) = lenient([oracle.OracleRequest(_dialogue(), 1)])
-  assert turn == oracle.ReferenceOracle()([oracle.OracleRequest(_dialogue(), 1)])[0]
+  reference = oracle.ReferenceOracle()([oracle.OracleRequest(_dialogue(), 1)])[0]
+  assert turn == dataclasses.replace(reference, fallback=True) and not reference.fallback
   assert lenient.stats["fallback/reference"] == 1 and lenient.stats["parse_failures"] == 2
+
+
+def test_oracle_and_classifier_fallbacks_over_max_failed_share_are_errors(setup):
+  _, _, _, embedder = setup
+  # Turn 1 gets the LLM's answer, turn 3 none (the endpoint refuses): 1 of 2 falls back.
+  replies = lambda good: lambda r, k: good if r.turn == 1 else ConnectionError("refused")
+  turns = [oracle.OracleRequest(_dialogue(), 1), oracle.OracleRequest(_dialogue(), 3)]
+  strict = oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), rounds=2, max_failed_share=0.4)
+  with pytest.raises(oracle.OracleError, match=r"^1 of 2 oracle turns .*reference oracle \(50%\)"
+                     r".*rewards\.max_failed_share=0\.4 .*api_errors/ConnectionError 1$"):
+    strict(turns)
+  assert strict.stats["fallback/reference"] == 0
+  assert len(oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), rounds=2,
+                              max_failed_share=0.5)(turns)) == 2  # At the bound: allowed.
+  # The classifier: an error before the scorer runs (there is none here).
+  settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2, max_failed_share=0.4)
+  with pytest.raises(oracle.OracleError, match=r"^1 of 2 tutor turns got no level .*nearest hint"
+                     r" \(50%\).*level_api_errors/ConnectionError 1$"):
+    uco_turns.score_turns([_dialogue()], None, None, oracle.ReferenceOracle(), embedder,
+                          settings, _TextBackend(replies('{"level": "conceptual"}')))
+  with pytest.raises(ValueError, match="max_failed_share"):
+    uco_turns.UCOSettings(max_failed_share=-0.1)
+  with pytest.raises(ValueError, match="max_failed_share"):
+    oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), max_failed_share=2.0)
 
 
 def test_oracle_replies_are_checked():

@@ -6,7 +6,10 @@ retries ran out, and `judging.judge` counts it and asks again next round.
 """
 import concurrent.futures
 import dataclasses
+import datetime
+import email.utils
 import json
+import math
 import os
 import random
 import re
@@ -16,22 +19,70 @@ import time
 from pedrl import distributed
 from pedrl.env import chat
 from pedrl.env.dialogue import STUDENT, TUTOR
-from pedrl.rewards.judging import JudgeError, JudgeStats
+from pedrl.rewards.judging import JudgeError, JudgeStats, failure_kind
 
 JUDGE_STREAM = 3  # Beside rollout.DIALOGUE_STREAM, PRE_SOLVE_STREAM, POST_SOLVE_STREAM.
 
 
 # -- OpenAI-compatible endpoints (OpenAI, vLLM, Gemini's compatibility endpoint) -------------
 
+class NonCompletionReply(ValueError):
+  """An answer that is no chat completion: a proxy's HTML error page (the client then
+  returns a str), a body that is not JSON, JSON without choices or a message."""
+  kind = "non_completion_reply"  # Its counter name (judging.failure_kind).
+
+
+def _describe(out) -> str:
+  if isinstance(out, (str, bytes)):
+    return f"a {type(out).__name__} body {out[:80]!r}"
+  return f"a {type(out).__name__} with no usable choices[0].message"
+
+
+def completion_text(out) -> str:
+  """The first choice's text of what `chat.completions.create` returned, or
+  NonCompletionReply. A message without content (a refusal, a token budget spent on
+  reasoning) is an empty reply, which the judge asks again."""
+  choices = None if isinstance(out, (str, bytes)) else getattr(out, "choices", None)
+  message = getattr(choices[0], "message", None) if isinstance(choices, list) and choices else None
+  content = getattr(message, "content", None)
+  if message is None or not isinstance(content, (str, type(None))):
+    raise NonCompletionReply(f"no chat completion: the endpoint answered {_describe(out)}")
+  return content or ""
+
+
+def retry_after(headers) -> float | None:
+  """The seconds an error answer asks to wait: `retry-after-ms`, or `Retry-After` in
+  seconds or as an HTTP date; None without a usable header."""
+  if not headers:
+    return None
+  headers = {str(k).lower(): v for k, v in headers.items()}
+  for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+    try:
+      seconds = float(headers[name]) * scale
+    except (KeyError, TypeError, ValueError):
+      continue
+    if math.isfinite(seconds):
+      return max(seconds, 0.0)
+  try:
+    when = email.utils.parsedate_to_datetime(headers.get("retry-after"))
+  except (TypeError, ValueError, IndexError):
+    return None
+  if when.tzinfo is None:  # HTTP dates are GMT.
+    when = when.replace(tzinfo=datetime.timezone.utc)
+  return max(when.timestamp() - time.time(), 0.0)
+
+
 @dataclasses.dataclass
 class OpenAIBackend:
   """Chat completions through the `openai` client, with bounded concurrency and retries.
 
   The key is read from the environment variable named `api_key_env`; the key
-  itself is never in a config or a log line. Timeouts, connection errors, 429
-  and 5xx are retried with exponential backoff and jitter, at most `max_tries`
-  tries per call (paper 001 uses 5); other API errors (bad key, unknown model)
-  stop the run with a JudgeError.
+  itself is never in a config or a log line. Timeouts, connection errors, 429,
+  5xx and answers that are no completion are retried, at most `max_tries` tries
+  per call (paper 001 uses 5), after the wait a 429/5xx asks for (Retry-After,
+  retry-after-ms) or else exponential backoff with jitter, never more than
+  `backoff_max`; other API errors (bad key, unknown model) stop the run with a
+  JudgeError. `preflight()` checks endpoint, key and model with one small request.
   """
   model: str
   base_url: str | None = None
@@ -42,7 +93,7 @@ class OpenAIBackend:
   timeout: float = 60.0
   max_tries: int = 5
   backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
-  backoff_max: float = 30.0
+  backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
   stats: JudgeStats = dataclasses.field(default_factory=JudgeStats)
 
   def __post_init__(self):
@@ -50,11 +101,18 @@ class OpenAIBackend:
     key = os.environ.get(self.api_key_env)
     if not key:
       raise JudgeError(f"the environment variable {self.api_key_env} is not set; it must hold "
-                       f"the API key for the judge endpoint {self.base_url or 'api.openai.com'}")
+                       f"the API key for the judge endpoint {self.endpoint}")
     self._openai = openai
     self._lock = threading.Lock()  # Counters are bumped from the worker threads.
     self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
                                  max_retries=0)  # Retries are ours: counted, with jitter.
+    # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
+    self._retryable = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
+                       openai.InternalServerError, NonCompletionReply)
+
+  @property
+  def endpoint(self) -> str:
+    return self.base_url or "api.openai.com"
 
   def complete(self, requests, round_: int = 0):
     del round_
@@ -65,30 +123,69 @@ class OpenAIBackend:
     with self._lock:
       self.stats[key] += 1
 
-  def _one(self, prompt: str):
+  def _request(self, prompt: str, max_tokens: int) -> str:
+    """One call; whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
-    # Timeouts, connection errors, 429, 5xx, and replies that are not a completion.
-    retryable = (o.APITimeoutError, o.APIConnectionError, o.RateLimitError, o.InternalServerError,
-                 o.APIResponseValidationError, ValueError)
+    try:
+      out = self._client.chat.completions.create(
+          model=self.model, messages=[{"role": "user", "content": prompt}],
+          temperature=self.temperature, max_tokens=max_tokens)
+    except (ValueError, o.APIResponseValidationError) as e:  # A JSON content type, other body.
+      raise NonCompletionReply(f"no chat completion: the endpoint's body does not parse "
+                               f"({type(e).__name__}: {e})") from e
+    return completion_text(out)
+
+  def _delay(self, attempt: int, error: Exception) -> float:
+    """The wait a 429/5xx asks for, else exponential backoff with ±50% jitter."""
+    asked = retry_after(getattr(getattr(error, "response", None), "headers", None))
+    if asked is not None:
+      return min(self.backoff_max, asked)
+    return min(self.backoff_max, self.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
+
+  def _one(self, prompt: str):
     for attempt in range(self.max_tries):
       try:
-        out = self._client.chat.completions.create(
-            model=self.model, messages=[{"role": "user", "content": prompt}],
-            temperature=self.temperature, max_tokens=self.max_tokens)
-        if not out.choices:
-          raise ValueError("the completion has no choices")
-        return out.choices[0].message.content or ""
-      except retryable as e:
+        return self._request(prompt, self.max_tokens)
+      except self._retryable as e:
         if attempt + 1 == self.max_tries:
           return e
         self._count("retries")
-        self._count(f"retries/{type(e).__name__}")
-        delay = min(self.backoff_max, self.backoff_base * 2 ** attempt)
-        time.sleep(delay * random.uniform(0.5, 1.5))
-      except o.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.
-        raise JudgeError(f"judge endpoint {self.base_url or 'api.openai.com'} (model "
-                         f"{self.model!r}) refused the request: HTTP {e.status_code} "
-                         f"{type(e).__name__}") from None
+        self._count(f"retries/{failure_kind(e)}")
+        time.sleep(self._delay(attempt, e))
+      except self._openai.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.
+        raise JudgeError(f"judge endpoint {self.endpoint} (model {self.model!r}) refused the "
+                         f"request: HTTP {e.status_code} {type(e).__name__}") from None
+
+  def preflight(self, tries: int = 2):
+    """One one-token request, so that a wrong endpoint, key or model stops a run before
+    any model loads: JudgeError naming the endpoint and model (and the key's variable)."""
+    for attempt in range(tries):
+      try:
+        self._request("Reply with OK.", max_tokens=1)
+        return
+      except self._retryable as e:
+        if attempt + 1 == tries:
+          raise JudgeError(self._preflight_failure(e)) from None
+        time.sleep(self._delay(attempt, e))
+      except self._openai.APIStatusError as e:
+        raise JudgeError(self._preflight_failure(e)) from None
+
+  def _preflight_failure(self, e: Exception) -> str:
+    """One line on why the preflight failed (never the key, nor the server's text)."""
+    o, status = self._openai, getattr(e, "status_code", None)
+    where = f"the judge endpoint {self.endpoint} (model {self.model!r})"
+    if isinstance(e, o.APITimeoutError):
+      return f"{where} did not answer within the timeout of {self.timeout:g} s"
+    if isinstance(e, o.APIConnectionError):
+      return f"{where} cannot be reached (connection refused or host unreachable)"
+    if status in (401, 403):
+      return (f"{where} refused the API key in the environment variable {self.api_key_env}: "
+              f"HTTP {status} {type(e).__name__}")
+    if status == 404:
+      return f"{where} answered HTTP 404: an unknown model, or a base_url that is no API root"
+    if isinstance(e, NonCompletionReply):
+      return f"{where} is no OpenAI-compatible endpoint: {e}"
+    return f"{where} failed the preflight request: HTTP {status} {type(e).__name__}"
 
 
 @dataclasses.dataclass
@@ -107,17 +204,38 @@ class MainProcessCalls:
     return self.inner.stats if self.inner is not None else JudgeStats()
 
   def complete(self, requests, round_: int = 0):
+    message = self._on_main(lambda: [
+        {"error": f"{type(r).__name__}: {r}", "kind": failure_kind(r)}
+        if isinstance(r, Exception) else {"text": r}
+        for r in self.inner.complete(requests, round_)])
+    return [_failed_request(m) if "error" in m else m["text"] for m in message]
+
+  def preflight(self):
+    self._on_main(lambda: self.inner.preflight())  # inner is None off process 0.
+
+  @staticmethod
+  def _on_main(call):
+    """call()'s result (JSON-able) on every process. An exception on process 0 is raised
+    on every process: raised there alone, the others would hang."""
     message = None
     if distributed.is_main_process():
       try:
-        message = [{"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else
-                   {"text": r} for r in self.inner.complete(requests, round_)]
-      except Exception as e:  # Raised on every process, not here alone (they would hang).
+        message = {"result": call()}
+      except JudgeError as e:  # Already one clear line.
+        message = {"fatal": str(e)}
+      except Exception as e:
         message = {"fatal": f"{type(e).__name__}: {e}"}
     message = distributed.broadcast_json(message)
-    if isinstance(message, dict):
+    if "fatal" in message:
       raise JudgeError(message["fatal"])
-    return [JudgeError(m["error"]) if "error" in m else m["text"] for m in message]
+    return message["result"]
+
+
+def _failed_request(message: dict) -> JudgeError:
+  """Process 0's failed request, keeping its counter name (judging.failure_kind)."""
+  error = JudgeError(message["error"])
+  error.kind = message.get("kind")
+  return error
 
 
 # -- A pedrl model on the training mesh ------------------------------------------------------

@@ -9,8 +9,10 @@ A reply that cannot be parsed is asked again, up to `rounds` times in all
 (the reference code's 5). What is still unparsed after that follows
 `on_failure`: "accept", "reject" (a decision judge; a score judge gets 1 or 0)
 or "drop" (the dialogue leaves the batch: `Verdict.dropped`). Every parse
-failure, re-ask, API error and policy use is counted in `JudgeStats`: nothing
-becomes a default silently.
+failure, re-ask, API error and policy use is counted in `JudgeStats`, and every
+value the policy filled in is flagged in `Verdict.filled`: nothing becomes a
+default silently. A batch in which the policy would fill in more than
+`max_failed_share` of the answers (an endpoint that is mostly down) is an error.
 """
 import ast
 import collections
@@ -68,11 +70,37 @@ class Verdict:
   dropped: bool = False
   r_ped: float | None = None  # Π of every decision (paper 003 eq. 3); None when dropped.
   r_think: float | None = None  # Mean score of the thinking judge, if any.
+  # judge name -> [bool] parallel to its decisions/scores: True where the on_failure
+  # policy filled the value in (no judge said it), so a record tells real values apart.
+  filled: dict = dataclasses.field(default_factory=dict)
 
 
 class JudgeStats(collections.Counter):
   """requests, replies, parse_failures, reasks, api_errors (and api_errors/<kind>),
   retries (inside a backend), policy/<accept|reject|drop>."""
+
+
+def failure_kind(error: Exception) -> str:
+  """A counter name for a failed request: the error's `kind` if it has one (e.g.
+  non_completion_reply), else its class name (RateLimitError, APITimeoutError, ...)."""
+  return getattr(error, "kind", None) or type(error).__name__
+
+
+def check_max_failed_share(share: float):
+  if not 0.0 <= share <= 1.0:
+    raise ValueError(f"max_failed_share {share} is not in [0, 1]")
+
+
+def check_failed_share(failed: int, total: int, max_failed_share: float, what: str,
+                       causes: collections.Counter, error: type | None = None):
+  """Raises `error` (JudgeError) when failed / total exceeds max_failed_share: the batch's
+  values would be mostly stand-ins, not answers. `what` follows "<failed> of <total>"."""
+  if not total or failed / total <= max_failed_share:
+    return
+  top = ", ".join(f"{k} {v}" for k, v in causes.most_common(3))
+  raise (error or JudgeError)(
+      f"{failed} of {total} {what} ({failed / total:.0%}), more than "
+      f"rewards.max_failed_share={max_failed_share:g} allows; causes: {top}")
 
 
 # -- Parsing -------------------------------------------------------------------------------
@@ -145,21 +173,24 @@ def requests_for(dialogues, specs) -> list[Request]:
 
 
 def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject",
-          stats: JudgeStats | None = None) -> list[Verdict]:
+          stats: JudgeStats | None = None, max_failed_share: float = 1.0) -> list[Verdict]:
   """Runs every judge sample on every dialogue; one Verdict per dialogue.
 
   backend.complete(requests, round) returns, per request, the reply text or
-  the exception that ended its API retries.
+  the exception that ended its API retries. When more than `max_failed_share`
+  of the requests are still unanswered after `rounds`, JudgeError (no verdicts).
   """
   if on_failure not in POLICIES:
     raise ValueError(f"on_failure {on_failure!r} is not one of {POLICIES}")
   if rounds < 1:
     raise ValueError("rounds must be at least 1")
+  check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else JudgeStats()
   requests = requests_for(dialogues, specs)
   pending = list(requests)
   stats["requests"] += len(pending)
   answers = {}
+  last_failure = {}  # uid -> why its latest round gave no value.
   for r in range(rounds):
     if not pending:
       break
@@ -176,19 +207,27 @@ def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject"
     still = []
     for req, reply in zip(pending, replies):
       if isinstance(reply, Exception):
+        kind = f"api_errors/{failure_kind(reply)}"
         stats["api_errors"] += 1
-        stats[f"api_errors/{type(reply).__name__}"] += 1
+        stats[kind] += 1
+        last_failure[req.uid] = kind
         still.append(req)
         continue
       stats["replies"] += 1
       value = parse(reply, req.spec.kind)
       if value is None:
         stats["parse_failures"] += 1
+        last_failure[req.uid] = "parse_failures"
         still.append(req)
       else:
         answers[req.uid] = value
     pending = still
-  failed_dialogues = set()
+  # Before any verdict: a batch of mostly policy values must not reach the rewards.
+  check_failed_share(len(pending), len(requests), max_failed_share,
+                     f"judge answers were still missing after {rounds} rounds and would "
+                     f"be filled in by on_failure={on_failure!r}",
+                     collections.Counter(last_failure[r.uid] for r in pending))
+  failed_dialogues, filled = set(), set()
   for req in pending:
     stats[f"policy/{on_failure}"] += 1
     if on_failure == "drop":
@@ -196,20 +235,22 @@ def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject"
     else:
       accept = on_failure == "accept"
       answers[req.uid] = accept if req.spec.kind == DECISION else float(accept)
-  return _verdicts(dialogues, requests, answers, failed_dialogues)
+      filled.add(req.uid)
+  return _verdicts(dialogues, requests, answers, failed_dialogues, filled)
 
 
-def _verdicts(dialogues, requests, answers, dropped_ids) -> list[Verdict]:
-  verdicts = {id(d): Verdict(collections.defaultdict(list), collections.defaultdict(list))
-              for d in dialogues}
+def _verdicts(dialogues, requests, answers, dropped_ids, filled=frozenset()) -> list[Verdict]:
+  verdicts = {id(d): Verdict(collections.defaultdict(list), collections.defaultdict(list),
+                             filled=collections.defaultdict(list)) for d in dialogues}
   for req in requests:
     if req.uid in answers:
       v = verdicts[id(req.dialogue)]
       (v.decisions if req.spec.kind == DECISION else v.scores)[req.spec.name].append(
           answers[req.uid])
+      v.filled[req.spec.name].append(req.uid in filled)
   verdicts = [verdicts[id(d)] for d in dialogues]
   for d, v in zip(dialogues, verdicts):
-    v.decisions, v.scores = dict(v.decisions), dict(v.scores)
+    v.decisions, v.scores, v.filled = dict(v.decisions), dict(v.scores), dict(v.filled)
     if id(d) in dropped_ids:
       v.dropped = True
       continue

@@ -6,7 +6,9 @@ with pedrl's oracle prompt (the paper shows none), and `ReferenceOracle`, an
 offline stand-in built from the reference answer and fixed hint templates.
 An LLM reply with fewer than n candidates or a missing level is asked again;
 after `rounds` the `on_failure` policy applies: "reference" (that turn uses the
-reference oracle, counted) or "error".
+reference oracle, counted and flagged in `OracleTurn.fallback`) or "error". A
+batch in which more than `max_failed_share` of the turns would fall back is an
+error too: its UCO rewards would be the smoke-test oracle's.
 """
 import collections
 import dataclasses
@@ -15,7 +17,8 @@ import numpy as np
 
 from pedrl.env import prompts
 from pedrl.env.dialogue import transcript
-from pedrl.rewards.judging import json_object
+from pedrl.rewards.judging import (check_failed_share, check_max_failed_share, failure_kind,
+                                   json_object)
 from pedrl.rewards.uco import SCAFFOLD_LEVELS
 
 N_CANDIDATES = 5  # n in paper 000 eq. 3.
@@ -29,6 +32,7 @@ class OracleError(ValueError):
 class OracleTurn:
   candidates: tuple  # N_CANDIDATES correct student responses.
   hints: tuple  # One per level ℓ0..ℓ4.
+  fallback: bool = False  # The LLM oracle failed: these are the reference oracle's.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,10 +103,12 @@ class LLMOracle:
   rounds: int = 3
   on_failure: str = "reference"  # "reference" or "error".
   stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  max_failed_share: float = 1.0  # Above this share of fallback turns: OracleError.
 
   def __post_init__(self):
     if self.on_failure not in ("reference", "error"):
       raise ValueError(f"on_failure {self.on_failure!r} is not 'reference' or 'error'")
+    check_max_failed_share(self.max_failed_share)
 
   def __call__(self, requests) -> list[OracleTurn]:
     # The hints stand in for the tutor's turn (eq. 6), so the oracle sees the
@@ -113,6 +119,7 @@ class LLMOracle:
         message=r.dialogue.messages[r.turn].text)) for i, r in enumerate(requests)]
     out = [None] * len(requests)
     pending = list(requests)
+    last_failure = {}  # uid -> why its latest round gave no turn.
     for round_ in range(self.rounds):
       if not pending:
         break
@@ -125,7 +132,7 @@ class LLMOracle:
       for r, reply in zip(pending, replies):
         turn = None if isinstance(reply, Exception) else parse_oracle(reply)
         if turn is None:
-          self.stats["api_errors" if isinstance(reply, Exception) else "parse_failures"] += 1
+          last_failure[r.uid] = self._count_failure(reply)
           still.append(r)
         else:
           out[r.uid] = turn
@@ -134,10 +141,24 @@ class LLMOracle:
       r = pending[0]
       raise OracleError(f"the oracle gave no {N_CANDIDATES} candidates and 5 hints for problem "
                         f"{r.dialogue.problem_id}, turn {r.turn}, after {self.rounds} tries")
+    check_failed_share(len(pending), len(requests), self.max_failed_share,
+                       f"oracle turns got no usable reply after {self.rounds} rounds and would "
+                       "fall back to the reference oracle",
+                       collections.Counter(last_failure[r.uid] for r in pending), OracleError)
     self.stats["fallback/reference"] += len(pending)
     for r, turn in zip(pending, ReferenceOracle()(pending)):
-      out[r.uid] = turn
+      out[r.uid] = dataclasses.replace(turn, fallback=True)
     return out
+
+  def _count_failure(self, reply) -> str:
+    """Counts a failed reply (an API error or an unusable text); returns its counter name."""
+    if not isinstance(reply, Exception):
+      self.stats["parse_failures"] += 1
+      return "parse_failures"
+    kind = f"api_errors/{failure_kind(reply)}"
+    self.stats["api_errors"] += 1
+    self.stats[kind] += 1
+    return kind
 
 
 # -- The level ℓ(a_t) of a tutor message --------------------------------------------------------

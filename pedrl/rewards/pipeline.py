@@ -2,6 +2,7 @@
 
 The order matters for cost: with the hard penalty a rejected dialogue gets no
 solve attempts (paper 003), and a dialogue a judge policy dropped gets nothing.
+`stats` counts since the pipeline was built; `batch_stats` the last batch only.
 """
 import collections
 import dataclasses
@@ -29,6 +30,10 @@ class RewardPipeline:
   solve_always: bool = True  # Post-dialogue attempts even without r_sol (Δ solve-rate reports).
   stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  # Above this share of judge answers filled in by the on_failure policy: JudgeError.
+  max_failed_share: float = 1.0
+  # The counts of the latest call alone (same names as `stats`), for per-batch metrics.
+  batch_stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def __post_init__(self):
     names = self.settings.names
@@ -43,38 +48,68 @@ class RewardPipeline:
 
   def __call__(self, dialogues) -> dict:
     """Fills judgement, r_sol, turn_rewards and rewards; returns (mean, std) per component."""
+    self.batch_stats = collections.Counter()
+    sources_before = self._source_counts()
+    try:
+      return self._run(dialogues)
+    finally:  # Also when a failed-share check stops the batch: its counts say why.
+      self._collect(sources_before)
+
+  def _run(self, dialogues) -> dict:
     clock = time.perf_counter()
     if self.settings.needs_judges:
       judge_stats = judging.JudgeStats()
-      verdicts = judging.judge(dialogues, self.judge_specs, self.judge_backend,
-                               self.judge_rounds, self.on_judge_failure, judge_stats)
-      self.stats.update({f"judge/{k}": v for k, v in judge_stats.items()})
+      try:
+        verdicts = judging.judge(dialogues, self.judge_specs, self.judge_backend,
+                                 self.judge_rounds, self.on_judge_failure, judge_stats,
+                                 self.max_failed_share)
+      finally:
+        self._count({f"judge/{k}": v for k, v in judge_stats.items()})
       for d, v in zip(dialogues, verdicts):
         d.judgement = dataclasses.asdict(v)
     clock = self._tick("judges", clock)
     kept = [d for d in dialogues if not d.judgement.get("dropped")]
-    self.stats["dropped"] += len(dialogues) - len(kept)
     to_solve = [d for d in kept if not assemble.rejected(d, self.settings)]
-    self.stats["hard_rejected"] += len(kept) - len(to_solve)
+    self._count({"dropped": len(dialogues) - len(kept),
+                 "hard_rejected": len(kept) - len(to_solve)})
     if to_solve and (self.solve_always or "r_sol" in self.settings.names):
       solving.post_dialogue(to_solve, self.solver, self.solve)
     clock = self._tick("solve", clock)
     if "uco" in self.settings.names and to_solve:
-      scores = uco_turns.score_turns(to_solve, self.student, self.scorer, self.oracle,
-                                     self.embedder, self.uco, self.classifier, self.stats)
+      uco_stats = collections.Counter()
+      try:
+        scores = uco_turns.score_turns(to_solve, self.student, self.scorer, self.oracle,
+                                       self.embedder, self.uco, self.classifier, uco_stats)
+      finally:
+        self._count(uco_stats)
       for d, turns in zip(to_solve, scores):
         d.turn_rewards = [dataclasses.asdict(t) for t in turns]
     self._tick("uco", clock)
-    self._collect()
     return assemble.assign(dialogues, self.settings)
 
-  def _collect(self):
-    """Counters kept by the backends and the oracle (retries, fallbacks), as totals."""
+  def _count(self, counts):
+    """The pipeline's own counts: into the running totals and the batch's."""
+    for k, v in counts.items():
+      self.stats[k] += v
+      self.batch_stats[k] += v
+
+  def _source_counts(self) -> dict:
+    """Counters kept by the backends and the oracle (retries, fallbacks): running totals."""
+    out = {}
     for prefix, source in (("judge_backend", self.judge_backend), ("oracle", self.oracle),
                            ("oracle_backend", getattr(self.oracle, "backend", None)),
                            ("classifier", self.classifier)):
       for k, v in (getattr(source, "stats", None) or {}).items():
-        self.stats[f"{prefix}/{k}"] = v  # The source's counts are already running totals.
+        out[f"{prefix}/{k}"] = v
+    return out
+
+  def _collect(self, before: dict):
+    """The sources' totals into `stats`; what they counted during this call into
+    `batch_stats`."""
+    for k, v in self._source_counts().items():
+      self.stats[k] = v  # The source's counts are already running totals.
+      if v != before.get(k, 0):
+        self.batch_stats[k] = v - before.get(k, 0)
 
   def _tick(self, what: str, since: float) -> float:
     now = time.perf_counter()

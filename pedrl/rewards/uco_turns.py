@@ -13,13 +13,18 @@ its own messages as `assistant`), under the student's system prompt.
 The last tutor turn has no o_{t+1}: `last_turn_semantic` says whether its
 progress is the potential term alone ("potential_only", the default: eq. 5 with
 the missing term dropped, not counted as a bad answer) or uses f_semantic = 0.
+
+A turn whose candidates and hints came from the reference-oracle fallback, or
+whose level the LLM classifier did not give (the nearest hint stands in), is
+flagged in its TurnScore; a batch with more than `max_failed_share` of its turns
+without a classifier level is an OracleError.
 """
 import collections
 import dataclasses
 
-
 from pedrl.env import prompts, rollout
 from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
+from pedrl.rewards import judging
 from pedrl.rewards import oracle as oracle_lib
 from pedrl.rewards import uco
 
@@ -39,6 +44,7 @@ class UCOSettings:
   classifier_rounds: int = 3
   progress_weight: float = 1.0  # Paper 000 table III ablations: 0 drops a term of eq. 9.
   scaffold_weight: float = 1.0
+  max_failed_share: float = 1.0  # Above this share of turns without a classifier level: error.
 
   def __post_init__(self):
     if self.reduce not in uco.REDUCTIONS:
@@ -50,6 +56,7 @@ class UCOSettings:
                        "potential_only or zero")
     if not 0 <= self.zpd_candidate < oracle_lib.N_CANDIDATES:
       raise ValueError(f"zpd_candidate must be in [0, {oracle_lib.N_CANDIDATES})")
+    judging.check_max_failed_share(self.max_failed_share)
 
 
 @dataclasses.dataclass
@@ -63,6 +70,8 @@ class TurnScore:
   scaffold: float
   reward: float
   level_logprobs: tuple = ()
+  oracle_fallback: bool = False  # Candidates and hints are the reference oracle's stand-ins.
+  level_fallback: bool = False  # The LLM classifier failed: `level` is the nearest hint's.
 
 
 def student_view(d, upto: int, student_prompt: str) -> list[dict]:
@@ -83,13 +92,27 @@ def _token_logprobs(scores):
           for i in range(scores.count.shape[0])]
 
 
-def _classify_levels(backend, turns, rounds: int, fallback, stats) -> list[int]:
-  """ℓ(a_t) by the LLM classifier; unparsed after `rounds` -> the nearest hint (counted)."""
+def _count_level_failure(reply, stats) -> str:
+  """Counts a classifier reply that gave no level; returns its counter name."""
+  if not isinstance(reply, Exception):
+    stats["level_parse_failures"] += 1
+    return "level_parse_failures"
+  kind = f"level_api_errors/{judging.failure_kind(reply)}"
+  stats["level_api_errors"] += 1
+  stats[kind] += 1
+  return kind
+
+
+def _classify_levels(backend, turns, rounds: int, fallback, stats,
+                     max_failed_share: float = 1.0) -> tuple[list[int], list[bool]]:
+  """ℓ(a_t) by the LLM classifier, and per turn whether it fell back: unparsed after
+  `rounds` -> the nearest hint (counted); OracleError above max_failed_share of turns."""
   reqs = [oracle_lib.OracleRequest(d, i, prompts.render(
       "uco/level_classifier", problem=d.problem, message=d.messages[i].text), uid=n)
           for n, (d, i) in enumerate(turns)]
   out = [None] * len(reqs)
   pending = reqs
+  last_failure = {}  # uid -> why its latest round gave no level.
   for round_ in range(rounds):
     if not pending:
       break
@@ -98,15 +121,21 @@ def _classify_levels(backend, turns, rounds: int, fallback, stats) -> list[int]:
     for r, reply in zip(pending, replies):
       level = None if isinstance(reply, Exception) else oracle_lib.parse_level(reply)
       if level is None:
-        stats["level_api_errors" if isinstance(reply, Exception) else "level_parse_failures"] += 1
+        last_failure[r.uid] = _count_level_failure(reply, stats)
         still.append(r)
       else:
         out[r.uid] = level
     pending = still
+  judging.check_failed_share(
+      len(pending), len(reqs), max_failed_share,
+      f"tutor turns got no level from the LLM classifier after {rounds} rounds and would "
+      "fall back to the nearest hint",
+      collections.Counter(last_failure[r.uid] for r in pending), oracle_lib.OracleError)
+  fell_back = [False] * len(reqs)
   for r in pending:
     stats["level_fallback/nearest_hint"] += 1
-    out[r.uid] = fallback[r.uid]
-  return out
+    out[r.uid], fell_back[r.uid] = fallback[r.uid], True
+  return out, fell_back
 
 
 def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSettings,
@@ -123,8 +152,23 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
   if not turns:
     return [[] for _ in dialogues]
   told = oracle([oracle_lib.OracleRequest(d, i) for d, i in turns])
-  chat, sp = student.chat, settings.student_prompt
 
+  # Eq. 4 and the nearest-hint level: one embedder call over every text involved.
+  replies = [d.messages[i + 1].text if i + 1 < len(d.messages) else None for d, i in turns]
+  texts = sorted({t for o in told for t in o.candidates + o.hints}
+                 | {d.messages[i].text for d, i in turns} | {r for r in replies if r is not None})
+  vectors = dict(zip(texts, embedder(texts)))
+  nearest = [oracle_lib.nearest_hint_level(vectors[d.messages[i].text],
+                                           [vectors[h] for h in o.hints])
+             for (d, i), o in zip(turns, told)]
+  levels, level_fallback = nearest, [False] * len(turns)
+  if settings.level_method == "llm":
+    if classifier is None:
+      raise ValueError("level_method='llm' needs a classifier backend")
+    levels, level_fallback = _classify_levels(classifier, turns, settings.classifier_rounds,
+                                              nearest, stats, settings.max_failed_share)
+
+  chat, sp = student.chat, settings.student_prompt  # The scorer last: it costs the most.
   # Eq. 3: log π_S(c^k | s_t, a_t) for every candidate, one batched call.
   contexts = [chat.prompt_ids(student_view(d, i + 1, sp)) for d, i in turns]
   candidates = [[chat.encode(c) for c in o.candidates] for o in told]
@@ -135,20 +179,6 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
   level_cont = [[candidates[n][settings.zpd_candidate]] for n in range(len(turns))
                 for _ in range(len(uco.SCAFFOLD_LEVELS))]
   lvl_scores = _token_logprobs(scorer.score(student.params, level_ctx, level_cont))
-
-  # Eq. 4 and the nearest-hint level: one embedder call over every text involved.
-  replies = [d.messages[i + 1].text if i + 1 < len(d.messages) else None for d, i in turns]
-  texts = sorted({t for o in told for t in o.candidates + o.hints}
-                 | {d.messages[i].text for d, i in turns} | {r for r in replies if r is not None})
-  vectors = dict(zip(texts, embedder(texts)))
-  nearest = [oracle_lib.nearest_hint_level(vectors[d.messages[i].text],
-                                           [vectors[h] for h in o.hints])
-             for (d, i), o in zip(turns, told)]
-  levels = nearest
-  if settings.level_method == "llm":
-    if classifier is None:
-      raise ValueError("level_method='llm' needs a classifier backend")
-    levels = _classify_levels(classifier, turns, settings.classifier_rounds, nearest, stats)
 
   out = {id(d): [] for d in dialogues}
   n_levels = len(uco.SCAFFOLD_LEVELS)
@@ -171,5 +201,6 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
         zpd_level=uco.zpd_level(p_levels), level=levels[n], scaffold=scaffold,
         reward=uco.turn_reward(settings.progress_weight * progress,
                                settings.scaffold_weight * scaffold),
-        level_logprobs=tuple(p_levels)))
+        level_logprobs=tuple(p_levels), oracle_fallback=o.fallback,
+        level_fallback=level_fallback[n]))
   return [out[id(d)] for d in dialogues]
