@@ -52,6 +52,12 @@ def any_process(flag: bool) -> bool:
   return bool(np.asarray(multihost_utils.process_allgather(np.int32(flag))).any())
 
 
+def barrier(name: str) -> None:
+  """Waits until every process reaches the barrier called `name` (no-op on one process)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
 def broadcast_json(value):
   """Process 0's `value` (anything json.dumps takes) on every process; others pass None."""
   if jax.process_count() == 1:

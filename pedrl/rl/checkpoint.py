@@ -1,37 +1,118 @@
 """Training checkpoints with orbax's CheckpointManager: state pytree plus JSON metadata.
 
 The state is the tutor's params and the optimizer state; the metadata holds the
-step, the data position and the tutor's architecture, so a restart resumes the
-same run or stops with a clear error when the workdir belongs to another model.
+step, the data position, the tutor's architecture and a checksum of every state
+leaf, so a restart resumes the same run, stops with a clear error when the
+workdir belongs to another model, and never trains on a corrupt file.
+
+A step that cannot be used (missing or truncated files, unreadable metadata,
+a checksum that does not match) is reported with its path and moved to
+`checkpoints.broken/`; the step before it is tried. A state with a non-finite
+value is never saved.
 """
 import os
+import shutil
+import time
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+from absl import logging
+
+from pedrl import distributed, sharding
 
 
 class CheckpointError(ValueError):
-  """A workdir's checkpoint does not fit this run."""
+  """A workdir's checkpoint does not fit this run, cannot be read, or cannot be written."""
+
+
+def _bits(x):
+  """The bit patterns of `x` as uint32 (any dtype; 8-byte values as two words)."""
+  if x.dtype == jnp.bool_ or x.dtype.itemsize == 1:
+    return x.astype(jnp.uint32)
+  width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+  return jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+
+
+def _positions(shape):
+  """Each element's flat index mod 2³², built from per-axis iotas (uint32 arithmetic wraps):
+  no reshape, which would regather a sharded array, and no overflow past 2³² elements."""
+  index = jnp.zeros(shape, jnp.uint32)
+  for axis, size in enumerate(shape):
+    index = index * jnp.uint32(size) + jax.lax.broadcasted_iota(jnp.uint32, shape, axis)
+  return index
+
+
+@jax.jit
+def _leaf_checksums(tree):
+  def one(x):
+    bits = _bits(x)
+    # Σ bits·(2i + 1) mod 2³²: the weights are odd, so changing any single value always
+    # changes the sum, and moving values between positions changes it too.
+    return jnp.sum(bits * (_positions(bits.shape) * 2 + 1), dtype=jnp.uint32)
+  return jax.tree.map(one, tree)
+
+
+def checksums(state) -> dict:
+  """{leaf path: checksum of its values}: independent of how orbax lays out the files."""
+  values = sharding.to_host(_leaf_checksums(state))
+  return {jax.tree_util.keystr(path): int(v)
+          for path, v in jax.tree_util.tree_leaves_with_path(values)}
+
+
+@jax.jit
+def _finite(tree):
+  leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
+
+
+def is_finite(state) -> bool:
+  return bool(sharding.to_host(_finite(state)))
+
+
+def _short(e: BaseException) -> str:
+  """An exception as one line (orbax and tensorstore messages run to many)."""
+  lines = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
 
 
 class Checkpoints:
   def __init__(self, workdir: str, keep: int = 3):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    self.broken_directory = self.directory + ".broken"
     self.manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
   def latest_step(self):
     return self.manager.latest_step()
 
-  def save(self, step: int, state, meta: dict):
-    self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
-    self.manager.wait_until_finished()
+  def step_path(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
 
-  def restore(self, state_like, model_fingerprint: dict):
-    """(step, state, meta) of the latest checkpoint, shaped and sharded like `state_like`."""
-    step = self.latest_step()
+  def save(self, step: int, state, meta: dict):
+    """Writes `state` and `meta` (plus the state's checksums) as step `step`.
+
+    Raises CheckpointError, with the path and the free space, when the state has a
+    non-finite value or the write fails (a full disk, say): one line, not a traceback.
+    """
+    if not is_finite(state):
+      raise CheckpointError(f"refusing to save step {step} to {self.step_path(step)}: the "
+                            "state has non-finite values (the last saved step is kept)")
+    meta = dict(meta, checksums=checksums(state))
+    try:
+      self.manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+      self.manager.wait_until_finished()
+    except Exception as e:  # A failed write of any kind ends the run with one line.
+      free = shutil.disk_usage(self.directory).free / 2**30
+      raise CheckpointError(f"saving step {step} to {self.step_path(step)} failed ({_short(e)});"
+                            f" {free:.1f} GiB free on that disk") from None
+
+  def _restore_step(self, step: int, state_like, model_fingerprint: dict):
     meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    if not isinstance(meta, dict):
+      raise ValueError(f"the metadata is {type(meta).__name__}, not an object")
     if meta.get("model") != model_fingerprint:
       raise CheckpointError(
           f"{self.directory}: the checkpoint at step {step} is of another model "
@@ -39,7 +120,58 @@ class Checkpoints:
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_like)
     state = self.manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(target)))["state"]
-    return step, state, meta
+    want = meta.get("checksums")
+    if want is None:
+      logging.warning("%s has no checksums (saved before pedrl verified checkpoints); "
+                      "restored unverified", self.step_path(step))
+    else:
+      got = checksums(state)
+      bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+      if bad:
+        raise ValueError(f"{len(bad)} of {len(want)} arrays differ from their saved checksums "
+                         f"(first: {bad[0]})")
+    return state, meta
+
+  def restore(self, state_like, model_fingerprint: dict):
+    """(step, state, meta) of the newest step that restores and verifies, shaped and sharded
+    like `state_like`; None when there is no checkpoint.
+
+    Newer steps that fail are logged with their path and the reason, then moved to
+    `checkpoints.broken/` (kept for inspection, out of orbax's way). CheckpointError
+    when steps exist but none can be used, or when they belong to another model.
+    """
+    failures = []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        state, meta = self._restore_step(step, state_like, model_fingerprint)
+      except CheckpointError:
+        raise
+      except Exception as e:  # Whatever a damaged directory makes orbax raise.
+        failures.append((step, _short(e)))
+        logging.warning("checkpoint %s cannot be used (%s); trying the step before",
+                        self.step_path(step), _short(e))
+        continue
+      self._set_aside([s for s, _ in failures])
+      return step, state, meta
+    if failures:
+      raise CheckpointError(
+          f"no checkpoint in {self.directory} can be restored: " + "; ".join(
+              f"step {s}: {why}" for s, why in failures) +
+          ". Move the directory away to start afresh.")
+    return None
+
+  def _set_aside(self, steps):
+    """Moves broken steps out of the manager's directory (a later save may reuse the number)."""
+    if not steps:
+      return
+    if distributed.is_main_process():
+      os.makedirs(self.broken_directory, exist_ok=True)
+      for step in steps:
+        target = os.path.join(self.broken_directory, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+        shutil.move(self.step_path(step), target)
+        logging.warning("moved the broken checkpoint %s to %s", self.step_path(step), target)
+    distributed.barrier("checkpoints_set_aside")
+    self.manager.reload()
 
   def close(self):
     self.manager.close()

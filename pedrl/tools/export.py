@@ -9,12 +9,14 @@ latest by default) and writes safetensors, config.json and the tokenizer.
 import json
 import os
 import shutil
+import sys
 
 import orbax.checkpoint as ocp
 from absl import app, flags
 
 from pedrl import models
 from pedrl.models import hf_checkpoint
+from pedrl.rl import checkpoint
 from pedrl.tokenizer import load_tokenizer
 
 
@@ -36,7 +38,16 @@ def export(workdir: str, out: str, step: int | None = None) -> int:
   restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
       target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
       partial_restore=True)))
-  hf_checkpoint.save_params(restored["state"]["params"], cfg, out)
+  params = restored["state"]["params"]
+  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  saved = {k: v for k, v in meta.get("checksums", {}).items() if k.startswith("['params']")}
+  got = checkpoint.checksums({"params": params})
+  if saved and saved != got:  # Checkpoints saved before pedrl wrote checksums have none.
+    bad = sorted(k for k in saved if saved[k] != got.get(k))
+    raise checkpoint.CheckpointError(
+        f"{workdir}: checkpoint step {step} is corrupt ({len(bad)} arrays differ from their "
+        f"saved checksums, first {bad[0] if bad else '(missing arrays)'}); export another --step")
+  hf_checkpoint.save_params(params, cfg, out)
   load_tokenizer(base).save_pretrained(out)
   gen = os.path.join(base, "generation_config.json")
   if os.path.isfile(gen):
@@ -47,7 +58,10 @@ def export(workdir: str, out: str, step: int | None = None) -> int:
 
 def main(argv):
   del argv
-  step = export(flags.FLAGS.workdir, flags.FLAGS.out, flags.FLAGS.step)
+  try:
+    step = export(flags.FLAGS.workdir, flags.FLAGS.out, flags.FLAGS.step)
+  except (FileNotFoundError, checkpoint.CheckpointError) as e:
+    sys.exit(f"error: {e}")
   print(f"exported step {step} to {flags.FLAGS.out}")
 
 
