@@ -25,8 +25,8 @@ def get_config(variant: str = "paper"):
   if condition not in CONDITIONS:
     raise ValueError(f"unknown variant {variant!r}: paper, tiny or one of {sorted(CONDITIONS)}")
   thinking, prompt, think_reward = CONDITIONS[condition]
-  c.rollout.update(thinking=thinking, force_thinking=thinking and variant == "tiny",
-                   tutor_prompt=prompt, student_prompt="thinking/student_system")
+  c.rollout.update(thinking=thinking, tutor_prompt=prompt,
+                   student_prompt="thinking/student_system")
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
                    lam=0.75, lam_think=0.3, theta=0.6,
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))

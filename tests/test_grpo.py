@@ -179,6 +179,34 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   assert np.isfinite(metrics["grad_norm"]) and isinstance(opt, optax.GradientTransformation)
 
 
+@pytest.mark.parametrize("poison", ["advantage", "ref_logp"])
+def test_a_non_finite_update_is_skipped_and_leaves_the_state_unchanged(tiny, poison):
+  model, params = tiny
+  batch = _batch(model, params)
+  if poison == "advantage":  # A NaN reward reaching the loss.
+    batch["advantages"][0, 12] = np.nan
+  else:  # log-probs so far apart that the k3 KL overflows.
+    batch["ref_logp"][1, 12] = 1e4
+  settings = update.GRPOSettings(micro_batch=2)
+  opt = update.make_optimizer(1e-3)
+  start = jax.tree.map(jnp.copy, params)
+  state = update.init_optimizer(opt, start)
+  want_params = [np.asarray(x) for x in jax.tree.leaves(start)]
+  want_state = [np.asarray(x) for x in jax.tree.leaves(state)]
+  new_params, new_state, metrics = update.train_step(model, start, state, opt, batch, settings)
+  assert bool(metrics["skipped"]) and bool(metrics["params_finite"])
+  assert not (np.isfinite(metrics["loss"]) and np.isfinite(metrics["kl"]) and
+              np.isfinite(metrics["grad_norm"]))
+  for got, want in zip(jax.tree.leaves(new_params), want_params):
+    np.testing.assert_array_equal(np.asarray(got), want)
+  for got, want in zip(jax.tree.leaves(new_state), want_state):  # Adam's count too.
+    np.testing.assert_array_equal(np.asarray(got), want)
+  # The same step on clean data updates as usual.
+  _, _, metrics = update.train_step(model, new_params, new_state, opt, _batch(model, params),
+                                    settings)
+  assert not bool(metrics["skipped"]) and np.isfinite(metrics["loss"])
+
+
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
 def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny, tmp_path):
   from pedrl import sharding

@@ -67,22 +67,42 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
     assert key in summary
   assert "mean_turns=" in r.stdout
 
-  # A crash mid-write: the last problem's dialogues are gone, the second problem
-  # has one of its two, and a line is cut in half. The rerun repairs and redoes both.
-  by_problem = [records[i:i + 2] for i in range(0, 6, 2)]
+  rows = (workdir / "metrics.jsonl").read_text().splitlines()
+  assert len(rows) == 2  # Batches of 2 problems: [0, 1] and [2].
+  assert summary["reward_pipeline"]["judge/requests"] == 3 * 2 * 2 * 2  # Dialogues x judges x samples.
+
+  # Worse than one kill leaves: problem 1 has one of its two dialogues, a line is cut in
+  # half and problem 2 has none. Batch 0 is incomplete and batch 1 has no dialogues: both
+  # run again whole, and the files end as the uninterrupted run left them.
   path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:40], encoding="utf-8")
   again = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
   assert again.returncode == 0, again.stderr[-3000:]
   assert "removed a partly written last line" in again.stderr
-  assert "dropping 1 dialogues of part-written problems" in again.stderr
-  assert "2 of 3 problems left" in again.stderr
-  resumed = dialogue.load_jsonl(str(path))
-  assert path.read_text(encoding="utf-8").splitlines()[:2] == lines[:2]
-  assert len(resumed) == 6
-  # Dialogue seeds come from each problem's place in the split, not from the batch.
-  for old, new in zip(by_problem[1:], [resumed[2:4], resumed[4:6]]):
-    assert [(d.problem_id, d.uid) for d in old] == [(d.problem_id, d.uid) for d in new]
-  assert [d.uid for d in resumed] == list(range(6))
+  assert "dropping 3 dialogues and 2 metric rows of batches not completely written" in again.stderr
+  assert path.read_text(encoding="utf-8").splitlines() == lines
+  assert _batch_rows(workdir) == _batch_rows_of(rows)
+
+  # A kill between a batch's metric row and its dialogues: batch 1's row is there, its
+  # dialogues are not. It runs again; each batch is in each file once.
+  path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
+  again = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "dropping 0 dialogues and 1 metric rows" in again.stderr
+  assert "1 of 3 problems left" in again.stderr
+  assert path.read_text(encoding="utf-8").splitlines() == lines
+  assert _batch_rows(workdir) == _batch_rows_of(rows)
+  # The counts cover every batch in the workdir, not the last invocation's only.
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["reward_pipeline"]["judge/requests"] == 24 and summary["dialogues"] == 6
+
+
+def _batch_rows_of(lines):
+  """Metric rows without the pipeline's counts (a redone batch has the same rewards)."""
+  return [{k: v for k, v in json.loads(x).items() if k != "pipeline"} for x in lines]
+
+
+def _batch_rows(workdir):
+  return _batch_rows_of((workdir / "metrics.jsonl").read_text().splitlines())
 
 
 def test_rollout_job_fatal_bad_row_names_it_before_any_work(tmp_path):
@@ -114,7 +134,8 @@ def test_rollout_job_with_uco_rewards_writes_per_turn_rewards(tmp_path):
     assert d.rewards["uco"] == pytest.approx(returns[0])
     assert d.rewards["total"] == pytest.approx(d.rewards["uco"] + d.rewards["template"])
   metrics = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
-  assert len(metrics) == 1 and set(metrics[0]) == {"batch_problem_uids", "uco", "template", "total"}
+  assert len(metrics) == 1
+  assert set(metrics[0]) == {"batch_problem_uids", "uco", "template", "total", "pipeline"}
   assert metrics[0]["uco"]["mean"] == pytest.approx(np.mean([d.rewards["uco"] for d in records]))
   assert "reward_uco=" in r.stdout and np.isfinite(
       float(r.stdout.split("reward_uco=")[1].split()[0]))

@@ -152,3 +152,170 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
   assert step == 1 and meta["step"] == 1
   np.testing.assert_array_equal(restored["params"]["w"], 1.0)
   ckpt.close()
+
+
+# -- Failures and recovery (issue 12) ------------------------------------------------------------
+
+def _copy(straight, tmp_path):
+  """A copy of the uninterrupted run's workdir, to damage."""
+  import shutil
+  workdir = tmp_path / "copy"
+  shutil.copytree(straight, workdir)
+  return workdir
+
+
+def _tree_bytes(path):
+  return {p: open(p, "rb").read() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _tb_steps(workdir, tag):
+  """The steps of every `tag` scalar in the workdir's TensorBoard event files."""
+  import struct
+  from tensorboardX.proto import event_pb2
+  steps = []
+  for path in sorted((workdir / "tensorboard").glob("events.out.*")):
+    data = path.read_bytes()
+    pos = 0
+    while pos < len(data):  # TFRecord: length, crc, payload, crc.
+      (length,) = struct.unpack("<Q", data[pos:pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+      pos += 12 + length + 4
+      steps += [event.step for v in event.summary.value if v.tag == tag]
+  return sorted(steps)
+
+
+def test_tiny_runs_exercise_the_policy(straight):
+  ref = _metrics(straight)
+  # Reward and advantage spread within groups: GRPO has a signal, not only the KL term.
+  assert max(m["reward_std/total"] for m in ref) > 0
+  assert max(m["advantage/std"] for m in ref) > 0
+  text = (straight / "samples" / "step_000001.txt").read_text()
+  tutor_lines = [line for line in text.splitlines() if line.startswith("Teacher:")]
+  assert tutor_lines and all(line[len("Teacher:"):].strip() for line in tutor_lines)
+
+
+def test_thinking_tiny_has_reward_spread(tmp_path):
+  r = subprocess.run(_cmd("thinking", tmp_path / "think", "--config.rl.steps=1"), cwd=ROOT,
+                     env=_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  m = _metrics(tmp_path / "think")
+  assert max(x["reward_std/total"] for x in m) > 0 and max(x["advantage/std"] for x in m) > 0
+
+
+def test_a_diverging_run_stops_and_leaves_the_last_checkpoint_intact(straight, tmp_path):
+  workdir = _copy(straight, tmp_path)
+  before = _tree_bytes(workdir / "checkpoints")
+  r = subprocess.run(_cmd("pedagogical_rl", workdir, "--config.rl.steps=9", "--config.rl.lr=1e3",
+                          "--config.rl.max_bad_steps=2"),
+                     cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 3, r.stderr[-3000:]
+  assert "Traceback" not in r.stderr
+  error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert len(error) == 1 and "training diverged" in error[0] and "last checkpoint is step 3" in error[0]
+  assert "updates skipped, non-finite" in r.stderr
+  assert _tree_bytes(workdir / "checkpoints") == before  # Nothing saved, nothing deleted by keep.
+  rows = _metrics(workdir)
+  assert [m["step"] for m in rows] == [1, 2, 3, 4, 5] and rows[-1]["skipped_updates"] > 0
+
+
+def test_a_corrupt_checkpoint_falls_back_and_bookkeeping_stays_exact(straight, tmp_path):
+  """Flipped bytes in the latest step, a save cut short by a kill (orbax's temporary
+  directory), a metrics row of the unsaved step and a half-written line."""
+  import shutil
+  workdir = _copy(straight, tmp_path)
+  ckpt = workdir / "checkpoints"
+  data = max((p for p in (ckpt / "3" / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+             key=lambda p: p.stat().st_size)
+  raw = bytearray(data.read_bytes())
+  for i in range(len(raw) // 2, len(raw) // 2 + 64):
+    raw[i] ^= 0xFF
+  data.write_bytes(bytes(raw))
+  shutil.copytree(ckpt / "2", ckpt / "4.orbax-checkpoint-tmp-1234")
+  with open(workdir / "metrics.jsonl", "a") as f:
+    f.write(json.dumps(dict(_metrics(straight)[-1], step=4)) + "\n" + '{"step": 5, "kl"')
+  r = subprocess.run(_cmd("pedagogical_rl", workdir, "--config.rl.steps=4"), cwd=ROOT,
+                     env=_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert f"checkpoint {ckpt / '3'} cannot be used" in r.stderr
+  assert "resumed from" in r.stderr and "at step 2" in r.stderr
+  assert [p.name.split(".")[0] for p in (tmp_path / "copy" / "checkpoints.broken").iterdir()] == ["3"]
+  rows = _metrics(workdir)
+  assert [m["step"] for m in rows] == [1, 2, 3, 4]
+  for got, want in zip(rows, _metrics(straight)):  # Step 3 redone from step 2's checkpoint.
+    assert got["problem_uids"] == want["problem_uids"]
+    assert got["reward/total"] == pytest.approx(want["reward/total"], abs=1e-6)
+    assert got["kl"] == pytest.approx(want["kl"], rel=1e-3, abs=1e-7)
+  assert _tb_steps(workdir, "kl") == [1, 2, 3, 4]
+  assert sorted(p for p in os.listdir(ckpt) if p.isdigit()) == ["2", "3", "4"]  # keep=3.
+
+
+def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tmp_path):
+  import shutil
+  workdir = _copy(straight, tmp_path)
+  shutil.rmtree(workdir / "checkpoints")  # Killed at step 3 of a run that saves every 10.
+  r = subprocess.run(_cmd("pedagogical_rl", workdir, "--config.rl.steps=1"), cwd=ROOT,
+                     env=_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert [m["step"] for m in _metrics(workdir)] == [1]
+  assert _tb_steps(workdir, "kl") == [1]
+  assert sorted(os.listdir(workdir / "samples")) == ["step_000001.txt"]
+
+
+def test_sigint_finishes_the_step_saves_and_exits_130(tmp_path):
+  workdir = tmp_path / "interrupted"
+  proc = subprocess.Popen(_cmd("pedagogical_rl", workdir, "--config.rl.save_every=10"), cwd=ROOT,
+                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 600
+  while not ((workdir / "metrics.jsonl").exists() and (workdir / "metrics.jsonl").read_text()):
+    assert time.time() < deadline and proc.poll() is None
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=600)
+  assert proc.returncode == 130, err[-3000:]
+  assert "Traceback" not in err and "stopping on SIGINT at step" in err
+  step = int(err.split("stopping on SIGINT at step ")[1].split()[0])
+  assert step < 3 and str(step) in os.listdir(workdir / "checkpoints")
+  assert [m["step"] for m in _metrics(workdir)] == list(range(1, step + 1))
+
+
+def test_a_workdir_of_another_run_is_refused(straight, tmp_path):
+  cases = [(_cmd("uco", straight), "holds a train run of experiments/pedagogical_rl.py:tiny"),
+           (_cmd("rollout", straight), "this is a rollout run of experiments/rollout.py:tiny")]
+  for cmd, message in cases:
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+    assert "resume_mismatch=allow" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_preflight_fails_in_seconds_before_any_model_loads(tmp_path):
+  import shutil
+  import socket
+  # A tutor whose weights cannot load: an error about them would mean the models came first.
+  tutor = tmp_path / "tutor"
+  shutil.copytree(os.path.join(ROOT, "testdata", "models", "qwen2"), tutor)
+  (tutor / "model.safetensors").write_bytes(b"broken")
+  with socket.socket() as s:  # A port nothing listens on.
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  api = ["--config.rewards.judge_backend=openai", f"--config.tutor.path={tutor}",
+         f"--config.rewards.openai.base_url=http://127.0.0.1:{port}/v1",
+         "--config.rewards.openai.api_key_env=PEDRL_TEST_PREFLIGHT_KEY",
+         "--config.rewards.openai.timeout=1"]
+  env = dict(_env(), NO_PROXY="127.0.0.1")
+  for key, message in ((None, "PEDRL_TEST_PREFLIGHT_KEY is not set"),
+                       ("sk-test", f"127.0.0.1:{port}/v1 (model 'gpt-4o-mini') cannot be reached")):
+    if key:
+      env["PEDRL_TEST_PREFLIGHT_KEY"] = key
+    start = time.time()
+    r = subprocess.run(_cmd("pedagogical_rl", tmp_path / "w", *api), cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and time.time() - start < 60
+
+
+def test_an_empty_problem_split_is_an_error(tmp_path):
+  empty = tmp_path / "empty.jsonl"
+  empty.write_text("")
+  r = subprocess.run(_cmd("pedagogical_rl", tmp_path / "w", f"--config.problems.path={empty}"),
+                     cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1 and "no problems left" in r.stderr, r.stderr[-2000:]

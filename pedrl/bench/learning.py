@@ -17,7 +17,6 @@ import numpy as np
 from absl import app, flags, logging
 
 from pedrl.experiments import train
-from pedrl.rewards import backends
 
 flags.DEFINE_integer("steps", 30, "GRPO steps.")
 flags.DEFINE_float("lr", 1e-3, "Learning rate (large: the tiny model must move in 30 steps).")
@@ -26,7 +25,7 @@ flags.DEFINE_float("max_tutor_share", 0.5, "The rule helpfulness judge's word-sh
 FLAGS = flags.FLAGS
 
 
-def config(steps: int, lr: float):
+def config(steps: int, lr: float, max_tutor_share: float = 0.5):
   import importlib.util
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   spec = importlib.util.spec_from_file_location(
@@ -35,21 +34,20 @@ def config(steps: int, lr: float):
   spec.loader.exec_module(module)
   c = module.get_config("tiny")
   c.rewards.components = "pedagogy:1"
-  c.rollout.force_thinking = False  # Visible tutor text: the helpfulness rule reads it.
   c.solve.post_dialogue = False
   c.batch_problems, c.group_size = 2, 8
   c.rl.update(steps=steps, lr=lr, save_every=steps, samples_every=steps, beta=0.0)
+  # A share threshold near the random tutor's median word share: about half the
+  # dialogues pass, so every group carries a signal.
+  c.rewards.rule_judges.max_tutor_share = max_tutor_share
   return c
 
 
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(train.QuietOrbax())
-  c = config(FLAGS.steps, FLAGS.lr)
-  run, writer, ckpt = train.build(c, FLAGS.workdir)
-  # A share threshold near the random tutor's median word share: about half the
-  # dialogues pass, so every group carries a signal.
-  run.rewards.judge_backend = backends.RuleBackend(max_tutor_share=FLAGS.max_tutor_share)
+  c = config(FLAGS.steps, FLAGS.lr, FLAGS.max_tutor_share)
+  run, writer, ckpt = train.build(c, FLAGS.workdir, "pedrl.bench.learning")
   run.run()
   writer.close()
   ckpt.close()

@@ -10,6 +10,9 @@ def dialogue_config(variant: str = "paper"):
   """Models, problems, dialogue rules, solve attempts and rewards; variants paper, tiny, tiny_uco."""
   c = ml_collections.ConfigDict()
   c.seed = 0
+  # A workdir holds one run (WORKDIR/run.json); "allow" lets a run of another job, reward set
+  # or model take it over instead of stopping.
+  c.resume_mismatch = "refuse"
   c.batch_problems = 16  # B problems per batch (paper 003's generation batch).
   c.group_size = 8  # G rollouts per problem.
   c.scan_layers = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
@@ -52,11 +55,18 @@ def dialogue_config(variant: str = "paper"):
       judges="pedagogical_rl",  # pedagogical_rl (003 figs. 14-15) | thinking (001 A.3)
       judge_backend="openai",  # openai | local | rule
       judge_samples=2, judge_rounds=5, on_judge_failure="reject",  # accept | reject | drop
+      # A batch in which more than this share of judge requests (or oracle / classifier
+      # turns) got no usable reply after every round stops the run instead of writing
+      # policy-filled values (an endpoint that is mostly down).
+      max_failed_share=0.2,
       openai=dict(model="gpt-4o-mini", base_url=config_dict.placeholder(str),
                   api_key_env="OPENAI_API_KEY", temperature=0.6, max_concurrency=16,
                   timeout=60.0, max_tries=5),
       local_judge=dict(path=config_dict.placeholder(str), temperature=0.6, top_k=0, top_p=1.0,
                        max_new_tokens=512),
+      # judge_backend=rule (offline stand-ins, pedrl.rewards.backends.RuleBackend): helpfulness
+      # rejects a tutor message over max_tutor_words or a tutor share of the words over this.
+      rule_judges=dict(max_tutor_words=150, max_tutor_share=0.6),
       uco=dict(alpha=2.0, delta=0.7, lam=0.5, c=0.2, gamma=0.95, reduce="mean",
                level_method="nearest_hint", classifier_backend="openai", classifier_rounds=3,
                last_turn_semantic="potential_only", zpd_candidate=0,
@@ -75,9 +85,14 @@ def dialogue_config(variant: str = "paper"):
     c.tutor.max_new_tokens = c.student.max_new_tokens = 24
     c.problems.update(path="testdata/problems/bigmath_sample.jsonl", filter=False, split="all",
                       limit=4)
-    c.rollout.update(max_turns=4, max_conversation_tokens=700, force_thinking=True)
+    # No forced thinking: 24 tokens never close a <think>, and the tutor's visible text (what
+    # the judges and the student read) would be empty, its reward independent of the policy.
+    c.rollout.update(max_turns=4, max_conversation_tokens=700, force_thinking=False)
     c.solve.update(k=2, max_new_tokens=32)
     c.rewards.judge_backend = "rule"  # Offline; the paper uses LLM judges.
+    # Near the random tutor's median word share: about half the dialogues pass the helpfulness
+    # rule, so groups differ in reward and GRPO has a signal (a tutor that says less gains).
+    c.rewards.rule_judges.max_tutor_share = 0.5
     c.rewards.uco.embedder = "testdata/models/bert"
   if variant == "tiny_uco":
     c.rewards.components = "uco:1,template:1"

@@ -20,7 +20,8 @@ def rl_section(**overrides) -> ml_collections.ConfigDict:
       advantage="dialogue",  # dialogue | turn (UCO)
       advantage_eps=1e-4,
       advantage_ddof=1,  # Unbiased group std, as TRL (paper 003's reference code).
-      save_every=10, keep=3, samples_every=10))
+      save_every=10, keep=3, samples_every=10,
+      max_bad_steps=3))  # Steps in a row with a non-finite loss/KL/gradient before stopping.
   rl.update(overrides)
   return rl
 

@@ -9,16 +9,20 @@ metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
 """
 import json
 import logging as std_logging
+import math
 import os
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
-from pedrl.experiments.common import (build_rewards, dialogue_settings, load_party,
-                                      load_problems, solver_party)
-from pedrl.rl import checkpoint, trainer, update
+from pedrl.experiments import workdir as workdir_lib
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
+                                      dialogue_settings, exit_on_signal, exits_cleanly,
+                                      load_party, load_problems, solver_party)
+from pedrl.rl import checkpoint, loss, trainer, update
 
 config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/uco.py:tiny.")
 flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics).", required=True)
@@ -34,13 +38,35 @@ def fingerprint(cfg) -> dict:
                                        "num_heads", "num_kv_heads", "intermediate_size")}
 
 
+def _check_rl(rl):
+  """The `rl` section's values that would make the update meaningless or non-finite."""
+  def need(ok: bool, name: str, rule: str):
+    if not ok:
+      raise app.UsageError(f"--config.rl.{name}={rl[name]!r}: must be {rule}")
+  finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)
+  need(finite(rl.lr) and rl.lr > 0, "lr", "a finite number > 0")
+  need(finite(rl.adam_eps) and rl.adam_eps > 0, "adam_eps", "a finite number > 0")
+  need(finite(rl.max_grad_norm) and rl.max_grad_norm > 0, "max_grad_norm", "a finite number > 0")
+  need(finite(rl.weight_decay) and rl.weight_decay >= 0, "weight_decay", "finite and >= 0")
+  need(finite(rl.beta) and rl.beta >= 0, "beta", "finite and >= 0")
+  need(finite(rl.eps_low) and 0 < rl.eps_low < 1, "eps_low", "in (0, 1)")
+  need(rl.eps_high is None or (finite(rl.eps_high) and rl.eps_high > 0), "eps_high",
+       "None or a finite number > 0")
+  need(finite(rl.advantage_eps) and rl.advantage_eps >= 0, "advantage_eps", "finite and >= 0")
+  need(rl.lr_schedule in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
+  need(rl.aggregation in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
+  need(rl.advantage in ("dialogue", "turn"), "advantage", "dialogue or turn")
+  for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
+               "max_bad_steps"):
+    need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
+  for name in ("mini_batch", "warmup_steps"):
+    need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
+
+
 def check_config(c, mesh):
   """Errors a run should meet before any compute."""
-  for side in ("tutor", "student"):
-    path = c[side].path
-    if not path or not os.path.isfile(os.path.join(path, "config.json")):
-      raise app.UsageError(f"--config.{side}.path={path!r} is not a checkpoint directory "
-                           "(no config.json)")
+  _check_rl(c.rl)
+  check_paths(c)
   rows = c.batch_problems * c.group_size
   shards = sharding.batch_shards(mesh)
   if rows % shards:
@@ -63,15 +89,17 @@ def _updates_per_batch(c) -> int:
   return -(-rows // (c.rl.mini_batch or rows))
 
 
-def build(c, workdir: str):
-  """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint."""
-  os.makedirs(workdir, exist_ok=True)
+def build(c, workdir: str, config_name: str = "?"):
+  """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint.
+
+  Everything that can be checked without the models is checked first (config
+  values, paths, the workdir's owner, the problems, the API endpoints)."""
   mesh = sharding.make_mesh(**c.mesh.to_dict())
   check_config(c, mesh)
+  workdir_lib.claim(workdir, c, "train", config_name, distributed.is_main_process())
   settings, solve = dialogue_settings(c)
   problems, report = load_problems(c)
-  if not problems:
-    raise app.UsageError("no problems left after loading, filtering and splitting")
+  apis = api_backends(c)
   ckpt = checkpoint.Checkpoints(workdir, keep=c.rl.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
   # learning rates, AdamW updates vanish in bfloat16 weights.
@@ -79,7 +107,7 @@ def build(c, workdir: str):
                      remat=c.rl.remat, dtype=c.rl.param_dtype)
   student = load_party(c.student, mesh, c.scan_layers)
   solver = solver_party(student, c)
-  rewards = build_rewards(c, student, solver, solve, mesh)
+  rewards = build_rewards(c, student, solver, solve, mesh, apis)
   r = c.rl
   grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,
                              aggregation=r.aggregation,
@@ -93,7 +121,7 @@ def build(c, workdir: str):
       mini_batch=r.mini_batch, advantage=r.advantage, advantage_eps=r.advantage_eps,
       advantage_ddof=r.advantage_ddof,
       gamma=c.rewards.uco.gamma, save_every=r.save_every, keep=r.keep,
-      samples_every=r.samples_every, seed=c.seed)
+      samples_every=r.samples_every, seed=c.seed, max_bad_steps=r.max_bad_steps)
   writer = trainer.MetricsWriter(workdir, active=distributed.is_main_process())
   run = trainer.Trainer(train_settings, grpo, tutor, student, settings, rewards, problems,
                         optimizer, workdir, ckpt, writer, fingerprint(tutor.sampler.cfg))
@@ -107,12 +135,13 @@ def build(c, workdir: str):
   return run, writer, ckpt
 
 
+@exits_cleanly
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(QuietOrbax())
   distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
   c, workdir = FLAGS.config, FLAGS.workdir
-  run, writer, ckpt = build(c, workdir)
+  run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
   with tqdm(total=c.rl.steps, initial=run.step, unit="step", desc="grpo",
             disable=not main_process) as bar:
@@ -122,6 +151,7 @@ def main(argv):
     run.run(progress)
   writer.close()
   ckpt.close()
+  exit_on_signal(run.stopped_by, f"step {run.step} (saved)")
   if not main_process:
     return
   last = {}

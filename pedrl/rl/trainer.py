@@ -12,16 +12,18 @@ exactly the problems and draws of an uninterrupted run.
 """
 import dataclasses
 import functools
+import glob
 import json
 import os
-import signal
+import shutil
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
-from pedrl import distributed
+from pedrl import distributed, stopping
 from pedrl.engine.sampling import bucket
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rl import advantages as adv_lib, checkpoint as checkpoint_lib, update
@@ -42,6 +44,7 @@ class TrainSettings:
   keep: int = 3
   samples_every: int = 10  # Steps between sample dialogues written as text.
   seed: int = 0
+  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
 
   def __post_init__(self):
     if self.group_size < 2:
@@ -50,6 +53,10 @@ class TrainSettings:
       raise ValueError(f"advantage {self.advantage!r} is not dialogue or turn")
     if self.steps < 1 or self.batch_problems < 1 or self.passes < 1:
       raise ValueError("steps, batch_problems and passes must be positive")
+
+
+class TrainingDiverged(RuntimeError):
+  """Updates were non-finite `max_bad_steps` steps in a row; the weights were left as they were."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -138,32 +145,31 @@ class Trainer:
     self.ref_params = jax.tree.map(jnp.copy, tutor.params)
     self.params, self.step = tutor.params, 0
     self.opt_state = update.init_optimizer(optimizer, tutor.params)
-    self._stop = False
+    self.stopped_by = None  # Set when run() returned early on a signal.
 
   def restore_if_any(self):
-    if self.ckpt.latest_step() is None:
-      return False
-    step, state, meta = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
-                                          self.fingerprint)
-    for key, value in (("seed", self.s.seed), ("batch_problems", self.s.batch_problems),
-                       ("group_size", self.s.group_size)):
-      if meta.get(key) != value:
-        raise checkpoint_lib.CheckpointError(
-            f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
-            f"config has {value}; resuming would change its data order. Use a new workdir.")
-    self.params, self.opt_state, self.step = state["params"], state["opt_state"], int(meta["step"])
-    self.tutor = dataclasses.replace(self.tutor, params=self.params)  # Frees the loaded weights.
-    self.writer.truncate(self.step)  # Steps after the checkpoint run again.
-    return True
+    """Restores the newest usable checkpoint (if any); metric rows of later steps are
+    dropped either way, since those steps run again."""
+    restored = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
+                                 self.fingerprint)
+    if restored is not None:
+      step, state, meta = restored
+      for key, value in (("seed", self.s.seed), ("batch_problems", self.s.batch_problems),
+                         ("group_size", self.s.group_size)):
+        if meta.get(key) != value:
+          raise checkpoint_lib.CheckpointError(
+              f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
+              f"config has {value}; resuming would change its data order. Use a new workdir.")
+      self.params, self.opt_state, self.step = state["params"], state["opt_state"], int(step)
+      self.tutor = dataclasses.replace(self.tutor, params=self.params)  # Frees the loaded weights.
+    self.writer.resume(self.step)
+    return restored is not None
 
   def save(self):
     self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
                    {"step": self.step, "data_position": self.step * self.s.batch_problems,
                     "seed": self.s.seed, "batch_problems": self.s.batch_problems,
                     "group_size": self.s.group_size, "model": self.fingerprint})
-
-  def _on_sigterm(self, *_):
-    self._stop = True  # Finish the step, save, exit: preemption loses no finished step.
 
   def train_step(self) -> dict:
     t0 = time.perf_counter()
@@ -199,6 +205,10 @@ class Trainer:
         updates.append(m)
     t3 = time.perf_counter()
     self.step += 1
+    if not all(bool(m["params_finite"]) for m in updates):
+      raise TrainingDiverged(
+          f"step {self.step}: an update made some weights non-finite although its loss and "
+          "gradients were finite (check rl.lr and rl.adam_eps); nothing of it was saved")
     first = updates[0]
     tutor_tokens = [sum(m.num_tokens for m in d.messages if m.role == dialogue_lib.TUTOR)
                     for d in dialogues]
@@ -206,7 +216,9 @@ class Trainer:
     metrics.update({f"reward_std/{k}": v[1] for k, v in reward_stats.items()})
     metrics.update({
         "step": self.step, "problem_uids": list(map(int, uids)),
+        "loss": float(np.mean([m["loss"] for m in updates])),
         "kl": float(updates[-1]["kl"]),
+        "skipped_updates": sum(bool(m["skipped"]) for m in updates),
         "clip_fraction": float(np.mean([m["clip_fraction"] for m in updates])),
         "grad_norm": float(np.mean([m["grad_norm"] for m in updates])),
         "first_pass_ratio": float(first["ratio"]),
@@ -225,59 +237,126 @@ class Trainer:
         "tokens_per_second": float(sum(tutor_tokens) / max(stats.tutor_seconds, 1e-9)),
         "seconds/rollout": t1 - t0, "seconds/rewards": t2 - t1, "seconds/update": t3 - t2,
     })
-    for k, v in self.rewards.stats.items():
+    for k, v in self.rewards.batch_stats.items():  # This step's counts, not running totals.
       metrics[f"pipeline/{k}"] = v
     return metrics, dialogues
 
   def run(self, progress=None):
-    previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-    try:
-      stop = False
-      while self.step < self.s.steps and not stop:
+    """Trains to settings.steps. On SIGINT or SIGTERM it finishes the step, saves and
+    returns early (`stopped_by` names the signal). Raises TrainingDiverged after
+    max_bad_steps steps in a row with skipped updates (their weights unchanged; the
+    last checkpoint is the last good state)."""
+    bad = 0
+    with stopping.StopRequest("the current step") as signals:
+      while self.step < self.s.steps:
         metrics, dialogues = self.train_step()
         self.writer.write(self.step, metrics)
         if self.step % self.s.samples_every == 0 or self.step == 1:
           self.writer.samples(self.step, dialogues[:2])
-        # Hosts may get SIGTERM on either side of a step: they stop at the same one.
-        stop = distributed.any_process(self._stop)
-        if self.step % self.s.save_every == 0 or self.step == self.s.steps or stop:
+        bad = bad + 1 if metrics["skipped_updates"] else 0
+        if bad:
+          logging.warning("step %d: %d updates skipped, non-finite loss=%s kl=%s grad_norm=%s "
+                          "(%d of rl.max_bad_steps=%d in a row)", self.step,
+                          metrics["skipped_updates"], metrics["loss"], metrics["kl"],
+                          metrics["grad_norm"], bad, self.s.max_bad_steps)
+        if bad >= self.s.max_bad_steps:
+          raise TrainingDiverged(
+              f"training diverged: steps {self.step - bad + 1}-{self.step} all had non-finite "
+              f"loss, KL or gradients (last: loss={metrics['loss']}, kl={metrics['kl']}, "
+              f"grad_norm={metrics['grad_norm']}); their updates were skipped. The last "
+              f"checkpoint is step {self.ckpt.latest_step()}. Lower rl.lr or check the rewards.")
+        # Hosts may get a signal on either side of a step: they stop at the same one.
+        stop = distributed.any_process(signals.requested is not None)
+        # No periodic save inside a run of skipped updates: with `keep`, such checkpoints
+        # could push out the last one before the trouble began.
+        if (self.step % self.s.save_every == 0 and not bad) or self.step == self.s.steps or stop:
           self.save()
         if progress is not None:
           progress(self.step, metrics)
-    finally:
-      signal.signal(signal.SIGTERM, previous)
+        if stop:
+          self.stopped_by = signals.requested or "SIGTERM"  # Another host's signal.
+          break
     return self.step
 
 
 class MetricsWriter:
   """Per-step metrics to WORKDIR/metrics.jsonl and TensorBoard; sample dialogues as text.
-  Inactive (writes nothing) on all but the main process of a multi-host run."""
+  Inactive (writes nothing) on all but the main process of a multi-host run.
+
+  metrics.jsonl is the record: `resume(step)` keeps its rows up to `step` and
+  rebuilds the TensorBoard events and samples from what is kept, so after any
+  kill and restart each step is there once."""
 
   def __init__(self, workdir: str, active: bool = True):
     self.workdir, self.active = workdir, active
     self.path = os.path.join(workdir, "metrics.jsonl")
-    if active:
-      from tensorboardX import SummaryWriter
-      os.makedirs(os.path.join(workdir, "samples"), exist_ok=True)
-      self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self.tb = None
 
-  def truncate(self, step: int):
-    """Drops metric rows after `step` (a resumed run redoes those steps)."""
-    if not self.active or not os.path.exists(self.path):
-      return
+  def _rows(self, step: int) -> list[str]:
+    """The lines of metrics.jsonl for steps ≤ `step` (a line cut by a crash removed)."""
+    if not os.path.exists(self.path):
+      return []
+    cut = dialogue_lib.repair_jsonl(self.path)
+    if cut:
+      logging.warning("%s: removed a partly written last line (%d bytes)", self.path, cut)
+    rows = []
     with open(self.path) as f:
-      rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+      for n, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{self.path}, line {n}: not JSON ({e})") from None
+        if not isinstance(row, dict) or "step" not in row:
+          raise ValueError(f"{self.path}, line {n}: not a training metrics row (no 'step')")
+        if row["step"] <= step:
+          rows.append(line)
+    return rows
+
+  def resume(self, step: int):
+    """Starts writing after `step`: later rows, events and samples are dropped."""
+    if not self.active:
+      return
+    from tensorboardX import SummaryWriter
+    rows = self._rows(step)
     with open(self.path, "w") as f:
       f.writelines(rows)
+    samples = os.path.join(self.workdir, "samples")
+    os.makedirs(samples, exist_ok=True)
+    tb_dir = os.path.join(self.workdir, "tensorboard")
+    shutil.rmtree(tb_dir, ignore_errors=True)
+    self.tb = SummaryWriter(tb_dir)
+    for line in rows:
+      row = json.loads(line)
+      self._scalars(row["step"], row)
+    for path in sorted(glob.glob(os.path.join(samples, "step_*.txt"))):
+      s = int(os.path.basename(path)[5:-4])
+      if s > step:
+        os.remove(path)
+      else:
+        with open(path) as f:
+          self._text(s, f.read())
+    self.tb.flush()
+
+  def _scalars(self, step: int, metrics: dict):
+    for k, v in metrics.items():
+      if isinstance(v, (int, float)) and k != "step":
+        self.tb.add_scalar(k, v, step)
+
+  def _text(self, step: int, text: str):
+    self.tb.add_text("samples", text.replace("\n", "  \n"), step)
 
   def write(self, step: int, metrics: dict):
     if not self.active:
       return
-    with open(self.path, "a") as f:
+    if self.tb is None:
+      self.resume(step - 1)
+    with open(self.path, "a") as f:  # Synced: a crash can cut at most this line.
       f.write(json.dumps(metrics) + "\n")
-    for k, v in metrics.items():
-      if isinstance(v, (int, float)) and k != "step":
-        self.tb.add_scalar(k, v, step)
+      f.flush()
+      os.fsync(f.fileno())
+    self._scalars(step, metrics)
     self.tb.flush()
 
   def samples(self, step: int, dialogues):
@@ -288,8 +367,8 @@ class MetricsWriter:
         f"{d.problem}\n\n{dialogue_lib.transcript(d.messages)}" for d in dialogues)
     with open(os.path.join(self.workdir, "samples", f"step_{step:06d}.txt"), "w") as f:
       f.write(text)
-    self.tb.add_text("samples", text.replace("\n", "  \n"), step)
+    self._text(step, text)
 
   def close(self):
-    if self.active:
+    if self.tb is not None:
       self.tb.close()

@@ -61,7 +61,7 @@ def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
   return sequence_logprobs(model, params, tokens, attn_mask, temperature)
 
 
-_METRICS = ("kl_sum", "clipped_sum", "ratio_sum", "tokens", "old_logp_diff_sum")
+_METRICS = ("loss", "kl_sum", "clipped_sum", "ratio_sum", "tokens", "old_logp_diff_sum")
 
 
 def micro_batches(batch: dict, micro_batch: int, mesh=None) -> dict:
@@ -99,7 +99,8 @@ def _accumulated_grads(model, params, micro, settings: GRPOSettings, num_tokens,
     return total / norm, metrics
 
   def body(carry, part):
-    g, m = jax.grad(objective, has_aux=True)(params, part)
+    (value, m), g = jax.value_and_grad(objective, has_aux=True)(params, part)
+    m["loss"] = value  # This micro-batch's share: the shares add up to the mini-batch loss.
     return jax.tree.map(jnp.add, carry, (g, m)), None
 
   zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.float32(0) for k in _METRICS})
@@ -148,15 +149,34 @@ def init_optimizer(optimizer, params):
   return jax.jit(optimizer.init, out_shardings=state_shardings(optimizer, params))(params)
 
 
+def all_finite(tree) -> jax.Array:
+  """True iff every floating-point value in `tree` is finite (one fused reduction)."""
+  leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
+
+
 def _step(model, optimizer, settings, params, opt_state, micro, num_tokens, num_sequences):
   grads, m = _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
-  updates, opt_state = optimizer.update(grads, opt_state, params)
-  params = optax.apply_updates(params, updates)
   tokens = jnp.maximum(m["tokens"], 1.0)
-  metrics = {"kl": m["kl_sum"] / tokens, "clip_fraction": m["clipped_sum"] / tokens,
-             "ratio": m["ratio_sum"] / tokens, "tutor_tokens": m["tokens"],
-             "sampler_logp_diff": m["old_logp_diff_sum"] / tokens,
+  metrics = {"loss": m["loss"], "kl": m["kl_sum"] / tokens,
+             "clip_fraction": m["clipped_sum"] / tokens, "ratio": m["ratio_sum"] / tokens,
+             "tutor_tokens": m["tokens"], "sampler_logp_diff": m["old_logp_diff_sum"] / tokens,
              "grad_norm": optax.tree.norm(grads)}
+  # A non-finite loss, KL or gradient skips the update: params and optimizer state stay as
+  # they were. Deciding on these scalars (not on the updated weights) costs no second copy of
+  # the state; with finite gradients, clipping, a finite lr and adam_eps > 0 (checked in the
+  # config) AdamW cannot produce a non-finite value, and `params_finite` reports if it did.
+  ok = all_finite((metrics["loss"], metrics["kl"], metrics["grad_norm"]))
+
+  def update(state):
+    p, s = state
+    updates, s = optimizer.update(grads, s, p)
+    return optax.apply_updates(p, updates), s
+
+  params, opt_state = jax.lax.cond(ok, update, lambda state: state, (params, opt_state))
+  metrics["skipped"] = ~ok
+  metrics["params_finite"] = all_finite(params)
   return params, opt_state, metrics
 
 
