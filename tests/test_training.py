@@ -95,6 +95,9 @@ def test_bad_configs_fail_before_any_compute(tmp_path):
   cases = [
       (["--config.tutor.path=/nonexistent/model"], "not a checkpoint directory"),
       (["--config.group_size=1", "--config.batch_problems=2"], "group_size must be at least 2"),
+      (["--config.rl.lr=nan"], "--config.rl.lr=nan: must be a finite number > 0"),
+      (["--config.rl.adam_eps=0"], "--config.rl.adam_eps=0.0: must be a finite number > 0"),
+      (["--config.rl.max_grad_norm=-1"], "--config.rl.max_grad_norm=-1.0: must be"),
   ]
   for overrides, message in cases:
     r = subprocess.run(_cmd("pedagogical_rl", tmp_path / "bad", *overrides), cwd=ROOT,

@@ -1,0 +1,63 @@
+"""Workdirs record their run (run.json) and refuse another; SIGINT/SIGTERM as stop requests."""
+import json
+import os
+import signal
+
+import pytest
+
+from pedrl import stopping
+from pedrl.experiments import workdir
+from pedrl.experiments.base_config import dialogue_config
+from pedrl.experiments.rl_config import rl_section
+
+
+def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue"):
+  c = dialogue_config("tiny")
+  c.rewards.components = components
+  c.rl = rl_section(advantage=advantage)
+  return c
+
+
+@pytest.fixture
+def in_root(monkeypatch):
+  monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_workdir_is_resumed_by_its_run_and_refused_to_another(tmp_path, in_root):
+  w = str(tmp_path / "w")
+  workdir.claim(w, _config(), "train", "experiments/pedagogical_rl.py:tiny")
+  record = json.load(open(os.path.join(w, "run.json")))
+  assert record["identity"]["rewards"] == "r_sol:1,pedagogy:1,template:1"
+  assert record["identity"]["tutor"]["model_type"] == "qwen2"
+  workdir.claim(w, _config(), "train", "experiments/pedagogical_rl.py:tiny")  # Same run: fine.
+  for c, job, diff in ((_config("uco:1", "turn"), "train", "rewards=uco:1"),
+                       (_config(), "rollout", "job=rollout")):
+    with pytest.raises(workdir.WorkdirError) as e:
+      workdir.claim(w, c, job, "other.py:x")
+    assert diff in str(e.value) and "experiments/pedagogical_rl.py:tiny" in str(e.value)
+    assert "other.py:x" in str(e.value) and "resume_mismatch=allow" in str(e.value)
+  c = _config("uco:1", "turn")
+  c.resume_mismatch = "allow"
+  workdir.claim(w, c, "train", "experiments/uco.py:tiny")  # Taken over: the record follows.
+  assert json.load(open(os.path.join(w, "run.json")))["config"] == "experiments/uco.py:tiny"
+
+
+def test_a_workdir_from_before_run_json_is_judged_by_what_it_holds(tmp_path, in_root):
+  w = tmp_path / "old_rollouts"
+  w.mkdir()
+  (w / "dialogues.jsonl").write_text("")
+  with pytest.raises(workdir.WorkdirError, match="holds a rollout run"):
+    workdir.claim(str(w), _config(), "train", "experiments/pedagogical_rl.py:tiny")
+  workdir.claim(str(w), _config(), "rollout", "experiments/rollout.py:tiny")
+  assert (w / "run.json").exists()
+
+
+def test_a_first_signal_is_a_stop_request_and_a_second_ctrl_c_stops_at_once():
+  before = signal.getsignal(signal.SIGTERM)
+  with stopping.StopRequest("the test") as stop:
+    assert stop.requested is None
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested == "SIGTERM"  # Noted; the job decides where to stop.
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  assert signal.getsignal(signal.SIGTERM) is before
