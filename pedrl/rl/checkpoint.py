@@ -10,7 +10,10 @@ a checksum that does not match) is reported with its path and moved to
 `checkpoints.broken/`; the step before it is tried. A state with a non-finite
 value is never saved.
 """
+import contextlib
+import logging as std_logging
 import os
+import re
 import shutil
 import time
 
@@ -72,9 +75,36 @@ def is_finite(state) -> bool:
 
 
 def _short(e: BaseException) -> str:
-  """An exception as one line (orbax and tensorstore messages run to many)."""
-  lines = str(e).strip().splitlines()
-  return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+  """An exception as one line (orbax and tensorstore messages run to many), ending with
+  the operating system's reason when there is one (tensorstore puts it last)."""
+  text = str(e).strip()
+  head = text.splitlines()[0][:200] if text else ""
+  code = getattr(e, "errno", None)
+  if code is None and (m := re.search(r"os_error_code='?(\d+)", text)):
+    code = int(m.group(1))
+  return f"{type(e).__name__}: {head}" + (f" [{os.strerror(code)}]" if code else "")
+
+
+def _size(n: float) -> str:
+  return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+class _OrbaxErrors(std_logging.Filter):
+  """Orbax logs a failed write with its traceback from a worker thread, then raises: the
+  raise reaches `save`, which reports it in one line; the log records are dropped."""
+
+  def filter(self, record):
+    return record.levelno < std_logging.ERROR or "/orbax/" not in record.pathname
+
+
+@contextlib.contextmanager
+def _orbax_errors_muted():
+  logger, quiet = std_logging.getLogger("absl"), _OrbaxErrors()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
 
 
 class Checkpoints:
@@ -94,20 +124,34 @@ class Checkpoints:
     """Writes `state` and `meta` (plus the state's checksums) as step `step`.
 
     Raises CheckpointError, with the path and the free space, when the state has a
-    non-finite value or the write fails (a full disk, say): one line, not a traceback.
+    non-finite value, does not fit in the free space, or the write fails: one line, not
+    a traceback.
     """
     if not is_finite(state):
       raise CheckpointError(f"refusing to save step {step} to {self.step_path(step)}: the "
                             "state has non-finite values (the last saved step is kept)")
     meta = dict(meta, checksums=checksums(state))
+    # A write that fails part-way leaves tensorstore's other writes failing in the background
+    # (tracebacks past our control); a disk too small for the state is told before writing.
+    need, free = sum(x.nbytes for x in jax.tree.leaves(state)), self._free_bytes()
+    if need > free:
+      raise CheckpointError(f"not enough space to save step {step} to {self.step_path(step)}: "
+                            f"the state is {_size(need)}, {_size(free)} free on that disk")
     try:
-      self.manager.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
-      self.manager.wait_until_finished()
+      with _orbax_errors_muted():
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        self.manager.wait_until_finished()
     except Exception as e:  # A failed write of any kind ends the run with one line.
-      free = shutil.disk_usage(self.directory).free / 2**30
       raise CheckpointError(f"saving step {step} to {self.step_path(step)} failed ({_short(e)});"
-                            f" {free:.1f} GiB free on that disk") from None
+                            f" {_size(self._free_bytes())} free on that disk") from None
+
+  def _free_bytes(self) -> float:
+    """Free space where the checkpoints go (unbounded for paths disk_usage cannot see)."""
+    try:
+      return shutil.disk_usage(self.directory).free
+    except OSError:
+      return float("inf")
 
   def _restore_step(self, step: int, state_like, model_fingerprint: dict):
     meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
