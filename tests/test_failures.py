@@ -1,27 +1,11 @@
 """Entry points under failure: signals, another run's workdir, endpoints down before the
 models load, an empty problem split. Those that need a finished run are in test_training."""
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _cmd(module, workdir, *overrides):
-  return [sys.executable, "-m", f"pedrl.experiments.{module}",
-          f"--config=experiments/{module}.py:tiny", f"--workdir={workdir}", *overrides]
-
-
-def _env():
-  return dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
+from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
 
 
 def test_sigint_finishes_the_step_saves_and_exits_130(tmp_path):

@@ -3,7 +3,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -12,21 +11,7 @@ import pytest
 from pedrl.env.problems import Problem
 from pedrl.rl import trainer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _cmd(module, workdir, *overrides):
-  return [sys.executable, "-m", f"pedrl.experiments.{module}",
-          f"--config=experiments/{module}.py:tiny", f"--workdir={workdir}", *overrides]
-
-
-def _env():
-  return dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-
-
-def _metrics(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
+from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
 
 
 def test_problem_order_is_a_function_of_seed_and_step():
