@@ -8,7 +8,7 @@ import transformers
 import reference
 from pedrl import models
 from pedrl.engine.sampling import generate_greedy
-from pedrl.models.decoder import Decoder, init_cache, pool_last, unstack_layers
+from pedrl.models.decoder import Decoder, KVCache, pool_last, unstack_layers
 
 CAUSAL = ["qwen2", "qwen2_tied", "qwen3", "llama3"]
 ATOL = 1e-4
@@ -65,7 +65,7 @@ def test_cache_prefill_extend_decode_equals_full_forward(family):
   full, _ = run(model, params, np.concatenate([p_tok, e_tok, d_tok], 1),
                 np.concatenate([p_mask, e_mask, np.ones((2, 3), bool)], 1))
 
-  steps, cache = run(model, params, p_tok, p_mask, init_cache(cfg, 2, 24))
+  steps, cache = run(model, params, p_tok, p_mask, KVCache.zeros(cfg, 2, 24))
   pieces = [steps]
   steps, cache = run(model, params, e_tok, e_mask, cache)
   pieces.append(steps)
@@ -75,8 +75,8 @@ def test_cache_prefill_extend_decode_equals_full_forward(family):
   cached = np.concatenate(pieces, 1)
   real = np.concatenate([p_mask, e_mask, np.ones((2, 3), bool)], 1)
   np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=0)
-  assert int(cache["end"]) == 19
-  np.testing.assert_array_equal(np.asarray(cache["pos"]), real.sum(1))
+  assert int(cache.end) == 19
+  np.testing.assert_array_equal(np.asarray(cache.pos), real.sum(1))
 
 
 def _variant(tmp_path, model_type, **kw):
@@ -203,8 +203,8 @@ def test_cache_overflow_is_loud(testdata):
   cfg, model, params = models.load(testdata("qwen2"))
   tokens, mask = reference.left_padded(np.random.default_rng(11), cfg.vocab_size, [0], 8)
   with pytest.raises(ValueError, match="do not fit a KV cache window of 6 slots"):
-    run(model, params, tokens, mask, init_cache(cfg, 1, 6))
-  logits, cache = run(model, params, tokens, mask, init_cache(cfg, 1, 10))
+    run(model, params, tokens, mask, KVCache.zeros(cfg, 1, 6))
+  logits, cache = run(model, params, tokens, mask, KVCache.zeros(cfg, 1, 10))
   assert np.isfinite(logits).all()
   more, _ = run(model, params, tokens[:, :4], mask[:, :4], cache)  # 8 + 4 > 10 slots.
   assert np.isnan(more).all()
@@ -216,7 +216,7 @@ def test_attention_window_reads_only_its_slots_and_is_loud_past_them(testdata):
   full, _ = run(model, params, tokens, mask)
   apply = lambda t, m, c, w: model.apply({"params": params}, jnp.asarray(t), jnp.asarray(m), c,
                                          window=w, method=Decoder.forward)
-  first, cache = apply(tokens[:, :8], mask[:, :8], init_cache(cfg, 1, 64), 8)
+  first, cache = apply(tokens[:, :8], mask[:, :8], KVCache.zeros(cfg, 1, 64), 8)
   rest, _ = apply(tokens[:, 8:], mask[:, 8:], cache, 16)  # A 16-slot window of a 64-slot cache.
   windowed = np.concatenate([np.asarray(first), np.asarray(rest)], 1)
   np.testing.assert_allclose(windowed[mask], full[mask], atol=1e-5, rtol=0)

@@ -69,7 +69,7 @@ def test_three_turn_dialogue_by_extend_equals_encoding_it_whole(family):
                                  gen.logprobs[r, :gen.lengths[r]], atol=1e-4, rtol=0)
     new = rows_of(rng, cfg.vocab_size, [3 + turn, 1])  # The other speaker's reply.
     history = [h + gen.row_tokens(r).tolist() + new[r] for r, h in enumerate(history)]
-  np.testing.assert_array_equal(np.asarray(cache["pos"]),
+  np.testing.assert_array_equal(np.asarray(cache.pos),
                                 [len(h) - len(n) for h, n in zip(history, new)])
 
 
@@ -191,7 +191,7 @@ def test_same_seed_same_tokens_on_one_and_eight_devices(testdata):
   multi, cache = sampler.generate(sharded, rows, keys, sp)
   np.testing.assert_array_equal(multi.tokens, single.tokens)
   np.testing.assert_allclose(multi.logprobs, single.logprobs, atol=1e-4)
-  assert len(cache["k"][0].sharding.device_set) == 8
+  assert len(cache.k[0].sharding.device_set) == 8
   scores = Scorer(model, mesh=mesh).score(sharded, rows[:3], [[[1, 2, 3]]] * 3)
   alone = Scorer(model).score(params, rows[:3], [[[1, 2, 3]]] * 3)
   np.testing.assert_allclose(scores.sum, alone.sum, atol=1e-4)
@@ -228,9 +228,9 @@ def test_filler_rows_do_not_keep_decoding_and_empty_extends_are_free(testdata):
   sp = SamplingParams(100, 0.0, stop_token_ids=(int(free.tokens[0, 0]),))
   cache = sampler.new_cache(4, 256)  # Three filler rows beside the real one.
   gen, cache = sampler.generate(params, row, sequence_keys(0, [0]), sp, cache=cache)
-  assert gen.lengths[0] == 1 and int(cache["end"]) == 8 + 1  # One chunk, one step.
+  assert gen.lengths[0] == 1 and int(cache.end) == 8 + 1  # One chunk, one step.
   same = sampler.extend(params, cache, [[]])
-  assert int(same["end"]) == 9
+  assert int(same.end) == 9
 
 
 def test_prompt_near_the_context_limit_is_accepted(testdata):

@@ -24,29 +24,14 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from pedrl import sharding as sharding_lib
 from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
-from pedrl.models.decoder import Decoder
-
-# Lengths are padded up to one of these (powers of two and 1.5x between), so a
-# run compiles a handful of shapes; beyond the table, multiples of 1024.
-LENGTH_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
-  """The smallest bucket >= n."""
-  for b in buckets:
-    if b >= n:
-      return b
-  return -(-n // 1024) * 1024
-
-
-def sequence_keys(seed: int, ids) -> jax.Array:
-  """One PRNG key per sequence id, so a row's samples do not depend on its batch."""
-  base = jax.random.key(seed)
-  return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
+from pedrl.engine.shapes import LENGTH_BUCKETS, bucket
+from pedrl.models.decoder import Decoder, KVCache
+from pedrl.streams import sequence_keys
 
 
 def next_token_logits(model: Decoder, params, tokens, mask, cache, window=None):
@@ -62,6 +47,30 @@ def _extend(model, params, cache, tokens, mask, window):
   return cache
 
 
+@struct.dataclass
+class DecodeState:
+  """The decode loop's carry: step i, the cache, the logits [B, V] of each row's
+  next token, its stop-string matcher state, and what was sampled so far."""
+  i: jax.Array
+  cache: KVCache
+  logits: jax.Array
+  match: jax.Array  # [B] state of stops.compile_stop_strings' table.
+  tokens: jax.Array  # [B, N], pad after a row's end.
+  logprobs: jax.Array  # [B, N], 0 after a row's end.
+  length: jax.Array  # [B] sampled tokens, stop included.
+  stopped: jax.Array  # [B] a stop ended the row.
+  done: jax.Array  # [B] stopped, hit max_new_tokens, or batch filler.
+
+
+@struct.dataclass
+class Decoded:
+  """What the decode loop returns, on the devices (`Generation` is the host's copy)."""
+  tokens: jax.Array
+  logprobs: jax.Array
+  length: jax.Array
+  stopped: jax.Array
+
+
 @functools.partial(compiler.jit, static_argnums=(0, 8, 9), donate_argnums=(2,))
 def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
               window):
@@ -72,33 +81,31 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   pad = model.cfg.pad_token_id or 0
 
-  def step(s):
-    i = s["i"]
-    live = ~s["done"]
-    tok = distribution.sample(s["logits"], jax.vmap(jax.random.fold_in, (0, None))(keys, i), sp)
-    lp = distribution.token_logprobs(s["logits"], tok, sp.logprob_temperature)
+  def step(s: DecodeState) -> DecodeState:
+    i, live = s.i, ~s.done
+    tok = distribution.sample(s.logits, jax.vmap(jax.random.fold_in, (0, None))(keys, i), sp)
+    lp = distribution.token_logprobs(s.logits, tok, sp.logprob_temperature)
     hit = jnp.isin(tok, stop_ids)
-    match = s["match"]
+    match = s.match
     if stop_table is not None:
       packed = stop_table[match, tok].astype(jnp.int32)
       hit, match = hit | (packed % 2 == 1), packed // 2
     stopped = live & hit
-    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s["cache"],
-                                      window)
-    return dict(
+    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s.cache, window)
+    return s.replace(
         i=i + 1, cache=cache, logits=logits, match=match,
-        tokens=s["tokens"].at[:, i].set(jnp.where(live, tok, pad)),
-        logprobs=s["logprobs"].at[:, i].set(jnp.where(live, lp, 0.0)),
-        length=s["length"] + live, stopped=s["stopped"] | stopped,
-        done=s["done"] | stopped | (i + 1 >= n))
+        tokens=s.tokens.at[:, i].set(jnp.where(live, tok, pad)),
+        logprobs=s.logprobs.at[:, i].set(jnp.where(live, lp, 0.0)),
+        length=s.length + live, stopped=s.stopped | stopped,
+        done=s.done | stopped | (i + 1 >= n))
 
-  state = dict(
+  state = DecodeState(
       i=jnp.int32(0), cache=cache, logits=logits, match=jnp.zeros((b,), jnp.int32),
       tokens=jnp.full((b, n), pad, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
       length=jnp.zeros((b,), jnp.int32), stopped=jnp.zeros((b,), bool),
       done=~real)
-  s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]), step, state)
-  return {k: s[k] for k in ("tokens", "logprobs", "length", "stopped")}, s["cache"]
+  s = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+  return Decoded(s.tokens, s.logprobs, s.length, s.stopped), s.cache
 
 
 @dataclasses.dataclass
@@ -177,7 +184,7 @@ class Sampler:
   def _chunk(self, rows, cache, extra: int, need_token: bool):
     """Left-pads new-token rows into a bucketed [cache batch, T] chunk and checks room."""
     rows = [np.asarray(r, np.int64).reshape(-1) for r in rows]
-    b = kv_cache.batch(cache)
+    b = cache.batch
     if not 0 < len(rows) <= b:
       raise ValueError(f"got {len(rows)} rows of tokens for a cache of {b} rows")
     for i, r in enumerate(rows):
@@ -187,14 +194,14 @@ class Sampler:
         raise ValueError(f"row {i} has token ids outside [0, {self.cfg.vocab_size})")
     longest = max(r.size for r in rows)
     t = bucket(max(longest, 1), self.buckets)
-    end, pos = int(cache["end"]), int(np.max(sharding_lib.to_host(cache["pos"])))
-    room = kv_cache.size(cache) - end
+    end, pos = int(cache.end), int(np.max(sharding_lib.to_host(cache.pos)))
+    room = cache.size - end
     if longest + extra > room or t + extra > room:
       t = longest
       if longest + extra > room:
         raise ValueError(
             f"{longest} new tokens + {extra} to generate do not fit the KV cache: "
-            f"{end} of {kv_cache.size(cache)} slots are used")
+            f"{end} of {cache.size} slots are used")
     if pos + longest + extra > self.cfg.max_position_embeddings:
       raise ValueError(f"position {pos} + {longest} new + {extra} generated tokens exceeds "
                        f"the model's context of {self.cfg.max_position_embeddings}")
@@ -206,7 +213,7 @@ class Sampler:
     for i in range(len(rows), b):  # Filler rows: one token, so their logits stay finite.
       tokens[i, -1], mask[i, -1] = self.pad_id, True
     # Attend only to the slots this call can reach (bucketed: few compiled windows).
-    window = min(bucket(end + t + extra, self.buckets), kv_cache.size(cache))
+    window = min(bucket(end + t + extra, self.buckets), cache.size)
     return self._rows(tokens), self._rows(mask), window
 
   def extend(self, params, cache, rows):
@@ -246,9 +253,9 @@ class Sampler:
 
   def make_room(self, cache, need: int):
     """The cache, compacted if fewer than `need` slots are free; and the free slots."""
-    if kv_cache.room(cache) < need:
+    if cache.room < need:
       cache = kv_cache.compact(cache)
-    return cache, kv_cache.room(cache)
+    return cache, cache.room
 
   # -- Sampling --------------------------------------------------------------
 
@@ -286,7 +293,7 @@ class Sampler:
     out, cache = _generate(self.model, params, cache, tokens, mask, real, self._rows(keys),
                            self._stop_table, sampling, window)
     out = sharding_lib.to_host(out)
-    gen = Generation(out["tokens"][:n], out["logprobs"][:n], out["length"][:n], out["stopped"][:n])
+    gen = Generation(out.tokens[:n], out.logprobs[:n], out.length[:n], out.stopped[:n])
     if self.tokenizer is not None:
       gen.texts, gen.stop_reasons = zip(*(self._text(gen, i, sampling) for i in range(n)))
       gen.texts, gen.stop_reasons = list(gen.texts), list(gen.stop_reasons)
@@ -329,8 +336,8 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
   keys = sequence_keys(0, np.arange(tokens.shape[0]))
   real = jnp.ones((tokens.shape[0],), bool)
   if mesh is not None:
-    rows = kv_cache.shardings(model.cfg, mesh, tokens.shape[0])["pos"]  # Replicated if indivisible.
+    rows = kv_cache.shardings(model.cfg, mesh, tokens.shape[0]).pos  # Replicated if indivisible.
     keys, real = jax.device_put(keys, rows), jax.device_put(real, rows)
   out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), real, keys, None, sp,
                      None)
-  return out["tokens"]
+  return out.tokens

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import sharding as sharding_lib
-from pedrl.engine import compiler, distribution, kv_cache, sampling
-from pedrl.models.decoder import Decoder, init_cache
+from pedrl.engine import compiler, distribution, sampling, shapes
+from pedrl.models.decoder import Decoder, KVCache
 
 
 @dataclasses.dataclass
@@ -34,10 +34,10 @@ class Scores:
 @functools.partial(compiler.jit, static_argnums=(0, 7, 8))
 def _score_chunk(model, params, ctx, ctx_mask, cont, cont_mask, temperature, copies: int,
                  cache_size: int):
-  cache = init_cache(model.cfg, ctx.shape[0], cache_size)
+  cache = KVCache.zeros(model.cfg, ctx.shape[0], cache_size)
   last, cache = sampling.next_token_logits(model, params, ctx, ctx_mask, cache)
   rows = jnp.repeat(jnp.arange(ctx.shape[0]), copies)
-  cache = kv_cache.take(cache, rows)
+  cache = cache.take(rows)
   hidden, _ = model.apply({"params": params}, cont, cont_mask, cache)
   first = distribution.token_logprobs(last[rows], cont[:, 0], temperature)  # After the context.
   logits = model.apply({"params": params}, hidden[:, :-1], method=Decoder.logits)
@@ -60,7 +60,7 @@ class Scorer:
       [rows, T, V] arrays); contexts, and if need be continuations, are split to fit.
   """
 
-  def __init__(self, model: Decoder, mesh=None, length_buckets=sampling.LENGTH_BUCKETS,
+  def __init__(self, model: Decoder, mesh=None, length_buckets=shapes.LENGTH_BUCKETS,
                max_logits_bytes: int = 1 << 30):
     self.model, self.cfg, self.mesh = model, model.cfg, mesh
     self.buckets, self.max_logits_bytes = tuple(length_buckets), max_logits_bytes
@@ -92,8 +92,8 @@ class Scorer:
     if longest_ctx + longest_cont > self.cfg.max_position_embeddings:
       raise ValueError(f"a context of {longest_ctx} + a continuation of {longest_cont} tokens "
                        f"exceed the model's context of {self.cfg.max_position_embeddings}")
-    tc = sampling.bucket(longest_ctx, self.buckets)
-    tk = sampling.bucket(max(1, longest_cont), self.buckets)
+    tc = shapes.bucket(longest_ctx, self.buckets)
+    tk = shapes.bucket(max(1, longest_cont), self.buckets)
     # Rows (context copies) per pass within the logits budget: all K continuations
     # of as many contexts as fit, or K split into parts when one context is too many.
     rows = max(1, self.max_logits_bytes // (tk * self.cfg.vocab_size * 4 * _LOGITS_COPIES))

@@ -8,27 +8,27 @@ Layers are unrolled instead when cfg.scan_layers is False (params layers_0,
 layers_1, ...; see ModelConfig.scan_layers); `stack_layers` / `unstack_layers`
 convert between the two layouts.
 
-KV cache. A cache is a dict of arrays:
-  k: [L, B, KV, D, S]     keys per layer at buffer slots 0..S-1, transposed
-                          (decode attention sums over D with S contiguous)
-  v: [L, B, KV, S, D]     values (with unrolled layers, k and v are tuples of
-                          L arrays without the leading L)
-  mask: [B, S] bool       which slots hold a real token
-  pos:  [B] int32         the position the next real token of each row gets
-  end:  [] int32          the first free slot (the same for every row)
-A call on T new tokens writes slots end..end+T-1 and lets each query see the
-filled slots at or before its own. Prefill, one-token decode and appending a
-whole new dialogue turn (with its own padding) are therefore one code path.
+KV cache. A `KVCache` holds every layer's keys and values at buffer slots
+0..S-1, which slots hold a real token (mask [B, S]), the position the next
+real token of each row gets (pos [B]) and the first free slot (end, the same
+for every row); it and `LayerCache` are the only code that knows how the
+layers' arrays are laid out. A call on T new tokens writes slots end..end+T-1
+and lets each query see the filled slots at or before its own. Prefill,
+one-token decode and appending a whole new dialogue turn (with its own padding)
+are therefore one code path.
 Callers keep end + T <= S (the engine's Sampler checks it on the host before
 every call). A call with T > S raises; a call that overflows at run time (end is
 traced) returns NaN hidden states, so the error cannot pass unnoticed, but its
 cache is corrupt (the write was shifted onto the last slots) and must be dropped.
 """
 import re
+from typing import Any
 
+from flax import struct
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pedrl.models import layers
 from pedrl.models import rope
@@ -38,6 +38,129 @@ REMAT_POLICIES = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+
+
+@struct.dataclass
+class LayerCache:
+  """One layer's keys k [B, KV, D, S] and values v [B, KV, S, D], or all layers'
+  with a leading layer axis (nn.scan slices it).
+
+  Keys are stored transposed because one-token decode attention sums over D
+  with the S axis contiguous (layers.dot_attention takes this layout). The
+  methods take one layer's (KVCache vmaps them over a stacked one).
+  """
+  k: jax.Array
+  v: jax.Array
+
+  @classmethod
+  def of(cls, k, v) -> "LayerCache":
+    """Keys and values [B, T, KV, D] of T tokens, in this layout."""
+    return cls(k.transpose(0, 2, 3, 1), v.swapaxes(1, 2))
+
+  def write(self, new: "LayerCache", at) -> "LayerCache":
+    """`new`'s T slots written at slots at..at+T-1."""
+    return LayerCache(
+        jax.lax.dynamic_update_slice(self.k, new.k.astype(self.k.dtype), (0, 0, 0, at)),
+        jax.lax.dynamic_update_slice(self.v, new.v.astype(self.v.dtype), (0, 0, at, 0)))
+
+  def window(self, s: int, dtype):
+    """(keys, values) of the first s slots in `dtype`, as dot_attention takes them."""
+    return self.k[..., :s].astype(dtype), self.v[:, :, :s].astype(dtype)
+
+  def gather(self, order) -> "LayerCache":
+    """Row b's slots in the order order[b] (order [B, S])."""
+    return LayerCache(jnp.take_along_axis(self.k, order[:, None, None, :], axis=3),
+                      jnp.take_along_axis(self.v, order[:, None, :, None], axis=2))
+
+
+@struct.dataclass
+class KVCache:
+  """A KV cache with S slots per row (see the module docstring).
+
+  k and v are stacked [L, ...] arrays of the layers' LayerCache fields with
+  scanned layers, tuples of L arrays with unrolled ones; only this class and
+  LayerCache look inside them.
+  """
+  k: Any
+  v: Any
+  mask: jax.Array  # [B, S] bool: the slot holds a real token.
+  pos: jax.Array  # [B] int32: the position the row's next real token gets.
+  end: jax.Array  # [] int32: the first free slot.
+
+  @classmethod
+  def zeros(cls, cfg: ModelConfig, batch: int, size: int, dtype=None) -> "KVCache":
+    """An empty cache with `size` slots per row, in the layout of cfg's layer stack."""
+    dtype = jnp.dtype(dtype or cfg.dtype)
+    def zeros(shape):  # A fresh buffer per call: k and v are donated separately.
+      if cfg.scan_layers:
+        return jnp.zeros((cfg.num_layers,) + shape, dtype)
+      return tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    return cls(k=zeros((batch, cfg.num_kv_heads, cfg.head_dim, size)),
+               v=zeros((batch, cfg.num_kv_heads, size, cfg.head_dim)),
+               mask=jnp.zeros((batch, size), bool), pos=jnp.zeros((batch,), jnp.int32),
+               end=jnp.zeros((), jnp.int32))
+
+  @classmethod
+  def shardings(cls, cfg: ModelConfig, mesh, rows, heads) -> "KVCache":
+    """NamedShardings of a cache: rows split over mesh axes `rows`, KV heads over
+    `heads` (None: replicated)."""
+    put = lambda *spec: NamedSharding(mesh, P(*spec))
+    kv = put(None, rows, heads) if cfg.scan_layers else (put(rows, heads),) * cfg.num_layers
+    return cls(k=kv, v=kv, mask=put(rows), pos=put(rows), end=put())
+
+  @property
+  def size(self) -> int:
+    return self.mask.shape[1]
+
+  @property
+  def batch(self) -> int:
+    return self.mask.shape[0]
+
+  @property
+  def room(self) -> int:
+    """Slots left after the last chunk written (reads `end` from the device)."""
+    return self.size - int(self.end)
+
+  @property
+  def _stacked(self) -> bool:
+    return not isinstance(self.k, tuple)
+
+  @property
+  def per_layer(self):
+    """The layers' caches as the layer stack takes them: one LayerCache with a
+    leading layer axis (scanned), or a tuple of L LayerCaches (unrolled)."""
+    if self._stacked:
+      return LayerCache(self.k, self.v)
+    return tuple(map(LayerCache, self.k, self.v))
+
+  def with_layers(self, layers) -> "KVCache":
+    """This cache with the layers' caches replaced (in the form `per_layer` gives)."""
+    if self._stacked:
+      return self.replace(k=layers.k, v=layers.v)
+    return self.replace(k=tuple(c.k for c in layers), v=tuple(c.v for c in layers))
+
+  def _map_layers(self, f) -> "KVCache":
+    """f (LayerCache -> LayerCache) applied to every layer."""
+    layers = self.per_layer
+    return self.with_layers(jax.vmap(f)(layers) if self._stacked else tuple(map(f, layers)))
+
+  def take(self, rows) -> "KVCache":
+    """The cache of rows `rows` (an int array; may repeat rows, e.g. G copies of a prompt)."""
+    pick = lambda x: jnp.take(x, rows, axis=0)
+    return self._map_layers(lambda c: jax.tree.map(pick, c)).replace(
+        mask=pick(self.mask), pos=pick(self.pos))
+
+  def compact(self) -> "KVCache":
+    """Moves each row's filled slots to the front, in order, and the end back.
+
+    Every chunk takes the same slots in all rows, so left padding and rows that
+    stopped early leave masked gaps; a long dialogue packs them away when its
+    cache runs out of room instead of needing a cache sized for the gaps.
+    """
+    order = jnp.argsort(~self.mask, axis=1, stable=True)  # Filled slots first, in order.
+    return self._map_layers(lambda c: c.gather(order)).replace(
+        mask=jnp.take_along_axis(self.mask, order, axis=1),
+        end=jnp.max(jnp.sum(self.mask, axis=1, dtype=jnp.int32)))
 
 
 class Attention(nn.Module):
@@ -55,13 +178,11 @@ class Attention(nn.Module):
       q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-    k, v = k.transpose(0, 2, 3, 1), v.swapaxes(1, 2)  # [B, KV, D, T] and [B, KV, T, D].
-    if kv is not None:  # The cache layout (init_cache).
-      k = jax.lax.dynamic_update_slice(kv["k"], k.astype(kv["k"].dtype), (0, 0, 0, write_at))
-      v = jax.lax.dynamic_update_slice(kv["v"], v.astype(kv["v"].dtype), (0, 0, write_at, 0))
-      kv = {"k": k, "v": v}
-    s = mask.shape[-1]  # Attend to the first s slots only (the window, see Decoder).
-    out = layers.dot_attention(q, k[..., :s].astype(dtype), v[:, :, :s].astype(dtype), mask)
+    new = LayerCache.of(k, v)
+    if kv is not None:
+      new = kv = kv.write(new, write_at)
+    # Attend to the first s slots only (the window, see Decoder).
+    out = layers.dot_attention(q, *new.window(mask.shape[-1], dtype), mask)
     return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), kv
 
 
@@ -134,20 +255,6 @@ def positions_from_mask(mask, start=None):
   return jnp.maximum(pos, 0)
 
 
-def init_cache(cfg: ModelConfig, batch: int, size: int, dtype=None) -> dict:
-  """An empty KV cache with `size` slots per row: keys [B, KV, D, S] (transposed, for
-  decode attention, see layers.dot_attention), values [B, KV, S, D]."""
-  dtype = jnp.dtype(dtype or cfg.dtype)
-  def zeros(shape):  # A fresh buffer per call: k and v are donated separately.
-    if cfg.scan_layers:
-      return jnp.zeros((cfg.num_layers,) + shape, dtype)
-    return tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-  return {"k": zeros((batch, cfg.num_kv_heads, cfg.head_dim, size)),
-          "v": zeros((batch, cfg.num_kv_heads, size, cfg.head_dim)),
-          "mask": jnp.zeros((batch, size), bool), "pos": jnp.zeros((batch,), jnp.int32),
-          "end": jnp.zeros((), jnp.int32)}
-
-
 class Decoder(nn.Module):
   """Returns final hidden states; `logits` applies the head (LM or score) in float32."""
   cfg: ModelConfig
@@ -187,38 +294,32 @@ class Decoder(nn.Module):
       attn_mask = mask[:, None, :] & causal[None]
       write_at, kv = 0, None
     else:
-      size = cache["mask"].shape[1]
-      window = size if window is None else min(window, size)
+      window = cache.size if window is None else min(window, cache.size)
       if t > window:
         raise ValueError(f"{t} new tokens do not fit a KV cache window of {window} slots")
       if positions is None:
-        positions = positions_from_mask(mask, cache["pos"])
-      write_at = cache["end"]
+        positions = positions_from_mask(mask, cache.pos)
+      write_at = cache.end
       slots = jnp.arange(window)
-      kv_mask = jax.lax.dynamic_update_slice(cache["mask"], mask, (0, write_at))
+      kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, write_at))
       query_slots = write_at + jnp.arange(t)
       attn_mask = kv_mask[:, None, :window] & (slots[None, None, :] <= query_slots[None, :, None])
-      kv = {"k": cache["k"], "v": cache["v"]}
+      kv = cache.per_layer
     cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
     if self.cfg.scan_layers:
       x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
     else:
-      new_kv = []
+      kv = [None] * len(self.layers) if kv is None else list(kv)
       for i, layer in enumerate(self.layers):
-        x, kv_i = layer(x, cos, sin, attn_mask, write_at,
-                        None if kv is None else {"k": kv["k"][i], "v": kv["v"][i]})
-        new_kv.append(kv_i)
-      if kv is not None:
-        kv = {"k": tuple(c["k"] for c in new_kv), "v": tuple(c["v"] for c in new_kv)}
+        x, kv[i] = layer(x, cos, sin, attn_mask, write_at, kv[i])
     hidden = self.final_norm(x)
     if cache is None:
       return hidden, None
     overflow = write_at + t > window
     hidden = jnp.where(overflow, jnp.nan, hidden).astype(hidden.dtype)
-    new_cache = dict(kv, mask=kv_mask, pos=cache["pos"] + mask.sum(1, dtype=jnp.int32),
-                     end=cache["end"] + t)
-    return hidden, new_cache
+    return hidden, cache.with_layers(kv).replace(
+        mask=kv_mask, pos=cache.pos + mask.sum(1, dtype=jnp.int32), end=cache.end + t)
 
   def logits(self, hidden):
     """Head outputs in float32: vocabulary logits, or per-token class scores for seq_cls."""

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import models
-from pedrl.engine.sampling import bucket
+from pedrl.engine.shapes import bucket
 from pedrl.models import bert
 from pedrl.tokenizer import load_tokenizer
 

@@ -1,0 +1,58 @@
+"""Every random stream of a run, each derived from the run's one seed.
+
+JAX keys are split by `fold_in` (never seed + k), so the streams are
+independent, and a row's draws are a function of (seed, stream, its uid, its
+step) alone: the same whatever batch it is in, on one device or a pod, in a
+run that was resumed or not.
+
+  DIALOGUE    tutor and student turns of a rollout (dialogue uid, turn)
+  PRE_SOLVE   the student's attempts before a dialogue (problem, attempt)
+  POST_SOLVE  its attempts after one (dialogue uid, attempt)
+  JUDGE       a local judge model's samples (request uid, round)
+
+numpy streams: a problem's scenario and persona (seed, problem), the
+training data order (seed, epoch) and the order of mini-batches (seed, step).
+"""
+import functools
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DIALOGUE, PRE_SOLVE, POST_SOLVE, JUDGE = 0, 1, 2, 3
+
+
+def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:
+  """One PRNG key per (uid, step) pair of `stream`."""
+  base = jax.random.fold_in(jax.random.key(seed), stream)
+  fold = lambda u, t: jax.random.fold_in(jax.random.fold_in(base, u), t)
+  return jax.vmap(fold)(np.asarray(uids, np.uint32), np.asarray(steps, np.uint32))
+
+
+def sequence_keys(seed: int, ids) -> jax.Array:
+  """One PRNG key per sequence id, for sampling outside a dialogue (benchmarks, tools);
+  the sampler folds the decode step in."""
+  base = jax.random.key(seed)
+  return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
+
+
+def problem_number(problem_id: str) -> int:
+  """A stable 31-bit number for a problem id (any string)."""
+  return int(hashlib.sha1(problem_id.encode()).hexdigest()[:8], 16) >> 1
+
+
+def problem_rng(seed: int, problem_id: str) -> np.random.Generator:
+  """The draws made once per problem (scenario, persona)."""
+  return np.random.default_rng([seed, problem_number(problem_id)])
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+  """The permutation of n training problems in epoch `epoch`."""
+  return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def update_order(seed: int, step: int, rows: int) -> np.ndarray:
+  """The order in which step `step` splits its batch rows into mini-batches."""
+  return np.random.default_rng([seed, step]).permutation(rows)
