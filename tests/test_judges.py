@@ -10,7 +10,8 @@ import types
 import pytest
 
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
-from pedrl.rewards import backends, judging
+from pedrl.env.party import Party
+from pedrl.rewards import asking, backends, judging
 
 
 # -- Parsing -------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ class Scripted:
 def test_r_ped_is_one_only_if_every_sample_of_every_judge_accepts():
   ds = [_dialogue(0), _dialogue(1)]
   backend = Scripted({(1, "helpfulness", 1, 0): '{"decision": "REJECT"}'})
-  v = judging.judge(ds, judging.PEDAGOGICAL_RL, backend)
+  v, _ = judging.judge(ds, judging.PEDAGOGICAL_RL, backend)
   assert [x.r_ped for x in v] == [1.0, 0.0]
   assert v[1].decisions == {"leakage": [True, True], "helpfulness": [True, False]}
   assert len(backend.seen) == 1 and len(backend.seen[0]) == 2 * 2 * 2  # 2 judges x 2 samples.
@@ -87,12 +88,12 @@ def test_unparsed_replies_are_reasked_then_follow_the_policy():
   script[(1, "leakage", 1, 0)] = garbage  # Parses on the second round.
   script[(1, "leakage", 1, 1)] = '{"decision": "REJECT"}'
   for policy, r_ped0 in (("accept", 1.0), ("reject", 0.0), ("drop", None)):
-    stats = judging.JudgeStats()
+    stats = asking.AskStats()
     backend = Scripted(script)
-    v = judging.judge([_dialogue(0), _dialogue(1)], judging.PEDAGOGICAL_RL, backend,
-                      rounds=5, on_failure=policy, stats=stats)
-    assert v[0].r_ped == r_ped0 and v[0].dropped == (policy == "drop")
-    assert v[1].r_ped == 0.0 and not v[1].dropped
+    v, dropped = judging.judge([_dialogue(0), _dialogue(1)], judging.PEDAGOGICAL_RL, backend,
+                               rounds=5, on_failure=policy, stats=stats)
+    assert v[0].r_ped == r_ped0 and dropped[0] == (policy == "drop")
+    assert v[1].r_ped == 0.0 and not dropped[1]
     assert [len(s) for s in backend.seen] == [8, 2, 1, 1, 1]  # Only the unparsed go again.
     assert stats["parse_failures"] == 5 + 1 and stats["reasks"] == 2 + 1 + 1 + 1
     assert stats[f"policy/{policy}"] == 1 and stats["requests"] == 8
@@ -109,7 +110,7 @@ def test_thinking_judge_sees_the_traces_and_others_do_not():
   prompts_seen = []
   orig = backend.complete
   backend.complete = lambda reqs, r=0: prompts_seen.extend(reqs) or orig(reqs, r)
-  v = judging.judge([d], judging.THINKING, backend)
+  v, _ = judging.judge([d], judging.THINKING, backend)
   assert v[0].r_think == 0.8 and v[0].r_ped == 1.0
   for req in prompts_seen:
     assert ("SECRET PLAN" in req.prompt) == (req.spec.name == "thinking")
@@ -133,14 +134,15 @@ def test_rule_judges():
   leak = _dialogue(0, tutor="The answer is 4.", student="Oh, 4.")
   own = _dialogue(1, tutor="What do you get?", student="I get 4.")
   number_inside = _dialogue(2, tutor="Look at 42 and 14.", student="Hmm.")
-  v = judging.judge([leak, own, number_inside], judging.PEDAGOGICAL_RL[:1], rules)
+  v, _ = judging.judge([leak, own, number_inside], judging.PEDAGOGICAL_RL[:1], rules)
   assert [x.r_ped for x in v] == [0.0, 1.0, 1.0]
   long = _dialogue(3, tutor="word " * 13, student="ok")
   dominating = _dialogue(4, tutor="Let us add two and two together now.", student="Ok.")
   fine = _dialogue(5, tutor="What is two plus two?", student="I add them and I think get four.")
-  v = judging.judge([long, dominating, fine], judging.PEDAGOGICAL_RL[1:], rules)
+  v, _ = judging.judge([long, dominating, fine], judging.PEDAGOGICAL_RL[1:], rules)
   assert [x.r_ped for x in v] == [0.0, 0.0, 1.0]
-  think = judging.judge([_dialogue(6, thinking="plan"), _dialogue(7)], judging.THINKING[2:], rules)
+  think, _ = judging.judge([_dialogue(6, thinking="plan"), _dialogue(7)], judging.THINKING[2:],
+                           rules)
   assert [x.r_think for x in think] == [1.0, 0.0]
 
 
@@ -225,9 +227,10 @@ def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
       uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
   try:
     backend = _backend(server)
-    stats = judging.JudgeStats()
-    v = judging.judge([_dialogue()], (judging.JudgeSpec("leakage", "judges/leakage", samples=1),),
-                      backend, stats=stats)
+    stats = asking.AskStats()
+    v, _ = judging.judge([_dialogue()],
+                         (judging.JudgeSpec("leakage", "judges/leakage", samples=1),),
+                         backend, stats=stats)
     assert v[0].r_ped == 1.0
     # Timeout, 429, 500 and 503: four retries inside the 5 tries of the first call; its
     # 5th try got prose, unparsable, so the judge asked again and got JSON inside prose.
@@ -251,9 +254,9 @@ def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
   server = _Server([("status", 500)] * 5 + [("reply", '{"decision": "REJECT"}')])
   try:
     backend = _backend(server)
-    stats = judging.JudgeStats()
+    stats = asking.AskStats()
     spec = (judging.JudgeSpec("leakage", "judges/leakage", samples=2),)
-    v = judging.judge([_dialogue()], spec, backend, stats=stats)
+    v, _ = judging.judge([_dialogue()], spec, backend, stats=stats)
     assert v[0].r_ped == 0.0 and v[0].decisions["leakage"] == [True, False]
     assert stats["api_errors"] == 1 and stats["api_errors/InternalServerError"] == 1
     assert backend.stats["retries"] == 4 and stats["reasks"] == 1
@@ -286,11 +289,11 @@ def test_unreachable_endpoint_is_a_clear_error(api_key):
 def test_local_backend_samples_each_request_with_its_own_key(testdata):
   from pedrl import models
   from pedrl.engine import Sampler, SamplingParams
-  from pedrl.env import chat, rollout
+  from pedrl.env import chat
   from pedrl.tokenizer import load_tokenizer
   cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
   tok = load_tokenizer(testdata("qwen2"))
-  party = rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+  party = Party(Sampler(model, tok), params, chat.ChatFormat(tok),
                         SamplingParams(max_new_tokens=8, stop_token_ids=cfg.eos_token_ids))
   backend = backends.LocalBackend(party)
   spec = (judging.JudgeSpec("helpfulness", "judges/thinking_helpfulness", samples=3),)
@@ -299,8 +302,8 @@ def test_local_backend_samples_each_request_with_its_own_key(testdata):
   assert len(replies) == 6 and len(set(replies)) == 6  # Same prompt, different samples.
   assert backend.complete(reqs, 0) == replies and backend.complete(reqs, 1) != replies
   # A random model never writes a verdict: every sample is asked again, then the policy.
-  stats = judging.JudgeStats()
-  v = judging.judge([_dialogue(0)], spec, backend, rounds=2, on_failure="reject", stats=stats)
+  stats = asking.AskStats()
+  v, _ = judging.judge([_dialogue(0)], spec, backend, rounds=2, on_failure="reject", stats=stats)
   assert v[0].r_ped == 0.0
   assert stats["parse_failures"] == 6 and stats["policy/reject"] == 3
   # Paper 003's judge prompts do not fit the tiny model's 1024-token context: said plainly.
@@ -313,9 +316,9 @@ def test_openai_backend_malformed_bodies_and_the_policy(api_key):
   server = _Server([("body", b"<html>bad gateway</html>")] + [("reply", "no verdict")] * 20)
   try:
     backend = _backend(server)
-    stats = judging.JudgeStats()
-    v = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, rounds=3,
-                      on_failure="accept", stats=stats)
+    stats = asking.AskStats()
+    v, _ = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, rounds=3,
+                         on_failure="accept", stats=stats)
     assert v[0].r_ped == 1.0 and stats["policy/accept"] == 2
     assert stats["parse_failures"] == 6 and backend.stats["retries/non_completion_reply"] == 1
   finally:
@@ -347,8 +350,8 @@ def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
                     ("reply", '{"decision": "OK"}')])
   try:
     backend = _backend(server, max_tries=3)
-    stats = judging.JudgeStats()
-    v = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, stats=stats)
+    stats = asking.AskStats()
+    v, _ = judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], backend, stats=stats)
     assert v[0].r_ped == 1.0 and v[0].filled == {"leakage": [False, False]}
     assert backend.stats["retries/non_completion_reply"] == 3 == backend.stats["retries"]
     assert stats["api_errors/non_completion_reply"] == 1 and stats["reasks"] == 1
@@ -371,7 +374,7 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
       uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
   try:
     backend = _backend(server, max_tries=6, backoff_max=10.0)
-    v = judging.judge([_dialogue()], _ONE_SAMPLE, backend)
+    v, _ = judging.judge([_dialogue()], _ONE_SAMPLE, backend)
     assert v[0].r_ped == 1.0
     assert delays == pytest.approx([2.0, 10.0, 1.5, 5.0, 0.01 * 2 ** 4 * 1.25])
   finally:
@@ -399,9 +402,9 @@ def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
     server.close()
   server = _mostly_down()
   try:
-    stats = judging.JudgeStats()
-    v = judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], _backend(server, max_tries=2),
-                      rounds=2, stats=stats, max_failed_share=1.0)
+    stats = asking.AskStats()
+    v, _ = judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], _backend(server, max_tries=2),
+                         rounds=2, stats=stats, max_failed_share=1.0)
     assert [x.decisions["leakage"] for x in v] == [[False, False]] * 4
     assert [x.filled["leakage"] for x in v] == [[False, True]] + [[True, True]] * 3
     assert stats["policy/reject"] == 7 and stats["api_errors/InternalServerError"] == 14

@@ -1,9 +1,11 @@
 """Weighted reward components per dialogue, the hard penalty, and the pipeline's order."""
+import collections
+
 import numpy as np
 import pytest
 
 from pedrl.env import solving
-from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, TurnScore, Verdict
 from pedrl.rewards import assemble, backends, judging, pedagogy, pipeline, template
 
 
@@ -13,8 +15,13 @@ def _dialogue(uid, tutor="<think>plan</think>What do you get?", student="7",
                rollout=0, uid=uid, end_reason=end, r_sol=r_sol,
                messages=[Message(role=TUTOR, text="What do you get?", raw=tutor),
                          Message(role=STUDENT, text=student, raw=student)])
-  d.judgement = {"r_ped": r_ped, "r_think": r_think, "dropped": False}
+  d.judgement = Verdict(decisions={}, scores={}, r_ped=r_ped, r_think=r_think)
   return d
+
+
+def _turn(reward):
+  return TurnScore(message=0, potential=0.0, semantic=None, progress=0.0, zpd_level=0, level=0,
+                   scaffold=0.0, reward=reward)
 
 
 def test_parse_components():
@@ -55,7 +62,7 @@ def test_hard_penalty_replaces_the_rest_but_not_the_length_penalty():
 def test_uco_component_is_the_discounted_return():
   s = assemble.RewardSettings(components=(("uco", 2.0),), gamma=0.5)
   d = _dialogue(0)
-  d.turn_rewards = [{"reward": 1.0}, {"reward": 0.4}]
+  d.turn_rewards = [_turn(1.0), _turn(0.4)]
   values = assemble.components(d, s)
   assert values["uco"] == pytest.approx(1.0 + 0.5 * 0.4)
   assert assemble.total(values, d, s) == pytest.approx(2.4)
@@ -84,9 +91,9 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
                               judging.PEDAGOGICAL_RL[:1], backends.RuleBackend())
   stats = p([leak, ok])
   assert solved == [1] and p.stats["hard_rejected"] == 1
-  assert leak.rewards["total"] == pytest.approx(-0.75) and leak.r_sol is None
-  assert ok.rewards["total"] == pytest.approx(1.0 + 0.0 + ok.rewards["template"])
-  assert stats["total"][0] == pytest.approx(np.mean([leak.rewards["total"], ok.rewards["total"]]))
+  assert leak.rewards.total == pytest.approx(-0.75) and leak.r_sol is None
+  assert ok.rewards.total == pytest.approx(1.0 + 0.0 + ok.rewards.components["template"])
+  assert stats["total"][0] == pytest.approx(np.mean([leak.rewards.total, ok.rewards.total]))
 
   class Garbage:
     def complete(self, requests, round_=0):
@@ -97,7 +104,7 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
                               judging.PEDAGOGICAL_RL, Garbage(), judge_rounds=1,
                               on_judge_failure="drop")
   stats = p([a, b])
-  assert solved == [] and a.judgement["dropped"] and not a.rewards
+  assert solved == [] and a.dropped and not a.rewards
   assert p.stats["dropped"] == 2 and p.stats["judge/policy/drop"] == 8  # 2 x 2 judges x 2.
   assert np.isnan(stats["total"][0])
 
@@ -106,7 +113,7 @@ class _CountingRules:
   """The rule judges, with a running total like an API backend's retries."""
 
   def __init__(self):
-    self.rules, self.stats = backends.RuleBackend(), judging.JudgeStats()
+    self.rules, self.stats = backends.RuleBackend(), collections.Counter()
 
   def complete(self, requests, round_=0):
     self.stats["retries"] += len(requests)
@@ -139,14 +146,14 @@ def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
   p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1)
   p([a])
-  assert a.judgement["filled"] == {"leakage": [True, True]} and a.judgement["r_ped"] == 0.0
+  assert a.judgement.filled == {"leakage": [True, True]} and a.judgement.r_ped == 0.0
   strict = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                                    judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1,
                                    max_failed_share=0.5)
   b = _dialogue(1)
   with pytest.raises(judging.JudgeError, match="2 of 2 judge answers.*parse_failures 2"):
     strict([b])
-  assert b.judgement["r_ped"] == 1.0  # Untouched: no verdict was written.
+  assert b.judgement.r_ped == 1.0  # Untouched: no verdict was written.
   assert strict.batch_stats == {"judge/requests": 2, "judge/replies": 2,
                                 "judge/parse_failures": 2}
 

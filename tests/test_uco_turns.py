@@ -1,5 +1,4 @@
 """UCO per-turn rewards on the testdata models, against a by-hand recomputation."""
-import collections
 import dataclasses
 
 import numpy as np
@@ -8,9 +7,10 @@ import pytest
 from pedrl import models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.engine.scoring import Scorer, sequence_logprobs
-from pedrl.env import chat, prompts, rollout
+from pedrl.env import chat, prompts
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
-from pedrl.rewards import embedding, oracle, uco, uco_turns
+from pedrl.env.party import Party
+from pedrl.rewards import asking, embedding, oracle, uco, uco_turns
 from pedrl.tokenizer import load_tokenizer
 
 
@@ -18,14 +18,16 @@ from pedrl.tokenizer import load_tokenizer
 def setup(testdata):
   cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
   tok = load_tokenizer(testdata("qwen2"))
-  student = rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+  student = Party(Sampler(model, tok), params, chat.ChatFormat(tok),
                           SamplingParams(max_new_tokens=8, stop_token_ids=cfg.eos_token_ids))
   return student, model, Scorer(model), embedding.Embedder(testdata("bert"))
 
 
 def _dialogue():
   return Dialogue(problem_id="p", problem="What is 3 + 4?", answer="7", scenario="attempted",
-                  rollout=0, messages=[
+                  rollout=0, student_system=prompts.render("pedagogical_rl/student_system",
+                                                           problem="What is 3 + 4?"),
+                  messages=[
                       Message(role=STUDENT, text="Is it 8?"),
                       Message(role=TUTOR, text="Count up from 3, four times."),
                       Message(role=STUDENT, text="4, 5, 6, 7. So 7!"),
@@ -119,13 +121,13 @@ def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   o = oracle.LLMOracle(_TextBackend(oracle_reply))
   classifier = _TextBackend(lambda r, k: '{"level": "conceptual"}' if r.turn == 1 else "??")
   settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2)
-  stats = collections.Counter()
+  stats = asking.AskStats()
   (scores,) = uco_turns.score_turns([_dialogue()], student, scorer, o, embedder, settings,
                                     classifier=classifier, stats=stats)
   assert o.stats["parse_failures"] == 1 and o.stats["api_errors/ConnectionError"] == 3
-  assert o.stats["fallback/reference"] == 1
+  assert o.stats["policy/reference"] == 1
   assert scores[0].level == 2  # "conceptual" from the classifier.
-  assert stats["level_parse_failures"] == 2 and stats["level_fallback/nearest_hint"] == 1
+  assert stats["parse_failures"] == 2 and stats["policy/nearest_hint"] == 1
   # Which values are stand-ins: turn 3's candidates and hints, and its level.
   assert [(t.oracle_fallback, t.level_fallback) for t in scores] == [(False, False), (True, True)]
   strict = oracle.LLMOracle(_TextBackend(lambda r, k: short), rounds=2, on_failure="error")
@@ -135,7 +137,7 @@ def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   (turn,) = lenient([oracle.OracleRequest(_dialogue(), 1)])
   reference = oracle.ReferenceOracle()([oracle.OracleRequest(_dialogue(), 1)])[0]
   assert turn == dataclasses.replace(reference, fallback=True) and not reference.fallback
-  assert lenient.stats["fallback/reference"] == 1 and lenient.stats["parse_failures"] == 2
+  assert lenient.stats["policy/reference"] == 1 and lenient.stats["parse_failures"] == 2
 
 
 def test_oracle_and_classifier_fallbacks_over_max_failed_share_are_errors(setup):
@@ -147,13 +149,13 @@ def test_oracle_and_classifier_fallbacks_over_max_failed_share_are_errors(setup)
   with pytest.raises(oracle.OracleError, match=r"^1 of 2 oracle turns .*reference oracle \(50%\)"
                      r".*rewards\.max_failed_share=0\.4 .*api_errors/ConnectionError 1$"):
     strict(turns)
-  assert strict.stats["fallback/reference"] == 0
+  assert strict.stats["policy/reference"] == 0
   assert len(oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), rounds=2,
                               max_failed_share=0.5)(turns)) == 2  # At the bound: allowed.
   # The classifier: an error before the scorer runs (there is none here).
   settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2, max_failed_share=0.4)
   with pytest.raises(oracle.OracleError, match=r"^1 of 2 tutor turns got no level .*nearest hint"
-                     r" \(50%\).*level_api_errors/ConnectionError 1$"):
+                     r" \(50%\).*api_errors/ConnectionError 1$"):
     uco_turns.score_turns([_dialogue()], None, None, oracle.ReferenceOracle(), embedder,
                           settings, _TextBackend(replies('{"level": "conceptual"}')))
   with pytest.raises(ValueError, match="max_failed_share"):

@@ -1,4 +1,8 @@
-"""The papers' prompts, kept as Jinja text files in `prompt_texts/`, and chat rendering.
+"""The papers' prompts, kept as Jinja text files, and chat rendering.
+
+The tutor's and the student's prompts live in `pedrl/env/prompt_texts/`; the
+judges' and the UCO oracle's and level classifier's beside the rewards code that
+asks them, in `pedrl/rewards/prompt_texts/`. Both are searched by name.
 
 A prompt is rendered with its variables (missing ones are errors), then placed in
 a conversation that each model's own Hugging Face chat template turns into
@@ -9,7 +13,8 @@ import os
 
 import jinja2
 
-PROMPT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompt_texts")
+_PEDRL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts") for package in ("env", "rewards"))
 
 # name -> where the paper gives it.
 SOURCES = {
@@ -33,7 +38,7 @@ SOURCES = {
     "judges/thinking_quality": "paper 001, appendix A.3 (thinking quality judge)",
 }
 
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIR),
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIRS),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
                           autoescape=False)
 

@@ -1,9 +1,11 @@
 """Where judge replies come from: an OpenAI-compatible endpoint, a local model, or rules.
 
 Every backend has `complete(requests, round) -> [reply text | Exception]`, one
-entry per `judging.Request`; an exception stands for a request whose API
-retries ran out, and `judging.judge` counts it and asks again next round.
+entry per request; an exception stands for a request whose API retries ran
+out, and `asking.ask` counts it and asks again next round. A backend's own
+`stats` count its API retries (retries, retries/<kind>).
 """
+import collections
 import concurrent.futures
 import dataclasses
 import datetime
@@ -16,12 +18,12 @@ import re
 import threading
 import time
 
-from pedrl import distributed
+from pedrl import distributed, streams
 from pedrl.env import chat
 from pedrl.env.dialogue import STUDENT, TUTOR
-from pedrl.rewards.judging import JudgeError, JudgeStats, failure_kind
+from pedrl.rewards.asking import failure_kind
+from pedrl.rewards.judging import JudgeError
 
-JUDGE_STREAM = 3  # Beside rollout.DIALOGUE_STREAM, PRE_SOLVE_STREAM, POST_SOLVE_STREAM.
 
 
 # -- OpenAI-compatible endpoints (OpenAI, vLLM, Gemini's compatibility endpoint) -------------
@@ -29,7 +31,7 @@ JUDGE_STREAM = 3  # Beside rollout.DIALOGUE_STREAM, PRE_SOLVE_STREAM, POST_SOLVE
 class NonCompletionReply(ValueError):
   """An answer that is no chat completion: a proxy's HTML error page (the client then
   returns a str), a body that is not JSON, JSON without choices or a message."""
-  kind = "non_completion_reply"  # Its counter name (judging.failure_kind).
+  kind = "non_completion_reply"  # Its counter name (asking.failure_kind).
 
 
 def _describe(out) -> str:
@@ -94,7 +96,7 @@ class OpenAIBackend:
   max_tries: int = 5
   backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
   backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
-  stats: JudgeStats = dataclasses.field(default_factory=JudgeStats)
+  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def __post_init__(self):
     import openai
@@ -201,7 +203,7 @@ class MainProcessCalls:
 
   @property
   def stats(self):  # Counted on process 0, the one that writes metrics.
-    return self.inner.stats if self.inner is not None else JudgeStats()
+    return self.inner.stats if self.inner is not None else collections.Counter()
 
   def complete(self, requests, round_: int = 0):
     message = self._on_main(lambda: [
@@ -232,7 +234,7 @@ class MainProcessCalls:
 
 
 def _failed_request(message: dict) -> JudgeError:
-  """Process 0's failed request, keeping its counter name (judging.failure_kind)."""
+  """Process 0's failed request, keeping its counter name (asking.failure_kind)."""
   error = JudgeError(message["error"])
   error.kind = message.get("kind")
   return error
@@ -242,7 +244,7 @@ def _failed_request(message: dict) -> JudgeError:
 
 @dataclasses.dataclass
 class LocalBackend:
-  """Samples judge replies from a pedrl model (a rollout.Party), batched.
+  """Samples judge replies from a pedrl model (a pedrl.env.party.Party), batched.
 
   Paper 003's training judge is a local Qwen2.5-14B-Instruct. Each request is
   one sample with its own key (seed, request uid, round).
@@ -265,7 +267,7 @@ class LocalBackend:
                          f"{party.sampling.max_new_tokens} new tokens it exceeds the local "
                          f"judge model's context of {context}")
     uids = [r.uid * 16 + round_ for r in requests]
-    texts = solving.sample(party, chats, uids, k=1, seed=self.seed, stream=JUDGE_STREAM,
+    texts = solving.sample(party, chats, uids, k=1, seed=self.seed, stream=streams.JUDGE,
                            prompts_per_call=self.prompts_per_call)
     return [t[0] for t in texts]
 

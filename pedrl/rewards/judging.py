@@ -8,10 +8,10 @@ samples each; paper 001 adds a thinking-quality judge that scores the tutor's
 A reply that cannot be parsed is asked again, up to `rounds` times in all
 (the reference code's 5). What is still unparsed after that follows
 `on_failure`: "accept", "reject" (a decision judge; a score judge gets 1 or 0)
-or "drop" (the dialogue leaves the batch: `Verdict.dropped`). Every parse
-failure, re-ask, API error and policy use is counted in `JudgeStats`, and every
-value the policy filled in is flagged in `Verdict.filled`: nothing becomes a
-default silently. A batch in which the policy would fill in more than
+or "drop" (the dialogue leaves the batch: `Judged.dropped`). Every parse
+failure, re-ask, API error and policy use is counted in an `asking.AskStats`,
+and every value the policy filled in is flagged in `Verdict.filled`: nothing
+becomes a default silently. A batch in which the policy would fill in more than
 `max_failed_share` of the answers (an endpoint that is mostly down) is an error.
 """
 import ast
@@ -19,12 +19,13 @@ import collections
 import dataclasses
 import json
 import re
+import typing
 
 import numpy as np
 
 from pedrl.env import prompts
-from pedrl.env.dialogue import TUTOR, transcript
-from pedrl.rewards import pedagogy
+from pedrl.env.dialogue import TUTOR, Verdict, transcript
+from pedrl.rewards import asking, pedagogy
 
 DECISION, SCORE = "decision", "score"
 POLICIES = ("accept", "reject", "drop")
@@ -63,44 +64,12 @@ class Request:
   uid: int  # Distinct per request within a batch (seeds local sampling).
 
 
-@dataclasses.dataclass
-class Verdict:
-  decisions: dict  # judge name -> [bool] per sample (DECISION judges).
-  scores: dict  # judge name -> [float] per sample (SCORE judges).
-  dropped: bool = False
-  r_ped: float | None = None  # Π of every decision (paper 003 eq. 3); None when dropped.
-  r_think: float | None = None  # Mean score of the thinking judge, if any.
-  # judge name -> [bool] parallel to its decisions/scores: True where the on_failure
-  # policy filled the value in (no judge said it), so a record tells real values apart.
-  filled: dict = dataclasses.field(default_factory=dict)
-
-
-class JudgeStats(collections.Counter):
-  """requests, replies, parse_failures, reasks, api_errors (and api_errors/<kind>),
-  retries (inside a backend), policy/<accept|reject|drop>."""
-
-
-def failure_kind(error: Exception) -> str:
-  """A counter name for a failed request: the error's `kind` if it has one (e.g.
-  non_completion_reply), else its class name (RateLimitError, APITimeoutError, ...)."""
-  return getattr(error, "kind", None) or type(error).__name__
-
-
-def check_max_failed_share(share: float):
-  if not 0.0 <= share <= 1.0:
-    raise ValueError(f"max_failed_share {share} is not in [0, 1]")
-
-
-def check_failed_share(failed: int, total: int, max_failed_share: float, what: str,
-                       causes: collections.Counter, error: type | None = None):
-  """Raises `error` (JudgeError) when failed / total exceeds max_failed_share: the batch's
-  values would be mostly stand-ins, not answers. `what` follows "<failed> of <total>"."""
-  if not total or failed / total <= max_failed_share:
-    return
-  top = ", ".join(f"{k} {v}" for k, v in causes.most_common(3))
-  raise (error or JudgeError)(
-      f"{failed} of {total} {what} ({failed / total:.0%}), more than "
-      f"rewards.max_failed_share={max_failed_share:g} allows; causes: {top}")
+class Judged(typing.NamedTuple):
+  """Per dialogue, its Verdict and whether on_failure="drop" took it out of the batch.
+  A dropped dialogue's Verdict holds the values its judges did give, and no r_ped or
+  r_think."""
+  verdicts: list  # [Verdict]
+  dropped: list  # [bool]
 
 
 # -- Parsing -------------------------------------------------------------------------------
@@ -173,8 +142,9 @@ def requests_for(dialogues, specs) -> list[Request]:
 
 
 def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject",
-          stats: JudgeStats | None = None, max_failed_share: float = 1.0) -> list[Verdict]:
-  """Runs every judge sample on every dialogue; one Verdict per dialogue.
+          stats: asking.AskStats | None = None, max_failed_share: float = 1.0) -> Judged:
+  """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
+  on_failure="drop" dropped it (`Judged`).
 
   backend.complete(requests, round) returns, per request, the reply text or
   the exception that ended its API retries. When more than `max_failed_share`
@@ -182,80 +152,44 @@ def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject"
   """
   if on_failure not in POLICIES:
     raise ValueError(f"on_failure {on_failure!r} is not one of {POLICIES}")
-  if rounds < 1:
-    raise ValueError("rounds must be at least 1")
-  check_max_failed_share(max_failed_share)
-  stats = stats if stats is not None else JudgeStats()
+  asking.check_max_failed_share(max_failed_share)
+  stats = stats if stats is not None else asking.AskStats()
   requests = requests_for(dialogues, specs)
-  pending = list(requests)
-  stats["requests"] += len(pending)
-  answers = {}
-  last_failure = {}  # uid -> why its latest round gave no value.
-  for r in range(rounds):
-    if not pending:
-      break
-    if r:
-      stats["reasks"] += len(pending)
-    replies = backend.complete(pending, r)
-    if len(replies) != len(pending):
-      raise JudgeError(f"backend returned {len(replies)} replies for {len(pending)} requests")
-    failed = [req for req, rep in zip(pending, replies) if isinstance(rep, Exception)]
-    if r == 0 and failed and len(failed) == len(pending):  # The endpoint is down, not flaky.
-      first = next(rep for rep in replies if isinstance(rep, Exception))
-      raise JudgeError(f"the judge backend failed every request of the batch "
-                       f"({type(first).__name__}: {first})")
-    still = []
-    for req, reply in zip(pending, replies):
-      if isinstance(reply, Exception):
-        kind = f"api_errors/{failure_kind(reply)}"
-        stats["api_errors"] += 1
-        stats[kind] += 1
-        last_failure[req.uid] = kind
-        still.append(req)
-        continue
-      stats["replies"] += 1
-      value = parse(reply, req.spec.kind)
-      if value is None:
-        stats["parse_failures"] += 1
-        last_failure[req.uid] = "parse_failures"
-        still.append(req)
-      else:
-        answers[req.uid] = value
-    pending = still
+  asked = asking.ask(requests, backend.complete, lambda r, text: parse(text, r.spec.kind),
+                     rounds, stats, who="judge", error=JudgeError)
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
-  check_failed_share(len(pending), len(requests), max_failed_share,
-                     f"judge answers were still missing after {rounds} rounds and would "
-                     f"be filled in by on_failure={on_failure!r}",
-                     collections.Counter(last_failure[r.uid] for r in pending))
-  failed_dialogues, filled = set(), set()
-  for req in pending:
-    stats[f"policy/{on_failure}"] += 1
+  failed = asked.to_policy(on_failure, max_failed_share,
+                           f"judge answers were still missing after {rounds} rounds and would "
+                           f"be filled in by on_failure={on_failure!r}", JudgeError)
+  answers, filled, dropped = list(asked.answers), set(), set()
+  for n in failed:
+    req = requests[n]
     if on_failure == "drop":
-      failed_dialogues.add(id(req.dialogue))
+      dropped.add(id(req.dialogue))
     else:
       accept = on_failure == "accept"
-      answers[req.uid] = accept if req.spec.kind == DECISION else float(accept)
-      filled.add(req.uid)
-  return _verdicts(dialogues, requests, answers, failed_dialogues, filled)
+      answers[n] = accept if req.spec.kind == DECISION else float(accept)
+      filled.add(n)
+  return _verdicts(dialogues, requests, answers, dropped, filled)
 
 
-def _verdicts(dialogues, requests, answers, dropped_ids, filled=frozenset()) -> list[Verdict]:
-  verdicts = {id(d): Verdict(collections.defaultdict(list), collections.defaultdict(list),
-                             filled=collections.defaultdict(list)) for d in dialogues}
-  for req in requests:
-    if req.uid in answers:
-      v = verdicts[id(req.dialogue)]
-      (v.decisions if req.spec.kind == DECISION else v.scores)[req.spec.name].append(
-          answers[req.uid])
-      v.filled[req.spec.name].append(req.uid in filled)
-  verdicts = [verdicts[id(d)] for d in dialogues]
-  for d, v in zip(dialogues, verdicts):
-    v.decisions, v.scores, v.filled = dict(v.decisions), dict(v.scores), dict(v.filled)
-    if id(d) in dropped_ids:
-      v.dropped = True
-      continue
-    flat = [x for xs in v.decisions.values() for x in xs]
-    v.r_ped = pedagogy.judges_accept(flat) if flat else None
-    think = v.scores.get("thinking")
-    v.r_think = float(np.mean(think)) if think else None
-  return verdicts
+def _verdicts(dialogues, requests, answers, dropped_ids, filled) -> Judged:
+  """Each dialogue's answers by judge (None: dropped), with r_ped and r_think if kept."""
+  decisions, scores, flags = ({id(d): collections.defaultdict(list) for d in dialogues}
+                              for _ in range(3))
+  for n, req in enumerate(requests):
+    if answers[n] is not None:
+      key = id(req.dialogue)
+      (decisions if req.spec.kind == DECISION else scores)[key][req.spec.name].append(answers[n])
+      flags[key][req.spec.name].append(n in filled)
+  verdicts = []
+  for d in dialogues:
+    v = Verdict(decisions=dict(decisions[id(d)]), scores=dict(scores[id(d)]),
+                filled=dict(flags[id(d)]))
+    if id(d) not in dropped_ids:
+      flat = [x for xs in v.decisions.values() for x in xs]
+      v.r_ped = pedagogy.judges_accept(flat) if flat else None
+      think = v.scores.get("thinking")
+      v.r_think = float(np.mean(think)) if think else None
+    verdicts.append(v)
+  return Judged(verdicts, [id(d) in dropped_ids for d in dialogues])

@@ -6,19 +6,19 @@ with pedrl's oracle prompt (the paper shows none), and `ReferenceOracle`, an
 offline stand-in built from the reference answer and fixed hint templates.
 An LLM reply with fewer than n candidates or a missing level is asked again;
 after `rounds` the `on_failure` policy applies: "reference" (that turn uses the
-reference oracle, counted and flagged in `OracleTurn.fallback`) or "error". A
-batch in which more than `max_failed_share` of the turns would fall back is an
-error too: its UCO rewards would be the smoke-test oracle's.
+reference oracle, counted as policy/reference in `stats` and flagged in
+`OracleTurn.fallback`) or "error". A batch in which more than `max_failed_share`
+of the turns would fall back is an error too: its UCO rewards would be the
+smoke-test oracle's.
 """
-import collections
 import dataclasses
 
 import numpy as np
 
 from pedrl.env import prompts
 from pedrl.env.dialogue import transcript
-from pedrl.rewards.judging import (check_failed_share, check_max_failed_share, failure_kind,
-                                   json_object)
+from pedrl.rewards import asking
+from pedrl.rewards.judging import json_object
 from pedrl.rewards.uco import SCAFFOLD_LEVELS
 
 N_CANDIDATES = 5  # n in paper 000 eq. 3.
@@ -102,13 +102,13 @@ class LLMOracle:
   backend: object  # complete(requests, round) -> [text | Exception]
   rounds: int = 3
   on_failure: str = "reference"  # "reference" or "error".
-  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  stats: asking.AskStats = dataclasses.field(default_factory=asking.AskStats)  # Running totals.
   max_failed_share: float = 1.0  # Above this share of fallback turns: OracleError.
 
   def __post_init__(self):
     if self.on_failure not in ("reference", "error"):
       raise ValueError(f"on_failure {self.on_failure!r} is not 'reference' or 'error'")
-    check_max_failed_share(self.max_failed_share)
+    asking.check_max_failed_share(self.max_failed_share)
 
   def __call__(self, requests) -> list[OracleTurn]:
     # The hints stand in for the tutor's turn (eq. 6), so the oracle sees the
@@ -117,48 +117,19 @@ class LLMOracle:
         "uco/oracle", problem=r.dialogue.problem, answer=r.dialogue.answer,
         conversation=transcript(r.dialogue.messages[:r.turn]) or "(no messages yet)",
         message=r.dialogue.messages[r.turn].text)) for i, r in enumerate(requests)]
-    out = [None] * len(requests)
-    pending = list(requests)
-    last_failure = {}  # uid -> why its latest round gave no turn.
-    for round_ in range(self.rounds):
-      if not pending:
-        break
-      self.stats["requests"] += len(pending)
-      replies = self.backend.complete(pending, round_)
-      if round_ == 0 and replies and all(isinstance(x, Exception) for x in replies):
-        raise OracleError(f"the oracle backend failed every request of the batch "
-                          f"({type(replies[0]).__name__}: {replies[0]})")
-      still = []
-      for r, reply in zip(pending, replies):
-        turn = None if isinstance(reply, Exception) else parse_oracle(reply)
-        if turn is None:
-          last_failure[r.uid] = self._count_failure(reply)
-          still.append(r)
-        else:
-          out[r.uid] = turn
-      pending = still
-    if pending and self.on_failure == "error":
-      r = pending[0]
+    asked = asking.ask(requests, self.backend.complete, lambda r, text: parse_oracle(text),
+                       self.rounds, self.stats, who="oracle", error=OracleError)
+    if asked.unanswered and self.on_failure == "error":
+      r = requests[asked.unanswered[0]]
       raise OracleError(f"the oracle gave no {N_CANDIDATES} candidates and 5 hints for problem "
                         f"{r.dialogue.problem_id}, turn {r.turn}, after {self.rounds} tries")
-    check_failed_share(len(pending), len(requests), self.max_failed_share,
-                       f"oracle turns got no usable reply after {self.rounds} rounds and would "
-                       "fall back to the reference oracle",
-                       collections.Counter(last_failure[r.uid] for r in pending), OracleError)
-    self.stats["fallback/reference"] += len(pending)
-    for r, turn in zip(pending, ReferenceOracle()(pending)):
-      out[r.uid] = dataclasses.replace(turn, fallback=True)
+    failed = asked.to_policy("reference", self.max_failed_share,
+                             f"oracle turns got no usable reply after {self.rounds} rounds and "
+                             "would fall back to the reference oracle", OracleError)
+    out = list(asked.answers)
+    for n, turn in zip(failed, ReferenceOracle()([requests[n] for n in failed])):
+      out[n] = dataclasses.replace(turn, fallback=True)
     return out
-
-  def _count_failure(self, reply) -> str:
-    """Counts a failed reply (an API error or an unusable text); returns its counter name."""
-    if not isinstance(reply, Exception):
-      self.stats["parse_failures"] += 1
-      return "parse_failures"
-    kind = f"api_errors/{failure_kind(reply)}"
-    self.stats["api_errors"] += 1
-    self.stats[kind] += 1
-    return kind
 
 
 # -- The level ℓ(a_t) of a tutor message --------------------------------------------------------

@@ -2,27 +2,30 @@
 
 The order matters for cost: with the hard penalty a rejected dialogue gets no
 solve attempts (paper 003), and a dialogue a judge policy dropped gets nothing.
-`stats` counts since the pipeline was built; `batch_stats` the last batch only.
+`stats` counts since the pipeline was built; `batch_stats` the last batch only:
+dropped, hard_rejected; judge/<key>, oracle/<key> and classifier/<key> with the
+keys of `asking.AskStats`; judge_backend/, oracle_backend/ and classifier_backend/
+with the backends' retries.
 """
 import collections
 import dataclasses
 import time
 
 from pedrl.env import solving
-from pedrl.rewards import assemble, judging, uco_turns
+from pedrl.rewards import asking, assemble, judging, uco_turns
 
 
 @dataclasses.dataclass
 class RewardPipeline:
   settings: assemble.RewardSettings
-  solver: object  # rollout.Party: the student, with the solve-attempt sampling params.
+  solver: object  # pedrl.env.party.Party: the student, with the solve-attempt sampling params.
   solve: solving.SolveSettings
   judge_specs: tuple = ()
   judge_backend: object = None
   judge_rounds: int = 5
   on_judge_failure: str = "reject"
   uco: uco_turns.UCOSettings | None = None
-  student: object = None  # rollout.Party scoring UCO candidates (the student's model).
+  student: object = None  # pedrl.env.party.Party scoring UCO candidates (the student's model).
   scorer: object = None
   oracle: object = None
   embedder: object = None
@@ -58,17 +61,17 @@ class RewardPipeline:
   def _run(self, dialogues) -> dict:
     clock = time.perf_counter()
     if self.settings.needs_judges:
-      judge_stats = judging.JudgeStats()
+      judge_stats = asking.AskStats()
       try:
-        verdicts = judging.judge(dialogues, self.judge_specs, self.judge_backend,
-                                 self.judge_rounds, self.on_judge_failure, judge_stats,
-                                 self.max_failed_share)
+        verdicts, dropped = judging.judge(dialogues, self.judge_specs, self.judge_backend,
+                                          self.judge_rounds, self.on_judge_failure,
+                                          judge_stats, self.max_failed_share)
       finally:
-        self._count({f"judge/{k}": v for k, v in judge_stats.items()})
-      for d, v in zip(dialogues, verdicts):
-        d.judgement = dataclasses.asdict(v)
+        self._count(judge_stats, "judge/")
+      for d, v, drop in zip(dialogues, verdicts, dropped):
+        d.judgement, d.dropped = v, drop
     clock = self._tick("judges", clock)
-    kept = [d for d in dialogues if not d.judgement.get("dropped")]
+    kept = [d for d in dialogues if not d.dropped]
     to_solve = [d for d in kept if not assemble.rejected(d, self.settings)]
     self._count({"dropped": len(dialogues) - len(kept),
                  "hard_rejected": len(kept) - len(to_solve)})
@@ -76,29 +79,31 @@ class RewardPipeline:
       solving.post_dialogue(to_solve, self.solver, self.solve)
     clock = self._tick("solve", clock)
     if "uco" in self.settings.names and to_solve:
-      uco_stats = collections.Counter()
+      classifier_stats = asking.AskStats()
       try:
         scores = uco_turns.score_turns(to_solve, self.student, self.scorer, self.oracle,
-                                       self.embedder, self.uco, self.classifier, uco_stats)
+                                       self.embedder, self.uco, self.classifier,
+                                       classifier_stats)
       finally:
-        self._count(uco_stats)
+        self._count(classifier_stats, "classifier/")
       for d, turns in zip(to_solve, scores):
-        d.turn_rewards = [dataclasses.asdict(t) for t in turns]
+        d.turn_rewards = turns
     self._tick("uco", clock)
     return assemble.assign(dialogues, self.settings)
 
-  def _count(self, counts):
+  def _count(self, counts, prefix: str = ""):
     """The pipeline's own counts: into the running totals and the batch's."""
     for k, v in counts.items():
-      self.stats[k] += v
-      self.batch_stats[k] += v
+      self.stats[prefix + k] += v
+      self.batch_stats[prefix + k] += v
 
   def _source_counts(self) -> dict:
-    """Counters kept by the backends and the oracle (retries, fallbacks): running totals."""
+    """Counters kept by the backends (retries) and the LLM oracle (its AskStats): running
+    totals."""
     out = {}
     for prefix, source in (("judge_backend", self.judge_backend), ("oracle", self.oracle),
                            ("oracle_backend", getattr(self.oracle, "backend", None)),
-                           ("classifier", self.classifier)):
+                           ("classifier_backend", self.classifier)):
       for k, v in (getattr(source, "stats", None) or {}).items():
         out[f"{prefix}/{k}"] = v
     return out

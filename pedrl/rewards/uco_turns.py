@@ -19,28 +19,25 @@ whose level the LLM classifier did not give (the nearest hint stands in), is
 flagged in its TurnScore; a batch with more than `max_failed_share` of its turns
 without a classifier level is an OracleError.
 """
-import collections
 import dataclasses
 
-from pedrl.env import prompts, rollout
-from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
-from pedrl.rewards import judging
+from pedrl.env import prompts
+from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR, TurnScore
+from pedrl.rewards import asking
 from pedrl.rewards import oracle as oracle_lib
 from pedrl.rewards import uco
 
 
 @dataclasses.dataclass(frozen=True)
 class UCOSettings:
-  alpha: float = 2.0  # Paper 000 section IV: α, δ, λ, c, γ.
+  alpha: float = 2.0  # Paper 000 section IV: α, δ, λ, c (γ: RewardSettings.gamma).
   delta: float = 0.7
   lam: float = 0.5
   c: float = 0.2
-  gamma: float = 0.95
   reduce: str = "mean"  # Eq. 3 and eq. 6: per-token mean or the literal sum.
   level_method: str = "nearest_hint"  # or "llm" (needs a classifier backend).
   last_turn_semantic: str = "potential_only"  # or "zero".
   zpd_candidate: int = 0  # Which candidate c_t eq. 6 scores.
-  student_prompt: str = "pedagogical_rl/student_system"
   classifier_rounds: int = 3
   progress_weight: float = 1.0  # Paper 000 table III ablations: 0 drops a term of eq. 9.
   scaffold_weight: float = 1.0
@@ -56,28 +53,13 @@ class UCOSettings:
                        "potential_only or zero")
     if not 0 <= self.zpd_candidate < oracle_lib.N_CANDIDATES:
       raise ValueError(f"zpd_candidate must be in [0, {oracle_lib.N_CANDIDATES})")
-    judging.check_max_failed_share(self.max_failed_share)
+    asking.check_max_failed_share(self.max_failed_share)
 
 
-@dataclasses.dataclass
-class TurnScore:
-  message: int  # Index of the tutor message in Dialogue.messages.
-  potential: float
-  semantic: float | None  # None: no student message followed.
-  progress: float
-  zpd_level: int
-  level: int
-  scaffold: float
-  reward: float
-  level_logprobs: tuple = ()
-  oracle_fallback: bool = False  # Candidates and hints are the reference oracle's stand-ins.
-  level_fallback: bool = False  # The LLM classifier failed: `level` is the nearest hint's.
-
-
-def student_view(d, upto: int, student_prompt: str) -> list[dict]:
+def student_view(d, upto: int) -> list[dict]:
   """The student's chat for messages[:upto], as the rollout fed it: its system prompt,
   its own messages as sampled (its attempt as shown), the tutor's visible text."""
-  view = [{"role": "system", "content": rollout.student_system_prompt(student_prompt, d)}]
+  view = [{"role": "system", "content": d.student_system_prompt()}]
   for i, m in enumerate(d.messages[:upto]):
     own = m.role == STUDENT
     attempt = own and i == 0 and d.scenario == ATTEMPTED
@@ -92,62 +74,38 @@ def _token_logprobs(scores):
           for i in range(scores.count.shape[0])]
 
 
-def _count_level_failure(reply, stats) -> str:
-  """Counts a classifier reply that gave no level; returns its counter name."""
-  if not isinstance(reply, Exception):
-    stats["level_parse_failures"] += 1
-    return "level_parse_failures"
-  kind = f"level_api_errors/{judging.failure_kind(reply)}"
-  stats["level_api_errors"] += 1
-  stats[kind] += 1
-  return kind
-
-
-def _classify_levels(backend, turns, rounds: int, fallback, stats,
+def _classify_levels(backend, turns, rounds: int, nearest, stats: asking.AskStats,
                      max_failed_share: float = 1.0) -> tuple[list[int], list[bool]]:
   """ℓ(a_t) by the LLM classifier, and per turn whether it fell back: unparsed after
-  `rounds` -> the nearest hint (counted); OracleError above max_failed_share of turns."""
+  `rounds` -> the nearest hint (counted); OracleError above max_failed_share of turns.
+  A classifier that fails every request falls back too (no error of its own)."""
   reqs = [oracle_lib.OracleRequest(d, i, prompts.render(
       "uco/level_classifier", problem=d.problem, message=d.messages[i].text), uid=n)
           for n, (d, i) in enumerate(turns)]
-  out = [None] * len(reqs)
-  pending = reqs
-  last_failure = {}  # uid -> why its latest round gave no level.
-  for round_ in range(rounds):
-    if not pending:
-      break
-    replies = backend.complete(pending, round_)
-    still = []
-    for r, reply in zip(pending, replies):
-      level = None if isinstance(reply, Exception) else oracle_lib.parse_level(reply)
-      if level is None:
-        last_failure[r.uid] = _count_level_failure(reply, stats)
-        still.append(r)
-      else:
-        out[r.uid] = level
-    pending = still
-  judging.check_failed_share(
-      len(pending), len(reqs), max_failed_share,
+  asked = asking.ask(reqs, backend.complete, lambda r, text: oracle_lib.parse_level(text),
+                     rounds, stats, who="level classifier", error=oracle_lib.OracleError,
+                     down_is_error=False)
+  failed = asked.to_policy(
+      "nearest_hint", max_failed_share,
       f"tutor turns got no level from the LLM classifier after {rounds} rounds and would "
-      "fall back to the nearest hint",
-      collections.Counter(last_failure[r.uid] for r in pending), oracle_lib.OracleError)
-  fell_back = [False] * len(reqs)
-  for r in pending:
-    stats["level_fallback/nearest_hint"] += 1
-    out[r.uid], fell_back[r.uid] = fallback[r.uid], True
-  return out, fell_back
+      "fall back to the nearest hint", oracle_lib.OracleError)
+  levels, fell_back = list(asked.answers), [False] * len(reqs)
+  for n in failed:
+    levels[n], fell_back[n] = nearest[n], True
+  return levels, fell_back
 
 
 def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSettings,
                 classifier=None, stats=None) -> list[list[TurnScore]]:
   """Per dialogue, a TurnScore per tutor turn.
 
-  student: a rollout.Party (its params and chat template score the candidates);
+  student: a pedrl.env.party.Party (its params and chat template score the candidates);
   scorer: an engine Scorer on the student's model; oracle: ReferenceOracle or
-  LLMOracle; embedder: texts -> unit vectors; classifier: a text backend, for
-  level_method="llm".
+  LLMOracle (which counts into its own `stats`); embedder: texts -> unit vectors;
+  classifier: a text backend, for level_method="llm"; stats: an AskStats the
+  classifier's requests are counted in.
   """
-  stats = stats if stats is not None else collections.Counter()
+  stats = stats if stats is not None else asking.AskStats()
   turns = [(d, i) for d in dialogues for i, m in enumerate(d.messages) if m.role == TUTOR]
   if not turns:
     return [[] for _ in dialogues]
@@ -168,13 +126,13 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
     levels, level_fallback = _classify_levels(classifier, turns, settings.classifier_rounds,
                                               nearest, stats, settings.max_failed_share)
 
-  chat, sp = student.chat, settings.student_prompt  # The scorer last: it costs the most.
+  chat = student.chat  # The scorer last: it costs the most.
   # Eq. 3: log π_S(c^k | s_t, a_t) for every candidate, one batched call.
-  contexts = [chat.prompt_ids(student_view(d, i + 1, sp)) for d, i in turns]
+  contexts = [chat.prompt_ids(student_view(d, i + 1)) for d, i in turns]
   candidates = [[chat.encode(c) for c in o.candidates] for o in told]
   pot_scores = _token_logprobs(scorer.score(student.params, contexts, candidates))
   # Eq. 6: log π_S(c_t | s_t, hint_ℓ) for the five levels, one batched call.
-  level_ctx = [chat.prompt_ids(student_view(d, i, sp) + [{"role": "user", "content": h}])
+  level_ctx = [chat.prompt_ids(student_view(d, i) + [{"role": "user", "content": h}])
                for (d, i), o in zip(turns, told) for h in o.hints]
   level_cont = [[candidates[n][settings.zpd_candidate]] for n in range(len(turns))
                 for _ in range(len(uco.SCAFFOLD_LEVELS))]
