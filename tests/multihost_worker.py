@@ -29,7 +29,7 @@ def compute(ckpt: str, mesh) -> dict:
   """Sampled tokens, reference log-probs, and one GRPO step's metrics and a param row."""
   from pedrl import models, sharding
   from pedrl.engine import Sampler, SamplingParams
-  from pedrl.engine.sampling import sequence_keys
+  from pedrl.streams import sequence_keys
   from pedrl.rl import update
   cfg, model, params = models.load(ckpt, shardings=mesh)
   prompts, batch = inputs()

@@ -8,6 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from pedrl import models
+from pedrl.rl.batch import TrainBatch
 from pedrl.rl import advantages, loss, update
 
 
@@ -145,8 +146,8 @@ def _batch(model, params, rows=4, width=24, seed=0):
   loss_mask[2, 15:18] = False  # A student message inside the tutor's sequence.
   adv = np.where(loss_mask, np.asarray([1.0, -1.0, 0.5, -0.5])[:rows, None], 0.0)
   logp = np.asarray(update.policy_logprobs(model, params, tokens, attn, 1.0))
-  return {"tokens": tokens, "attn_mask": attn, "loss_mask": loss_mask,
-          "advantages": adv.astype(np.float32), "old_logp": logp, "ref_logp": logp - 0.05}
+  return TrainBatch(tokens=tokens, attn_mask=attn, loss_mask=loss_mask,
+                    advantages=adv.astype(np.float32), old_logp=logp, ref_logp=logp - 0.05)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
@@ -159,7 +160,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny, aggregation):
   g_micro, m_micro = update.gradients(model, params, batch, micro)
   for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_micro)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
-  assert float(m_full["tokens"]) == float(m_micro["tokens"]) == batch["loss_mask"].sum()
+  assert float(m_full["tokens"]) == float(m_micro["tokens"]) == batch.loss_mask.sum()
 
 
 def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
@@ -170,10 +171,10 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   start = jax.tree.map(jnp.copy, params)  # train_step donates its params.
   new_params, _, metrics = update.train_step(model, start, opt.init(start), opt, batch, settings)
   assert metrics["ratio"] == pytest.approx(1.0) and metrics["sampler_logp_diff"] < 1e-5
-  before = batch["old_logp"]
-  after = np.asarray(update.policy_logprobs(model, new_params, batch["tokens"],
-                                            batch["attn_mask"], 1.0))
-  change = ((after - before) * batch["loss_mask"]).sum(1)
+  before = batch.old_logp
+  after = np.asarray(update.policy_logprobs(model, new_params, batch.tokens,
+                                            batch.attn_mask, 1.0))
+  change = ((after - before) * batch.loss_mask).sum(1)
   assert change[0] > 0 and change[2] > 0  # Positive advantage: more likely.
   assert change[1] < 0 and change[3] < 0  # Negative advantage: less likely.
   assert np.isfinite(metrics["grad_norm"]) and isinstance(opt, optax.GradientTransformation)
@@ -184,9 +185,9 @@ def test_a_non_finite_update_is_skipped_and_leaves_the_state_unchanged(tiny, poi
   model, params = tiny
   batch = _batch(model, params)
   if poison == "advantage":  # A NaN reward reaching the loss.
-    batch["advantages"][0, 12] = np.nan
+    batch.advantages[0, 12] = np.nan
   else:  # log-probs so far apart that the k3 KL overflows.
-    batch["ref_logp"][1, 12] = 1e4
+    batch.ref_logp[1, 12] = 1e4
   settings = update.GRPOSettings(micro_batch=2)
   opt = update.make_optimizer(1e-3)
   start = jax.tree.map(jnp.copy, params)
@@ -212,7 +213,7 @@ def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny, tmp_pa
   from pedrl import sharding
   from pedrl.rl import checkpoint
   model, params = tiny
-  batch = {k: v[:3] for k, v in _batch(model, params).items()}
+  batch = _batch(model, params).take(slice(0, 3))
   settings = update.GRPOSettings(micro_batch=1)  # 1 device: 3 micro-batches of 1 row.
   # Adam's first step is lr·g/(|g| + eps): with a small eps, lr·sign(g), which rounding
   # noise flips where g ≈ 0. A large eps keeps the step linear in g.
@@ -244,8 +245,8 @@ def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny, tmp_pa
                                       settings, mesh)
   assert jax.tree.map(lambda x: x.sharding, (again, state)) == layout
   micro = update.micro_batches(batch, 1, mesh)
-  assert micro["tokens"].shape[:2] == (2, 2) and not micro["loss_mask"][1, 1].any()
-  assert micro["tokens"].sharding.spec == P(None, sharding.BATCH, None)
+  assert micro.tokens.shape[:2] == (2, 2) and not micro.loss_mask[1, 1].any()
+  assert micro.tokens.sharding.spec == P(None, sharding.BATCH, None)
 
 
 def test_lr_schedules():
@@ -260,7 +261,8 @@ def test_lr_schedules():
 
 
 def test_dialogue_advantages_mix_components_and_skip_dropped():
-  from pedrl.env.dialogue import Dialogue, Message
+  from pedrl.env.dialogue import Dialogue, Message, Rewards, TurnScore
+  from pedrl.rewards import assemble
   from pedrl.rl import trainer
 
   def dialogue(total, uco_value=None, turns=(), dropped=False):
@@ -270,22 +272,24 @@ def test_dialogue_advantages_mix_components_and_skip_dropped():
                            Message(role="tutor", text="c", span=(4, 6))],
                  tutor_ids=list(range(6)), tutor_mask=[0, 1, 1, 0, 1, 1])
     if not dropped:
-      d.rewards = {"total": total, **({"uco": uco_value} if uco_value is not None else {})}
-      d.turn_rewards = [{"reward": r} for r in turns]
+      d.rewards = Rewards({"uco": uco_value} if uco_value is not None else {}, total)
+      d.turn_rewards = [TurnScore(message=0, potential=0, semantic=None, progress=0,
+                                  zpd_level=0, level=0, scaffold=0, reward=r) for r in turns]
+    d.dropped = dropped
     return d
-  s = trainer.TrainSettings(group_size=3, advantage="turn", gamma=1.0, advantage_eps=0.0,
-                            advantage_ddof=0)
+  s = trainer.TrainSettings(group_size=3, advantage="turn", advantage_eps=0.0, advantage_ddof=0)
+  rewards = assemble.RewardSettings(components=(("uco", 1.0), ("template", 1.0)), gamma=1.0)
   # Totals = uco + template; template differs (0, -0.5); one rollout dropped.
   group = [dialogue(1.0, 1.0, (0.5, 0.5)), dialogue(0.5, 1.0, (0.5, 0.5)),
            dialogue(0, dropped=True)]
-  a, b, c = trainer.dialogue_advantages(group, s, uco_weight=1.0)
+  a, b, c = trainer.dialogue_advantages(group, s, rewards)
   # Same turn rewards: the turn part is 0; the rest (0 vs -0.5) gives +1 / -1.
   np.testing.assert_allclose(a, [0, 1, 1, 0, 1, 1])
   np.testing.assert_allclose(b, [0, -1, -1, 0, -1, -1])
   np.testing.assert_allclose(c, 0.0)
   # A hard-rejected rollout (no turn rewards, total -1) still gets its dialogue part.
   group = [dialogue(0.0, 0.0, (0.0, 1.0)), dialogue(-1.0, 0.0, ()), dialogue(0.0, 0.0, (1.0, 0.0))]
-  a, b, c = trainer.dialogue_advantages(group, s, uco_weight=1.0)
+  a, b, c = trainer.dialogue_advantages(group, s, rewards)
   assert b[1] < 0 and a[1] > 0 and c[1] > 0
   # Returns (gamma 1): a [1, 1], c [1, 0]: turn 0 equal, turn 1 a above c.
   assert a[4] > c[4]

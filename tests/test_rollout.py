@@ -16,6 +16,7 @@ from pedrl import models
 from pedrl.engine import Sampler, SamplingParams, sampling
 from pedrl.engine.scoring import sequence_logprobs
 from pedrl.env import chat, dialogue, rollout
+from pedrl.env.party import Party
 from pedrl.env.problems import Problem, problem_id
 from pedrl.tokenizer import load_tokenizer
 
@@ -75,7 +76,7 @@ class ScriptedSampler:
 
 def _party(tokenizer, script, stop_token, max_new=64):
   stop_id = tokenizer.convert_tokens_to_ids(stop_token)
-  return rollout.Party(ScriptedSampler(tokenizer, script, stop_id), None,
+  return Party(ScriptedSampler(tokenizer, script, stop_id), None,
                        chat.ChatFormat(tokenizer),
                        SamplingParams(max_new_tokens=max_new, stop_token_ids=(stop_id,)))
 
@@ -355,7 +356,7 @@ def test_bad_settings_are_refused():
 def _real_party(testdata, name, temperature, max_new, scan_layers=False):
   cfg, model, params = models.load(testdata(name), scan_layers=scan_layers)
   tok = load_tokenizer(testdata(name))
-  return rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+  return Party(Sampler(model, tok), params, chat.ChatFormat(tok),
                        SamplingParams(max_new_tokens=max_new, temperature=temperature,
                                       stop_token_ids=cfg.eos_token_ids)), model
 

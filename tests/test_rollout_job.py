@@ -56,10 +56,9 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
     assert len(d.post_correct) == 2 and d.r_sol is not None and d.pre_solve_rate is not None
     assert sum(d.tutor_mask) == sum(m.num_tokens for m in d.messages if m.role == "tutor")
     # The tiny variant's rewards: r_sol + pedagogy (rule judges) + template.
-    assert set(d.rewards) == {"r_sol", "pedagogy", "template", "total"}
-    assert d.judgement["r_ped"] in (0.0, 1.0) and d.rewards["r_sol"] == d.r_sol
-    assert d.rewards["total"] == pytest.approx(sum(v for k, v in d.rewards.items()
-                                                   if k != "total"))
+    assert set(d.rewards.components) == {"r_sol", "pedagogy", "template"}
+    assert d.judgement.r_ped in (0.0, 1.0) and d.rewards.components["r_sol"] == d.r_sol
+    assert d.rewards.total == pytest.approx(sum(d.rewards.components.values()))
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["dialogues"] == 6 and summary["problems"] == 3
   assert summary["skipped_problem_rows"] == 4
@@ -92,7 +91,8 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
 
 def _batch_rows_of(lines):
   """Metric rows without the pipeline's counts (a redone batch has the same rewards)."""
-  return [{k: v for k, v in json.loads(x).items() if k != "pipeline"} for x in lines]
+  return [{k: v for k, v in json.loads(x).items() if not k.startswith("pipeline/")}
+          for x in lines]
 
 
 def _batch_rows(workdir):
@@ -120,16 +120,20 @@ def test_rollout_job_with_uco_rewards_writes_per_turn_rewards(tmp_path):
   assert len(records) == 2
   for d in records:
     tutor_turns = [i for i, m in enumerate(d.messages) if m.role == "tutor"]
-    assert [t["message"] for t in d.turn_rewards] == tutor_turns
+    assert [t.message for t in d.turn_rewards] == tutor_turns
     for t in d.turn_rewards:
-      assert t["reward"] == pytest.approx(t["progress"] + t["scaffold"])
-      assert len(t["level_logprobs"]) == 5 and 0 <= t["level"] <= 4
-    returns = uco.discounted_returns([t["reward"] for t in d.turn_rewards], 0.95)
-    assert d.rewards["uco"] == pytest.approx(returns[0])
-    assert d.rewards["total"] == pytest.approx(d.rewards["uco"] + d.rewards["template"])
+      assert t.reward == pytest.approx(t.progress + t.scaffold)
+      assert len(t.level_logprobs) == 5 and 0 <= t.level <= 4
+    returns = uco.discounted_returns([t.reward for t in d.turn_rewards], 0.95)
+    assert d.rewards.components["uco"] == pytest.approx(returns[0])
+    assert d.rewards.total == pytest.approx(d.rewards.components["uco"] +
+                                            d.rewards.components["template"])
   metrics = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert len(metrics) == 1
-  assert set(metrics[0]) == {"batch_problem_uids", "uco", "template", "total", "pipeline"}
-  assert metrics[0]["uco"]["mean"] == pytest.approx(np.mean([d.rewards["uco"] for d in records]))
+  assert {k for k in metrics[0] if not k.startswith("pipeline/")} == {
+      "step", "problem_uids", "reward/uco", "reward/template", "reward/total",
+      "reward_std/uco", "reward_std/template", "reward_std/total"}
+  assert metrics[0]["reward/uco"] == pytest.approx(
+      np.mean([d.rewards.components["uco"] for d in records]))
   assert "reward_uco=" in r.stdout and np.isfinite(
       float(r.stdout.split("reward_uco=")[1].split()[0]))

@@ -6,6 +6,7 @@ from pedrl import models
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.env import chat, rollout, solving
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, transcript
+from pedrl.env.party import Party
 from pedrl.env.problems import Problem, problem_id
 from pedrl.tokenizer import load_tokenizer
 
@@ -42,7 +43,7 @@ def test_settings_are_checked():
 def student(testdata):
   cfg, model, params = models.load(testdata("llama3"), scan_layers=False)
   tok = load_tokenizer(testdata("llama3"))
-  return rollout.Party(Sampler(model, tok), params, chat.ChatFormat(tok),
+  return Party(Sampler(model, tok), params, chat.ChatFormat(tok),
                        SamplingParams(max_new_tokens=12, temperature=0.6,
                                       stop_token_ids=cfg.eos_token_ids))
 
@@ -62,6 +63,7 @@ def test_post_dialogue_prompt_carries_problem_persona_and_transcript():
                rollout=0, persona="You often forget to carry.",
                messages=[Message(role=STUDENT, text="It is 5."),
                          Message(role=TUTOR, text="Count on your fingers.")])
+  d.student_system = rollout.student_system_prompt("pedagogical_rl/student_system", d)
   system, user = solving.post_dialogue_chat(d, solving.SolveSettings())
   assert "What is 2 + 2?" in system["content"]
   assert system["content"].endswith("\n\nYou often forget to carry.")
@@ -75,7 +77,8 @@ def test_pre_and_post_dialogue_attempts_fill_the_records(student):
   assert set(pre) == {p.id for p in problems}
   assert all(len(a.texts) == 2 and a.rate == solving.solve_rate(a.correct) for a in pre.values())
   dialogues = [Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer, scenario="guided",
-                        rollout=0, messages=[Message(role=TUTOR, text="What is 2 + 2?")])
+                        rollout=0, student_system="You are a student.",
+                        messages=[Message(role=TUTOR, text="What is 2 + 2?")])
                for p in problems]
   out = solving.post_dialogue(dialogues, student, solving.SolveSettings(k=3))
   for d, a in zip(dialogues, out):

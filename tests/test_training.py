@@ -4,11 +4,13 @@ import os
 import signal
 import subprocess
 import time
+import types
 
 import numpy as np
 import pytest
 
 from pedrl.env.problems import Problem
+from pedrl.experiments import metrics as metrics_lib
 from pedrl.rl import trainer
 
 from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
@@ -240,9 +242,9 @@ def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tm
     def restore(self, *args):
       return None
   run = object.__new__(trainer.Trainer)  # Only what restore_if_any touches.
-  run.params = run.opt_state = None
+  run.tutor, run.opt_state = types.SimpleNamespace(params=None), None
   run.fingerprint, run.step = {}, 0
-  run.ckpt, run.writer = NoCheckpoint(), trainer.MetricsWriter(str(workdir))
+  run.ckpt, run.writer = NoCheckpoint(), metrics_lib.MetricsWriter(str(workdir))
   assert run.restore_if_any() is False and run.step == 0
   assert _metrics(workdir) == [] and _tb_steps(workdir, "kl") == []
   assert os.listdir(workdir / "samples") == []

@@ -1,5 +1,15 @@
 """The record of one rollout, and its JSONL form.
 
+A `Dialogue` is written by the rollout (messages, tutor ids), the solve
+attempts (`post_*`, `r_sol`) and the rewards (`judgement`, `turn_rewards`,
+`rewards`), in that order; each stage fills typed fields. `dropped` is the one
+place that says a judge policy took the dialogue out of the batch: it then has
+no solve attempts, rewards or loss.
+
+JSONL rows carry `schema` (SCHEMA_VERSION). Rows without one were written
+before the records were typed (version 1: judgement, turn rewards and rewards
+as plain dicts, "dropped" inside the judgement) and are converted on load.
+
 `tutor_ids` is the tutor's whole side of the dialogue as it was fed to the
 tutor: its chat-template prompt, each of its sampled turns, and between them
 the template tokens carrying the student's messages. `tutor_mask` is 1 exactly
@@ -10,6 +20,15 @@ prefixes and everything from the student are 0. GRPO trains on the 1s.
 import dataclasses
 import json
 import os
+
+from absl import logging
+
+SCHEMA_VERSION = 2
+
+
+class RecordError(ValueError):
+  """A JSONL file of records or metric rows cannot be read (names the file and line)."""
+
 
 TUTOR, STUDENT = "tutor", "student"
 GUIDED, ATTEMPTED = "guided", "attempted"  # Who speaks first (paper 003 section 5.1).
@@ -30,6 +49,42 @@ class Message:
 
 
 @dataclasses.dataclass
+class Verdict:
+  """The judges' answers on one dialogue (pedrl.rewards.judging)."""
+  decisions: dict  # Judge name -> [bool] per sample (decision judges).
+  scores: dict  # Judge name -> [float] per sample (score judges).
+  r_ped: float | None = None  # Π of every decision (paper 003 eq. 3).
+  r_think: float | None = None  # Mean score of the thinking judge, if any (paper 001).
+  # Judge name -> [bool] parallel to its decisions/scores: True where the on_failure
+  # policy filled the value in (no judge said it), so a record tells real values apart.
+  filled: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class TurnScore:
+  """UCO's reward for one tutor turn (paper 000 eqs. 3-9; pedrl.rewards.uco_turns)."""
+  message: int  # Index of the tutor message in Dialogue.messages.
+  potential: float
+  semantic: float | None  # None: no student message followed.
+  progress: float
+  zpd_level: int
+  level: int
+  scaffold: float
+  reward: float
+  level_logprobs: tuple = ()
+  oracle_fallback: bool = False  # Candidates and hints are the reference oracle's stand-ins.
+  level_fallback: bool = False  # The LLM classifier failed: `level` is the nearest hint's.
+
+
+@dataclasses.dataclass
+class Rewards:
+  """A dialogue's reward: each configured component's unweighted value, and the
+  weighted total (with the hard penalty, if any) that GRPO uses."""
+  components: dict  # Component name -> value.
+  total: float
+
+
+@dataclasses.dataclass
 class Dialogue:
   problem_id: str
   problem: str
@@ -38,6 +93,9 @@ class Dialogue:
   rollout: int  # Index among the G rollouts of the problem.
   uid: int = 0  # Seeds the dialogue's samples: problem's number in its split * G + rollout.
   persona: str = ""
+  # The student's system prompt as fed (its persona included): solve attempts and UCO's
+  # scoring rebuild the student's view from it. Records of schema 1 do not have it.
+  student_system: str = ""
   messages: list = dataclasses.field(default_factory=list)
   end_reason: str = ""  # "end_of_conversation", "max_turns", "token_limit".
   tutor_ids: list = dataclasses.field(default_factory=list)
@@ -50,9 +108,11 @@ class Dialogue:
   r_sol: float | None = None
   pre_solve_rate: float | None = None
   # Filled by the rewards (pedrl.rewards).
-  judgement: dict = dataclasses.field(default_factory=dict)  # r_ped, r_think, samples, dropped.
-  turn_rewards: list = dataclasses.field(default_factory=list)  # UCO, per tutor turn.
-  rewards: dict = dataclasses.field(default_factory=dict)  # Per component, and "total".
+  dropped: bool = False  # A judge policy took it out: no solve attempts, rewards or loss.
+  judgement: Verdict | None = None
+  turn_rewards: list = dataclasses.field(default_factory=list)  # [TurnScore], UCO only.
+  rewards: Rewards | None = None  # None until assigned, and for dropped dialogues.
+  schema: int = SCHEMA_VERSION
 
   @property
   def turns(self) -> int:
@@ -68,6 +128,12 @@ class Dialogue:
     """[start, end) of each tutor turn's sampled tokens in tutor_ids (per-turn rewards)."""
     return [m.span for m in self.messages if m.role == TUTOR]
 
+  def student_system_prompt(self) -> str:
+    if not self.student_system:
+      raise ValueError(f"dialogue {self.uid} ({self.problem_id}) has no student system prompt "
+                       "(a record written before schema 2?); run its rollout again")
+    return self.student_system
+
   def visible_messages(self) -> list[dict]:
     """The dialogue as the student and the judges see it."""
     return [{"role": m.role, "content": m.text} for m in self.messages]
@@ -78,8 +144,31 @@ class Dialogue:
   @classmethod
   def from_dict(cls, row: dict) -> "Dialogue":
     row = dict(row)
+    version = row.get("schema", 1)
+    if version == 1:
+      row = _from_version_1(row)
+    elif version != SCHEMA_VERSION:
+      raise ValueError(f"schema version {version!r}: this pedrl reads versions 1 and "
+                       f"{SCHEMA_VERSION}; use the pedrl that wrote it")
     row["messages"] = [Message(**dict(m, span=tuple(m["span"]))) for m in row["messages"]]
+    if row.get("judgement") is not None:
+      row["judgement"] = Verdict(**row["judgement"])
+    row["turn_rewards"] = [TurnScore(**dict(t, level_logprobs=tuple(t.get("level_logprobs", ()))))
+                           for t in row.get("turn_rewards", ())]
+    if row.get("rewards") is not None:
+      row["rewards"] = Rewards(**row["rewards"])
     return cls(**row)
+
+
+def _from_version_1(row: dict) -> dict:
+  """A row written before the records were typed: judgement {} meant not judged and
+  carried "dropped"; rewards {} meant none, else the components and "total"."""
+  judgement = dict(row.get("judgement") or {})
+  dropped = bool(judgement.pop("dropped", False))
+  rewards = dict(row.get("rewards") or {})
+  total = rewards.pop("total", None)
+  return dict(row, schema=SCHEMA_VERSION, dropped=dropped, judgement=judgement or None,
+              rewards=None if total is None else {"components": rewards, "total": total})
 
 
 SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
@@ -90,13 +179,40 @@ def transcript(messages) -> str:
   return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
-  """Appends (or writes) the records in one write, synced: a crash can cut at most
-  the last line, which `repair_jsonl` removes."""
+def _write_lines(lines, path: str, mode: str) -> None:
+  """One write, synced: a crash can cut at most the last line, which `repair_jsonl` removes."""
   with open(path, mode, encoding="utf-8") as f:
-    f.write("".join(d.to_json() + "\n" for d in dialogues))
+    f.write("".join(line + "\n" for line in lines))
     f.flush()
     os.fsync(f.fileno())
+
+
+def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
+  """Appends (or, mode="w", writes) the records."""
+  _write_lines([d.to_json() for d in dialogues], path, mode)
+
+
+def append_rows(rows, path: str, mode: str = "a") -> None:
+  """Appends (or writes) JSON objects, one a line: metrics rows beside the records."""
+  _write_lines([json.dumps(r) for r in rows], path, mode)
+
+
+def read_rows(path: str) -> list:
+  """The JSON values of a JSONL file (none if it does not exist); a line cut by a crash
+  is removed first and logged, any other bad line raises with its number."""
+  if not os.path.exists(path):
+    return []
+  if cut := repair_jsonl(path):
+    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for n, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise RecordError(f"{path}, line {n}: not JSON ({e})") from None
+  return rows
 
 
 def repair_jsonl(path: str) -> int:
@@ -118,6 +234,6 @@ def load_jsonl(path: str) -> list[Dialogue]:
         continue
       try:
         out.append(Dialogue.from_dict(json.loads(line.decode("utf-8"))))
-      except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as e:
-        raise ValueError(f"{path}, line {n}: not a dialogue record ({e})") from None
+      except (UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+        raise RecordError(f"{path}, line {n}: not a dialogue record ({e})") from None
   return out

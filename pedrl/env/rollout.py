@@ -20,15 +20,12 @@ view starts with its attempt as its own (assistant) message after its system
 prompt.
 """
 import dataclasses
-import hashlib
 import time
 
-import jax
-import numpy as np
-
-from pedrl.engine.distribution import SamplingParams
-from pedrl.engine.sampling import bucket
+from pedrl import streams
+from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
+from pedrl.env.party import Party
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
@@ -62,40 +59,15 @@ class RolloutSettings:
 
 
 @dataclasses.dataclass
-class Party:
-  """A model taking one side: its sampler, current params, chat format, sampling."""
-  sampler: object  # pedrl.engine.Sampler (with its tokenizer).
-  params: object
-  chat: chat.ChatFormat
-  sampling: SamplingParams
-
-
-@dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
   calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
 
 
-# Independent random streams of one run seed (split by fold_in, never seed + k).
-DIALOGUE_STREAM, PRE_SOLVE_STREAM, POST_SOLVE_STREAM = 0, 1, 2
-
-
-def random_keys(seed: int, stream: int, uids, steps):
-  """One PRNG key per (uid, step) pair: the same whatever batch a row is in."""
-  base = jax.random.fold_in(jax.random.key(seed), stream)
-  fold = lambda u, t: jax.random.fold_in(jax.random.fold_in(base, u), t)
-  return jax.vmap(fold)(np.asarray(uids, np.uint32), np.asarray(steps, np.uint32))
-
-
-def problem_number(problem_id: str) -> int:
-  """A stable 31-bit number for a problem id (any string)."""
-  return int(hashlib.sha1(problem_id.encode()).hexdigest()[:8], 16) >> 1
-
-
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
   """(scenario, persona) of a problem: a function of the seed and the problem only."""
-  rng = np.random.default_rng([settings.seed, problem_number(problem_id)])
+  rng = streams.problem_rng(settings.seed, problem_id)
   scenario = settings.scenario
   if scenario == "mixed":
     scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
@@ -163,7 +135,7 @@ class _Side:
       live.remove(worst)
     if not live:
       return []
-    keys = random_keys(seed, DIALOGUE_STREAM, [dialogues[d].uid for d in live],
+    keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in live],
                        [len(dialogues[d].messages) for d in live])
     stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
@@ -196,7 +168,7 @@ def _attempts(student: Party, settings, dialogues, todo, stats) -> list[tuple]:
   sampler, sp = student.sampler, student.sampling
   rows = [student.chat.prompt_ids([{"role": "user", "content": prompts.render(
       settings.attempt_prompt, problem=dialogues[d].problem)}]) for d in todo]
-  keys = random_keys(settings.seed, DIALOGUE_STREAM, [dialogues[d].uid for d in todo],
+  keys = streams.random_keys(settings.seed, streams.DIALOGUE, [dialogues[d].uid for d in todo],
                      [0] * len(todo))
   cache = sampler.new_cache(_pow2(len(todo)), bucket(max(map(len, rows))) + sp.max_new_tokens)
   start = time.perf_counter()
@@ -244,8 +216,8 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   for d, dl in enumerate(dialogues):
     tutor_side.views[d].append({"role": "system", "content": prompts.render(
         settings.tutor_prompt, problem=dl.problem)})
-    student_side.views[d].append({"role": "system", "content": student_system_prompt(
-        settings.student_prompt, dl)})
+    dl.student_system = student_system_prompt(settings.student_prompt, dl)
+    student_side.views[d].append({"role": "system", "content": dl.student_system})
 
   todo = [d for d in range(n) if dialogues[d].scenario == ATTEMPTED]
   if todo:

@@ -14,7 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from pedrl.env import answers, prompts, rollout
+from pedrl import streams
+from pedrl.env import answers, prompts
 from pedrl.env.dialogue import transcript
 
 
@@ -23,9 +24,12 @@ from pedrl.env.dialogue import transcript
 class SolveSettings:
   k: int = 8  # Samples per attempt (paper 003 section 5.1).
   match: str = "math_verify"
+  temperature: float = 0.6  # The student's sampling for attempts (reference code).
+  max_new_tokens: int = 3900  # Reference code.
   pre_prompt: str = "pedagogical_rl/student_pre_dialogue"
   post_prompt: str = "pedagogical_rl/student_post_dialogue"
-  student_prompt: str = "pedagogical_rl/student_system"
+  pre_dialogue: bool = True  # Jobs: attempts before the dialogue (Δ solve rate reports).
+  post_dialogue: bool = True  # Jobs: attempts after it even when no reward uses r_sol.
   prompts_per_call: int = 16  # Prompts sampled together (× k rows).
   seed: int = 0
 
@@ -59,7 +63,7 @@ def grade(texts, reference: str, match: str = "math_verify") -> Attempts:
 
 def sample(student, chats, uids, k: int, seed: int, stream: int,
            prompts_per_call: int) -> list[list[str]]:
-  """K sampled texts per chat ([{"role", "content"}] lists) by `student` (a rollout.Party);
+  """K sampled texts per chat ([{"role", "content"}] lists) by `student` (a pedrl.env.party.Party);
   sample j of chat i draws from key (seed, stream, uids[i], j)."""
   sampler, sp = student.sampler, student.sampling
   out = []
@@ -68,7 +72,7 @@ def sample(student, chats, uids, k: int, seed: int, stream: int,
     ids = uids[lo:lo + prompts_per_call]
     size = max(map(len, part)) + sp.max_new_tokens
     cache, last = sampler.prefill_shared(student.params, part, k, size)
-    keys = rollout.random_keys(seed, stream, np.repeat(ids, k), np.tile(np.arange(k), len(ids)))
+    keys = streams.random_keys(seed, stream, np.repeat(ids, k), np.tile(np.arange(k), len(ids)))
     gen, _ = sampler.generate(student.params, last, keys, sp, cache)
     out += [gen.texts[i * k:(i + 1) * k] for i in range(len(part))]
   return out
@@ -80,7 +84,7 @@ def pre_dialogue_chat(problem: str, settings: SolveSettings) -> list[dict]:
 
 def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
   """Figure 11 after the student's system prompt (figure 12, with the persona)."""
-  return [{"role": "system", "content": rollout.student_system_prompt(settings.student_prompt, d)},
+  return [{"role": "system", "content": d.student_system_prompt()},
           {"role": "user", "content": prompts.render(settings.post_prompt,
                                                      conversation=transcript(d.messages))}]
 
@@ -88,8 +92,8 @@ def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
 def pre_dialogue(problems, student, settings: SolveSettings) -> dict:
   """The student alone on each problem: {problem id: Attempts}."""
   chats = [pre_dialogue_chat(p.problem, settings) for p in problems]
-  uids = [rollout.problem_number(p.id) for p in problems]  # The same draws in any batch.
-  texts = sample(student, chats, uids, settings.k, settings.seed, rollout.PRE_SOLVE_STREAM,
+  uids = [streams.problem_number(p.id) for p in problems]  # The same draws in any batch.
+  texts = sample(student, chats, uids, settings.k, settings.seed, streams.PRE_SOLVE,
                  settings.prompts_per_call)
   return {p.id: grade(t, p.answer, settings.match) for p, t in zip(problems, texts)}
 
@@ -98,7 +102,7 @@ def post_dialogue(dialogues, student, settings: SolveSettings) -> list:
   """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts."""
   chats = [post_dialogue_chat(d, settings) for d in dialogues]
   texts = sample(student, chats, [d.uid for d in dialogues], settings.k, settings.seed,
-                 rollout.POST_SOLVE_STREAM, settings.prompts_per_call)
+                 streams.POST_SOLVE, settings.prompts_per_call)
   out = []
   for d, t in zip(dialogues, texts):
     a = grade(t, d.answer, settings.match)

@@ -6,10 +6,11 @@ Per batch of problems: dialogues (pedrl.env.rollout), the student's
 pre-dialogue solve attempts, the rewards (pedrl.rewards.pipeline: judges,
 post-dialogue attempts, UCO turns, weighted components), then the batch is
 appended to WORKDIR/dialogues.jsonl. A rerun with the same workdir
-skips the batches already written. WORKDIR/metrics.jsonl has each batch's reward
-components (mean, std) and the reward pipeline's counts (retries, parse
-failures, policy-filled decisions, fallbacks); WORKDIR/summary.json and the last
-lines of the log hold the summary (key=value), its counts over every batch.
+skips the batches already written. WORKDIR/metrics.jsonl (and tensorboard/) has a
+row per batch, named as the training job's: reward/<component>, reward_std/…
+and the reward pipeline's counts pipeline/… (retries, parse failures,
+policy-filled decisions, fallbacks); WORKDIR/summary.json and the last lines of
+the log hold the summary (key=value), its counts over every batch.
 """
 import collections
 import json
@@ -19,75 +20,48 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
-from ml_collections import config_flags
 from tqdm import tqdm
 
-from pedrl import distributed, sharding, stopping
-from pedrl.env import dialogue, problems as problems_lib, rollout, solving
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
-                                      dialogue_settings, exit_on_signal, exits_cleanly,
-                                      load_party, load_problems, solver_party)
+from pedrl import distributed, stopping
+from pedrl.env import dialogue, rollout, solving
+from pedrl.rewards import assemble
+from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
+                                      exit_on_signal, exits_cleanly, load_party, load_problems,
+                                      read_settings, solver_party)
 
-config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/rollout.py:tiny.")
-flags.DEFINE_string("workdir", None, "Output directory.", required=True)
-flags.DEFINE_enum("multihost", "auto", distributed.MODES,
-                  "jax.distributed.initialize(): auto = when the environment shows several "
-                  "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+define_flags("experiments/rollout.py:tiny", "Output directory.")
 FLAGS = flags.FLAGS
 
 
-def _read_rows(path: str) -> list[dict]:
-  """The JSON rows of metrics.jsonl (a line cut by a crash removed first)."""
-  if not os.path.exists(path):
-    return []
-  if cut := dialogue.repair_jsonl(path):
-    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
-  rows = []
-  with open(path) as f:
-    for n, line in enumerate(f, 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-          raise problems_lib.DataError(f"{path}, line {n}: not JSON ({e})") from None
-  return rows
-
-
-def resume(workdir: str, group_size: int) -> tuple[list, list]:
+def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   """(dialogues, metric rows) of the batches complete in `workdir`: a rerun skips them.
 
-  Each batch writes its metrics row, then its dialogues, each synced. A batch is
-  complete when its row is there and each of its problems has group_size
-  dialogues; after a kill at any point, what belongs to an incomplete batch (a
-  cut line, a row without its dialogues, part of a batch's dialogues) is removed
-  from both files, and that batch runs again whole, with the same samples.
+  Each batch writes its metrics row (step = batch number), then its dialogues,
+  each synced. A batch is complete when its row is there and each of its
+  problems has group_size dialogues; after a kill at any point, what belongs to
+  an incomplete batch (a cut line, a row without its dialogues, part of a
+  batch's dialogues) is removed from both files, and that batch runs again
+  whole, with the same samples.
   """
-  d_path, m_path = os.path.join(workdir, "dialogues.jsonl"), os.path.join(workdir, "metrics.jsonl")
-  rows = _read_rows(m_path)
+  d_path = os.path.join(workdir, "dialogues.jsonl")
+  rows = writer.rows()
   done = []
   if os.path.exists(d_path):
     if cut := dialogue.repair_jsonl(d_path):
       logging.warning("%s: removed a partly written last line (%d bytes)", d_path, cut)
     done = dialogue.load_jsonl(d_path)
   count = collections.Counter(d.uid // group_size for d in done)  # Per problem position.
-  complete = [r for r in rows if all(count[u] >= group_size for u in r["batch_problem_uids"])]
-  kept = {u for r in complete for u in r["batch_problem_uids"]}
+  complete = [r for r in rows if all(count[u] >= group_size for u in r["problem_uids"])]
+  kept = {u for r in complete for u in r["problem_uids"]}
   whole = [d for d in done if d.uid // group_size in kept]
   if len(whole) < len(done) or len(complete) < len(rows):
     logging.warning("%s: dropping %d dialogues and %d metric rows of batches not completely "
                     "written; those batches run again", workdir, len(done) - len(whole),
                     len(rows) - len(complete))
     dialogue.save_jsonl(whole, d_path, mode="w")
-    _write_rows(complete, m_path, mode="w")
+  writer.resume(len(complete))  # Batches run in order: the complete ones are the first.
   return whole, complete
-
-
-def _write_rows(rows, path: str, mode: str = "a"):
-  with open(path, mode) as f:  # One synced write: a crash can cut at most the last line.
-    f.write("".join(json.dumps(r) + "\n" for r in rows))
-    f.flush()
-    os.fsync(f.fileno())
 
 
 def summarize(dialogues, seconds: dict, report) -> dict:
@@ -112,10 +86,12 @@ def summarize(dialogues, seconds: dict, report) -> dict:
       "skipped_problem_rows": len(report.skipped),
       **{f"seconds_{k}": round(v, 2) for k, v in seconds.items()},
   }
-  scored = [d for d in dialogues if d.rewards]
-  for name in (scored[0].rewards if scored else {}):
-    out[f"reward_{name}"] = mean([d.rewards[name] for d in scored])
-  out["dropped_by_judges"] = sum(bool(d.judgement.get("dropped")) for d in dialogues)
+  scored = [d for d in dialogues if d.rewards is not None]
+  for name in (scored[0].rewards.components if scored else {}):
+    out[f"reward_{name}"] = mean([d.rewards.components[name] for d in scored])
+  if scored:
+    out["reward_total"] = mean([d.rewards.total for d in scored])
+  out["dropped_by_judges"] = sum(d.dropped for d in dialogues)
   return out
 
 
@@ -125,54 +101,54 @@ def main(argv):
   distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
   main_process = distributed.is_main_process()  # The one that writes; all compute.
   c, workdir = FLAGS.config, FLAGS.workdir
-  check_paths(c)
+  s = read_settings(c)
+  check_paths(s)
   workdir_lib.claim(workdir, c, "rollout", workdir_lib.config_name(sys.argv), main_process)
   out_path = os.path.join(workdir, "dialogues.jsonl")
-  metrics_path = os.path.join(workdir, "metrics.jsonl")
-  mesh = sharding.make_mesh(**c.mesh.to_dict())
-  settings, solve = dialogue_settings(c)
-  rows, report = load_problems(c)
-  done, batch_rows = resume(workdir, c.group_size) if main_process else ([], [])
+  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  mesh = s.mesh.make()
+  rows, report = load_problems(s)
+  group_size = s.job.group_size
+  done, batch_rows = resume(workdir, group_size, writer) if main_process else ([], [])
   # Every process must run the same batches, whatever its view of the workdir.
   finished = set(distributed.broadcast_json(sorted({d.problem_id for d in done})))
   todo = [(i, p) for i, p in enumerate(rows) if p.id not in finished]
   if done:
     logging.info("resuming: %d dialogues already in %s; %d of %d problems left",
                  len(done), out_path, len(todo), len(rows))
-  apis = api_backends(c)  # Keys and endpoints checked before the models load.
+  apis = api_backends(s)  # Keys and endpoints checked before the models load.
 
   start = time.perf_counter()
-  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking})
-  student = load_party(c.student, mesh, c.scan_layers)
-  solver = solver_party(student, c)
-  rewards = build_rewards(c, student, solver, solve, mesh, apis)
+  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking})
+  student = load_party(s.student, mesh, s.job.scan_layers)
+  solver = solver_party(student, s.solve)
+  rewards = build_rewards(s, student, solver, mesh, apis)
   seconds = collections.Counter(load=time.perf_counter() - start)
 
-  b = c.batch_problems
+  b = s.job.batch_problems
   stopped_by = None
   with (tqdm(total=len(todo), unit="problem", desc="rollouts", disable=not main_process) as bar,
         stopping.StopRequest("the current batch") as signals):
     for lo in range(0, len(todo), b):
       uids, batch = zip(*todo[lo:lo + b])
       stats = rollout.RolloutStats()
-      dialogues = rollout.run(batch, c.group_size, tutor, student, settings,
+      dialogues = rollout.run(batch, group_size, tutor, student, s.rollout,
                               problem_uids=uids, stats=stats)
       seconds["tutor"] += stats.tutor_seconds
       seconds["student"] += stats.student_seconds
       t0 = time.perf_counter()
-      if c.solve.pre_dialogue:
-        pre = solving.pre_dialogue(batch, solver, solve)
+      if s.solve.pre_dialogue:
+        pre = solving.pre_dialogue(batch, solver, s.solve)
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
       seconds["solve"] += time.perf_counter() - t0
       batch_stats = rewards(dialogues)
       logging.info("batch %d: %s", lo // b, "  ".join(
           f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in batch_stats.items()))
-      row = {"batch_problem_uids": list(uids),
-             **{k: {"mean": m, "std": sd} for k, (m, sd) in batch_stats.items()},
-             "pipeline": dict(sorted(rewards.batch_stats.items()))}
+      row = {"step": len(batch_rows) + 1, "problem_uids": list(uids),
+             **assemble.batch_metrics(batch_stats, rewards.batch_stats)}
       if main_process:  # The row first, then the dialogues: see `resume`.
-        _write_rows([row], metrics_path)
+        writer.write(row["step"], row)
         dialogue.save_jsonl(dialogues, out_path)
       done += dialogues
       batch_rows.append(row)
@@ -182,6 +158,7 @@ def main(argv):
       if distributed.any_process(signals.requested is not None):
         stopped_by = signals.requested or "SIGTERM"
         break
+  writer.close()
   seconds["solve"] += rewards.seconds["solve"]
   seconds.update(judges=rewards.seconds["judges"], uco=rewards.seconds["uco"],
                  total=time.perf_counter() - start)
@@ -189,7 +166,8 @@ def main(argv):
     summary = summarize(done, dict(seconds), report)
     # Counted over every batch in the workdir, those of earlier invocations included.
     summary["reward_pipeline"] = dict(sorted(sum(
-        (collections.Counter(r.get("pipeline", {})) for r in batch_rows),
+        (collections.Counter({k[len("pipeline/"):]: v for k, v in r.items()
+                              if k.startswith("pipeline/")}) for r in batch_rows),
         collections.Counter()).items()))
     with open(os.path.join(workdir, "summary.json"), "w") as f:
       json.dump(summary, f, indent=2)

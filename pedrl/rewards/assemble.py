@@ -1,25 +1,80 @@
 """A dialogue's reward as a weighted list of components, and the batch statistics.
 
-Components (each a number per dialogue):
+Components (each a number per dialogue), registered in COMPONENTS:
   r_sol     the post-dialogue solve rate (paper 003 eq. 2)
   pedagogy  (r_ped − 1)·λ: with r_sol at weight 1, paper 003 eq. 4
   thinking  (r_think − θ)·λ_think: with the two above, paper 001 eq. 1
   template  paper 003 appendix B.5
   uco       the discounted return G_0 of UCO's per-turn rewards (paper 000 eqs. 9, 1);
             the per-turn rewards themselves stay in `Dialogue.turn_rewards`
-With `hard=True`, a dialogue some judge rejected gets −λ in place of r_sol,
-pedagogy, thinking and uco (paper 003's hard variant; no solve attempts or UCO
-scoring are made for it), plus the template's length penalty, which applies
-regardless.
+Each component declares its level: a dialogue-level one is one number per
+dialogue; a turn-level one also has a reward per tutor turn, from which turn
+advantages are built (`turn_rewards`). With `hard=True`, a dialogue some judge
+rejected gets −λ in place of r_sol, pedagogy, thinking and uco (paper 003's hard
+variant; no solve attempts or UCO scoring are made for it), plus the template's
+length penalty, which applies regardless.
 """
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
-from pedrl.env.dialogue import TUTOR
+from pedrl.env.dialogue import TUTOR, Rewards
 from pedrl.rewards import pedagogy, template, uco
 
-COMPONENTS = ("r_sol", "pedagogy", "thinking", "template", "uco")
+DIALOGUE, TURN = "dialogue", "turn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+  value: Callable  # (dialogue, RewardSettings) -> float, for a dialogue judges did not reject.
+  level: str = DIALOGUE
+  needs_judges: bool = False
+  # With the hard variant, a rejected dialogue's value is 0 (its −λ is added to the total).
+  zero_when_rejected: bool = True
+  turn_values: Callable | None = None  # TURN level: (dialogue, settings) -> [float] per turn.
+
+
+def _required(value, what, d):
+  if value is None:
+    raise ValueError(f"dialogue {d.uid} ({d.problem_id}) has no {what}; the reward needs it")
+  return float(value)
+
+
+def _judged(d, what: str) -> float:
+  return _required(getattr(d.judgement, what, None), what, d)
+
+
+def _tutor_messages(d):
+  return [m for m in d.messages if m.role == TUTOR]
+
+
+def _uco_turns(d, settings) -> list:
+  return [t.reward for t in d.turn_rewards]
+
+
+def _uco_return(d, settings) -> float:
+  if not d.turn_rewards and _tutor_messages(d):
+    raise ValueError(f"dialogue {d.uid} ({d.problem_id}) has no UCO turn rewards")
+  returns = uco.discounted_returns(_uco_turns(d, settings), settings.gamma)
+  return float(returns[0]) if returns.size else 0.0
+
+
+COMPONENTS = {
+    "r_sol": Component(lambda d, s: _required(d.r_sol, "r_sol", d)),
+    "pedagogy": Component(
+        lambda d, s: float(pedagogy.pedagogy_penalty(_judged(d, "r_ped"), s.lam)),
+        needs_judges=True),
+    "thinking": Component(
+        lambda d, s: float(pedagogy.thinking_term(_judged(d, "r_think"), s.lam_think, s.theta)),
+        needs_judges=True),
+    "template": Component(
+        lambda d, s: template.template_reward(
+            [m.raw or m.text for m in _tutor_messages(d)], d.end_reason == "end_of_conversation",
+            d.truncated, scored=not rejected(d, s)),
+        zero_when_rejected=False),
+    "uco": Component(_uco_return, level=TURN, turn_values=_uco_turns),
+}
 
 
 def parse_components(spec: str) -> tuple:
@@ -28,7 +83,7 @@ def parse_components(spec: str) -> tuple:
   for part in filter(None, (p.strip() for p in spec.split(","))):
     name, _, weight = part.partition(":")
     if name not in COMPONENTS:
-      raise ValueError(f"reward component {name!r} is not one of {COMPONENTS}")
+      raise ValueError(f"reward component {name!r} is not one of {tuple(COMPONENTS)}")
     try:
       out.append((name, float(weight) if weight else 1.0))
     except ValueError:
@@ -40,78 +95,92 @@ def parse_components(spec: str) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class RewardSettings:
-  components: tuple = (("r_sol", 1.0), ("pedagogy", 1.0), ("template", 1.0))
+  """Defaults are paper 003's reward: r_sol + (r_ped − 1)·λ + template terms."""
+  # "name:weight,…" (parse_components), or the parsed ((name, weight), …).
+  components: str | tuple = "r_sol:1,pedagogy:1,template:1"
   lam: float = 0.75  # λ of paper 003 eq. 4 (λ_ped = 0.75 in paper 001).
-  hard: bool = False
+  hard: bool = False  # Paper 003's hard variant: −λ in place of the rest on a rejection.
   lam_think: float = 0.3  # Paper 001 eq. 1.
-  theta: float = 0.6
-  gamma: float = 0.95  # Paper 000's discount.
+  theta: float = 0.6  # Paper 001 eq. 1.
+  gamma: float = 0.95  # Paper 000's discount of the uco component's turn rewards.
+
+  def __post_init__(self):
+    self.weights  # Fails here, with the spec named, rather than mid-run.
+
+  @property
+  def weights(self) -> tuple:
+    """((name, weight), …) of the configured components."""
+    if isinstance(self.components, str):
+      return parse_components(self.components)
+    return tuple((n, float(w)) for n, w in self.components)
 
   @property
   def names(self) -> set:
-    return {n for n, _ in self.components}
+    return {n for n, _ in self.weights}
 
   @property
   def needs_judges(self) -> bool:
-    return bool(self.names & {"pedagogy", "thinking"}) or self.hard
+    return any(COMPONENTS[n].needs_judges for n in self.names) or self.hard
+
+  @property
+  def turn_level(self) -> tuple:
+    """(name, weight) of the turn-level components."""
+    return tuple((n, w) for n, w in self.weights if COMPONENTS[n].level == TURN)
 
 
 def rejected(d, settings: RewardSettings) -> bool:
   """Hard variant: some judge sample said REJECT (r_ped = 0)."""
-  return settings.hard and d.judgement.get("r_ped") == 0.0
+  return settings.hard and d.judgement is not None and d.judgement.r_ped == 0.0
 
 
 def components(d, settings: RewardSettings) -> dict:
   """Every configured component's value for one judged, solved and scored dialogue."""
-  tutor = [m for m in d.messages if m.role == TUTOR]
   hard_rejected = rejected(d, settings)
-  out = {}
-  for name, _ in settings.components:
-    if name == "r_sol":
-      out[name] = 0.0 if hard_rejected else _required(d.r_sol, "r_sol", d)
-    elif name == "pedagogy":
-      out[name] = 0.0 if hard_rejected else float(pedagogy.pedagogy_penalty(
-          _required(d.judgement.get("r_ped"), "r_ped", d), settings.lam))
-    elif name == "thinking":
-      out[name] = 0.0 if hard_rejected else float(pedagogy.thinking_term(
-          _required(d.judgement.get("r_think"), "r_think", d), settings.lam_think,
-          settings.theta))
-    elif name == "template":
-      out[name] = template.template_reward(
-          [m.raw or m.text for m in tutor], d.end_reason == "end_of_conversation", d.truncated,
-          scored=not hard_rejected)
-    elif name == "uco":
-      if hard_rejected:
-        out[name] = 0.0
-        continue
-      if not d.turn_rewards and tutor:
-        raise ValueError(f"dialogue {d.uid} ({d.problem_id}) has no UCO turn rewards")
-      returns = uco.discounted_returns([t["reward"] for t in d.turn_rewards], settings.gamma)
-      out[name] = float(returns[0]) if returns.size else 0.0
-  return out
-
-
-def _required(value, what, d):
-  if value is None:
-    raise ValueError(f"dialogue {d.uid} ({d.problem_id}) has no {what}; the reward needs it")
-  return float(value)
+  return {name: 0.0 if hard_rejected and COMPONENTS[name].zero_when_rejected
+          else COMPONENTS[name].value(d, settings) for name, _ in settings.weights}
 
 
 def total(values: dict, d, settings: RewardSettings) -> float:
-  weights = dict(settings.components)
+  weights = dict(settings.weights)
   value = sum(weights[k] * v for k, v in values.items())
   return value - settings.lam if rejected(d, settings) else value
 
 
+def turn_rewards(d, settings: RewardSettings) -> list:
+  """Per tutor turn, the weighted sum of the turn-level components' turn rewards
+  (empty if there are none, or the dialogue was hard-rejected and never scored)."""
+  if rejected(d, settings):
+    return []
+  per_component = [[w * r for r in COMPONENTS[n].turn_values(d, settings)]
+                   for n, w in settings.turn_level]
+  return [float(sum(rs)) for rs in zip(*per_component)] if per_component else []
+
+
+def dialogue_part(d, settings: RewardSettings) -> float:
+  """The total without the weighted turn-level components: what dialogue-level
+  advantages are built from when turn-level ones get their own."""
+  return d.rewards.total - sum(w * d.rewards.components[n] for n, w in settings.turn_level)
+
+
 def assign(dialogues, settings: RewardSettings) -> dict:
-  """Fills d.rewards (components and "total") for the dialogues not dropped by a judge
-  policy; returns per component the batch mean and standard deviation."""
-  kept = [d for d in dialogues if not d.judgement.get("dropped")]
+  """Fills d.rewards for the dialogues no judge policy dropped; returns per component
+  (and "total") the batch mean and standard deviation."""
+  kept = [d for d in dialogues if not d.dropped]
   for d in kept:
     values = components(d, settings)
-    d.rewards = dict(values, total=total(values, d, settings))
+    d.rewards = Rewards(components=values, total=total(values, d, settings))
   stats = {}
-  for name in [n for n, _ in settings.components] + ["total"]:
-    xs = np.asarray([d.rewards[name] for d in kept], np.float64)
+  for name in [n for n, _ in settings.weights] + ["total"]:
+    xs = np.asarray([d.rewards.total if name == "total" else d.rewards.components[name]
+                     for d in kept], np.float64)
     stats[name] = (float(xs.mean()), float(xs.std())) if xs.size else (float("nan"),) * 2
   return stats
+
+
+def batch_metrics(stats: dict, pipeline_counts: dict) -> dict:
+  """A batch's metric row entries, named alike in every job: reward/<component> and
+  reward_std/<component> (mean, std from `assign`), pipeline/<count>."""
+  out = {f"reward/{k}": m for k, (m, _) in stats.items()}
+  out.update({f"reward_std/{k}": sd for k, (_, sd) in stats.items()})
+  out.update({f"pipeline/{k}": v for k, v in sorted(pipeline_counts.items())})
+  return out

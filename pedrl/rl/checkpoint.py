@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from pedrl import distributed, sharding
+from pedrl.rl import update
 
 
 class CheckpointError(ValueError):
@@ -63,15 +64,20 @@ def checksums(state) -> dict:
           for path, v in jax.tree_util.tree_leaves_with_path(values)}
 
 
-@jax.jit
-def _finite(tree):
-  leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
-            if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
+_all_finite = jax.jit(update.all_finite)
 
 
 def is_finite(state) -> bool:
-  return bool(sharding.to_host(_finite(state)))
+  return bool(sharding.to_host(_all_finite(state)))
+
+
+def verify(state, saved: dict) -> None:
+  """ValueError unless `state`'s checksums equal `saved` (from a step's metadata)."""
+  got = checksums(state)
+  bad = sorted(k for k in set(saved) | set(got) if saved.get(k) != got.get(k))
+  if bad:
+    raise ValueError(f"{len(bad)} of {len(saved)} arrays differ from their saved checksums "
+                     f"(first: {bad[0]})")
 
 
 def _short(e: BaseException) -> str:
@@ -169,11 +175,7 @@ class Checkpoints:
       logging.warning("%s has no checksums (saved before pedrl verified checkpoints); "
                       "restored unverified", self.step_path(step))
     else:
-      got = checksums(state)
-      bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-      if bad:
-        raise ValueError(f"{len(bad)} of {len(want)} arrays differ from their saved checksums "
-                         f"(first: {bad[0]})")
+      verify(state, want)
     return state, meta
 
   def restore(self, state_like, model_fingerprint: dict):

@@ -1,12 +1,7 @@
 """One GRPO update of the tutor: micro-batched gradients accumulated exactly, then optax.
 
-A batch is a dict of [B, T] arrays over the tutor-side token sequences:
-  tokens      int32 token ids (left- or right-padded)
-  attn_mask   bool, real tokens
-  loss_mask   bool, tutor-generated tokens (Dialogue.tutor_mask)
-  advantages  float32, per token (pedrl.rl.advantages.token_advantages)
-  old_logp    float32, the sampler's log-probs (same code path: first-pass ratio 1)
-  ref_logp    float32, the frozen reference policy's log-probs
+The update reads a `pedrl.rl.batch.TrainBatch` ([B, T] arrays over the
+tutor-side token sequences, left- or right-padded).
 """
 import dataclasses
 import functools
@@ -19,7 +14,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pedrl import sharding as sharding_lib
 from pedrl.engine.scoring import sequence_logprobs
-from pedrl.rl import loss as loss_lib
+from pedrl.rl import batch as batch_lib, loss as loss_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +51,22 @@ def make_optimizer(lr, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
                      optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+  """AdamW with clipping and a schedule; defaults are paper 003's (A.2)."""
+  lr: float = 5e-7  # Constant in paper 003.
+  lr_schedule: str = "constant"  # One of SCHEDULES (decay to 0 over the run's updates).
+  warmup_steps: int = 0  # Optimizer updates of linear warmup.
+  weight_decay: float = 0.0
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0
+
+  def optimizer(self, total_updates: int):
+    return make_optimizer(lr_schedule(self.lr, self.lr_schedule, total_updates,
+                                      self.warmup_steps),
+                          self.weight_decay, self.max_grad_norm, eps=self.adam_eps)
+
+
 def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
   """log π(token_t | tokens_<t) under logits / T, float32 [B, T] (0 at t = 0)."""
   return sequence_logprobs(model, params, tokens, attn_mask, temperature)
@@ -64,38 +75,42 @@ def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
 _METRICS = ("loss", "kl_sum", "clipped_sum", "ratio_sum", "tokens", "old_logp_diff_sum")
 
 
-def micro_batches(batch: dict, micro_batch: int, mesh=None) -> dict:
-  """[B, T] host arrays → [n, m, T] device arrays, each micro-batch's rows split over the
-  mesh's batch axes. m is micro_batch rounded up to the mesh's batch shards; the last
-  micro-batch is filled with copies of row 0 that carry no loss (loss_mask False)."""
-  rows = batch["tokens"].shape[0]
+def _micro_shape(rows: int, micro_batch: int, mesh) -> tuple:
+  """(n, m): n micro-batches of m rows, m rounded up to the mesh's batch shards."""
   shards = sharding_lib.batch_shards(mesh)
   m = -(-min(micro_batch, rows) // shards) * shards
-  n = -(-rows // m)
-  fill = np.zeros(n * m, np.int64)
-  fill[:rows] = np.arange(rows)
-  out = {}
-  for k, v in batch.items():
-    v = np.asarray(v)[fill]
-    if k == "loss_mask":
-      v[rows:] = False
-    v = v.reshape(n, m, *v.shape[1:])
-    out[k] = (jnp.asarray(v) if mesh is None else sharding_lib.put(
+  return -(-rows // m), m
+
+
+def split_rows(tree, n: int, m: int, mesh=None):
+  """[n·m, ...] host arrays → [n, m, ...] device arrays, each micro-batch's rows split
+  over the mesh's batch axes."""
+  def one(v):
+    v = np.asarray(v).reshape(n, m, *np.shape(v)[1:])
+    return (jnp.asarray(v) if mesh is None else sharding_lib.put(
         v, NamedSharding(mesh, P(None, sharding_lib.BATCH, *(None,) * (v.ndim - 2)))))
-  return out
+  return jax.tree.map(one, tree)
+
+
+def micro_batches(batch: batch_lib.TrainBatch, micro_batch: int,
+                  mesh=None) -> batch_lib.TrainBatch:
+  """The batch as [n, m, T] device arrays; the last micro-batch is filled with rows that
+  carry no loss (`TrainBatch.padded`)."""
+  n, m = _micro_shape(batch.rows, micro_batch, mesh)
+  return split_rows(batch.padded(n * m), n, m, mesh)
 
 
 def _accumulated_grads(model, params, micro, settings: GRPOSettings, num_tokens, num_sequences):
   """Sum over micro-batches (a scan: one compiled body) of the gradient of each one's
   share of the mini-batch loss, and of the metric sums."""
   def objective(p, part):
-    logp = policy_logprobs(model, p, part["tokens"], part["attn_mask"], settings.temperature)
+    logp = policy_logprobs(model, p, part.tokens, part.attn_mask, settings.temperature)
     total, norm, metrics = loss_lib.grpo_loss_terms(
-        logp, part["old_logp"], part["ref_logp"], part["advantages"], part["loss_mask"],
+        logp, part.old_logp, part.ref_logp, part.advantages, part.loss_mask,
         settings.beta, settings.eps_low, settings.eps_high, settings.aggregation,
         num_sequences=num_sequences, num_tokens=num_tokens)
-    mask = part["loss_mask"].astype(jnp.float32)
-    metrics["old_logp_diff_sum"] = (jnp.abs(logp - part["old_logp"]) * mask).sum()
+    mask = part.loss_mask.astype(jnp.float32)
+    metrics["old_logp_diff_sum"] = (jnp.abs(logp - part.old_logp) * mask).sum()
     return total / norm, metrics
 
   def body(carry, part):
@@ -107,10 +122,9 @@ def _accumulated_grads(model, params, micro, settings: GRPOSettings, num_tokens,
   return jax.lax.scan(body, zeros, micro)[0]
 
 
-def _totals(batch: dict):
+def _totals(batch: batch_lib.TrainBatch):
   """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
-  return (np.float32(max(np.asarray(batch["loss_mask"]).sum(), 1)),
-          np.float32(batch["tokens"].shape[0]))
+  return np.float32(max(np.asarray(batch.loss_mask).sum(), 1)), np.float32(batch.rows)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
@@ -197,7 +211,8 @@ def _compiled_step(model, optimizer, settings, layout):
                  out_shardings=out)
 
 
-def train_step(model, params, opt_state, optimizer, batch, settings: GRPOSettings, mesh=None):
+def train_step(model, params, opt_state, optimizer, batch: batch_lib.TrainBatch,
+               settings: GRPOSettings, mesh=None):
   """One optimizer step on a mini-batch of host arrays, as one compiled program
   (micro-batch gradients, accumulation, clipping, AdamW). `opt_state` comes from
   `init_optimizer` (placed like the params); both are donated: their buffers become
@@ -218,6 +233,9 @@ def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chu
                        mesh=None) -> np.ndarray:
   """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
   would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
-  micro = micro_batches({"tokens": tokens, "attn_mask": attn_mask}, chunk, mesh)
-  lp = _chunked_logprobs(model, params, micro["tokens"], micro["attn_mask"], temperature)
-  return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:tokens.shape[0]]
+  rows = tokens.shape[0]
+  n, m = _micro_shape(rows, chunk, mesh)
+  fill = batch_lib.fill_rows(rows, n * m)
+  tokens, attn_mask = split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
+  lp = _chunked_logprobs(model, params, tokens, attn_mask, temperature)
+  return sharding_lib.to_host(lp).reshape(n * m, -1)[:rows]

@@ -41,12 +41,12 @@ def export(workdir: str, out: str, step: int | None = None) -> int:
   params = restored["state"]["params"]
   meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
   saved = {k: v for k, v in meta.get("checksums", {}).items() if k.startswith("['params']")}
-  got = checkpoint.checksums({"params": params})
-  if saved and saved != got:  # Checkpoints saved before pedrl wrote checksums have none.
-    bad = sorted(k for k in saved if saved[k] != got.get(k))
-    raise checkpoint.CheckpointError(
-        f"{workdir}: checkpoint step {step} is corrupt ({len(bad)} arrays differ from their "
-        f"saved checksums, first {bad[0] if bad else '(missing arrays)'}); export another --step")
+  if saved:  # Checkpoints saved before pedrl wrote checksums have none.
+    try:
+      checkpoint.verify({"params": params}, saved)
+    except ValueError as e:
+      raise checkpoint.CheckpointError(f"{workdir}: checkpoint step {step} is corrupt ({e}); "
+                                       "export another --step") from None
   hf_checkpoint.save_params(params, cfg, out)
   load_tokenizer(base).save_pretrained(out)
   gen = os.path.join(base, "generation_config.json")
