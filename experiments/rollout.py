@@ -1,6 +1,7 @@
 r"""Rollouts only: tutor–student dialogues on a problem split, with the student's solve attempts.
 
   python -m pedrl.experiments.rollout --config=experiments/rollout.py:tiny --workdir=/tmp/rollout
+  python -m pedrl.experiments.rollout --config=experiments/rollout.py:tiny_uco --workdir=/tmp/rollout_uco
 
 Variants: `paper` (paper 003's setup; give the checkpoints and problems:
 --config.tutor.path=... --config.student.path=... --config.problems.path=...,
@@ -13,5 +14,5 @@ WORKDIR/summary.json.
 from pedrl.experiments import base_config
 
 
-def get_config(variant: str = "paper"):
-  return base_config.dialogue_config(variant)
+def get_config(arg: str = "paper"):
+  return base_config.dialogue_config(arg)

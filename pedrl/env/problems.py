@@ -17,6 +17,8 @@ import sympy
 from pedrl.env import answers
 
 ON_ERROR = ("skip", "fatal")
+FORMATS = ("bigmath", "gsm8k", "math500")
+SPLITS = ("test", "train", "all")
 
 
 class DataError(ValueError):
@@ -31,6 +33,19 @@ class Problem:
   source: str = ""
   domain: tuple = ()
   solve_rate: float | None = None  # BigMath's llama8b_solve_rate.
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemSettings:
+  """Which problems a job runs on (the config's `problems` section)."""
+  path: str | None = None  # A BigMath, GSM8K or MATH500 file (JSONL, or Parquet).
+  format: str = "bigmath"  # One of FORMATS.
+  on_error: str = "skip"  # A bad row: skipped (counted, by row number) or fatal.
+  filter: bool = True  # Paper 003: one numeric answer, Llama-8B solve rate in [0.01, 0.60].
+  split: str = "test"  # One of SPLITS (paper 003: 10,000 train / 500 test).
+  n_train: int = 10_000
+  n_test: int = 500
+  limit: int = 0  # > 0: only the first `limit` problems of the split.
 
 
 @dataclasses.dataclass
@@ -171,7 +186,8 @@ def paper_filter(problems, min_rate: float = 0.01, max_rate: float = 0.60):
           and min_rate <= p.solve_rate <= max_rate and is_single_number(p.answer)]
 
 
-def split(problems, n_train: int = 10_000, n_test: int = 500, seed: int = 0):
+def split(problems, n_train: int = ProblemSettings.n_train, n_test: int = ProblemSettings.n_test,
+          seed: int = 0):
   """A deterministic (train, test) split: problems with the same text kept once (so
   none is in both sets), ordered by id, shuffled by seed; the first n_test are the
   test set, the next n_train the training set. File order does not matter."""

