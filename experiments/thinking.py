@@ -29,8 +29,8 @@ def get_config(arg: str = "paper"):
   thinking, prompt, think_reward = CONDITIONS[v.condition]
   c.rollout.update(thinking=thinking, tutor_prompt=prompt,
                    student_prompt="thinking/student_system")
+  # λ_ped 0.75, λ_think 0.3 and θ 0.6 are RewardSettings' defaults (paper 001 eq. 1).
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
-                   lam=0.75, lam_think=0.3, theta=0.6,
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
   c.problems.split = "train"
   c.rl = rl_config.rl_section()

@@ -24,11 +24,10 @@ def get_config(arg: str = "paper"):
   c.batch_problems, c.group_size = 16, 4
   c.rollout.max_turns = 10
   c.rewards.components = "uco:1"
-  c.rewards.uco.update(lam=0.5, alpha=2.0, delta=0.7, c=0.2)
-  c.rewards.gamma = 0.95
+  # λ, α, δ, c (UCOSettings) and γ (RewardSettings.gamma) default to paper 000's values.
   c.problems.split = "train"
-  c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, adam_eps=1e-8,
-                              advantage="turn", advantage_eps=1e-8)
+  c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, advantage="turn",
+                              advantage_eps=1e-8)
   for name in ("lam", "alpha", "delta", "c"):  # Tables V, VI, VII, VIII.
     if getattr(v, name) is not None:
       c.rewards.uco[name] = getattr(v, name)

@@ -10,8 +10,9 @@ run that was resumed or not.
   POST_SOLVE  its attempts after one (dialogue uid, attempt)
   JUDGE       a local judge model's samples (request uid, round)
 
-numpy streams: a problem's scenario and persona (seed, problem), the
-training data order (seed, epoch) and the order of mini-batches (seed, step).
+numpy streams: the train/test split's shuffle (seed), a problem's scenario and
+persona (seed, problem), the training data order (seed, epoch) and the order of
+mini-batches (seed, step).
 """
 import functools
 import hashlib
@@ -35,6 +36,11 @@ def sequence_keys(seed: int, ids) -> jax.Array:
   the sampler folds the decode step in."""
   base = jax.random.key(seed)
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
+
+
+def split_order(seed: int, n: int) -> np.ndarray:
+  """The shuffle of n distinct problems that splits them into test and train sets."""
+  return np.random.default_rng(seed).permutation(n)
 
 
 def problem_number(problem_id: str) -> int:

@@ -29,14 +29,15 @@ def compute(ckpt: str, mesh) -> dict:
   """Sampled tokens, reference log-probs, and one GRPO step's metrics and a param row."""
   from pedrl import models, sharding
   from pedrl.engine import Sampler, SamplingParams
-  from pedrl.streams import sequence_keys
   from pedrl.rl import update
+  from pedrl.rl.batch import TrainBatch
+  from pedrl.streams import sequence_keys
   cfg, model, params = models.load(ckpt, shardings=mesh)
   prompts, batch = inputs()
   sp = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=0.9)
   gen, _ = Sampler(model, mesh=mesh).generate(params, prompts, sequence_keys(0, range(4)), sp)
   logp = update.logprobs_in_chunks(model, params, batch["tokens"], batch["attn_mask"], 1.0, 2, mesh)
-  batch = dict(batch, old_logp=logp, ref_logp=logp - 0.05)
+  batch = TrainBatch(**batch, old_logp=logp, ref_logp=logp - 0.05)
   opt = update.make_optimizer(1e-3, eps=1.0)
   settings = update.GRPOSettings(micro_batch=2)
   params, _, metrics = update.train_step(model, params, update.init_optimizer(opt, params), opt,

@@ -30,15 +30,15 @@ def test_sigint_finishes_the_step_saves_and_exits_130(tmp_path):
 
 def test_a_workdir_of_another_run_is_refused(tmp_path, monkeypatch):
   import importlib.util
-  from pedrl.experiments import workdir
+  from pedrl.experiments import settings, workdir
   spec = importlib.util.spec_from_file_location(
       "ped_config", os.path.join(ROOT, "experiments", "pedagogical_rl.py"))
   config = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(config)
   monkeypatch.chdir(ROOT)  # The config's testdata paths are relative.
   owned = tmp_path / "ped"
-  workdir.claim(str(owned), config.get_config("tiny"), "train",
-                "experiments/pedagogical_rl.py:tiny")
+  workdir.claim(str(owned), settings.read_settings(config.get_config("tiny"), training=True),
+                "train", "experiments/pedagogical_rl.py:tiny")
   cases = [(_cmd("uco", owned), "holds a train run of experiments/pedagogical_rl.py:tiny"),
            (_cmd("rollout", owned), "this is a rollout run of experiments/rollout.py:tiny")]
   for cmd, message in cases:

@@ -88,6 +88,23 @@ def test_rollout_job_writes_records_and_summary_and_resumes(tmp_path):
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["reward_pipeline"]["judge/requests"] == 24 and summary["dialogues"] == 6
 
+  # A workdir from before the shared metric names (batch_problem_uids, {component: {mean,
+  # std}}, pipeline: {…}) resumes with nothing to redo: its rows are rewritten in today's
+  # names and no dialogue is lost.
+  metrics = workdir / "metrics.jsonl"
+  new = [json.loads(x) for x in metrics.read_text().splitlines()]
+  old = [{"batch_problem_uids": r["problem_uids"],
+          **{k[7:]: {"mean": r[k], "std": r["reward_std/" + k[7:]]} for k in r
+             if k.startswith("reward/")},
+          "pipeline": {k[9:]: v for k, v in r.items() if k.startswith("pipeline/")}}
+         for r in new]
+  metrics.write_text("".join(json.dumps(r) + "\n" for r in old))
+  again = _run(workdir, *args)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "3 metric rows of an older pedrl rewritten" in again.stderr
+  assert path.read_text(encoding="utf-8").splitlines() == lines
+  assert [json.loads(x) for x in metrics.read_text().splitlines()] == new
+
 
 def _batch_rows_of(lines):
   """Metric rows without the pipeline's counts (a redone batch has the same rewards)."""

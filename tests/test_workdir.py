@@ -6,16 +6,18 @@ import signal
 import pytest
 
 from pedrl import stopping
-from pedrl.experiments import workdir
+from pedrl.experiments import settings, workdir
 from pedrl.experiments.base_config import dialogue_config
 from pedrl.experiments.rl_config import rl_section
 
 
-def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue"):
+def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue",
+            resume_mismatch="refuse"):
   c = dialogue_config("tiny")
   c.rewards.components = components
+  c.resume_mismatch = resume_mismatch
   c.rl = rl_section(advantage=advantage)
-  return c
+  return settings.read_settings(c, training=True)
 
 
 @pytest.fixture
@@ -36,8 +38,7 @@ def test_a_workdir_is_resumed_by_its_run_and_refused_to_another(tmp_path, in_roo
       workdir.claim(w, c, job, "other.py:x")
     assert diff in str(e.value) and "experiments/pedagogical_rl.py:tiny" in str(e.value)
     assert "other.py:x" in str(e.value) and "resume_mismatch=allow" in str(e.value)
-  c = _config("uco:1", "turn")
-  c.resume_mismatch = "allow"
+  c = _config("uco:1", "turn", resume_mismatch="allow")
   workdir.claim(w, c, "train", "experiments/uco.py:tiny")  # Taken over: the record follows.
   assert json.load(open(os.path.join(w, "run.json")))["config"] == "experiments/uco.py:tiny"
 

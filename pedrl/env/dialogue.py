@@ -131,7 +131,7 @@ class Dialogue:
   def student_system_prompt(self) -> str:
     if not self.student_system:
       raise ValueError(f"dialogue {self.uid} ({self.problem_id}) has no student system prompt "
-                       "(a record written before schema 2?); run its rollout again")
+                       "(records converted from schema 1 lack it); run its rollout again")
     return self.student_system
 
   def visible_messages(self) -> list[dict]:
@@ -180,11 +180,16 @@ def transcript(messages) -> str:
 
 
 def _write_lines(lines, path: str, mode: str) -> None:
-  """One write, synced: a crash can cut at most the last line, which `repair_jsonl` removes."""
+  """One synced write. Appending, a crash can cut at most the last line (`repair_jsonl`
+  removes it); rewriting (mode "w") goes through a temporary file renamed over `path`,
+  so a crash leaves the old file or the new one, never a part."""
+  target, path = path, (path + ".tmp" if mode == "w" else path)
   with open(path, mode, encoding="utf-8") as f:
     f.write("".join(line + "\n" for line in lines))
     f.flush()
     os.fsync(f.fileno())
+  if path != target:
+    os.replace(path, target)
 
 
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:

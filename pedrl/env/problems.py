@@ -11,9 +11,9 @@ import hashlib
 import json
 import os
 
-import numpy as np
 import sympy
 
+from pedrl import streams
 from pedrl.env import answers
 
 ON_ERROR = ("skip", "fatal")
@@ -197,6 +197,6 @@ def split(problems, n_train: int = ProblemSettings.n_train, n_test: int = Proble
   if len(ordered) <= n_test:
     raise DataError(f"{len(ordered)} distinct problems cannot give a test set of {n_test} and "
                     f"a training set")
-  order = np.random.default_rng(seed).permutation(len(ordered))
+  order = streams.split_order(seed, len(ordered))
   shuffled = [ordered[i] for i in order]
   return shuffled[n_test:n_test + n_train], shuffled[:n_test]

@@ -75,7 +75,7 @@ def read_settings(c, training: bool = False) -> settings_lib.RunSettings:
   a setting refuses."""
   try:
     return settings_lib.read_settings(c, training)
-  except (ValueError, TypeError) as e:
+  except ValueError as e:
     raise app.UsageError(str(e)) from None
 
 

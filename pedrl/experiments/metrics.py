@@ -30,8 +30,7 @@ class MetricsWriter:
     rows = dialogue_lib.read_rows(self.path)
     for n, row in enumerate(rows, 1):
       if not isinstance(row, dict) or "step" not in row:
-        raise dialogue_lib.RecordError(f"{self.path}, row {n}: not a metrics row (no 'step'); written by "
-                         "an older pedrl? Move the file away to start the record afresh")
+        raise dialogue_lib.RecordError(f"{self.path}, row {n}: not a metrics row (no 'step')")
     return rows
 
   def resume(self, step: int):
@@ -39,8 +38,10 @@ class MetricsWriter:
     if not self.active:
       return
     from tensorboardX import SummaryWriter
-    rows = [row for row in self.rows() if row["step"] <= step]
-    dialogue_lib.append_rows(rows, self.path, mode="w")
+    every = self.rows()
+    rows = [row for row in every if row["step"] <= step]
+    if len(rows) < len(every):
+      dialogue_lib.append_rows(rows, self.path, mode="w")
     samples = os.path.join(self.workdir, "samples")
     os.makedirs(samples, exist_ok=True)
     tb_dir = os.path.join(self.workdir, "tensorboard")

@@ -45,12 +45,17 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   whole, with the same samples.
   """
   d_path = os.path.join(workdir, "dialogues.jsonl")
+  _convert_old_rows(writer.path)
   rows = writer.rows()
   done = []
   if os.path.exists(d_path):
     if cut := dialogue.repair_jsonl(d_path):
       logging.warning("%s: removed a partly written last line (%d bytes)", d_path, cut)
     done = dialogue.load_jsonl(d_path)
+  if done and not rows:  # Rows are written first: only a lost metrics.jsonl gets here.
+    raise dialogue.RecordError(
+        f"{d_path} has {len(done)} dialogues but {writer.path} has no batch rows, so which "
+        "batches are complete is unknown; restore metrics.jsonl or use a new workdir")
   count = collections.Counter(d.uid // group_size for d in done)  # Per problem position.
   complete = [r for r in rows if all(count[u] >= group_size for u in r["problem_uids"])]
   kept = {u for r in complete for u in r["problem_uids"]}
@@ -62,6 +67,26 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
     dialogue.save_jsonl(whole, d_path, mode="w")
   writer.resume(len(complete))  # Batches run in order: the complete ones are the first.
   return whole, complete
+
+
+def _convert_old_rows(path: str):
+  """Rewrites the metric rows of a workdir from before the shared metric names
+  (batch_problem_uids, {component: {mean, std}}, pipeline: {…}) in today's names."""
+  rows = dialogue.read_rows(path)
+  if not any(isinstance(r, dict) and "step" not in r and "batch_problem_uids" in r
+             for r in rows):
+    return
+  out = []
+  for step, r in enumerate(rows, 1):
+    if "step" in r:
+      out.append(r)
+      continue
+    stats = {k: (v["mean"], v["std"]) for k, v in r.items() if isinstance(v, dict) and "mean" in v}
+    out.append({"step": step, "problem_uids": r["batch_problem_uids"],
+                **assemble.batch_metrics(stats, r.get("pipeline", {}))})
+  dialogue.append_rows(out, path, mode="w")
+  logging.warning("%s: %d metric rows of an older pedrl rewritten in today's names", path,
+                  len(rows))
 
 
 def summarize(dialogues, seconds: dict, report) -> dict:
@@ -103,7 +128,7 @@ def main(argv):
   c, workdir = FLAGS.config, FLAGS.workdir
   s = read_settings(c)
   check_paths(s)
-  workdir_lib.claim(workdir, c, "rollout", workdir_lib.config_name(sys.argv), main_process)
+  workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()

@@ -8,7 +8,6 @@ that nothing reads (a typo, a leftover) is an error before anything runs,
 not a silent no-op.
 """
 import dataclasses
-import inspect
 import types
 import typing
 
@@ -18,26 +17,21 @@ from ml_collections import config_dict
 from pedrl import sharding
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
-from pedrl.rewards import assemble, backends, uco_turns
+from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import trainer, update
 
 
 def _fields(source) -> dict:
-  """{name: default or MISSING} of a dataclass's init fields, or a function's keyword
-  parameters. Fields with a default factory are not settings (counters, caches)."""
-  if dataclasses.is_dataclass(source):
-    return {f.name: f.default for f in dataclasses.fields(source)
-            if f.init and f.default_factory is dataclasses.MISSING}
-  params = inspect.signature(source).parameters.values()
-  return {p.name: dataclasses.MISSING if p.default is p.empty else p.default for p in params
-          if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+  """{name: default or MISSING} of a dataclass's init fields. Fields with a default
+  factory are not settings (counters, caches)."""
+  return {f.name: f.default for f in dataclasses.fields(source)
+          if f.init and f.default_factory is dataclasses.MISSING}
 
 
 def _none_type(source, name: str) -> type:
   """The type a None-default field takes when set (`float | None` -> float), so that
   --config.x.y=... parses it; object where the annotation does not say."""
-  hints = typing.get_type_hints(source if dataclasses.is_dataclass(source) else source)
-  hint = hints.get(name)
+  hint = typing.get_type_hints(source).get(name)
   if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
     rest = [t for t in typing.get_args(hint) if t is not type(None)]
     if len(rest) == 1 and rest[0] in (str, int, float, bool):
@@ -73,8 +67,6 @@ def _plain(value):
   """Config values as settings hold them: lists become tuples (frozen, hashable)."""
   if isinstance(value, (list, tuple)):
     return tuple(_plain(v) for v in value)
-  if isinstance(value, ml_collections.ConfigDict):
-    return value.to_dict()
   return value
 
 
@@ -99,8 +91,12 @@ class Reader:
     return {**{k: _plain(node[k]) for k in names}, **given}
 
   def read(self, source, path: str = "", **given):
-    """source(**values(source, path, **given))."""
-    return source(**self.values(source, path, **given))
+    """source(**values(source, path, **given)); a value it refuses is a ValueError naming
+    the section."""
+    try:
+      return source(**self.values(source, path, **given))
+    except (ValueError, TypeError) as e:
+      raise ValueError(f"--config.{path or '(top level)'}: {e}") from None
 
   def unread(self) -> list[str]:
     """Every leaf key of the config that nothing read."""
@@ -128,12 +124,12 @@ class Reader:
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
   """The config's top level. Defaults are paper 003's generation batch."""
-  seed: int = 0
+  seed: int = trainer.TrainSettings.seed
   # A workdir holds one run (WORKDIR/run.json); "allow" lets a run of another job, reward
   # set or model take it over instead of stopping.
   resume_mismatch: str = "refuse"
-  batch_problems: int = 16  # B problems per batch.
-  group_size: int = 8  # G rollouts per problem.
+  batch_problems: int = trainer.TrainSettings.batch_problems  # B problems per batch.
+  group_size: int = trainer.TrainSettings.group_size  # G rollouts per problem.
   scan_layers: bool = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
 
 
@@ -153,9 +149,9 @@ class JudgeSettings:
   """Which judges score the dialogues, and how (the `rewards` section's judge keys)."""
   judges: str = "pedagogical_rl"  # pedagogical_rl (003 figs. 14-15) | thinking (001 A.3) | …
   judge_backend: str = "openai"  # openai | local | rule
-  judge_samples: int = 2  # Samples per decision judge (the reference code's 2).
-  judge_rounds: int = 5  # Re-asks of an unreadable reply (the reference code's 5).
-  on_judge_failure: str = "reject"  # accept | reject | drop
+  judge_samples: int = judging.SAMPLES  # Samples per decision judge.
+  judge_rounds: int = judging.ROUNDS  # Asks of an unreadable reply.
+  on_judge_failure: str = judging.ON_FAILURE  # accept | reject | drop
   # A batch in which more than this share of judge requests (or oracle / classifier
   # turns) got no usable reply after every round stops the run instead of writing
   # policy-filled values (an endpoint that is mostly down).
@@ -166,8 +162,8 @@ class JudgeSettings:
 class OracleSettings:
   """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
   oracle: str = "reference"  # reference | openai | local
-  oracle_rounds: int = 3
-  on_oracle_failure: str = "reference"  # reference | error
+  oracle_rounds: int = oracle_lib.ROUNDS
+  on_oracle_failure: str = oracle_lib.ON_FAILURE  # reference | error
   # An oracle on another endpoint than the judges (None: the judges' settings).
   oracle_model: str | None = None
   oracle_base_url: str | None = None
@@ -205,7 +201,7 @@ def sampling(side: party.PartySettings, stop_token_ids=()) -> SamplingParams:
 
 def read_settings(config, training: bool = False) -> RunSettings:
   """The typed settings of `config`; UnreadKeys if it carries a key nothing reads, a
-  ValueError (naming the key where it can) if a value is invalid."""
+  ValueError naming the section if a setting refuses a value."""
   read = Reader(config)
   job = read.read(JobSettings)
   judging = read.read(JudgeSettings, "rewards")

@@ -7,6 +7,7 @@ group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
 metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
 """
+import dataclasses
 import json
 import logging as std_logging
 import math
@@ -33,24 +34,24 @@ def fingerprint(cfg) -> dict:
                                        "num_heads", "num_kv_heads", "intermediate_size")}
 
 
-def _check_rl(rl):
+def _check_rl(s):
   """The `rl` section's values that would make the update meaningless or non-finite."""
+  rl = {**dataclasses.asdict(s.train), **dataclasses.asdict(s.grpo),
+        **dataclasses.asdict(s.optimizer)}
+
   def need(ok: bool, name: str, rule: str):
     if not ok:
       raise app.UsageError(f"--config.rl.{name}={rl[name]!r}: must be {rule}")
   finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)
-  need(finite(rl.lr) and rl.lr > 0, "lr", "a finite number > 0")
-  need(finite(rl.adam_eps) and rl.adam_eps > 0, "adam_eps", "a finite number > 0")
-  need(finite(rl.max_grad_norm) and rl.max_grad_norm > 0, "max_grad_norm", "a finite number > 0")
-  need(finite(rl.weight_decay) and rl.weight_decay >= 0, "weight_decay", "finite and >= 0")
-  need(finite(rl.beta) and rl.beta >= 0, "beta", "finite and >= 0")
-  need(finite(rl.eps_low) and 0 < rl.eps_low < 1, "eps_low", "in (0, 1)")
-  need(rl.eps_high is None or (finite(rl.eps_high) and rl.eps_high > 0), "eps_high",
+  for name in ("lr", "adam_eps", "max_grad_norm"):
+    need(finite(rl[name]) and rl[name] > 0, name, "a finite number > 0")
+  for name in ("weight_decay", "beta", "advantage_eps"):
+    need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
+  need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
+  need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
        "None or a finite number > 0")
-  need(finite(rl.advantage_eps) and rl.advantage_eps >= 0, "advantage_eps", "finite and >= 0")
-  need(rl.lr_schedule in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
-  need(rl.aggregation in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
-  need(rl.advantage in ("dialogue", "turn"), "advantage", "dialogue or turn")
+  need(rl["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
+  need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
   for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
                "max_bad_steps"):
     need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
@@ -58,8 +59,9 @@ def _check_rl(rl):
     need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
 
 
-def check_config(c, s, mesh):
+def check_config(s, mesh):
   """Errors a run should meet before any compute."""
+  _check_rl(s)
   check_paths(s)
   rows = s.job.batch_problems * s.job.group_size
   shards = sharding.batch_shards(mesh)
@@ -80,12 +82,11 @@ def build(c, workdir: str, config_name: str = "?"):
 
   Everything that can be checked without the models is checked first (config
   values, paths, the workdir's owner, the problems, the API endpoints)."""
-  _check_rl(c.rl)
   s = read_settings(c, training=True)
   t = s.train
   mesh = s.mesh.make()
-  check_config(c, s, mesh)
-  workdir_lib.claim(workdir, c, "train", config_name, distributed.is_main_process())
+  check_config(s, mesh)
+  workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
   problems, report = load_problems(s)
   apis = api_backends(s)
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)

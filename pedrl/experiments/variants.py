@@ -21,7 +21,7 @@ _COMPACT = re.compile(r"([a-z_]+?)([-+]?\.?\d.*)")  # lam0.3, alpha2, c.5
 def parse(arg: str, spec: dict) -> types.SimpleNamespace:
   """`arg`'s values by `spec`'s names; raises ValueError naming the item and the valid ones."""
   def fail(why):
-    raise ValueError(f"variant {arg!r}: {why}; valid: {_describe(spec)}")
+    raise ValueError(f"variant {arg!r}: {why}; valid: {_describe(spec)}") from None
 
   values = {k: False if kind is bool else kind[0] if isinstance(kind, tuple) else None
             for k, kind in spec.items()}

@@ -8,9 +8,7 @@ takes the workdir over anyway (the record is then rewritten).
 import json
 import os
 
-from absl import app, logging
-
-from pedrl.rewards import assemble
+from absl import logging
 
 RECORD = "run.json"
 POLICIES = ("refuse", "allow")
@@ -31,21 +29,16 @@ def _architecture(path: str) -> dict:
   return {k: cfg.get(k) for k in keys}
 
 
-def identity(c, job: str) -> dict:
-  """The parts of a config that make a workdir's contents one run's: resuming into a
-  workdir where any of them differs would mix two runs' data."""
-  r = c.rewards
-  try:
-    settings = assemble.RewardSettings(components=r.components, hard=r.hard)
-  except ValueError as e:
-    raise app.UsageError(f"--config.rewards.components={r.components!r}: {e}") from None
+def identity(s, job: str) -> dict:
+  """The parts of a run's settings (RunSettings) that make a workdir's contents one run's:
+  resuming into a workdir where any of them differs would mix two runs' data."""
   out = {"job": job,
-         "rewards": ",".join(f"{name}:{w:g}" for name, w in settings.weights),
-         "hard": bool(r.hard),
-         "judges": r.judges if settings.needs_judges else None,
-         "tutor": _architecture(c.tutor.path), "student": _architecture(c.student.path)}
+         "rewards": ",".join(f"{name}:{w:g}" for name, w in s.rewards.weights),
+         "hard": s.rewards.hard,
+         "judges": s.judging.judges if s.rewards.needs_judges else None,
+         "tutor": _architecture(s.tutor.path), "student": _architecture(s.student.path)}
   if job == "train":
-    out["advantage"] = c.rl.advantage
+    out["advantage"] = s.train.advantage
   return out
 
 
@@ -59,9 +52,9 @@ def _inferred_job(workdir: str) -> str | None:
   return None
 
 
-def claim(workdir: str, c, job: str, config_name: str, main_process: bool = True) -> None:
-  """Checks that `workdir` is empty or holds this run, then records this run in it."""
-  want = identity(c, job)
+def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True) -> None:
+  """Checks that `workdir` is empty or holds the run of settings `s`, then records it."""
+  want = identity(s, job)
   path = os.path.join(workdir, RECORD)
   have = None
   if os.path.exists(path):
@@ -79,7 +72,7 @@ def claim(workdir: str, c, job: str, config_name: str, main_process: bool = True
       describe = lambda ident: ", ".join(f"{k}={ident.get(k)}" for k in diff)
       message = (f"{workdir} holds a {old.get('job')} run of {have.get('config')} "
                  f"({describe(old)}); this is a {job} run of {config_name} ({describe(want)})")
-      if c.resume_mismatch != "allow":
+      if s.job.resume_mismatch != "allow":
         raise WorkdirError(f"{message}. Use a new --workdir, or --config.resume_mismatch=allow "
                            "to take this one over")
       logging.warning("%s; taking it over (resume_mismatch=allow)", message)

@@ -9,7 +9,7 @@ Components (each a number per dialogue), registered in COMPONENTS:
             the per-turn rewards themselves stay in `Dialogue.turn_rewards`
 Each component declares its level: a dialogue-level one is one number per
 dialogue; a turn-level one also has a reward per tutor turn, from which turn
-advantages are built (`turn_rewards`). With `hard=True`, a dialogue some judge
+advantages are built (`weighted_turn_rewards`). With `hard=True`, a dialogue some judge
 rejected gets −λ in place of r_sol, pedagogy, thinking and uco (paper 003's hard
 variant; no solve attempts or UCO scoring are made for it), plus the template's
 length penalty, which applies regardless.
@@ -103,16 +103,13 @@ class RewardSettings:
   lam_think: float = 0.3  # Paper 001 eq. 1.
   theta: float = 0.6  # Paper 001 eq. 1.
   gamma: float = 0.95  # Paper 000's discount of the uco component's turn rewards.
+  # ((name, weight), …), parsed from `components` once (a bad spec fails here, not mid-run).
+  weights: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
   def __post_init__(self):
-    self.weights  # Fails here, with the spec named, rather than mid-run.
-
-  @property
-  def weights(self) -> tuple:
-    """((name, weight), …) of the configured components."""
-    if isinstance(self.components, str):
-      return parse_components(self.components)
-    return tuple((n, float(w)) for n, w in self.components)
+    weights = (parse_components(self.components) if isinstance(self.components, str) else
+               tuple((n, float(w)) for n, w in self.components))
+    object.__setattr__(self, "weights", weights)  # Frozen: set once, here.
 
   @property
   def names(self) -> set:
@@ -146,7 +143,7 @@ def total(values: dict, d, settings: RewardSettings) -> float:
   return value - settings.lam if rejected(d, settings) else value
 
 
-def turn_rewards(d, settings: RewardSettings) -> list:
+def weighted_turn_rewards(d, settings: RewardSettings) -> list:
   """Per tutor turn, the weighted sum of the turn-level components' turn rewards
   (empty if there are none, or the dialogue was hard-rejected and never scored)."""
   if rejected(d, settings):

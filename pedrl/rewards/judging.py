@@ -29,6 +29,9 @@ from pedrl.rewards import asking, pedagogy
 
 DECISION, SCORE = "decision", "score"
 POLICIES = ("accept", "reject", "drop")
+# The reference code's: 2 samples per decision judge, an unparsed reply asked up to 5
+# times; pedrl's default for what is still unparsed after that.
+SAMPLES, ROUNDS, ON_FAILURE = 2, 5, "reject"
 _ACCEPT = {"ok", "accept", "accepted", "approve", "approved", "pass", "yes"}
 _REJECT = {"reject", "rejected", "fail", "no"}
 
@@ -42,7 +45,7 @@ class JudgeSpec:
   name: str  # Metric name: leakage, helpfulness, thinking.
   prompt: str  # A judge prompt of pedrl.env.prompts.
   kind: str = DECISION  # DECISION (OK/REJECT) or SCORE (a number in [0, 1]).
-  samples: int = 2  # N samples per dialogue (the reference code's 2).
+  samples: int = SAMPLES  # N samples per dialogue.
   sees_thinking: bool = False
 
 
@@ -141,7 +144,7 @@ def requests_for(dialogues, specs) -> list[Request]:
   return out
 
 
-def judge(dialogues, specs, backend, rounds: int = 5, on_failure: str = "reject",
+def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
           stats: asking.AskStats | None = None, max_failed_share: float = 1.0) -> Judged:
   """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
   on_failure="drop" dropped it (`Judged`).

@@ -22,6 +22,8 @@ from pedrl.rewards.judging import json_object
 from pedrl.rewards.uco import SCAFFOLD_LEVELS
 
 N_CANDIDATES = 5  # n in paper 000 eq. 3.
+ROUNDS = 3  # Asks of an unparsed oracle reply.
+ON_FAILURE = "reference"  # Then: the reference oracle's stand-ins ("reference") or "error".
 
 
 class OracleError(ValueError):
@@ -100,8 +102,8 @@ def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
 @dataclasses.dataclass
 class LLMOracle:
   backend: object  # complete(requests, round) -> [text | Exception]
-  rounds: int = 3
-  on_failure: str = "reference"  # "reference" or "error".
+  rounds: int = ROUNDS
+  on_failure: str = ON_FAILURE
   stats: asking.AskStats = dataclasses.field(default_factory=asking.AskStats)  # Running totals.
   max_failed_share: float = 1.0  # Above this share of fallback turns: OracleError.
 

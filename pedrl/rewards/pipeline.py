@@ -22,8 +22,8 @@ class RewardPipeline:
   solve: solving.SolveSettings
   judge_specs: tuple = ()
   judge_backend: object = None
-  judge_rounds: int = 5
-  on_judge_failure: str = "reject"
+  judge_rounds: int = judging.ROUNDS
+  on_judge_failure: str = judging.ON_FAILURE
   uco: uco_turns.UCOSettings | None = None
   student: object = None  # pedrl.env.party.Party scoring UCO candidates (the student's model).
   scorer: object = None

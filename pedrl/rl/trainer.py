@@ -94,7 +94,7 @@ def dialogue_advantages(dialogues, settings: TrainSettings, rewards) -> list:
     rest = [assemble.dialogue_part(d, rewards) if turn_mode else d.rewards.total for d in kept]
     whole = adv_lib.group_advantages(rest, len(kept), settings.advantage_eps,
                                      settings.advantage_ddof)
-    per_turn = [assemble.turn_rewards(d, rewards) for d in kept] if turn_mode else None
+    per_turn = [assemble.weighted_turn_rewards(d, rewards) for d in kept] if turn_mode else None
     turns = (adv_lib.turn_advantages(per_turn, len(kept), rewards.gamma, settings.advantage_eps,
                                      settings.advantage_ddof) if turn_mode else None)
     k = 0
