@@ -5,8 +5,12 @@ r"""pedrl's sampler against transformers' `generate`, same weights, same inputs,
 
 The CPU profile builds random Qwen2 models with transformers, saves them as
 safetensors and loads them into pedrl, then samples batch 16 x 128 new tokens
-after a 64-token prompt with top-p 0.95 in both. Compilation is timed apart
-from steady-state generation. The last line is `min_speedup_vs_transformers=`.
+after a 64-token prompt with top-p 0.95 in both. A third case, `medium_cache`,
+is what a dialogue turn looks like: a 320-token prompt in a cache of 4096
+slots (pedrl's caches are allocated for the whole conversation;
+transformers' grows with what it holds). Compilation is timed apart from
+steady-state generation. The last line is `min_speedup_vs_transformers=`, over
+every case.
 
 The roofline column compares one decode step's time with the machine's limit
 for it: max(matmul FLOPs / peak matmul FLOP/s, bytes read / memory bandwidth),
@@ -27,7 +31,7 @@ from pedrl.engine import Sampler, SamplingParams, sequence_keys
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("device_profile", "cpu", ["cpu", "gpu"], "cpu: vs transformers; gpu: 7B bf16 decode.")
-flags.DEFINE_list("sizes", ["small", "medium"], "CPU profile model sizes.")
+flags.DEFINE_list("sizes", ["small", "medium", "medium_cache"], "CPU profile cases (CASES).")
 flags.DEFINE_integer("batch", 16, "Sequences per call.")
 flags.DEFINE_integer("prompt_len", 64, "Prompt tokens.")
 flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
@@ -42,6 +46,10 @@ SIZES = {  # Qwen2 architecture, fp32.
     "medium": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072,
                    num_attention_heads=12, num_key_value_heads=6, vocab_size=32000),
 }
+# CPU cases: (model size, prompt tokens (None: --prompt_len), pedrl cache slots (0: prompt
+# + new tokens)).
+CASES = {"small": ("small", None, 0), "medium": ("medium", None, 0),
+         "medium_cache": ("medium", 320, 4096)}
 QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944,
                  num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
 
@@ -83,14 +91,16 @@ def transformers_runner(path, prompts, top_p):
   return run
 
 
-def pedrl_runner(model, params, prompts, top_p):
-  """run(n) sampling n tokens with pedrl's Sampler."""
+def pedrl_runner(model, params, prompts, top_p, cache_slots: int = 0):
+  """run(n) sampling n tokens with pedrl's Sampler, in a fresh cache of `cache_slots`
+  slots (0: sized for the prompt and the n tokens)."""
   sampler = Sampler(model)
   rows = [list(p) for p in prompts]
   keys = sequence_keys(0, np.arange(len(rows)))
 
   def run(n):
-    gen, _ = sampler.generate(params, rows, keys, SamplingParams(n, top_p=top_p))
+    cache = sampler.new_cache(len(rows), cache_slots) if cache_slots else None
+    gen, _ = sampler.generate(params, rows, keys, SamplingParams(n, top_p=top_p), cache=cache)
     assert gen.lengths.min() == n, gen.lengths
     return gen
   return run
@@ -118,32 +128,36 @@ def cpu_profile():
         f"{peak / 1e9:.0f} GFLOP/s (fp32), memory read {bw / 1e9:.1f} GB/s")
   rng = np.random.default_rng(0)
   speedups, lines = [], []
-  header = (f"{'model':<8}{'engine':<14}{'tok/s':>9}{'ratio':>8}{'ttft_s':>9}{'compile_s':>11}"
+  header = (f"{'case':<14}{'engine':<14}{'tok/s':>9}{'ratio':>8}{'ttft_s':>9}{'compile_s':>11}"
             f"{'step_ms':>9}{'roofline':>10}")
-  for size in FLAGS.sizes:
+  for case in FLAGS.sizes:
+    size, prompt_len, slots = CASES[case]
+    prompt_len = prompt_len or FLAGS.prompt_len
     with tempfile.TemporaryDirectory() as path:
       hf_cfg = transformers.Qwen2Config(max_position_embeddings=4096, **SIZES[size])
       torch.manual_seed(0)
       transformers.Qwen2ForCausalLM(hf_cfg).save_pretrained(path)
-      prompts = rng.integers(1, hf_cfg.vocab_size, (FLAGS.batch, FLAGS.prompt_len)).tolist()
+      prompts = rng.integers(1, hf_cfg.vocab_size, (FLAGS.batch, prompt_len)).tolist()
       cfg, model, params = models.load(path, dtype="float32", scan_layers=FLAGS.scan_layers)
       result = measure({"transformers": transformers_runner(path, prompts, FLAGS.top_p),
-                        "pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p)},
+                        "pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p, slots)},
                        FLAGS.new_tokens, FLAGS.repeats)
     ref, ours = result["transformers"], result["pedrl"]
-    flops, nbytes = step_cost(cfg, FLAGS.batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 4)
+    # The roofline reads the filled slots only: what an engine needs to read.
+    flops, nbytes = step_cost(cfg, FLAGS.batch, prompt_len + FLAGS.new_tokens // 2, 4)
     limit = max(flops / peak, nbytes / bw)
     for name, r in (("transformers", ref), ("pedrl", ours)):
       r["tok_s"] = FLAGS.batch * FLAGS.new_tokens / r["total"]
       r["step"] = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
     speedups.append(ours["tok_s"] / ref["tok_s"])
     for name, r in (("transformers", ref), ("pedrl", ours)):
-      lines.append(f"{size:<8}{name:<14}{r['tok_s']:>9.1f}{r['tok_s'] / ref['tok_s']:>8.2f}"
+      lines.append(f"{case:<14}{name:<14}{r['tok_s']:>9.1f}{r['tok_s'] / ref['tok_s']:>8.2f}"
                    f"{r['ttft']:>9.3f}{r['compile']:>11.2f}{r['step'] * 1e3:>9.1f}"
                    f"{limit / r['step']:>10.0%}")
-  print(f"batch {FLAGS.batch}, prompt {FLAGS.prompt_len}, {FLAGS.new_tokens} new tokens, "
-        f"top-p {FLAGS.top_p}, fp32; transformers on {torch.get_num_threads()} torch threads; "
-        f"best of {FLAGS.repeats} interleaved runs")
+  print(f"batch {FLAGS.batch}, {FLAGS.new_tokens} new tokens, top-p {FLAGS.top_p}, fp32; "
+        f"cases (model, prompt, pedrl cache slots): "
+        f"{ {c: CASES[c] for c in FLAGS.sizes} }; transformers on {torch.get_num_threads()} "
+        f"torch threads; best of {FLAGS.repeats} interleaved runs")
   print(header)
   print("\n".join(lines))
   print(f"min_speedup_vs_transformers={min(speedups):.2f}")
