@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import models
-from pedrl.bench import roofline
+from pedrl.bench import roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 
 FLAGS = flags.FLAGS
@@ -52,18 +52,6 @@ CASES = {"small": ("small", None, 0), "medium": ("medium", None, 0),
          "medium_cache": ("medium", 320, 4096)}
 QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944,
                  num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
-
-
-def _interleaved_best(runs: dict, n: int, repeats: int) -> dict:
-  """Best wall time of runs[name](n) per engine, alternating engines each round so a
-  slow spell of a shared machine hits both alike."""
-  best = {name: float("inf") for name in runs}
-  for _ in range(repeats):
-    for name, run in runs.items():
-      t = time.perf_counter()
-      run(n)
-      best[name] = min(best[name], time.perf_counter() - t)
-  return best
 
 
 def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
@@ -114,8 +102,8 @@ def measure(runs: dict, new_tokens: int, repeats: int) -> dict:
     run(new_tokens)
     run(1)
     first[name] = time.perf_counter() - t
-  total = _interleaved_best(runs, new_tokens, repeats)
-  ttft = _interleaved_best(runs, 1, repeats)
+  total = timing.interleaved_best(runs, new_tokens, repeats)
+  ttft = timing.interleaved_best(runs, 1, repeats)
   return {name: dict(total=total[name], ttft=ttft[name],
                      compile=max(0.0, first[name] - total[name] - ttft[name])) for name in runs}
 

@@ -1,0 +1,14 @@
+"""Timing shared by the benchmarks: engines timed in alternation on one machine."""
+import time
+
+
+def interleaved_best(runs: dict, n: int, repeats: int) -> dict:
+  """Best wall time of runs[name](n) per engine, alternating engines each round so a
+  slow spell of a shared machine hits both alike."""
+  best = {name: float("inf") for name in runs}
+  for _ in range(repeats):
+    for name, run in runs.items():
+      t = time.perf_counter()
+      run(n)
+      best[name] = min(best[name], time.perf_counter() - t)
+  return best
