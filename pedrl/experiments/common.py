@@ -188,7 +188,7 @@ def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
       return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
                                    temperature=s.local_judge.temperature, seed=s.job.seed)
     if kind == "rule":
-      return backends.RuleBackend(**s.rule_judges)
+      return s.rule_judges
     raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
 
   specs = ()

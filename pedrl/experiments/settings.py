@@ -184,9 +184,10 @@ class RunSettings:
   solve: solving.SolveSettings
   rewards: assemble.RewardSettings
   judging: JudgeSettings
-  openai: dict  # pedrl.rewards.backends.OpenAIBackend's fields.
+  # OpenAIBackend's fields: building one reads the API key (process 0 only, after checks).
+  openai: dict
   local_judge: party.PartySettings
-  rule_judges: dict  # pedrl.rewards.backends.RuleBackend's fields.
+  rule_judges: backends.RuleBackend  # Stateless: the setting is the backend.
   uco: uco_turns.UCOSettings
   oracle: OracleSettings
   train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
@@ -215,7 +216,7 @@ def read_settings(config, training: bool = False) -> RunSettings:
       rewards=read.read(assemble.RewardSettings, "rewards"), judging=judging,
       openai=read.values(backends.OpenAIBackend, "rewards.openai"),
       local_judge=read.read(party.PartySettings, "rewards.local_judge"),
-      rule_judges=read.values(backends.RuleBackend, "rewards.rule_judges"),
+      rule_judges=read.read(backends.RuleBackend, "rewards.rule_judges"),
       uco=read.read(uco_turns.UCOSettings, "rewards.uco",
                     max_failed_share=judging.max_failed_share),
       oracle=read.read(OracleSettings, "rewards.uco"))
