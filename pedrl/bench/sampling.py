@@ -22,7 +22,6 @@ import time
 
 from absl import app, flags
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pedrl import models
@@ -39,6 +38,8 @@ flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
 flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
 flags.DEFINE_integer("repeats", 3, "Timed runs per engine; the best is reported.")
 flags.DEFINE_integer("gpu_layers", 28, "Layers of the GPU profile's model (28 = Qwen2.5-7B; fewer to smoke-test).")
+flags.DEFINE_list("gpu_cache_slots", ["0", "4096"],
+                  "GPU profile: pedrl cache slots per case (0: prompt + new tokens).")
 
 SIZES = {  # Qwen2 architecture, fp32.
     "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
@@ -153,34 +154,33 @@ def cpu_profile():
 
 def gpu_profile():
   from pedrl.models.config import ModelConfig
-  from pedrl.models.hf_checkpoint import abstract_params
+  from pedrl.models.hf_checkpoint import random_params
   c = dict(QWEN25_7B, num_hidden_layers=FLAGS.gpu_layers)
   cfg = ModelConfig(
       "qwen2", "causal_lm", c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
       c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
       c["intermediate_size"], 1e-6, 32768, qkv_bias=True, rope_theta=1e6, dtype="bfloat16",
       scan_layers=FLAGS.scan_layers, pad_token_id=0)
-  shapes = abstract_params(cfg)
-  leaves, treedef = jax.tree.flatten(shapes)
-  keys = jax.random.split(jax.random.key(0), len(leaves))
-  params = jax.tree.unflatten(treedef, [
-      jax.jit(lambda k, s=s: (0.02 * jax.random.normal(k, s.shape, jnp.float32)).astype(s.dtype))(k)
-      for k, s in zip(keys, leaves)])
+  params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
   print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s; Qwen2.5-7B shape "
         f"({cfg.num_layers} layers), bf16")
-  print(f"{'batch':>6}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}{'compile_s':>11}{'mem_GiB':>9}")
+  print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
+        f"{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)
   for batch in (1, 16):
     prompts = rng.integers(1, cfg.vocab_size, (batch, FLAGS.prompt_len)).tolist()
-    r = measure({"pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p)},
-                FLAGS.new_tokens, FLAGS.repeats)["pedrl"]
-    step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
-    _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
-    stats = jax.devices()[0].memory_stats() or {}
-    print(f"{batch:>6}{batch / step:>14.1f}{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}"
-          f"{r['ttft']:>8.3f}{r['compile']:>11.1f}{stats.get('peak_bytes_in_use', 0) / 2**30:>9.1f}")
+    for slots in map(int, FLAGS.gpu_cache_slots):
+      r = measure({"pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p, slots)},
+                  FLAGS.new_tokens, FLAGS.repeats)["pedrl"]
+      step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
+      # The roofline reads the filled slots only, whatever the cache's allocated size.
+      _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
+      stats = jax.devices()[0].memory_stats() or {}
+      print(f"{batch:>6}{slots or FLAGS.prompt_len + FLAGS.new_tokens:>7}{batch / step:>14.1f}"
+            f"{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}{r['ttft']:>8.3f}{r['compile']:>11.1f}"
+            f"{stats.get('peak_bytes_in_use', 0) / 2**30:>9.1f}")
 
 
 def main(argv):

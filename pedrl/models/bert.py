@@ -31,7 +31,8 @@ class BertLayer(nn.Module):
     h, d = cfg.num_heads, cfg.head_dim
     ln = lambda name: nn.LayerNorm(cfg.norm_eps, dtype=dtype, param_dtype=dtype, name=name)
     q, k, v = (layers.dense(h * d, True, dtype, n)(x).reshape(b, t, h, d) for n in "qkv")
-    attn = layers.dot_attention(q, k.transpose(0, 2, 3, 1), v.swapaxes(1, 2), mask).reshape(b, t, h * d)
+    attn = layers.dot_attention(q, [(k.transpose(0, 2, 3, 1), v.swapaxes(1, 2), mask)])
+    attn = attn.reshape(b, t, h * d)
     x = ln("attn_norm")(x + layers.dense(e, True, dtype, "o")(attn))
     up = ACTIVATIONS[cfg.hidden_act](layers.dense(cfg.intermediate_size, True, dtype, "up")(x))
     x = ln("mlp_norm")(x + layers.dense(e, True, dtype, "down")(up))

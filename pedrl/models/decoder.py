@@ -17,9 +17,23 @@ and lets each query see the filled slots at or before its own. Prefill,
 one-token decode and appending a whole new dialogue turn (with its own padding)
 are therefore one code path.
 Callers keep end + T <= S (the engine's Sampler checks it on the host before
-every call). A call with T > S raises; a call that overflows at run time (end is
-traced) returns NaN hidden states, so the error cannot pass unnoticed, but its
-cache is corrupt (the write was shifted onto the last slots) and must be dropped.
+every call).
+
+Cost follows the filled slots. A dialogue's cache is allocated for the whole
+dialogue, but a call with a static `window` reads only the slots it can reach.
+Attention takes the cache's slots and the new tokens' keys and values as two
+segments under one softmax, and the new tokens are written into the cache once,
+after the layer stack and after every read (the write depends on the hidden
+states, see `Decoder.__call__`). The cache is thus only read inside the layers
+and updated in place outside them: when one layer both wrote its slot and read
+the window, or when nothing ordered the reads before the write, XLA copied
+every layer's whole cache twice per decode step (`pedrl.bench.cache_size` shows
+the steps and the copies; tests/test_decode_program.py checks the program).
+
+A call with T > S raises; a call that overflows at run time (end is traced)
+returns NaN hidden states and writes NaN keys and values, so the error cannot
+pass unnoticed, but its cache is corrupt (the write was shifted onto the last
+slots) and must be dropped.
 """
 import re
 from typing import Any
@@ -58,14 +72,16 @@ class LayerCache:
     return cls(k.transpose(0, 2, 3, 1), v.swapaxes(1, 2))
 
   def write(self, new: "LayerCache", at) -> "LayerCache":
-    """`new`'s T slots written at slots at..at+T-1."""
+    """`new`'s T slots written at slots at..at+T-1 (one layer's, or all layers'
+    with a leading layer axis on both)."""
+    lead = (0,) * (self.k.ndim - 1)
     return LayerCache(
-        jax.lax.dynamic_update_slice(self.k, new.k.astype(self.k.dtype), (0, 0, 0, at)),
-        jax.lax.dynamic_update_slice(self.v, new.v.astype(self.v.dtype), (0, 0, at, 0)))
+        jax.lax.dynamic_update_slice(self.k, new.k.astype(self.k.dtype), lead + (at,)),
+        jax.lax.dynamic_update_slice(self.v, new.v.astype(self.v.dtype), lead[:-1] + (at, 0)))
 
-  def window(self, s: int, dtype):
+  def read(self, s: int, dtype):
     """(keys, values) of the first s slots in `dtype`, as dot_attention takes them."""
-    return self.k[..., :s].astype(dtype), self.v[:, :, :s].astype(dtype)
+    return self.k[..., :s].astype(dtype), self.v[..., :s, :].astype(dtype)
 
   def gather(self, order) -> "LayerCache":
     """Row b's slots in the order order[b] (order [B, S])."""
@@ -133,6 +149,13 @@ class KVCache:
       return LayerCache(self.k, self.v)
     return tuple(map(LayerCache, self.k, self.v))
 
+  def write(self, new, at) -> "KVCache":
+    """The new tokens' keys and values (in the form `per_layer` gives, T slots
+    each) written at slots at..at+T-1 of every layer."""
+    if self._stacked:
+      return self.with_layers(self.per_layer.write(new, at))
+    return self.with_layers(tuple(c.write(n, at) for c, n in zip(self.per_layer, new)))
+
   def with_layers(self, layers) -> "KVCache":
     """This cache with the layers' caches replaced (in the form `per_layer` gives)."""
     if self._stacked:
@@ -167,7 +190,10 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, write_at, kv):
+  def __call__(self, x, cos, sin, masks, kv):
+    """Attention of x over the cache kv (None: none) and x's own tokens, with
+    masks (cache mask or None, the new tokens' mask); returns (out, the new
+    tokens' LayerCache, None without a cache)."""
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     b, t, _ = x.shape
     h, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -179,11 +205,13 @@ class Attention(nn.Module):
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
     new = LayerCache.of(k, v)
-    if kv is not None:
-      new = kv = kv.write(new, write_at)
-    # Attend to the first s slots only (the window, see Decoder).
-    out = layers.dot_attention(q, *new.window(mask.shape[-1], dtype), mask)
-    return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), kv
+    old_mask, new_mask = masks
+    segments = [(*new.read(t, dtype), new_mask)]
+    if kv is not None and old_mask.shape[-1]:  # The cache is read, not written (see Decoder).
+      segments.insert(0, (*kv.read(old_mask.shape[-1], dtype), old_mask))
+    out = layers.dot_attention(q, segments)
+    out = layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d))
+    return out, (None if kv is None else new)
 
 
 class GatedMLP(nn.Module):
@@ -201,10 +229,10 @@ class DecoderLayer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, write_at, kv):
+  def __call__(self, x, cos, sin, masks, kv):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     h, kv = Attention(cfg, name="attn")(
-        layers.RMSNorm(cfg.norm_eps, dtype, name="input_norm")(x), cos, sin, mask, write_at, kv)
+        layers.RMSNorm(cfg.norm_eps, dtype, name="input_norm")(x), cos, sin, masks, kv)
     x = x + h
     x = x + GatedMLP(cfg, name="mlp")(layers.RMSNorm(cfg.norm_eps, dtype, name="post_attn_norm")(x))
     return x, kv
@@ -263,7 +291,7 @@ class Decoder(nn.Module):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     self.embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=dtype)
     if cfg.scan_layers:
-      self.layers = scanned(DecoderLayer, cfg, n_broadcast=4)(cfg)
+      self.layers = scanned(DecoderLayer, cfg, n_broadcast=3)(cfg)
     else:
       layer_cls = unrolled(DecoderLayer, cfg)
       self.layers = [layer_cls(cfg) for _ in range(cfg.num_layers)]
@@ -278,48 +306,54 @@ class Decoder(nn.Module):
   def __call__(self, tokens, mask, cache=None, positions=None, window=None):
     """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
 
-    With a cache, `window` (static) limits attention to its first `window`
-    slots: a dialogue's cache is sized for the whole dialogue, and early turns
-    then read only the part they can have filled. Tokens written past the
-    window make the hidden states NaN, like an overflow.
+    With a cache, `window` (static) runs the call on the cache's first `window`
+    slots only: early turns of a dialogue then read only the
+    part they can have filled. Tokens written past the window make the hidden
+    states NaN, like an overflow.
 
     Returns (hidden [B, T, E], new cache or None).
     """
     t = tokens.shape[1]
     mask = mask.astype(bool)
+    window = None if cache is None else min(window or cache.size, cache.size)
+    if cache is not None and t > window:
+      raise ValueError(f"{t} new tokens do not fit a KV cache window of {window} slots")
+    # Two key segments: the cache's filled slots, all before the new tokens (which
+    # go at end..end+t-1 <= window, so only the first window - t slots can hold
+    # any), and the new tokens, causal among themselves.
+    masks = (None if cache is None else cache.mask[:, None, :window - t],
+             mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None])
     if cache is None:
+      kv = None
       if positions is None:
         positions = positions_from_mask(mask)
-      causal = jnp.tril(jnp.ones((t, t), bool))
-      attn_mask = mask[:, None, :] & causal[None]
-      write_at, kv = 0, None
     else:
-      window = cache.size if window is None else min(window, cache.size)
-      if t > window:
-        raise ValueError(f"{t} new tokens do not fit a KV cache window of {window} slots")
+      kv = cache.per_layer
       if positions is None:
         positions = positions_from_mask(mask, cache.pos)
-      write_at = cache.end
-      slots = jnp.arange(window)
-      kv_mask = jax.lax.dynamic_update_slice(cache.mask, mask, (0, write_at))
-      query_slots = write_at + jnp.arange(t)
-      attn_mask = kv_mask[:, None, :window] & (slots[None, None, :] <= query_slots[None, :, None])
-      kv = cache.per_layer
     cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
     if self.cfg.scan_layers:
-      x, kv = self.layers(x, cos, sin, attn_mask, write_at, kv)
+      x, new = self.layers(x, cos, sin, masks, kv)
     else:
-      kv = [None] * len(self.layers) if kv is None else list(kv)
+      kv = [None] * len(self.layers) if kv is None else kv
+      new = [None] * len(self.layers)
       for i, layer in enumerate(self.layers):
-        x, kv[i] = layer(x, cos, sin, attn_mask, write_at, kv[i])
+        x, new[i] = layer(x, cos, sin, masks, kv[i])
     hidden = self.final_norm(x)
     if cache is None:
       return hidden, None
-    overflow = write_at + t > window
-    hidden = jnp.where(overflow, jnp.nan, hidden).astype(hidden.dtype)
-    return hidden, cache.with_layers(kv).replace(
-        mask=kv_mask, pos=cache.pos + mask.sum(1, dtype=jnp.int32), end=cache.end + t)
+    at = cache.end
+    hidden = jnp.where(at + t > window, jnp.nan, hidden).astype(hidden.dtype)  # Overflow.
+    # A row's new keys and values are written as NaN unless its hidden states are
+    # finite. Besides marking a broken row's cache, this makes the write depend on
+    # every layer's read of the cache: XLA cannot otherwise order an unrolled
+    # stack's reads before the in-place write, and copies every layer's cache.
+    ok = jnp.isfinite(hidden).all(axis=(1, 2))
+    new = jax.tree.map(lambda a: jnp.where(ok.reshape((-1,) + (1,) * 3), a, jnp.nan), new)
+    return hidden, cache.write(new, at).replace(
+        mask=jax.lax.dynamic_update_slice(cache.mask, mask, (0, at)),
+        pos=cache.pos + mask.sum(1, dtype=jnp.int32), end=at + t)
 
   def logits(self, hidden):
     """Head outputs in float32: vocabulary logits, or per-token class scores for seq_cls."""

@@ -90,6 +90,17 @@ def abstract_params(cfg: ModelConfig):
       lambda: model.init(jax.random.PRNGKey(0), tokens, jnp.ones_like(tokens), **kwargs))["params"]
 
 
+def random_params(cfg: ModelConfig, seed: int = 0):
+  """normal(0, 0.02) params of `cfg`'s shapes, made leaf by leaf on the device (for
+  benchmarks at sizes no test checkpoint has)."""
+  leaves, treedef = jax.tree.flatten(abstract_params(cfg))
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  make = jax.jit(lambda k, s: (0.02 * jax.random.normal(k, s.shape, jnp.float32)).astype(s.dtype),
+                 static_argnums=1)
+  return jax.tree.unflatten(treedef, [make(k, jax.ShapeDtypeStruct(s.shape, s.dtype))
+                                      for k, s in zip(keys, leaves)])
+
+
 def _leaf_paths(tree):
   flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
   paths = ["/".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]

@@ -23,37 +23,54 @@ class RMSNorm(nn.Module):
     return scale * normed.astype(x.dtype)
 
 
-def dot_attention(q, k, v, mask):
-  """Grouped-query attention.
+def dot_attention(q, segments):
+  """Grouped-query attention over one or more key/value segments, one softmax
+  across all of them.
+
+  The decoder passes a KV cache and the new tokens as two segments, so a call
+  reads the cache without first writing into it (an in-place write followed by
+  a read of the same buffer made XLA copy the cache, see models.decoder).
 
   Args:
-    q: [B, T, H, D] queries; k: [B, KV, D, S] keys (transposed: the KV-cache
-      layout), v: [B, KV, S, D] values, with H a multiple of KV.
-    mask: [B, T, S] bool, True where query t may attend key s.
+    q: [B, T, H, D] queries.
+    segments: (k, v, mask) triples: keys k [B, KV, D, S] (transposed: the
+      KV-cache layout), values v [B, KV, S, D], with H a multiple of KV, and
+      mask [B, T or 1, S] bool, True where query t may attend key s.
   Returns:
-    [B, T, H, D] in the dtype of v. Scores and softmax are float32.
+    [B, T, H, D] in the dtype of the values. Scores and softmax are float32.
   """
   b, t, h, d = q.shape
-  kv = k.shape[1]
+  kv = segments[0][0].shape[1]
   q = q.reshape(b, t, kv, h // kv, d)
-  f32 = jnp.float32
-  if t == 1:
-    # One-token decode as two multiply-reduces that stream the cache once, measured
-    # fastest on XLA:CPU (`pedrl.bench.sampling`): scores sum over D, a major axis of
+  scores = [jnp.where(mask[:, None, None], _scores(q, k) * (d ** -0.5), MASK_VALUE)
+            for k, _, mask in segments]
+  probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
+  out, start = 0, 0
+  for _, v, _ in segments:
+    out = out + _weighted_values(probs[..., start:start + v.shape[2]], v)
+    start += v.shape[2]
+  return out.reshape(b, t, h, d).astype(segments[0][1].dtype)
+
+
+def _scores(q, k):
+  """q [B, T, KV, G, D] against keys k [B, KV, D, S]: float32 scores [B, KV, G, T, S]."""
+  if q.shape[1] == 1:
+    # One-token decode as a multiply-reduce that streams the cache once, measured
+    # fastest on XLA:CPU (`pedrl.bench.sampling`): it sums over D, a major axis of
     # the transposed keys, so the S axis stays contiguous (a batched dot_general over
-    # (B, KV) with 2 query rows per group ran ~8x slower at 256 slots); values sum over S.
-    scores = jnp.sum(q[:, 0, :, :, :, None].astype(f32) * k[:, :, None].astype(f32),
-                     axis=-2)[:, :, :, None]  # [B, KV, G, 1, S]
-  else:
-    scores = jnp.einsum("btkgd,bkds->bkgts", q, k, preferred_element_type=f32)
-  scores = scores * (d ** -0.5)
-  scores = jnp.where(mask[:, None, None], scores, MASK_VALUE)
-  probs = jax.nn.softmax(scores, axis=-1)
-  if t == 1:
-    out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None].astype(f32), axis=-2)  # [B, KV, G, D]
-    return out.reshape(b, 1, h, d).astype(v.dtype)
-  out = jnp.einsum("bkgts,bksd->btkgd", probs.astype(v.dtype), v)
-  return out.reshape(b, t, h, d)
+    # (B, KV) with 2 query rows per group ran ~8x slower at 256 slots).
+    f32 = jnp.float32
+    return jnp.sum(q[:, 0, :, :, :, None].astype(f32) * k[:, :, None].astype(f32),
+                   axis=-2)[:, :, :, None]
+  return jnp.einsum("btkgd,bkds->bkgts", q, k, preferred_element_type=jnp.float32)
+
+
+def _weighted_values(probs, v):
+  """probs [B, KV, G, T, S] times values v [B, KV, S, D]: float32 [B, T, KV, G, D]."""
+  if probs.shape[3] == 1:  # Decode: a multiply-reduce over S.
+    return jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None].astype(jnp.float32), axis=-2)[:, None]
+  return jnp.einsum("bkgts,bksd->btkgd", probs.astype(v.dtype), v,
+                    preferred_element_type=jnp.float32)
 
 
 def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:

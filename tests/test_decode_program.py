@@ -1,0 +1,50 @@
+"""The compiled decode loop reads the KV cache and updates it in place: no copy of a
+cache-sized buffer per step, so a step's cost does not grow with the allocated slots."""
+import numpy as np
+import pytest
+
+from pedrl.bench import hlo
+from pedrl.engine import Sampler, SamplingParams
+from pedrl.models.config import ModelConfig
+from pedrl.models.hf_checkpoint import build_model, random_params
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+@pytest.mark.parametrize("slots", [512, 2048])
+def test_decode_loop_holds_no_copy_of_the_cache(scan_layers, slots):
+  # Shapes where the old layout (each layer writing its slot, then slicing the window
+  # to attend) compiled to two copies of every layer's cache per step.
+  batch, kv_heads, head_dim = 8, 2, 64
+  cfg = ModelConfig("qwen2", "causal_lm", 256, 256, 2, 4, kv_heads, head_dim, 512, 1e-6, 32768,
+                    dtype="float32", scan_layers=scan_layers, pad_token_id=0)
+  sampler = Sampler(build_model(cfg))
+  params = random_params(cfg)
+  rows = np.random.default_rng(0).integers(1, 256, (batch, 300)).tolist()
+  cache = sampler.extend(params, sampler.new_cache(batch, slots), [r[:-1] for r in rows])
+  sp = SamplingParams(32)
+  tokens, mask, window = sampler._chunk([r[-1:] for r in rows], cache, sp.max_new_tokens,
+                                        need_token=True)
+  assert window == 512  # Prompts padded to 384 slots, plus 1 + 32: a 512-slot window.
+  text = hlo.decode_hlo(sampler, params, cache, tokens, mask, sp, window)
+  # Anything as large as one layer's keys over the window counts.
+  assert hlo.loop_copies(text, batch * kv_heads * head_dim * window) == []
+
+
+def test_loop_copies_finds_a_copy_in_a_loop_body():
+  text = """HloModule m
+
+%body (p: (s32[], f32[8,4,64,512])) -> (s32[], f32[8,4,64,512]) {
+  %p = (s32[], f32[8,4,64,512]) parameter(0)
+  %x = f32[8,4,64,512]{3,2,1,0} get-tuple-element(%p), index=1
+  %copy.1 = f32[8,4,64,512]{3,2,1,0} copy(%x)
+  %small = f32[8,4]{1,0} copy(%y)
+}
+
+ENTRY %main (a: f32[8,4,64,512]) -> f32[8,4,64,512] {
+  %w = (s32[], f32[8,4,64,512]) while(%t), condition=%cond, body=%body
+  %copy.2 = f32[8,4,64,512]{3,2,1,0} copy(%a)
+}
+"""
+  assert hlo.loop_copies(text, 8 * 4 * 64 * 256) == ["copy [8,4,64,512]"]
+  with pytest.raises(ValueError, match="no while loop"):
+    hlo.loop_copies("HloModule m\n\nENTRY %main () -> f32[] {\n}\n", 1)
