@@ -33,11 +33,10 @@ from absl import app, flags
 import jax
 
 from pedrl.bench import timing
-from pedrl.env import chat, prompts, rollout
+from pedrl.engine import SamplingParams
+from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
-from pedrl.env.party import PartySettings
 from pedrl.env.problems import load_bigmath
-from pedrl.experiments.common import load_party
 from pedrl.models.decoder import KVCache
 from pedrl.tokenizer import load_tokenizer
 
@@ -49,6 +48,7 @@ flags.DEFINE_integer("tokens_per_turn", 48, "Tokens sampled per turn.")
 flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conversation_tokens,
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
 flags.DEFINE_integer("repeats", 3, "Timed runs per engine and length; the best is reported.")
+flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "testdata")
@@ -139,7 +139,7 @@ class _TransformersSide:
     """One batched turn for every dialogue; the raw texts."""
     import torch
     rows = [self.new_tokens(d) for d in range(len(self.views))]
-    ids, mask = _left_pad(rows, config.pad_token_id)
+    ids, mask = (x.to(self.model.device) for x in _left_pad(rows, config.pad_token_id))
     if self.ids is not None:  # Generate feeds only what follows the cache's tokens.
       ids, mask = torch.cat([self.ids, ids], 1), torch.cat([self.mask, mask], 1)
     kwargs = dict(cache=self.cache) if self.carry_kv else {}
@@ -161,13 +161,15 @@ class _TransformersSide:
     return texts
 
 
-def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bool):
+def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bool,
+                        device: str = "cpu"):
   """run(n) rolling out n-message dialogues with transformers' generate (torch, float32)."""
   import torch
   import transformers
   sides = {}
   for side, path in paths.items():
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = model.to(device).eval()
     # transformers 5 fills a call's unset eos_token_id from here: None stops nothing.
     model.generation_config.eos_token_id = None
     kwargs = {"enable_thinking": settings.thinking} if side == TUTOR else {}
@@ -193,13 +195,10 @@ def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bo
 
 def pedrl_runner(paths, problems, settings, new_tokens: int):
   """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties."""
-  parties = {}
-  for side, path in paths.items():
-    party = load_party(PartySettings(path, temperature=1.0, top_k=TOP_K, top_p=1.0,
-                                     max_new_tokens=new_tokens), mesh=None, scan_layers=False)
-    parties[side] = dataclasses.replace(party, sampling=dataclasses.replace(
-        party.sampling, stop_token_ids=()))  # No stops: every turn samples new_tokens.
-  slots = rollout._capacity(parties[TUTOR], settings, new_tokens)  # Each side's, as run sizes it.
+  # No stops (a logged warning): every turn samples new_tokens.
+  sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=())
+  parties = {side: party_lib.load(path, sampling, scan_layers=False) for side, path in paths.items()}
+  slots = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sizes it.
 
   def run(n):
     out = rollout.run(problems, 1, parties[TUTOR], parties[STUDENT],
@@ -256,7 +255,8 @@ def cache_megabytes(party, slots: int, rows: int) -> float:
 
 
 def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
-           max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens) -> dict:
+           max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
+           torch_device: str = "cpu") -> dict:
   """Runs every engine at every length and prints the table; results by length."""
   import torch
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
@@ -267,14 +267,17 @@ def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
   with tempfile.TemporaryDirectory() as path:
     paths, n_params = save_models(path, shape)
     pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens)
-    runs = {"transformers": transformers_runner(paths, problems, settings, new_tokens, False),
-            "transformers_kv": transformers_runner(paths, problems, settings, new_tokens, True),
-            "pedrl": pedrl_run}
+    runs = {name: transformers_runner(paths, problems, settings, new_tokens, carry_kv,
+                                      torch_device)
+            for name, carry_kv in (("transformers", False), ("transformers_kv", True))}
+    runs["pedrl"] = pedrl_run
     for n in lengths:
       results[n] = measure(runs, n, repeats)
   slots = results[lengths[0]]["pedrl"]["work"].cache_slots
+  where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
+           else f"{torch.get_num_threads()} torch threads")
   print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores; transformers on "
-        f"{torch.get_num_threads()} torch threads")
+        f"{where}")
   print(f"tutor and student: random Qwen2, {shape['num_hidden_layers']} layers, hidden "
         f"{shape['hidden_size']}, vocab {VOCAB}, {n_params / 1e6:.1f}M parameters each, fp32")
   print(f"{dialogues} guided dialogues, {new_tokens} sampled tokens per turn (no stops), "
@@ -301,7 +304,7 @@ def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
 def main(argv):
   del argv
   report(SIZES[FLAGS.size], FLAGS.dialogues, [int(n) for n in FLAGS.messages],
-         FLAGS.tokens_per_turn, FLAGS.repeats, FLAGS.max_conversation_tokens)
+         FLAGS.tokens_per_turn, FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,14 @@ class SamplingParams:
   temperature 0 means greedy. top_k 0 and top_p 1.0 disable those filters.
   Log-probs are reported under softmax(logits / temperature) before top-k /
   top-p filtering (temperature 1 when greedy): the distribution GRPO's ratio
-  and KL are computed on.
+  and KL are computed on. stop_token_ids None means the model's end-of-sequence
+  ids (the Sampler fills them in, `Sampler.with_stops`); () means none.
   """
   max_new_tokens: int
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
-  stop_token_ids: tuple = ()
+  stop_token_ids: tuple | None = None
 
   def __post_init__(self):
     if self.max_new_tokens <= 0:
@@ -42,7 +43,8 @@ class SamplingParams:
       raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
     if self.top_k < 0:
       raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-    object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
+    if self.stop_token_ids is not None:
+      object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
 
   @property
   def greedy(self) -> bool:

@@ -21,6 +21,7 @@ row: the string, or the token as text.
 import dataclasses
 import functools
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,9 +35,9 @@ from pedrl.models.decoder import Decoder, KVCache
 from pedrl.streams import sequence_keys
 
 
-def next_token_logits(model: Decoder, params, tokens, mask, cache, window=None):
+def next_token_logits(model: Decoder, params, tokens, mask, cache):
   """Runs new tokens through the cache; float32 logits [B, V] at the last slot."""
-  hidden, cache = model.apply({"params": params}, tokens, mask, cache, window=window)
+  hidden, cache = model.apply({"params": params}, tokens, mask, cache)
   logits = model.apply({"params": params}, hidden[:, -1:], method=Decoder.logits)
   return logits[:, 0], cache
 
@@ -45,6 +46,15 @@ def next_token_logits(model: Decoder, params, tokens, mask, cache, window=None):
 def _extend(model, params, cache, tokens, mask, window):
   _, cache = model.apply({"params": params}, tokens, mask, cache, window=window)
   return cache
+
+
+@functools.partial(compiler.jit, static_argnums=(0, 5), donate_argnums=(2,))
+def _extend_shared(model, params, cache, tokens, mask, window):
+  """Runs one row of tokens [1, T] on a fresh cache's first row and copies the
+  result to every row: an opening all rows share is computed once."""
+  one = cache.head(window).take(jnp.zeros((1,), jnp.int32))
+  _, one = model.apply({"params": params}, tokens, mask, one)
+  return cache.with_head(one.take(jnp.zeros((cache.batch,), jnp.int32)))
 
 
 @struct.dataclass
@@ -75,9 +85,10 @@ class Decoded:
 def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
               window):
   """Extends the cache by tokens/mask, then decodes; rows with real=False (batch
-  filler) start done, so they never keep the loop running."""
+  filler) start done, so they never keep the loop running. The whole call works
+  on the cache's first `window` slots (all it can reach), cut out once."""
   b, n = tokens.shape[0], sp.max_new_tokens
-  logits, cache = next_token_logits(model, params, tokens, mask, cache, window)
+  logits, head = next_token_logits(model, params, tokens, mask, cache.head(window))
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   pad = model.cfg.pad_token_id or 0
 
@@ -91,7 +102,7 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
       packed = stop_table[match, tok].astype(jnp.int32)
       hit, match = hit | (packed % 2 == 1), packed // 2
     stopped = live & hit
-    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s.cache, window)
+    logits, cache = next_token_logits(model, params, tok[:, None], live[:, None], s.cache)
     return s.replace(
         i=i + 1, cache=cache, logits=logits, match=match,
         tokens=s.tokens.at[:, i].set(jnp.where(live, tok, pad)),
@@ -100,12 +111,12 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
         done=s.done | stopped | (i + 1 >= n))
 
   state = DecodeState(
-      i=jnp.int32(0), cache=cache, logits=logits, match=jnp.zeros((b,), jnp.int32),
+      i=jnp.int32(0), cache=head, logits=logits, match=jnp.zeros((b,), jnp.int32),
       tokens=jnp.full((b, n), pad, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
       length=jnp.zeros((b,), jnp.int32), stopped=jnp.zeros((b,), bool),
       done=~real)
   s = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return Decoded(s.tokens, s.logprobs, s.length, s.stopped), s.cache
+  return Decoded(s.tokens, s.logprobs, s.length, s.stopped), cache.with_head(s.cache)
 
 
 @dataclasses.dataclass
@@ -140,14 +151,19 @@ class Sampler:
     stop_strings: strings that end a row wherever they appear in its output.
     mesh: shard rows over (data, fsdp) and KV heads over tensor; None: one device.
     length_buckets: allowed padded lengths of new-token chunks and caches.
+    share_prefix: on a fresh cache, rows whose tokens open with the same
+      share_prefix or more tokens (a system prompt's instructions, a problem's G
+      rollouts) get that opening computed once and copied; 0: never.
   """
 
   def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
-               length_buckets=LENGTH_BUCKETS):
+               length_buckets=LENGTH_BUCKETS, share_prefix: int = 32):
     self.model, self.cfg, self.tokenizer, self.mesh = model, model.cfg, tokenizer, mesh
+    self.share_prefix = share_prefix
     self.buckets = tuple(length_buckets)
     self.stop_strings = tuple(stop_strings)
     self.pad_id = self.cfg.pad_token_id or 0
+    self._warned_no_stops = False
     self._stop_table = None
     if self.stop_strings:
       if tokenizer is None:
@@ -240,6 +256,28 @@ class Sampler:
     cache = self.select_rows(cache, np.repeat(np.arange(len(prompts)), copies))
     return cache, [[p[-1]] for p in prompts for _ in range(copies)]
 
+  def _shared_opening(self, params, cache, rows, extra: int):
+    """(cache, rows): on a fresh cache, the rows' common opening (each row keeps a
+    token of its own) written once to every row and cut from the rows."""
+    if not self.share_prefix or len(rows) < 2 or int(cache.end) != 0:
+      return cache, rows
+    rows = [np.asarray(r).reshape(-1) for r in rows]
+    n = min(r.size for r in rows) - 1
+    for r in rows[1:]:
+      differ = np.flatnonzero(r[:n] != rows[0][:n])
+      n = int(differ[0]) if differ.size else n
+    if n < self.share_prefix:
+      return cache, rows
+    t = bucket(n, self.buckets)
+    if t + max(r.size for r in rows) - n + extra > cache.size:  # No room for the padding.
+      return cache, rows
+    tokens = np.full((1, t), self.pad_id, np.int32)
+    mask = np.zeros((1, t), bool)
+    tokens[0, t - n:], mask[0, t - n:] = rows[0][:n], True
+    cache = _extend_shared(self.model, params, cache, self._replicated(tokens),
+                           self._replicated(mask), t)
+    return cache, [r[n:] for r in rows]
+
   def select_rows(self, cache, rows, batch: int | None = None):
     """The cache of rows `rows` (indices, may repeat), padded to `batch` rows
     (default: the mesh's padded batch) with copies of the first; dialogues that
@@ -259,6 +297,18 @@ class Sampler:
 
   # -- Sampling --------------------------------------------------------------
 
+  def with_stops(self, sampling: SamplingParams) -> SamplingParams:
+    """`sampling` with stop_token_ids None replaced by the model's end-of-sequence
+    ids; logs a warning (once per sampler) when nothing can stop a row."""
+    if sampling.stop_token_ids is None:
+      sampling = dataclasses.replace(sampling, stop_token_ids=tuple(self.cfg.eos_token_ids))
+    if not sampling.stop_token_ids and not self.stop_strings and not self._warned_no_stops:
+      self._warned_no_stops = True
+      logging.warning("sampling with no stop token and no stop string (the model's config "
+                      "names %s end-of-sequence ids): every row runs to max_new_tokens",
+                      list(self.cfg.eos_token_ids) or "no")
+    return sampling
+
   def generate(self, params, rows, keys, sampling: SamplingParams, cache=None):
     """Samples a continuation for each row of new tokens.
 
@@ -273,6 +323,7 @@ class Sampler:
     Returns:
       (Generation for the len(rows) rows, the updated cache).
     """
+    sampling = self.with_stops(sampling)
     if cache is None:
       if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("empty prompt: every row needs at least one token")
@@ -282,6 +333,7 @@ class Sampler:
                          f"exceeds the model's context of {self.cfg.max_position_embeddings}")
       size = bucket(longest, self.buckets) + sampling.max_new_tokens
       cache = self.new_cache(len(rows), min(size, self.cfg.max_position_embeddings))
+    cache, rows = self._shared_opening(params, cache, rows, sampling.max_new_tokens)
     n = len(rows)
     tokens, mask, window = self._chunk(rows, cache, sampling.max_new_tokens, need_token=True)
     keys = jnp.asarray(keys)
@@ -320,7 +372,7 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
   """
   if max_new_tokens <= 0:
     raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-  sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+  sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=())
   tokens, host_mask = jnp.asarray(tokens), np.asarray(mask, bool)
   if tokens.ndim != 2 or tokens.shape[1] == 0:
     raise ValueError(f"prompts must be a non-empty [batch, length] array, got shape {tokens.shape}")

@@ -1,8 +1,11 @@
 """A model taking one side of a dialogue (tutor or student), or scoring, judging, solving."""
 import dataclasses
 
+from pedrl import models
+from pedrl.engine import Sampler
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import chat
+from pedrl.tokenizer import load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,3 +25,25 @@ class Party:
   params: object
   chat: chat.ChatFormat
   sampling: SamplingParams
+
+
+def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = True,
+         template_kwargs=None, stop_strings=(), **runtime) -> Party:
+  """A party from a Hugging Face checkpoint directory (config, safetensors and a
+  tokenizer with a chat template).
+
+  Args:
+    path: the checkpoint directory.
+    sampling: how each turn samples; stop_token_ids None (the default) stops at
+      the model's end-of-sequence ids, () at none (a logged warning).
+    mesh: shard params, caches and rows over this mesh; None: one device.
+    scan_layers: scanned layers (fast compiles) or unrolled (faster decoding on CPU).
+    template_kwargs: passed to the chat template (e.g. {"enable_thinking": True}).
+    stop_strings: strings that also end a turn.
+    **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
+  """
+  _, model, params = models.load(path, shardings=mesh, scan_layers=scan_layers, **runtime)
+  tokenizer = load_tokenizer(path, require_chat_template=True)
+  sampler = Sampler(model, tokenizer, stop_strings=stop_strings, mesh=mesh)
+  return Party(sampler, params, chat.ChatFormat(tokenizer, dict(template_kwargs or {})),
+               sampler.with_stops(sampling))

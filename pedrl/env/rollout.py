@@ -156,7 +156,7 @@ class _Side:
     return out
 
 
-def _capacity(party: Party, settings: RolloutSettings, other_max_new: int) -> int:
+def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> int:
   """Cache slots for a whole dialogue: the token limit plus one more exchange and slack
   for template tokens (masked gaps are compacted away when room runs out)."""
   want = settings.max_conversation_tokens + party.sampling.max_new_tokens + other_max_new + 256
@@ -211,8 +211,8 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
                                    "enable_thinking": settings.thinking}))
   t_max, s_max = tutor.sampling.max_new_tokens, student.sampling.max_new_tokens
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
-  tutor_side = _Side(TUTOR, tutor, n, _capacity(tutor, settings, s_max), prefix)
-  student_side = _Side(STUDENT, student, n, _capacity(student, settings, t_max))
+  tutor_side = _Side(TUTOR, tutor, n, cache_slots(tutor, settings, s_max), prefix)
+  student_side = _Side(STUDENT, student, n, cache_slots(student, settings, t_max))
   for d, dl in enumerate(dialogues):
     tutor_side.views[d].append({"role": "system", "content": prompts.render(
         settings.tutor_prompt, problem=dl.problem)})

@@ -10,17 +10,16 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from pedrl import distributed, models
-from pedrl.engine import Sampler
+from pedrl import distributed
 from pedrl.engine.scoring import Scorer
-from pedrl.env import chat, problems as problems_lib, solving
+from pedrl.env import problems as problems_lib, solving
 from pedrl.env.dialogue import RecordError
+from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
 from pedrl.rl import checkpoint, trainer
-from pedrl.tokenizer import load_tokenizer
 
 # Exit codes, for schedulers: 0 done; 1 a configuration, input, endpoint or checkpoint error
 # (one line on stderr); 3 training diverged; 128 + N stopped on signal N after saving
@@ -85,11 +84,8 @@ def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=Non
   `runtime` sets ModelConfig runtime fields (e.g. remat=True for the trained tutor)."""
   if not side.path:
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
-  cfg, model, params = models.load(side.path, shardings=mesh, scan_layers=scan_layers, **runtime)
-  tokenizer = load_tokenizer(side.path, require_chat_template=True)
-  return Party(Sampler(model, tokenizer, mesh=mesh), params,
-               chat.ChatFormat(tokenizer, dict(template_kwargs or {})),
-               settings_lib.sampling(side, cfg.eos_token_ids))
+  return party_lib.load(side.path, settings_lib.sampling(side), mesh=mesh, scan_layers=scan_layers,
+                        template_kwargs=template_kwargs, **runtime)
 
 
 def load_problems(s: settings_lib.RunSettings):

@@ -162,6 +162,23 @@ class KVCache:
       return self.replace(k=layers.k, v=layers.v)
     return self.replace(k=tuple(c.k for c in layers), v=tuple(c.v for c in layers))
 
+  def head(self, s: int | None) -> "KVCache":
+    """The cache cut to its first s slots (the whole cache if s is None or >= S).
+    A call that can reach only those works on the head, at a cost that follows s."""
+    if s is None or s >= self.size:
+      return self
+    return self.replace(k=jax.tree.map(lambda a: a[..., :s], self.k),
+                        v=jax.tree.map(lambda a: a[..., :s, :], self.v), mask=self.mask[:, :s])
+
+  def with_head(self, head: "KVCache") -> "KVCache":
+    """This cache with its first slots replaced by `head`'s (in place when donated),
+    and head's pos and end."""
+    if head.size == self.size:
+      return head
+    put = lambda a, h: jax.lax.dynamic_update_slice(a, h, (0,) * a.ndim)
+    return self.replace(k=jax.tree.map(put, self.k, head.k), v=jax.tree.map(put, self.v, head.v),
+                        mask=put(self.mask, head.mask), pos=head.pos, end=head.end)
+
   def _map_layers(self, f) -> "KVCache":
     """f (LayerCache -> LayerCache) applied to every layer."""
     layers = self.per_layer
@@ -306,22 +323,28 @@ class Decoder(nn.Module):
   def __call__(self, tokens, mask, cache=None, positions=None, window=None):
     """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
 
-    With a cache, `window` (static) runs the call on the cache's first `window`
-    slots only: early turns of a dialogue then read only the
-    part they can have filled. Tokens written past the window make the hidden
-    states NaN, like an overflow.
+    With a cache, the new tokens attend to its first `window` slots (static;
+    default all S): the call works on `cache.head(window)`, so early turns of a
+    dialogue read only the part they can have filled. (The engine's decode loop
+    cuts the head once, before the loop.) Tokens written past the window make
+    the hidden states NaN, like an overflow.
 
     Returns (hidden [B, T, E], new cache or None).
     """
+    if cache is not None and window is not None and window < cache.size:
+      hidden, head = self(tokens, mask, cache.head(window), positions)
+      return hidden, cache.with_head(head)
     t = tokens.shape[1]
     mask = mask.astype(bool)
-    window = None if cache is None else min(window or cache.size, cache.size)
-    if cache is not None and t > window:
-      raise ValueError(f"{t} new tokens do not fit a KV cache window of {window} slots")
-    # Two key segments: the cache's filled slots, all before the new tokens (which
-    # go at end..end+t-1 <= window, so only the first window - t slots can hold
-    # any), and the new tokens, causal among themselves.
-    masks = (None if cache is None else cache.mask[:, None, :window - t],
+    if cache is not None and t > cache.size:
+      raise ValueError(f"{t} new tokens do not fit a KV cache window of {cache.size} slots")
+    # Two key segments: the cache's filled slots, all before the new tokens, and
+    # the new tokens, causal among themselves. The new tokens go to slots
+    # end..end+t-1 <= S, so only the first S - t slots can hold earlier ones; one
+    # token reads all S (its own slot is still masked): an S - 1 slice would be
+    # copied out of the cache at every decode step.
+    reach = None if cache is None else cache.size - (t if t > 1 else 0)
+    masks = (None if cache is None else cache.mask[:, None, :reach],
              mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None])
     if cache is None:
       kv = None
@@ -344,7 +367,7 @@ class Decoder(nn.Module):
     if cache is None:
       return hidden, None
     at = cache.end
-    hidden = jnp.where(at + t > window, jnp.nan, hidden).astype(hidden.dtype)  # Overflow.
+    hidden = jnp.where(at + t > cache.size, jnp.nan, hidden).astype(hidden.dtype)  # Overflow.
     # A row's new keys and values are written as NaN unless its hidden states are
     # finite. Besides marking a broken row's cache, this makes the write depend on
     # every layer's read of the cache: XLA cannot otherwise order an unrolled

@@ -42,6 +42,13 @@ def dot_attention(q, segments):
   b, t, h, d = q.shape
   kv = segments[0][0].shape[1]
   q = q.reshape(b, t, kv, h // kv, d)
+  if t > 1 and len(segments) > 1:
+    # Many queries: one concatenation of keys and values costs less than
+    # concatenating [T, S] scores and slicing the probabilities back apart
+    # (about half the attention time of a 192-token chunk on XLA:CPU).
+    k, v, mask = zip(*segments)
+    segments = [(jnp.concatenate(k, -1), jnp.concatenate(v, 2),
+                 jnp.concatenate([jnp.broadcast_to(m, (b, t, m.shape[-1])) for m in mask], -1))]
   scores = [jnp.where(mask[:, None, None], _scores(q, k) * (d ** -0.5), MASK_VALUE)
             for k, _, mask in segments]
   probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
@@ -69,8 +76,9 @@ def _weighted_values(probs, v):
   """probs [B, KV, G, T, S] times values v [B, KV, S, D]: float32 [B, T, KV, G, D]."""
   if probs.shape[3] == 1:  # Decode: a multiply-reduce over S.
     return jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None].astype(jnp.float32), axis=-2)[:, None]
-  return jnp.einsum("bkgts,bksd->btkgd", probs.astype(v.dtype), v,
-                    preferred_element_type=jnp.float32)
+  out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v,
+                   preferred_element_type=jnp.float32)
+  return out.transpose(0, 3, 1, 2, 4)  # The small output moves, not the probabilities.
 
 
 def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:

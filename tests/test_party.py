@@ -1,0 +1,51 @@
+"""Parties from a model directory (stop ids default to the model's end tokens) and
+first turns prefilled once for the opening their prompts share."""
+import json
+import logging
+import os
+
+import numpy as np
+
+from pedrl import models
+from pedrl.engine import Sampler, SamplingParams, sequence_keys
+from pedrl.env import party
+
+
+def test_party_from_a_directory_stops_at_the_models_end_tokens(testdata):
+  path = testdata("qwen2")
+  with open(os.path.join(path, "config.json")) as f:
+    eos = json.load(f)["eos_token_id"]
+  p = party.load(path, SamplingParams(16, temperature=0.7, top_k=20))
+  assert eos in p.sampling.stop_token_ids
+  assert (p.sampling.max_new_tokens, p.sampling.temperature, p.sampling.top_k) == (16, 0.7, 20)
+  assert p.chat.prompt_ids([{"role": "user", "content": "2 + 2?"}])  # The template renders.
+
+
+def test_no_stop_at_all_is_a_warning_not_a_silent_default(testdata, caplog):
+  with caplog.at_level(logging.WARNING):
+    p = party.load(testdata("qwen2"), SamplingParams(8, stop_token_ids=()))
+  assert p.sampling.stop_token_ids == ()
+  assert "no stop token" in caplog.text
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    party.load(testdata("qwen2"), SamplingParams(8))
+  assert "no stop token" not in caplog.text
+
+
+def test_a_shared_opening_computed_once_samples_what_whole_prompts_do(testdata):
+  cfg, model, params = models.load(testdata("qwen3"), scan_layers=False)
+  rng = np.random.default_rng(0)
+  prefix = rng.integers(1, cfg.vocab_size, 40).tolist()
+  rows = [prefix + rng.integers(1, cfg.vocab_size, n).tolist() for n in (3, 30, 1)]
+  sp = SamplingParams(12, temperature=1.0, top_k=20, stop_token_ids=())
+  keys = sequence_keys(0, range(3))
+  out = {}
+  for share in (0, 32):
+    sampler = Sampler(model, share_prefix=share)
+    out[share], cache = sampler.generate(params, rows, keys, sp, sampler.new_cache(3, 256))
+    # The opening is in the cache once per row: 40 + own tokens + 12 sampled positions.
+    np.testing.assert_array_equal(np.asarray(cache.pos), [40 + 3 + 12, 40 + 30 + 12, 40 + 1 + 12])
+    # Whole rows fill one 96-slot chunk; shared, the opening has its own 48 and the rest 32.
+    assert int(cache.end) == {0: 96, 32: 48 + 32}[share] + 12
+  np.testing.assert_array_equal(out[32].tokens, out[0].tokens)
+  np.testing.assert_allclose(out[32].logprobs, out[0].logprobs, atol=1e-5)
