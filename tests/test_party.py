@@ -5,6 +5,7 @@ import logging
 import os
 
 import numpy as np
+import pytest
 
 from pedrl import models
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
@@ -49,3 +50,13 @@ def test_a_shared_opening_computed_once_samples_what_whole_prompts_do(testdata):
     assert int(cache.end) == {0: 96, 32: 48 + 32}[share] + 12
   np.testing.assert_array_equal(out[32].tokens, out[0].tokens)
   np.testing.assert_allclose(out[32].logprobs, out[0].logprobs, atol=1e-5)
+
+
+def test_a_bad_id_in_a_shared_opening_is_still_an_error(testdata):
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  sampler = Sampler(model)
+  prefix = [1] * 39 + [cfg.vocab_size]  # Out of range, inside what the rows share.
+  rows = [prefix + [5], prefix + [6, 7]]
+  with pytest.raises(ValueError, match="outside"):
+    sampler.generate(params, rows, sequence_keys(0, range(2)), SamplingParams(4),
+                     sampler.new_cache(2, 128))

@@ -6,6 +6,12 @@ next turn of a dialogue on top of earlier turns), then decodes inside a
 `lax.while_loop` until every row has stopped or `max_new_tokens` is reached.
 The cache is donated, so XLA updates it in place.
 
+Windows. A call can reach only the cache's first end + T + max_new_tokens slots
+(bucketed): it cuts that window out once, runs its prefill and decode loop on
+it and writes it back, so a step costs what the window holds. On a fresh cache,
+an opening all rows share (`Sampler.share_prefix` tokens or more) is computed
+once on one row and copied to the others before the rest is appended.
+
 Row lifetime. Each decode step draws one token per row, records it and its
 log-prob, and feeds it back with mask = "the row was still running". A row's
 stop token is therefore written to the cache (the next turn follows it), and
@@ -197,17 +203,22 @@ class Sampler:
     size = min(bucket(size, self.buckets), self.cfg.max_position_embeddings)
     return kv_cache.create(self.cfg, self.padded_batch(batch), size, self.mesh)
 
-  def _chunk(self, rows, cache, extra: int, need_token: bool):
-    """Left-pads new-token rows into a bucketed [cache batch, T] chunk and checks room."""
+  def _checked(self, rows, cache, need_token: bool):
+    """The rows as int arrays; a ValueError naming the first bad one."""
     rows = [np.asarray(r, np.int64).reshape(-1) for r in rows]
-    b = cache.batch
-    if not 0 < len(rows) <= b:
-      raise ValueError(f"got {len(rows)} rows of tokens for a cache of {b} rows")
+    if not 0 < len(rows) <= cache.batch:
+      raise ValueError(f"got {len(rows)} rows of tokens for a cache of {cache.batch} rows")
     for i, r in enumerate(rows):
       if need_token and r.size == 0:
         raise ValueError(f"row {i} has no tokens: a sampled row needs at least one new token")
       if r.size and (r.min() < 0 or r.max() >= self.cfg.vocab_size):
         raise ValueError(f"row {i} has token ids outside [0, {self.cfg.vocab_size})")
+    return rows
+
+  def _chunk(self, rows, cache, extra: int, need_token: bool):
+    """Left-pads new-token rows into a bucketed [cache batch, T] chunk and checks room."""
+    rows = self._checked(rows, cache, need_token)
+    b = cache.batch
     longest = max(r.size for r in rows)
     t = bucket(max(longest, 1), self.buckets)
     end, pos = int(cache.end), int(np.max(sharding_lib.to_host(cache.pos)))
@@ -261,7 +272,7 @@ class Sampler:
     token of its own) written once to every row and cut from the rows."""
     if not self.share_prefix or len(rows) < 2 or int(cache.end) != 0:
       return cache, rows
-    rows = [np.asarray(r).reshape(-1) for r in rows]
+    rows = self._checked(rows, cache, need_token=True)
     n = min(r.size for r in rows) - 1
     for r in rows[1:]:
       differ = np.flatnonzero(r[:n] != rows[0][:n])
