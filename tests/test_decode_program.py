@@ -21,11 +21,8 @@ def test_decode_loop_holds_no_copy_of_the_cache(scan_layers, slots):
   params = random_params(cfg)
   rows = np.random.default_rng(0).integers(1, 256, (batch, 300)).tolist()
   cache = sampler.extend(params, sampler.new_cache(batch, slots), [r[:-1] for r in rows])
-  sp = SamplingParams(32)
-  tokens, mask, window = sampler._chunk([r[-1:] for r in rows], cache, sp.max_new_tokens,
-                                        need_token=True)
+  text, window = hlo.decode_hlo(sampler, params, cache, [r[-1:] for r in rows], SamplingParams(32))
   assert window == 512  # Prompts padded to 384 slots, plus 1 + 32: a 512-slot window.
-  text = hlo.decode_hlo(sampler, params, cache, tokens, mask, sp, window)
   # Anything as large as one layer's keys over the window counts.
   assert hlo.loop_copies(text, batch * kv_heads * head_dim * window) == []
 

@@ -80,12 +80,9 @@ def main(argv):
       prefill = min(prefill, prefilled(slots, timed=True)[1])
       step = min(step, (decode(slots, FLAGS.new_tokens) - decode(slots, 1))
                  / (FLAGS.new_tokens - 1))
-    cache = prefilled(slots)
-    sp = SamplingParams(FLAGS.new_tokens)
-    tokens, mask, window = sampler._chunk([p[-1:] for p in prompts], cache, sp.max_new_tokens,
-                                          need_token=True)
-    copies = hlo.loop_copies(hlo.decode_hlo(sampler, params, cache, tokens, mask, sp, window),
-                         one_layer * min(slots, window))
+    text, window = hlo.decode_hlo(sampler, params, prefilled(slots), [p[-1:] for p in prompts],
+                                  SamplingParams(FLAGS.new_tokens))
+    copies = hlo.loop_copies(text, one_layer * min(slots, window))
     steps.append(step)
     print(f"{slots:>7}{window:>8}{prefill:>11.3f}{step * 1e3:>9.2f}{len(copies):>13}")
   print(f"max_step_ratio_vs_smallest={max(steps) / steps[0]:.2f}")

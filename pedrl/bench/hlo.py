@@ -2,11 +2,10 @@
 the buffer copies inside its loops (used by bench.cache_size and a test)."""
 import re
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pedrl.engine import Sampler, SamplingParams, compiler, sampling, sequence_keys
+from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 
 
 def loop_copies(hlo: str, min_elements: int) -> list[str]:
@@ -26,12 +25,12 @@ def loop_copies(hlo: str, min_elements: int) -> list[str]:
   return found
 
 
-def decode_hlo(sampler: Sampler, params, cache, tokens, mask, sp: SamplingParams, window) -> str:
-  """The optimized HLO of the engine's decode program for these arguments (compiled
-  as `Sampler.generate` compiles it, cache donated)."""
+def decode_hlo(sampler: Sampler, params, cache, rows, sp: SamplingParams) -> tuple[str, int]:
+  """(optimized HLO, window) of the program `sampler.generate(params, rows, ..., sp,
+  cache)` runs: the engine's own jitted decode function, lowered for these arguments."""
+  tokens, mask, window = sampler._chunk(rows, cache, sp.max_new_tokens, need_token=True)
   real = jnp.ones((cache.batch,), bool)
   keys = sequence_keys(0, np.arange(cache.batch))
-  fn = jax.jit(sampling._generate.__wrapped__, static_argnums=(0, 8, 9), donate_argnums=(2,),
-               compiler_options=compiler.engine_options() or None)
-  return fn.lower(sampler.model, params, cache, tokens, mask, real, keys, None, sp,
-                  window).compile().as_text()
+  low = sampling._generate.lower(sampler.model, params, cache, tokens, mask, real, keys, None,
+                                 sp, window)
+  return low.compile().as_text(), window

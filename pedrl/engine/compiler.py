@@ -30,12 +30,16 @@ def jit(fn, **kwargs):
   """jax.jit with the engine's options, compiled on first call (backend known by then)."""
   compiled = None
 
-  @functools.wraps(fn)
-  def call(*args, **kw):
+  def get():
     nonlocal compiled
     if compiled is None:
       compiled = jax.jit(fn, compiler_options=engine_options() or None, **kwargs)
-    return compiled(*args, **kw)
+    return compiled
+
+  @functools.wraps(fn)
+  def call(*args, **kw):
+    return get()(*args, **kw)
 
   call.jitted = lambda: compiled
+  call.lower = lambda *args, **kw: get().lower(*args, **kw)  # The program the engine runs.
   return call

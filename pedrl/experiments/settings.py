@@ -195,10 +195,10 @@ class RunSettings:
   optimizer: update.OptimizerSettings | None = None
 
 
-def sampling(side: party.PartySettings, stop_token_ids=None) -> SamplingParams:
-  """The side's SamplingParams; stop ids None: the model's end-of-sequence ids."""
+def sampling(side: party.PartySettings) -> SamplingParams:
+  """The side's SamplingParams, stopping at the model's end-of-sequence ids."""
   return SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
-                        top_k=side.top_k, top_p=side.top_p, stop_token_ids=stop_token_ids)
+                        top_k=side.top_k, top_p=side.top_p)
 
 
 def read_settings(config, training: bool = False) -> RunSettings:
