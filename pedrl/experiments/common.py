@@ -69,11 +69,11 @@ LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8
            "math500": problems_lib.load_math500}
 
 
-def read_settings(c, training: bool = False) -> settings_lib.RunSettings:
+def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
   """The config's typed settings, or one `error: …` line: a key nothing reads, a value
   a setting refuses."""
   try:
-    return settings_lib.read_settings(c, training)
+    return settings_lib.read_settings(c, training, evaluation)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
 
@@ -117,10 +117,15 @@ def solver_party(student, solve: solving.SolveSettings):
       student.sampling, temperature=solve.temperature, max_new_tokens=solve.max_new_tokens))
 
 
+def _needs_judges(s: settings_lib.RunSettings) -> bool:
+  """Rewards that use judges, or an evaluation (its leak and helpful rates)."""
+  return s.rewards.needs_judges or s.evaluation is not None
+
+
 def _api_roles(s: settings_lib.RunSettings) -> dict:
   """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
   roles = {}
-  if s.rewards.needs_judges and s.judging.judge_backend == "openai":
+  if _needs_judges(s) and s.judging.judge_backend == "openai":
     roles["judges"] = {}
   if "uco" in s.rewards.names:
     o = s.oracle
@@ -154,7 +159,7 @@ def check_paths(s: settings_lib.RunSettings) -> None:
   """Every checkpoint directory the config names exists, before anything loads."""
   rewards, o = s.rewards, s.oracle
   flags = {"tutor.path": s.tutor.path, "student.path": s.student.path}
-  uses_local = ((rewards.needs_judges and s.judging.judge_backend == "local") or
+  uses_local = ((_needs_judges(s) and s.judging.judge_backend == "local") or
                 ("uco" in rewards.names and "local" in (
                     o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
   if uses_local:
@@ -169,41 +174,46 @@ def check_paths(s: settings_lib.RunSettings) -> None:
     raise app.UsageError(f"--config.problems.path={s.problems.path!r} does not exist")
 
 
+def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: dict):
+  """The backend answering `role`'s requests (judges, oracle, classifier): the API one
+  from `api_backends`, a local model, or the rules."""
+  if kind == "openai":
+    return apis[role]
+  if kind == "local":
+    return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
+                                 temperature=s.local_judge.temperature, seed=s.job.seed)
+  if kind == "rule":
+    return s.rule_judges
+  raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
+
+
+def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
+  """(JudgeSpecs with the configured sample count, their backend)."""
+  j = s.judging
+  if j.judges not in JUDGE_PANELS:
+    raise app.UsageError(f"rewards.judges {j.judges!r} is not one of {sorted(JUDGE_PANELS)}")
+  specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
+                else x for x in JUDGE_PANELS[j.judges])
+  return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
+
+
 def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
                   apis=None) -> pipeline.RewardPipeline:
   """The reward pipeline the config asks for (judges, oracle, embedder, weights);
   `apis` are the API backends from `api_backends(s)` (built here when not given)."""
   j, o = s.judging, s.oracle
   apis = api_backends(s) if apis is None else apis
-  backend = None
-
-  def text_backend(kind, role):
-    if kind == "openai":
-      return apis[role]
-    if kind == "local":
-      return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
-                                   temperature=s.local_judge.temperature, seed=s.job.seed)
-    if kind == "rule":
-      return s.rule_judges
-    raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
-
-  specs = ()
-  if s.rewards.needs_judges:
-    if j.judges not in JUDGE_PANELS:
-      raise app.UsageError(f"rewards.judges {j.judges!r} is not one of {sorted(JUDGE_PANELS)}")
-    specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
-                  else x for x in JUDGE_PANELS[j.judges])
-    backend = text_backend(j.judge_backend, "judges")
+  specs, backend = judge_panel(s, mesh, apis) if s.rewards.needs_judges else ((), None)
   kw = {}
   if "uco" in s.rewards.names:
     oracle = (oracle_lib.ReferenceOracle() if o.oracle == "reference" else
-              oracle_lib.LLMOracle(text_backend(o.oracle, "oracle"), rounds=o.oracle_rounds,
-                                   on_failure=o.on_oracle_failure,
+              oracle_lib.LLMOracle(text_backend(s, o.oracle, "oracle", mesh, apis),
+                                   rounds=o.oracle_rounds, on_failure=o.on_oracle_failure,
                                    max_failed_share=j.max_failed_share))
     path = embedding.minilm_path() if o.embedder == "minilm" else o.embedder
     kw = dict(uco=s.uco, student=student, scorer=Scorer(student.sampler.model, mesh),
               oracle=oracle, embedder=embedding.Embedder(path),
-              classifier=(text_backend(o.classifier_backend, "classifier")
+              classifier=(text_backend(s, o.classifier_backend, "classifier", mesh, apis)
                           if s.uco.level_method == "llm" else None))
   return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
                                  j.on_judge_failure, solve_always=s.solve.post_dialogue,

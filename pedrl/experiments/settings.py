@@ -17,6 +17,7 @@ from ml_collections import config_dict
 from pedrl import sharding
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
+from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import trainer, update
 
@@ -193,6 +194,8 @@ class RunSettings:
   train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
   grpo: update.GRPOSettings | None = None
   optimizer: update.OptimizerSettings | None = None
+  evaluation: shards.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
+  pedrm: pedrm_lib.PedRMSettings | None = None
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -201,7 +204,7 @@ def sampling(side: party.PartySettings) -> SamplingParams:
                         top_k=side.top_k, top_p=side.top_p)
 
 
-def read_settings(config, training: bool = False) -> RunSettings:
+def read_settings(config, training: bool = False, evaluation: bool = False) -> RunSettings:
   """The typed settings of `config`; UnreadKeys if it carries a key nothing reads, a
   ValueError naming the section if a setting refuses a value."""
   read = Reader(config)
@@ -228,6 +231,9 @@ def read_settings(config, training: bool = False) -> RunSettings:
         grpo=read.read(update.GRPOSettings, "rl",
                        temperature=sampling(tutor).logprob_temperature),
         optimizer=read.read(update.OptimizerSettings, "rl"))
+  if evaluation:
+    out.update(evaluation=read.read(shards.EvalSettings, "eval"),
+               pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"))
   read.check_all_read()
   return RunSettings(**out)
 

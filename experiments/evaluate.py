@@ -1,0 +1,48 @@
+r"""Evaluating a tutor: the tables of papers 003 (table 2) and 001 (table 1).
+
+  python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:tiny --workdir=/tmp/eval
+  python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:pedagogical_rl --workdir=/runs/eval_ped \
+      --config.tutor.path=/ckpt/tutor --config.student.path=/ckpt/Llama-3.1-8B-Instruct \
+      --config.problems.path=/data/bigmath.jsonl --config.eval.pedrm.path=/ckpt/pedagogical-rewardmodel \
+      --config.rewards.openai.base_url=http://judge:8000/v1
+  python -m pedrl.tools.report /runs/eval_ped /runs/eval_base
+
+Variants: `pedagogical_rl` (paper 003's protocol, the default `paper`: the 500
+test problems of the filtered BigMath split, one dialogue each, K = 8 attempts
+before and after, the leakage and helpfulness judges on an evaluation judge of
+another family than the training judge, Gemma-3-27B served at an
+OpenAI-compatible `base_url`, and Ped-RM), `thinking` (paper 001: the Polya
+prompt with thinking, judged by GPT-4o-mini with the thinking-quality judge)
+and `tiny` (the testdata models, rule judges, the testdata classifier as
+Ped-RM, 4 problems; under 2 minutes on a CPU). Shards: add
+--config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
+"""
+from pedrl.experiments import base_config, settings, variants
+from pedrl.eval import pedrm, shards
+
+VARIANTS = dict(protocol=("pedagogical_rl", "thinking"), tiny=bool)
+
+
+def get_config(arg: str = "paper"):
+  v = variants.parse(arg, VARIANTS)
+  c = base_config.dialogue_config("tiny" if v.tiny else "paper")
+  c.eval = settings.section(shards.EvalSettings)
+  c.eval.pedrm = settings.section(pedrm.PedRMSettings)
+  # Paper 003 section 6: the test split, judged by Gemma-3-27B (not the Qwen training judge);
+  # the model name is the serving endpoint's (vLLM serves it by its Hugging Face id).
+  c.rewards.openai.model = "google/gemma-3-27b-it"
+  c.batch_problems = 16
+  if v.protocol == "thinking":
+    # Paper 001 section 3: GPT-4o-mini judges leakage, helpfulness and the thinking traces.
+    c.rollout.update(thinking=True, tutor_prompt="thinking/tutor_polya",
+                     student_prompt="thinking/student_system")
+    c.rewards.judges = "thinking"
+    c.rewards.openai.model = "gpt-4o-mini"
+  if v.tiny:
+    c.batch_problems = 2
+    c.eval.samples_per_problem = 2
+    c.eval.bootstrap_resamples = 1000
+    c.eval.pedrm.path = "testdata/models/qwen2_seqcls"
+    if v.protocol == "thinking":
+      c.rollout.tutor_prompt = "thinking/tutor_general"  # Polya overflows the tiny context.
+  return c

@@ -1,0 +1,59 @@
+"""What the evaluation writes per dialogue: `EvalRecord`, one JSONL line each.
+
+A record carries everything the metrics need (pedrl.eval.metrics) and the
+dialogue itself as the student and the judges saw it, so a table can be
+recomputed, or a surprising number read, without running anything again. The
+tutor's token ids, mask and log-probs (training data) are left out.
+"""
+import dataclasses
+
+from pedrl.env import dialogue as dialogue_lib
+from pedrl.env.dialogue import Dialogue, RecordError
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass
+class EvalRecord:
+  problem_id: str
+  sample: int  # Which of the problem's samples_per_problem dialogues.
+  batch: int  # The evaluation batch that computed it (shards and resuming go by batch).
+  pre_solve_rate: float | None  # The student alone, K attempts (paper 003 fig. 10).
+  post_solve_rate: float | None  # After the dialogue, K attempts (fig. 11).
+  leak_decisions: list  # Per leakage-judge sample: "OK", "REJECT", or None (never parsed).
+  helpful_decisions: list  # The same for the helpfulness judge.
+  thinking_scores: list  # Per thinking-judge sample: a score in [0, 1] or None; [] without.
+  pedrm_turn_scores: list  # Ped-RM's score of each tutor turn, in order.
+  dialogue: Dialogue
+  schema: int = SCHEMA_VERSION
+
+  def to_dict(self) -> dict:
+    out = dataclasses.asdict(self)
+    out["dialogue"].update(tutor_ids=[], tutor_mask=[], tutor_logprobs=[])
+    return out
+
+  @classmethod
+  def from_dict(cls, row: dict) -> "EvalRecord":
+    row = dict(row)
+    if row.get("schema") != SCHEMA_VERSION:
+      raise ValueError(f"evaluation record schema {row.get('schema')!r}; this pedrl reads "
+                       f"{SCHEMA_VERSION}")
+    row["dialogue"] = Dialogue.from_dict(row["dialogue"])
+    return cls(**row)
+
+
+def save(records, path: str, mode: str = "a") -> None:
+  """Appends (or writes) records in one synced write; a crash cuts at most the last line."""
+  dialogue_lib.append_rows([r.to_dict() for r in records], path, mode)
+
+
+def load(path: str) -> list[EvalRecord]:
+  """The records of `path` (none if absent); a line cut by a crash is removed (logged),
+  any other bad line is a RecordError naming the file and line."""
+  out = []
+  for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+    try:
+      out.append(EvalRecord.from_dict(row))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+      raise RecordError(f"{path}, record {n}: not an evaluation record ({e})") from None
+  return out

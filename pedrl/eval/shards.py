@@ -1,0 +1,187 @@
+"""How an evaluation splits into shards, what each shard writes, and how shards merge.
+
+Problems are cut into batches of `batch_problems` in split order; batch j
+belongs to shard j mod N. A problem is thus always computed in the same batch,
+with the same padding and the same samples, however many shards run: two
+shards merged give exactly the unsharded run's records. Each shard writes
+
+  WORKDIR/shards/records-I-of-N.jsonl   its EvalRecords, batch by batch (synced)
+  WORKDIR/shards/status-I-of-N.json     its protocol, its batches, counts, seconds
+
+and a rerun skips the batches whose records are all there (a batch cut by a
+kill runs again whole, with the same samples). `merge` checks that every shard
+is there, finished and of one protocol, and writes WORKDIR/eval_dialogues.jsonl
+and WORKDIR/metrics.json.
+"""
+import collections
+import dataclasses
+import json
+import math
+import os
+
+from pedrl.env.dialogue import RecordError
+from pedrl.eval import metrics as metrics_lib, records as records_lib
+
+
+class ShardError(ValueError):
+  """Shards that cannot be resumed or merged (missing, unfinished, mixed protocols)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """The config's `eval` section (the protocol's own settings; the rest is the dialogue
+  config's: problems, rollout, solve, rewards.judges)."""
+  samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
+  shard: int = 0
+  num_shards: int = 1
+  bootstrap_resamples: int = metrics_lib.RESAMPLES
+  confidence: float = metrics_lib.CONFIDENCE
+
+  def __post_init__(self):
+    if self.num_shards < 1:
+      raise ValueError(f"num_shards={self.num_shards} must be at least 1")
+    if not 0 <= self.shard < self.num_shards:
+      raise ValueError(f"shard={self.shard} is not in [0, num_shards={self.num_shards}): shards "
+                       f"are numbered 0 to {self.num_shards - 1}")
+    if self.samples_per_problem < 1:
+      raise ValueError("samples_per_problem must be positive")
+    if not 0 < self.confidence < 1:
+      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
+
+
+def batches(n_problems: int, batch_problems: int, shard: int, num_shards: int) -> list[tuple]:
+  """[(batch index, range of problem indices)] of one shard."""
+  starts = range(0, n_problems, batch_problems)
+  return [(j, range(lo, min(lo + batch_problems, n_problems)))
+          for j, lo in enumerate(starts) if j % num_shards == shard]
+
+
+def _name(kind: str, shard: int, num_shards: int, ext: str) -> str:
+  return os.path.join("shards", f"{kind}-{shard:05d}-of-{num_shards:05d}.{ext}")
+
+
+def records_path(workdir: str, shard: int, num_shards: int) -> str:
+  return os.path.join(workdir, _name("records", shard, num_shards, "jsonl"))
+
+
+def status_path(workdir: str, shard: int, num_shards: int) -> str:
+  return os.path.join(workdir, _name("status", shard, num_shards, "json"))
+
+
+def write_json(path: str, value) -> None:
+  """Through a temporary file renamed over `path`: a kill leaves the old or the new file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(value, f, indent=2)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(path + ".tmp", path)
+
+
+def read_json(path: str):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise ShardError(f"{path}: not JSON ({e})") from None
+
+
+def check_protocol(workdir: str, protocol: dict, shard: int, num_shards: int) -> None:
+  """Refuses a workdir holding shards of another protocol (or another shard count)."""
+  for name, status in _statuses(workdir).items():
+    other = status.get("protocol", {})
+    if other != protocol:
+      raise ShardError(f"{workdir} holds {name} of a different evaluation ({_diff(other, protocol)}"
+                       f"); use a new workdir for this one")
+
+
+def _diff(a: dict, b: dict) -> str:
+  keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+  return "; ".join(f"{k}: {json.dumps(a.get(k))} there, {json.dumps(b.get(k))} here"
+                   for k in keys)
+
+
+def _statuses(workdir: str) -> dict:
+  folder = os.path.join(workdir, "shards")
+  if not os.path.isdir(folder):
+    return {}
+  return {n: read_json(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
+          if n.startswith("status-") and n.endswith(".json")}
+
+
+def completed(workdir: str, shard: int, num_shards: int, plan: dict) -> list:
+  """The records of the shard's batches that are whole; a batch cut by a kill loses its
+  records (rewritten without them, logged by the caller) and runs again.
+
+  plan: {batch index: records it must have}."""
+  path = records_path(workdir, shard, num_shards)
+  have = records_lib.load(path)
+  count = collections.Counter(r.batch for r in have)
+  whole = {b for b, n in plan.items() if count[b] == n}
+  extra = set(count) - set(plan)
+  if extra:
+    raise ShardError(f"{path} holds batches {sorted(extra)} that are not this shard's")
+  keep = [r for r in have if r.batch in whole]
+  if len(keep) < len(have):
+    records_lib.save(keep, path, mode="w")
+  return keep
+
+
+def merge(workdir: str) -> tuple[list, dict]:
+  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
+  shard is missing or unfinished, or shards disagree on the protocol."""
+  statuses = _statuses(workdir)
+  if not statuses:
+    raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
+  protocols = {json.dumps(s.get("protocol"), sort_keys=True): n for n, s in statuses.items()}
+  if len(protocols) > 1:
+    (a, na), (b, nb) = list(protocols.items())[:2]
+    raise ShardError(f"{workdir} mixes evaluation protocols: {na} and {nb} differ in "
+                     f"{_diff(json.loads(a), json.loads(b))}")
+  num_shards = next(iter(statuses.values()))["protocol"]["num_shards"]
+  missing = [i for i in range(num_shards)
+             if os.path.basename(status_path(workdir, i, num_shards)) not in statuses]
+  unfinished = [n for n, s in statuses.items() if not s.get("finished")]
+  if missing or unfinished:
+    raise ShardError(f"{workdir}: of {num_shards} shards, " + "; ".join(filter(None, [
+        missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
+        unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
+  out = []
+  for i in range(num_shards):
+    out += records_lib.load(records_path(workdir, i, num_shards))
+  out.sort(key=lambda r: (r.batch, r.dialogue.uid))
+  seen = collections.Counter((r.problem_id, r.sample) for r in out)
+  if dup := [k for k, n in seen.items() if n > 1]:
+    raise RecordError(f"{workdir}: dialogues recorded twice, e.g. problem {dup[0][0]} sample "
+                      f"{dup[0][1]}")
+  protocol = statuses[next(iter(statuses))]["protocol"]
+  e = protocol["eval"]
+  metrics = metrics_lib.compute(out, seed=protocol["seed"], resamples=e["bootstrap_resamples"],
+                                confidence=e["confidence"])
+  metrics.update(metrics_lib.dialogue_counts(out))
+  counts = collections.Counter()
+  for s in statuses.values():
+    counts.update(s.get("counts", {}))
+  metrics["counts"] = dict(sorted(counts.items()))
+  return out, metrics
+
+
+def write_merged(workdir: str) -> dict:
+  """Merges the shards into WORKDIR/eval_dialogues.jsonl and WORKDIR/metrics.json."""
+  out, metrics = merge(workdir)
+  records_lib.save(out, os.path.join(workdir, "eval_dialogues.jsonl"), mode="w")
+  protocol = next(iter(_statuses(workdir).values()))["protocol"]
+  write_json(os.path.join(workdir, "metrics.json"),
+             {**_nan_to_none(metrics), "protocol": protocol})
+  return metrics
+
+
+def _nan_to_none(value):
+  """NaN (a metric nothing measured) as JSON null: strict JSON readers refuse NaN."""
+  if isinstance(value, float) and math.isnan(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _nan_to_none(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_nan_to_none(v) for v in value]
+  return value
