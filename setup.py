@@ -29,6 +29,7 @@ setuptools.setup(
         "jinja2",  # Prompt files and transformers' chat templates.
         "tqdm",
         "tensorboardX",  # TensorBoard event files without TensorFlow.
+        "scipy>=1.15",  # Bootstrap intervals of the evaluation (stats.bootstrap's rng=).
     ],
     extras_require={
         # torch is only the reference implementation in tests. 2.13.0 is pinned

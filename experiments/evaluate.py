@@ -17,6 +17,7 @@ and `tiny` (the testdata models, rule judges, the testdata classifier as
 Ped-RM, 4 problems; under 2 minutes on a CPU). Shards: add
 --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
+from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
 from pedrl.eval import pedrm, shards
 
@@ -28,6 +29,9 @@ def get_config(arg: str = "paper"):
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   c.eval = settings.section(shards.EvalSettings)
   c.eval.pedrm = settings.section(pedrm.PedRMSettings)
+  # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
+  # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
+  c.tutor = settings.section(party.PartySettings, shards.TutorRun, **c.tutor.to_dict())
   # Paper 003 section 6: the test split, judged by Gemma-3-27B (not the Qwen training judge);
   # the model name is the serving endpoint's (vLLM serves it by its Hugging Face id).
   c.rewards.openai.model = "google/gemma-3-27b-it"

@@ -28,7 +28,7 @@ class Party:
 
 
 def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = True,
-         template_kwargs=None, stop_strings=(), **runtime) -> Party:
+         template_kwargs=None, stop_strings=(), params=None, **runtime) -> Party:
   """A party from a Hugging Face checkpoint directory (config, safetensors and a
   tokenizer with a chat template).
 
@@ -40,9 +40,14 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
     scan_layers: scanned layers (fast compiles) or unrolled (faster decoding on CPU).
     template_kwargs: passed to the chat template (e.g. {"enable_thinking": True}).
     stop_strings: strings that also end a turn.
+    params: the model's params, already placed (e.g. a training run's tutor,
+      `pedrl.rl.checkpoint.trained_tutor`); None reads them from `path`.
     **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
   """
-  _, model, params = models.load(path, shardings=mesh, scan_layers=scan_layers, **runtime)
+  if params is None:
+    _, model, params = models.load(path, shardings=mesh, scan_layers=scan_layers, **runtime)
+  else:
+    model = models.build_model(models.from_hf(path, scan_layers=scan_layers, **runtime))
   tokenizer = load_tokenizer(path, require_chat_template=True)
   sampler = Sampler(model, tokenizer, stop_strings=stop_strings, mesh=mesh)
   return Party(sampler, params, chat.ChatFormat(tokenizer, dict(template_kwargs or {})),

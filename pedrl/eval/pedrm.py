@@ -20,6 +20,7 @@ What the model reads for tutor turn t (a `FORMATS` choice):
 """
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -80,17 +81,25 @@ def _scores(model, params, tokens, mask):
   return pool_last(logits, mask, tokens, model.cfg.pad_token_id)[:, 0]
 
 
+def check(settings: PedRMSettings):
+  """The checkpoint's config: a one-label sequence classifier, or PedRMError. Reads
+  config.json only, so a wrong path fails before any model loads."""
+  cfg = models.from_hf(settings.path, dtype=settings.dtype)
+  if cfg.task != "seq_cls" or cfg.num_labels != 1:
+    raise PedRMError(f"pedrm path {settings.path}: not a one-label sequence classifier "
+                     f"(task {cfg.task!r}, {cfg.num_labels} labels); the Ped-RM is a "
+                     "*ForSequenceClassification checkpoint with num_labels=1")
+  if settings.system_prompt_file and not os.path.isfile(settings.system_prompt_file):
+    raise PedRMError(f"pedrm system_prompt_file {settings.system_prompt_file!r} does not exist")
+  return cfg
+
+
 class PedRM:
   """A sequence-classification checkpoint that scores chats: `score(chats) -> [float]`."""
 
   def __init__(self, settings: PedRMSettings):
     self.settings = settings
-    cfg = models.from_hf(settings.path, dtype=settings.dtype)
-    if cfg.task != "seq_cls" or cfg.num_labels != 1:
-      raise PedRMError(f"pedrm path {settings.path}: not a one-label sequence classifier "
-                       f"(task {cfg.task!r}, {cfg.num_labels} labels); the Ped-RM is a "
-                       "*ForSequenceClassification checkpoint with num_labels=1")
-    self.cfg = cfg
+    self.cfg = cfg = check(settings)
     self.model = models.build_model(cfg)
     self.params = models.load_params(settings.path, cfg)
     self.chat = ChatFormat(load_tokenizer(settings.path, require_chat_template=True))

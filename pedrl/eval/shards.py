@@ -49,6 +49,14 @@ class EvalSettings:
       raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
 
 
+@dataclasses.dataclass(frozen=True)
+class TutorRun:
+  """The config's `tutor.workdir` and `tutor.step`: the tutor under test is a pedrl
+  training run's checkpoint, read straight from orbax (no export step)."""
+  workdir: str | None = None
+  step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
+
+
 def batches(n_problems: int, batch_problems: int, shard: int, num_shards: int) -> list[tuple]:
   """[(batch index, range of problem indices)] of one shard."""
   starts = range(0, n_problems, batch_problems)

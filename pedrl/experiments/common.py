@@ -16,6 +16,7 @@ from pedrl.env import problems as problems_lib, solving
 from pedrl.env.dialogue import RecordError
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
+from pedrl.eval import pedrm, shards
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
@@ -27,7 +28,8 @@ from pedrl.rl import checkpoint, trainer
 EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
-                   oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError)
+                   oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
+                   shards.ShardError, pedrm.PedRMError)
 
 
 def define_flags(example_config: str, workdir_help: str):
@@ -78,14 +80,15 @@ def read_settings(c, training: bool = False, evaluation: bool = False) -> settin
     raise app.UsageError(str(e)) from None
 
 
-def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=None,
+def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=None, params=None,
                **runtime) -> Party:
-  """A model from a checkpoint path with its tokenizer, sampler and sampling params;
-  `runtime` sets ModelConfig runtime fields (e.g. remat=True for the trained tutor)."""
+  """A model from a checkpoint path with its tokenizer, sampler and sampling params
+  (`params` given: those, placed, instead of the path's); `runtime` sets ModelConfig
+  runtime fields (e.g. remat=True for the trained tutor)."""
   if not side.path:
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
   return party_lib.load(side.path, settings_lib.sampling(side), mesh=mesh, scan_layers=scan_layers,
-                        template_kwargs=template_kwargs, **runtime)
+                        template_kwargs=template_kwargs, params=params, **runtime)
 
 
 def load_problems(s: settings_lib.RunSettings):

@@ -15,6 +15,7 @@ merges and tabulates any time.
 """
 import collections
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ from pedrl.experiments.common import (api_backends, check_paths, define_flags, e
                                       exits_cleanly, judge_panel, load_party, load_problems,
                                       read_settings, solver_party)
 from pedrl.rewards import asking
+from pedrl.rl import checkpoint
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
 FLAGS = flags.FLAGS
@@ -39,7 +41,7 @@ FLAGS = flags.FLAGS
 
 def protocol(s, config: str) -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
-  asdict = dataclasses.asdict
+  asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
   e = asdict(s.evaluation)
   del e["shard"]
   judge_model = (s.openai.get("model"), s.openai.get("base_url")) if (
@@ -48,7 +50,8 @@ def protocol(s, config: str) -> dict:
   return {
       "config": config, "seed": s.job.seed, "batch_problems": s.job.batch_problems,
       "num_shards": s.evaluation.num_shards, "eval": e,
-      "tutor": {**asdict(s.tutor), **workdir_lib.identity(s, "evaluate")["tutor"]},
+      "tutor": {**asdict(s.tutor), **asdict(s.tutor_run),
+                **workdir_lib.identity(s, "evaluate")["tutor"]},
       "student": {**asdict(s.student), **workdir_lib.identity(s, "evaluate")["student"]},
       "problems": asdict(s.problems), "rollout": asdict(s.rollout),
       "solve": {k: v for k, v in asdict(s.solve).items() if k != "prompts_per_call"},
@@ -57,6 +60,27 @@ def protocol(s, config: str) -> dict:
                  "rounds": s.judging.judge_rounds},
       "pedrm": asdict(s.pedrm),
   }
+
+
+def resolve_tutor_run(s):
+  """With tutor.workdir: the tutor's path becomes the run's base checkpoint (its
+  tokenizer and architecture) and tutor.step a saved step (the latest if not given),
+  fixed before any work so that a resumed evaluation reads the same weights."""
+  run = s.tutor_run
+  if not run.workdir:
+    if run.step is not None:
+      raise app.UsageError("--config.tutor.step needs --config.tutor.workdir (a training run)")
+    return s
+  base, _, steps = checkpoint.training_run(run.workdir)
+  step = steps[-1] if run.step is None and steps else run.step
+  if step not in steps:
+    raise checkpoint.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
+                                     f"steps: {steps}")
+  if s.tutor.path and os.path.abspath(s.tutor.path) != os.path.abspath(base):
+    logging.info("tutor.workdir given: the tutor is %s step %d on %s (not tutor.path=%s)",
+                 run.workdir, step, base, s.tutor.path)
+  return dataclasses.replace(s, tutor=dataclasses.replace(s.tutor, path=base),
+                             tutor_run=dataclasses.replace(run, step=step))
 
 
 def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) -> list:
@@ -102,12 +126,14 @@ def main(argv):
   distributed.initialize(FLAGS.multihost)
   main_process = distributed.is_main_process()
   workdir = FLAGS.workdir
-  s = read_settings(FLAGS.config, evaluation=True)
+  s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True))
   e = s.evaluation
   check_paths(s)
-  if s.pedrm.path and not os.path.isfile(os.path.join(s.pedrm.path, "config.json")):
-    raise app.UsageError(f"--config.eval.pedrm.path={s.pedrm.path!r} is not a checkpoint "
-                         "directory (no config.json)")
+  if s.pedrm.path:
+    if not os.path.isfile(os.path.join(s.pedrm.path, "config.json")):
+      raise app.UsageError(f"--config.eval.pedrm.path={s.pedrm.path!r} is not a checkpoint "
+                           "directory (no config.json)")
+    pedrm_lib.check(s.pedrm)
   rows, _ = load_problems(s)
   plan = shards.batches(len(rows), s.job.batch_problems, e.shard, e.num_shards)
   if not plan:
@@ -137,7 +163,12 @@ def main(argv):
 
   mesh = s.mesh.make()
   clock = time.perf_counter()
-  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking})
+  params = None
+  if s.tutor_run.workdir:
+    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
+                                               s.job.scan_layers, mesh)
+  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
+                     params=params)
   student = load_party(s.student, mesh, s.job.scan_layers)
   parties = (tutor, student, solver_party(student, s.solve))
   specs, backend = judge_panel(s, mesh, apis)

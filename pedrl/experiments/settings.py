@@ -196,6 +196,7 @@ class RunSettings:
   optimizer: update.OptimizerSettings | None = None
   evaluation: shards.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
   pedrm: pedrm_lib.PedRMSettings | None = None
+  tutor_run: shards.TutorRun | None = None
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -233,7 +234,8 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
         optimizer=read.read(update.OptimizerSettings, "rl"))
   if evaluation:
     out.update(evaluation=read.read(shards.EvalSettings, "eval"),
-               pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"))
+               pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
+               tutor_run=read.read(shards.TutorRun, "tutor"))
   read.check_all_read()
   return RunSettings(**out)
 

@@ -11,6 +11,7 @@ a checksum that does not match) is reported with its path and moved to
 value is never saved.
 """
 import contextlib
+import json
 import logging as std_logging
 import os
 import re
@@ -22,7 +23,8 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from absl import logging
 
-from pedrl import distributed, sharding
+from pedrl import distributed, models, sharding
+from pedrl.models import decoder, hf_checkpoint
 from pedrl.rl import update
 
 
@@ -221,3 +223,68 @@ class Checkpoints:
 
   def close(self):
     self.manager.close()
+
+
+def training_run(workdir: str) -> tuple[str, bool, list]:
+  """(the tutor's base checkpoint path, the run's scan_layers, its saved steps) of a
+  training workdir, from its config.json and checkpoints/ without reading any params."""
+  config_path = os.path.join(workdir, "config.json")
+  try:
+    with open(config_path) as f:
+      run = json.load(f)
+    base, scan = run["tutor"]["path"], run.get("scan_layers", True)
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise CheckpointError(f"{config_path}: not a training workdir's config ({_short(e)})") from None
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  if not os.path.isdir(directory):
+    raise CheckpointError(f"{workdir}: no checkpoints/ directory")
+  manager = ocp.CheckpointManager(directory)
+  steps = sorted(manager.all_steps())
+  manager.close()
+  return base, scan, steps
+
+
+def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = True, mesh=None,
+                  **runtime):
+  """(base checkpoint path, config, params, step) of the tutor a training workdir saved
+  at `step` (None: the latest), for evaluating or exporting it without a copy.
+
+  The run's config.json names the base checkpoint (architecture, tokenizer); the
+  params are restored in the layout the run saved (its scan_layers), converted to
+  `scan_layers`, checked against their saved checksums and placed on `mesh`
+  (None: the first device). The optimizer state stays on disk.
+  """
+  base, saved_scan, steps = training_run(workdir)
+  step = (steps[-1] if steps else None) if step is None else step
+  if step is None or step not in steps:
+    raise CheckpointError(f"{workdir}: no checkpoint at step {step}; saved steps: {steps}")
+  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"))
+  try:
+    saved_cfg = models.from_hf(base, scan_layers=saved_scan, **runtime)
+    abstract = hf_checkpoint.abstract_params(saved_cfg)
+    target = {"params": abstract}
+    with _orbax_errors_muted():
+      try:
+        restored = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True),
+            meta=ocp.args.JsonRestore()))
+      except Exception as e:  # Whatever a damaged step directory makes orbax raise.
+        raise CheckpointError(f"{workdir}: checkpoint step {step} cannot be read "
+                              f"({_short(e)})") from None
+  finally:
+    manager.close()
+  params, meta = restored["state"]["params"], restored["meta"]
+  saved = {k: v for k, v in (meta or {}).get("checksums", {}).items() if k.startswith("['params']")}
+  if saved:  # Checkpoints saved before pedrl wrote checksums have none.
+    try:
+      verify({"params": params}, saved)
+    except ValueError as e:
+      raise CheckpointError(f"{workdir}: checkpoint step {step} is corrupt ({e})") from None
+  if saved_scan != scan_layers:
+    params = (decoder.stack_layers if scan_layers else decoder.unstack_layers)(params)
+  cfg = models.from_hf(base, scan_layers=scan_layers, **runtime)
+  if mesh is not None:
+    params = jax.device_put(params, sharding.param_shardings(params, mesh))
+  return base, cfg, params, step

@@ -1,0 +1,135 @@
+r"""Merges evaluation workdirs and lays their metrics out as papers 003 (table 2) and 001 (table 1).
+
+  python -m pedrl.tools.report /runs/eval_base /runs/eval_ped [--out=/runs/report]
+
+For each workdir: every shard must be there, finished and of one protocol
+(else an error naming them); its records are merged into
+WORKDIR/eval_dialogues.jsonl and its metrics written to WORKDIR/metrics.json.
+Then one row per run (named by its config) is printed as a markdown table and
+written to OUT/report.md and OUT/report.csv, with OUT/pareto.png: Δ solve rate
+against leak rate with 95% intervals (paper 003 figure 1; needs matplotlib,
+`pip install "pedrl[plot]"`). OUT defaults to the first workdir.
+"""
+import csv
+import math
+import os
+import sys
+
+from absl import app, flags, logging
+
+from pedrl.eval import shards
+
+flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
+                    "(default: the first workdir).")
+FLAGS = flags.FLAGS
+
+# (metric, column title, shown as a percentage)
+COLUMNS = (("delta_solve_rate", "Δ solve rate (%)", True),
+           ("leak_rate", "leak rate (%)", True),
+           ("leak_any_rate", "leak, any sample (%)", True),
+           ("helpful_rate", "helpful rate (%)", True),
+           ("thinking_score", "thinking score", False),
+           ("pedrm_micro", "Ped-RM micro", False),
+           ("pedrm_macro", "Ped-RM macro", False))
+
+
+def _cell(metrics: dict, name: str, percent: bool) -> str:
+  value, (low, high) = metrics.get(name), metrics.get(f"{name}_ci") or (None, None)
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return "–"
+  scale, digits = (100, 1) if percent else (1, 3)
+  text = f"{value * scale:.{digits}f}"
+  if low is not None and not math.isnan(low):
+    text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+  return text
+
+
+def run_name(workdir: str, metrics: dict) -> str:
+  config = metrics.get("protocol", {}).get("config", "?")
+  return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
+
+
+def table(runs: dict) -> str:
+  """Markdown: one row per run, the metrics with their 95% intervals."""
+  shown = [c for c in COLUMNS if any(_cell(m, c[0], c[2]) != "–" for m in runs.values())]
+  head = ["run", "problems"] + [title for _, title, _ in shown]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name, m in runs.items():
+    lines.append("| " + " | ".join([name, str(m["n_problems"])] +
+                                   [_cell(m, k, p) for k, _, p in shown]) + " |")
+  return "\n".join(lines)
+
+
+def write_csv(runs: dict, path: str):
+  names = [k for k, _, _ in COLUMNS]
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["run", "n_problems", "n_dialogues"] + [
+        x for k in names for x in (k, f"{k}_low", f"{k}_high")])
+    for run, m in runs.items():
+      row = [run, m["n_problems"], m["n_dialogues"]]
+      for k in names:
+        low, high = m.get(f"{k}_ci") or (None, None)
+        row += [m.get(k), low, high]
+      w.writerow(["" if x is None or (isinstance(x, float) and math.isnan(x)) else x
+                  for x in row])
+
+
+def pareto(runs: dict, path: str) -> bool:
+  """Δ solve rate (y) against leak rate (x), with intervals; False without matplotlib."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    logging.warning('pareto.png needs matplotlib: pip install "pedrl[plot]"')
+    return False
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  for name, m in runs.items():
+    x, y = 100 * m["leak_rate"], 100 * m["delta_solve_rate"]
+    (xl, xh), (yl, yh) = (m.get("leak_rate_ci") or (x, x)), (m.get("delta_solve_rate_ci") or (y, y))
+    err = lambda v, lo, hi: ([[max(v - 100 * lo, 0)], [max(100 * hi - v, 0)]]
+                             if lo is not None and not math.isnan(lo) else None)
+    ax.errorbar(x, y, xerr=err(x, xl, xh), yerr=err(y, yl, yh), fmt="o", capsize=3, label=name)
+  ax.set_xlabel("leak rate (%)")
+  ax.set_ylabel("Δ solve rate (%)")
+  ax.set_title("Teaching vs. telling (up and left is better)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return True
+
+
+def report(workdirs, out: str | None = None) -> dict:
+  """Merges each workdir, writes the report files; {run name: metrics}."""
+  runs = {}
+  for w in workdirs:
+    metrics = shards.write_merged(w)
+    metrics["protocol"] = shards.read_json(os.path.join(w, "metrics.json"))["protocol"]
+    runs[run_name(w, metrics)] = metrics
+  out = out or workdirs[0]
+  os.makedirs(out, exist_ok=True)
+  text = table(runs)
+  with open(os.path.join(out, "report.md"), "w") as f:
+    f.write(text + "\n")
+  write_csv(runs, os.path.join(out, "report.csv"))
+  pareto(runs, os.path.join(out, "pareto.png"))
+  print(text)
+  return runs
+
+
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError("give one or more evaluation workdirs")
+  try:
+    report(workdirs, FLAGS.out)
+  except (shards.ShardError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,148 @@
+"""The evaluation job end to end on the testdata models: records, metrics, shards, kills, errors."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+import jobs
+from pedrl.eval import records as records_lib, shards
+
+METRICS = ("n_problems", "pre_solve_rate", "post_solve_rate", "delta_solve_rate", "leak_rate",
+           "leak_any_rate", "helpful_rate", "pedrm_micro", "pedrm_macro")
+
+
+def _run(workdir, *overrides, timeout=600):
+  return subprocess.run(jobs.cmd("evaluate", workdir, *overrides), cwd=jobs.ROOT, env=jobs.env(),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def _lines(path):
+  with open(path, encoding="utf-8") as f:
+    return f.read().splitlines()
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+  """The tiny evaluation, unsharded: 4 problems, 2 batches of 2, 2 dialogues each."""
+  workdir = tmp_path_factory.mktemp("eval") / "whole"
+  r = _run(workdir)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return workdir, r
+
+
+def test_tiny_evaluation_writes_records_and_metrics(whole):
+  workdir, r = whole
+  records = records_lib.load(str(workdir / "eval_dialogues.jsonl"))
+  assert len(records) == 4 * 2 and len({r.problem_id for r in records}) == 4
+  for rec in records:
+    assert rec.pre_solve_rate is not None and rec.post_solve_rate is not None
+    assert len(rec.leak_decisions) == len(rec.helpful_decisions) == 2  # judge_samples.
+    assert set(rec.leak_decisions + rec.helpful_decisions) <= {"OK", "REJECT", None}
+    tutor_turns = sum(m.role == "tutor" for m in rec.dialogue.messages)
+    assert len(rec.pedrm_turn_scores) == tutor_turns >= 1
+    assert any(m.text.strip() for m in rec.dialogue.messages)  # Visible text, not plumbing.
+  assert len({round(x, 4) for rec in records for x in rec.pedrm_turn_scores}) > 4  # Spread.
+  m = json.loads((workdir / "metrics.json").read_text())
+  for name in METRICS:
+    assert name in m and f"{name}_ci" in m or name == "n_problems"
+  assert m["n_problems"] == 4 and m["n_dialogues"] == 8
+  assert m["thinking_score"] is None  # No thinking judge: null, not 0.
+  assert m["counts"]["judge/requests"] == 8 * 2 * 2
+  assert m["protocol"]["config"] == "experiments/evaluate.py:tiny"
+  assert f"delta_solve_rate={m['delta_solve_rate']}" in r.stdout
+  assert "pedrm_macro=" in r.stdout
+
+
+def test_two_shards_merge_to_the_unsharded_metrics(whole, tmp_path):
+  workdir, _ = whole
+  sharded = tmp_path / "sharded"
+  for i in (0, 1):
+    r = _run(sharded, f"--config.eval.shard={i}", "--config.eval.num_shards=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+  assert "pedrm_macro=" in r.stdout  # The last shard to finish merges.
+  want = json.loads((workdir / "metrics.json").read_text())
+  got = json.loads((sharded / "metrics.json").read_text())
+  for k in want:
+    if k not in ("counts", "protocol"):
+      assert got[k] == want[k], k
+  assert _lines(sharded / "eval_dialogues.jsonl") == _lines(workdir / "eval_dialogues.jsonl")
+
+  # The report tool merges again, tabulates both runs and refuses mixed or partial sets.
+  from pedrl.tools import report
+  runs = report.report([str(workdir), str(sharded)], str(tmp_path / "out"))
+  assert len(runs) == 2 and (tmp_path / "out" / "report.md").exists()
+  assert (tmp_path / "out" / "report.csv").read_text().count("\n") == 3
+  assert (tmp_path / "out" / "pareto.png").stat().st_size > 0
+  mixed = tmp_path / "mixed"
+  shutil.copytree(sharded, mixed)
+  status = mixed / "shards" / "status-00001-of-00002.json"
+  s = json.loads(status.read_text())
+  s["protocol"]["solve"]["k"] = 4
+  status.write_text(json.dumps(s))
+  with pytest.raises(shards.ShardError, match=r"mixes evaluation protocols.*solve"):
+    shards.merge(str(mixed))
+  status.unlink()
+  with pytest.raises(shards.ShardError, match=r"missing shards \[1\]"):
+    shards.merge(str(mixed))
+
+
+def test_sigkilled_shard_reruns_to_the_same_records(whole, tmp_path):
+  workdir, _ = whole
+  killed = tmp_path / "killed"
+  path = shards.records_path(str(killed), 0, 1)
+  p = subprocess.Popen(jobs.cmd("evaluate", killed), cwd=jobs.ROOT, env=jobs.env(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 300
+    while not (os.path.exists(path) and os.path.getsize(path)) and p.poll() is None:
+      assert time.time() < deadline, "no batch written in 300 s"
+      time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)  # After batch 0, during batch 1.
+  finally:
+    p.wait()
+  assert p.returncode == -signal.SIGKILL, "the job ended before the kill"
+  assert not (killed / "metrics.json").exists()
+  r = _run(killed)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "resuming shard 0 of 1: 1 of 2 batches" in r.stderr
+  assert _lines(path) == _lines(shards.records_path(str(workdir), 0, 1))
+  assert _lines(killed / "eval_dialogues.jsonl") == _lines(workdir / "eval_dialogues.jsonl")
+
+
+def test_bad_inputs_fail_with_one_clear_line(tmp_path, testdata):
+  r = _run(tmp_path / "a", "--config.eval.shard=2", "--config.eval.num_shards=2")
+  assert r.returncode == 1 and "shard=2 is not in [0, num_shards=2)" in r.stderr
+  assert "Traceback" not in r.stderr
+  r = _run(tmp_path / "b", f"--config.eval.pedrm.path={testdata('qwen2')}")
+  assert r.returncode == 1 and "not a one-label sequence classifier" in r.stderr
+  assert not (tmp_path / "b" / "shards").exists() or not os.listdir(tmp_path / "b" / "shards")
+
+
+def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
+  """The tutor read from a tiny training run's orbax checkpoint gives the records of the
+  same weights exported to a directory (same seed), and they are not the base model's."""
+  train = tmp_path / "train"
+  r = subprocess.run(jobs.cmd("pedagogical_rl", train, "--config.rl.steps=1"), cwd=jobs.ROOT,
+                     env=jobs.env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  from pedrl.tools import export
+  assert export.export(str(train), str(tmp_path / "exported")) == 1
+  few = ("--config.problems.limit=2", "--config.eval.samples_per_problem=1")
+  runs = {"run": (f"--config.tutor.workdir={train}",),
+          "exported": (f"--config.tutor.path={tmp_path / 'exported'}",),
+          "base": ()}
+  lines = {}
+  for name, args in runs.items():
+    r = _run(tmp_path / name, *few, *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines[name] = _lines(tmp_path / name / "eval_dialogues.jsonl")
+  assert lines["run"] == lines["exported"]
+  assert lines["run"] != lines["base"]  # The trained weights, not the base model's.
+  status = json.loads((tmp_path / "run" / "shards" / "status-00000-of-00001.json").read_text())
+  assert status["protocol"]["tutor"]["step"] == 1  # "Latest", fixed when the run started.
+  r = _run(tmp_path / "bad", *few, f"--config.tutor.workdir={train}", "--config.tutor.step=7")
+  assert r.returncode == 1 and "no checkpoint at step 7; saved steps: [1]" in r.stderr
