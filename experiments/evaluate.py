@@ -1,4 +1,4 @@
-r"""Evaluating a tutor: the tables of papers 003 (table 2) and 001 (table 1).
+r"""Evaluating a tutor: the tables of papers 003 (table 2), 001 (table 1) and 000 (table I).
 
   python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:tiny --workdir=/tmp/eval
   python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:pedagogical_rl --workdir=/runs/eval_ped \
@@ -12,16 +12,21 @@ test problems of the filtered BigMath split, one dialogue each, K = 8 attempts
 before and after, the leakage and helpfulness judges on an evaluation judge of
 another family than the training judge, Gemma-3-27B served at an
 OpenAI-compatible `base_url`, and Ped-RM), `thinking` (paper 001: the Polya
-prompt with thinking, judged by GPT-4o-mini with the thinking-quality judge)
-and `tiny` (the testdata models, rule judges, the testdata classifier as
-Ped-RM, 4 problems; under 2 minutes on a CPU). Shards: add
+prompt with thinking, judged by GPT-4o-mini with the thinking-quality judge),
+`uco` (paper 000 tables I, III-VIII: 003's protocol with dialogues of at most
+10 turns; a Qwen2.5-14B-Instruct student by path) and `tiny` (the testdata
+models, rule judges, the testdata classifier as Ped-RM, 4 problems; under 2
+minutes on a CPU; combines with a protocol: `tiny,thinking`). The tutor under
+test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
+[--config.tutor.step] (a pedrl training run) or --config.tutor.endpoint.model
+(an OpenAI-compatible endpoint; the student likewise). Shards: add
 --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
 from pedrl.eval import pedrm, shards
 
-VARIANTS = dict(protocol=("pedagogical_rl", "thinking"), tiny=bool)
+VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco"), tiny=bool)
 
 
 def get_config(arg: str = "paper"):
@@ -32,6 +37,10 @@ def get_config(arg: str = "paper"):
   # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
   # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
   c.tutor = settings.section(party.PartySettings, shards.TutorRun, **c.tutor.to_dict())
+  # Or an OpenAI-compatible endpoint: --config.tutor.endpoint.model=gpt-4o (and base_url,
+  # api_key_env); the student likewise.
+  c.tutor.endpoint = settings.section(party.EndpointSettings)
+  c.student.endpoint = settings.section(party.EndpointSettings)
   # Paper 003 section 6: the test split, judged by Gemma-3-27B (not the Qwen training judge);
   # the model name is the serving endpoint's (vLLM serves it by its Hugging Face id).
   c.rewards.openai.model = "google/gemma-3-27b-it"
@@ -42,6 +51,11 @@ def get_config(arg: str = "paper"):
                      student_prompt="thinking/student_system")
     c.rewards.judges = "thinking"
     c.rewards.openai.model = "gpt-4o-mini"
+  if v.protocol == "uco":
+    # Paper 000 section IV: dialogues of at most T = 10 turns with a Qwen2.5-14B-Instruct
+    # student (give its path); its tables I and III-VIII report 003's metrics. The paper
+    # names no evaluation judge: 003's is kept.
+    c.rollout.max_turns = 10
   if v.tiny:
     c.batch_problems = 2
     c.eval.samples_per_problem = 2

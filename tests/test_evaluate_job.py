@@ -1,9 +1,11 @@
 """The evaluation job end to end on the testdata models: records, metrics, shards, kills, errors."""
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -146,3 +148,90 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
   assert status["protocol"]["tutor"]["step"] == 1  # "Latest", fixed when the run started.
   r = _run(tmp_path / "bad", *few, f"--config.tutor.workdir={train}", "--config.tutor.step=7")
   assert r.returncode == 1 and "no checkpoint at step 7; saved steps: [1]" in r.stderr
+
+
+class _TutorEndpoint:
+  """A scripted OpenAI-compatible tutor: thinks inside <think> tags, then asks a question
+  (reports usage); or answers every request with `status`."""
+
+  def __init__(self, status=200):
+    self.bodies = []
+    outer = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      def log_message(self, *args):
+        pass
+
+      def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        outer.bodies.append(body)
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        text = f"<think>secret plan {turn}</think>What do we know first? Step {turn}."
+        data = json.dumps({"error": {"message": "no", "type": "x"}} if status != 200 else {
+            "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 100 + turn, "completion_tokens": 9,
+                      "total_tokens": 109 + turn}}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+  def close(self):
+    self.httpd.shutdown()
+    self.httpd.server_close()
+
+
+def _endpoint_run(workdir, url, *more):
+  env = dict(jobs.env(), PEDRL_TEST_TUTOR_KEY="sk-test", NO_PROXY="127.0.0.1,localhost")
+  cmd = jobs.cmd("evaluate", workdir, "--config.problems.limit=2",
+                 "--config.eval.samples_per_problem=1", "--config.tutor.endpoint.model=scripted",
+                 f"--config.tutor.endpoint.base_url={url}",
+                 "--config.tutor.endpoint.api_key_env=PEDRL_TEST_TUTOR_KEY", *more)
+  return subprocess.run(cmd, cwd=jobs.ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_endpoint_tutor_thinks_out_of_sight(tmp_path):
+  server = _TutorEndpoint()
+  try:
+    r = _endpoint_run(tmp_path / "api", server.url)
+  finally:
+    server.close()
+  assert r.returncode == 0, r.stderr[-3000:]
+  records = records_lib.load(str(tmp_path / "api" / "eval_dialogues.jsonl"))
+  assert len(records) == 2
+  for rec in records:
+    tutor = [m for m in rec.dialogue.messages if m.role == "tutor"]
+    assert tutor and all(m.text.startswith("What do we know first?") for m in tutor)
+    assert all(m.thinking.startswith("secret plan") and "secret" not in m.text for m in tutor)
+    assert all(m.num_tokens == 9 for m in tutor)  # The endpoint's usage.
+    assert len(rec.pedrm_turn_scores) == len(tutor)
+  # Its own view: the system prompt, its earlier turns as sampled (thinking kept) and the
+  # student's visible messages; the preflight first.
+  later = [b for b in server.bodies[1:] if len(b["messages"]) > 2]
+  assert later, "no dialogue went past the tutor's first turn"
+  roles = [m["role"] for m in later[0]["messages"]]
+  assert roles[0] == "system" and "assistant" in roles and roles[-1] == "user"
+  assert any("secret plan" in m["content"] for m in later[0]["messages"]
+             if m["role"] == "assistant")
+  status = json.loads((tmp_path / "api" / "shards" / "status-00000-of-00001.json").read_text())
+  assert status["protocol"]["tutor"]["endpoint"] == ["scripted", server.url]
+
+
+def test_endpoint_tutor_refused_or_down_stops_before_any_work(tmp_path):
+  server = _TutorEndpoint(status=401)
+  try:
+    r = _endpoint_run(tmp_path / "refused", server.url)
+  finally:
+    server.close()
+  assert r.returncode == 1 and "refused the API key" in r.stderr, r.stderr[-2000:]
+  assert "tutor endpoint" in r.stderr and "Traceback" not in r.stderr
+  assert not os.path.exists(shards.records_path(str(tmp_path / "refused"), 0, 1))
+  r = _endpoint_run(tmp_path / "down", "http://127.0.0.1:9/v1")
+  assert r.returncode == 1 and "cannot be reached" in r.stderr, r.stderr[-2000:]

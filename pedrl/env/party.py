@@ -18,6 +18,42 @@ class PartySettings:
   max_new_tokens: int  # Per turn (per reply, for a judge).
 
 
+@dataclasses.dataclass(frozen=True)
+class EndpointSettings:
+  """A side played by an OpenAI-compatible endpoint (the evaluation config's
+  `tutor.endpoint` / `student.endpoint`); model None: a local checkpoint plays it.
+  Sampling (temperature, top_p, max_new_tokens) is the side's own settings'."""
+  model: str | None = None  # As the endpoint names it, e.g. gpt-4o-2024-08-06.
+  base_url: str | None = None  # None: api.openai.com.
+  api_key_env: str = "OPENAI_API_KEY"  # The variable holding the key (never the key).
+  max_concurrency: int = 16
+  timeout: float = 120.0
+
+
+class EndpointError(RuntimeError):
+  """An endpoint playing a side failed a request after all its retries."""
+
+
+@dataclasses.dataclass
+class EndpointParty:
+  """A side played by an OpenAI-compatible chat endpoint (a tutor under test such as
+  GPT-4o, or an API student). `client.chat(conversations)` returns per conversation a
+  reply (.text, .finish_reason, .prompt_tokens, .completion_tokens) or the exception
+  that ended its retries (pedrl.rewards.backends.OpenAIBackend). Thinking the endpoint
+  returns inside <think> tags is hidden from the other side as for local models."""
+  client: object
+  name: str  # "tutor" or "student", for messages.
+
+  def replies(self, conversations, what: str) -> list:
+    """The client's replies; EndpointError naming the first failure."""
+    out = self.client.chat(conversations)
+    for r in out:
+      if isinstance(r, Exception):
+        raise EndpointError(f"the {self.name} endpoint failed {what} after its retries "
+                            f"({type(r).__name__}: {r})")
+    return out
+
+
 @dataclasses.dataclass
 class Party:
   """A model taking one side: its sampler, current params, chat format, sampling."""

@@ -22,10 +22,12 @@ prompt.
 import dataclasses
 import time
 
+import numpy as np
+
 from pedrl import streams
 from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
-from pedrl.env.party import Party
+from pedrl.env.party import EndpointParty, Party
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
@@ -152,7 +154,36 @@ class _Side:
       self.views[d].append({"role": "assistant", "content": raw})
       self.fed[d] = len(self.views[d])
       self.lengths[d] += len(rows[d]) + len(tokens)
-      out.append((d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw, gen.finish_reasons[i]))
+      out.append((d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw, gen.finish_reasons[i],
+                  tokens.size))
+    return out
+
+
+class _EndpointSide:
+  """A side played by an endpoint: every dialogue's view, sent whole each turn. Its
+  lengths are the endpoint's own token counts (prompt + completion) when it reports
+  usage, so the token limit applies as for local models; else they stay 0."""
+
+  def __init__(self, name: str, party: EndpointParty, n: int, prefix: str = ""):
+    self.name, self.party, self.prefix = name, party, prefix
+    self.views = [[] for _ in range(n)]
+    self.lengths = [0] * n
+
+  def speak(self, live: list[int], dialogues, seed: int, stats, ended: dict):
+    del seed, dialogues, ended  # The endpoint samples with its own randomness.
+    start = time.perf_counter()
+    replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
+    setattr(stats, f"{self.name}_seconds",
+            getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    stats.calls.append((self.name, len(live), len(live)))
+    out = []
+    for d, r in zip(live, replies):
+      raw = self.prefix + r.text
+      self.views[d].append({"role": "assistant", "content": raw})
+      self.lengths[d] = r.prompt_tokens + r.completion_tokens
+      finish = "length" if r.finish_reason == "length" else "stop"
+      out.append((d, [], np.zeros((0,), np.int32), np.zeros((0,), np.float32), raw, finish,
+                  r.completion_tokens))
     return out
 
 
@@ -163,11 +194,18 @@ def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> 
   return min(bucket(want), party.sampler.cfg.max_position_embeddings)
 
 
-def _attempts(student: Party, settings, dialogues, todo, stats) -> list[tuple]:
+def _attempts(student, settings, dialogues, todo, stats) -> list[tuple]:
   """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
+  chats = [[{"role": "user", "content": prompts.render(
+      settings.attempt_prompt, problem=dialogues[d].problem)}] for d in todo]
+  if isinstance(student, EndpointParty):
+    start = time.perf_counter()
+    replies = student.replies(chats, "an attempt")
+    stats.student_seconds += time.perf_counter() - start
+    return [(r.text, r.completion_tokens, "length" if r.finish_reason == "length" else "stop")
+            for r in replies]
   sampler, sp = student.sampler, student.sampling
-  rows = [student.chat.prompt_ids([{"role": "user", "content": prompts.render(
-      settings.attempt_prompt, problem=dialogues[d].problem)}]) for d in todo]
+  rows = [student.chat.prompt_ids(c) for c in chats]
   keys = streams.random_keys(settings.seed, streams.DIALOGUE, [dialogues[d].uid for d in todo],
                      [0] * len(todo))
   cache = sampler.new_cache(_pow2(len(todo)), bucket(max(map(len, rows))) + sp.max_new_tokens)
@@ -206,13 +244,8 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
                                 scenario=scenario, rollout=g, uid=u * group_size + g,
                                 persona=persona))
   n = len(dialogues)
-  tutor = dataclasses.replace(tutor, chat=dataclasses.replace(
-      tutor.chat, template_kwargs={**tutor.chat.template_kwargs,
-                                   "enable_thinking": settings.thinking}))
-  t_max, s_max = tutor.sampling.max_new_tokens, student.sampling.max_new_tokens
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
-  tutor_side = _Side(TUTOR, tutor, n, cache_slots(tutor, settings, s_max), prefix)
-  student_side = _Side(STUDENT, student, n, cache_slots(student, settings, t_max))
+  tutor_side, student_side = _sides(tutor, student, n, settings, prefix)
   for d, dl in enumerate(dialogues):
     tutor_side.views[d].append({"role": "system", "content": prompts.render(
         settings.tutor_prompt, problem=dl.problem)})
@@ -236,12 +269,12 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   live = [d for d in range(n) if d not in ended]
   while live:
     for side, other in ((tutor_side, student_side), (student_side, tutor_side)):
-      for d, fed, tokens, logprobs, raw, finish_reason in side.speak(
+      for d, fed, tokens, logprobs, raw, finish_reason, count in side.speak(
           live, dialogues, settings.seed, stats, ended):
         dl = dialogues[d]
         msg = Message(role=side.name, text=chat.visible_text(raw),
                       thinking=chat.split_thinking(raw)[1], raw=raw,
-                      num_tokens=int(tokens.size), finish_reason=finish_reason)
+                      num_tokens=int(count), finish_reason=finish_reason)
         other.views[d].append({"role": "user", "content": msg.text})
         if side is tutor_side:
           if dl.messages:  # The tokens that brought the student's message to the tutor.
@@ -267,6 +300,20 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   for d, reason in ended.items():
     dialogues[d].end_reason = reason
   return dialogues
+
+
+def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):
+  """Each party's running side: a KV cache over the batch for a local model, whole
+  views for an endpoint."""
+  if isinstance(tutor, Party):
+    tutor = dataclasses.replace(tutor, chat=dataclasses.replace(
+        tutor.chat, template_kwargs={**tutor.chat.template_kwargs,
+                                     "enable_thinking": settings.thinking}))
+  max_new = lambda p: p.sampling.max_new_tokens if isinstance(p, Party) else 0
+  make = lambda name, p, other, prefix="": (
+      _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix)
+      if isinstance(p, Party) else _EndpointSide(name, p, n, prefix))
+  return make(TUTOR, tutor, student, prefix), make(STUDENT, student, tutor)
 
 
 def student_system_prompt(name: str, d: Dialogue) -> str:

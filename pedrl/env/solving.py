@@ -17,6 +17,7 @@ import numpy as np
 from pedrl import streams
 from pedrl.env import answers, prompts
 from pedrl.env.dialogue import transcript
+from pedrl.env.party import EndpointParty
 
 
 
@@ -64,7 +65,11 @@ def grade(texts, reference: str, match: str = "math_verify") -> Attempts:
 def sample(student, chats, uids, k: int, seed: int, stream: int,
            prompts_per_call: int) -> list[list[str]]:
   """K sampled texts per chat ([{"role", "content"}] lists) by `student` (a pedrl.env.party.Party);
-  sample j of chat i draws from key (seed, stream, uids[i], j)."""
+  sample j of chat i draws from key (seed, stream, uids[i], j). An endpoint student
+  (pedrl.env.party.EndpointParty) gets K requests per chat, sampled by the endpoint."""
+  if isinstance(student, EndpointParty):
+    replies = student.replies([c for c in chats for _ in range(k)], "a solve attempt")
+    return [[r.text for r in replies[i * k:(i + 1) * k]] for i in range(len(chats))]
   sampler, sp = student.sampler, student.sampling
   out = []
   for lo in range(0, len(chats), prompts_per_call):

@@ -29,7 +29,7 @@ EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
                    oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
-                   shards.ShardError, pedrm.PedRMError)
+                   shards.ShardError, pedrm.PedRMError, party_lib.EndpointError)
 
 
 def define_flags(example_config: str, workdir_help: str):
@@ -89,6 +89,26 @@ def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=Non
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
   return party_lib.load(side.path, settings_lib.sampling(side), mesh=mesh, scan_layers=scan_layers,
                         template_kwargs=template_kwargs, params=params, **runtime)
+
+
+def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, role: str,
+                   temperature: float | None = None, max_new_tokens: int | None = None):
+  """A side played by an OpenAI-compatible endpoint, checked with one small request (a
+  wrong URL, key or model stops the run before any model loads). Sampling is the side's
+  (or the given temperature and token budget: solve attempts); top-k has no API field."""
+  if jax.process_count() > 1:
+    raise app.UsageError(f"a {role} endpoint on a multi-host run is not supported: run the "
+                         "evaluation on one host (its shards may run on many)")
+  if side.top_k:
+    logging.info("%s endpoint %s: top_k=%d is not sent (the chat API has no such field)",
+                 role, endpoint.model, side.top_k)
+  client = backends.OpenAIBackend(
+      model=endpoint.model, base_url=endpoint.base_url, api_key_env=endpoint.api_key_env,
+      temperature=side.temperature if temperature is None else temperature, top_p=side.top_p,
+      max_tokens=side.max_new_tokens if max_new_tokens is None else max_new_tokens,
+      max_concurrency=endpoint.max_concurrency, timeout=endpoint.timeout, role=role)
+  client.preflight()
+  return party_lib.EndpointParty(client, role)
 
 
 def load_problems(s: settings_lib.RunSettings):
@@ -161,7 +181,8 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
 def check_paths(s: settings_lib.RunSettings) -> None:
   """Every checkpoint directory the config names exists, before anything loads."""
   rewards, o = s.rewards, s.oracle
-  flags = {"tutor.path": s.tutor.path, "student.path": s.student.path}
+  flags = {f"{side}.path": getattr(s, side).path for side in ("tutor", "student")
+           if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}
   uses_local = ((_needs_judges(s) and s.judging.judge_backend == "local") or
                 ("uco" in rewards.names and "local" in (
                     o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))

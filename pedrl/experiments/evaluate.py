@@ -29,9 +29,9 @@ from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import shards
 from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, check_paths, define_flags, exit_on_signal,
-                                      exits_cleanly, judge_panel, load_party, load_problems,
-                                      read_settings, solver_party)
+from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
+                                      exit_on_signal, exits_cleanly, judge_panel, load_party,
+                                      load_problems, read_settings, solver_party)
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
 
@@ -50,9 +50,10 @@ def protocol(s, config: str) -> dict:
   return {
       "config": config, "seed": s.job.seed, "batch_problems": s.job.batch_problems,
       "num_shards": s.evaluation.num_shards, "eval": e,
-      "tutor": {**asdict(s.tutor), **asdict(s.tutor_run),
+      "tutor": {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
                 **workdir_lib.identity(s, "evaluate")["tutor"]},
-      "student": {**asdict(s.student), **workdir_lib.identity(s, "evaluate")["student"]},
+      "student": {**asdict(s.student), **_endpoint(s.student_endpoint),
+                  **workdir_lib.identity(s, "evaluate")["student"]},
       "problems": asdict(s.problems), "rollout": asdict(s.rollout),
       "solve": {k: v for k, v in asdict(s.solve).items() if k != "prompts_per_call"},
       "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
@@ -60,6 +61,10 @@ def protocol(s, config: str) -> dict:
                  "rounds": s.judging.judge_rounds},
       "pedrm": asdict(s.pedrm),
   }
+
+
+def _endpoint(e) -> dict:
+  return {"endpoint": [e.model, e.base_url]} if e.model else {}
 
 
 def resolve_tutor_run(s):
@@ -86,23 +91,34 @@ def resolve_tutor_run(s):
 def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) -> list:
   """The EvalRecords of one batch of problems (see the module docstring)."""
   tutor, student, solver = parties
-  samples = s.evaluation.samples_per_problem
   clock = time.perf_counter()
+  apis = {"judge_backend": backend, "tutor_endpoint": getattr(tutor, "client", None),
+          "student_endpoint": getattr(student, "client", None),
+          "solve_endpoint": getattr(solver, "client", None)}
+  before = {name: dict(getattr(x, "stats", None) or {}) for name, x in apis.items()}
+  try:
+    return _evaluate(batch, uids, j, parties, s, specs, backend, rm, counts, clock)
+  finally:  # API calls, tokens and retries of this batch, also when it failed.
+    for name, x in apis.items():
+      counts.update({f"{name}/{k}": v - before[name].get(k, 0)
+                     for k, v in (getattr(x, "stats", None) or {}).items()})
+
+
+def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock) -> list:
+  tutor, student, solver = parties
   pre = solving.pre_dialogue(batch, solver, s.solve)
   clock = _tick(counts, "seconds/pre_solve", clock)
-  dialogues = rollout.run(batch, samples, tutor, student, s.rollout, problem_uids=uids)
+  dialogues = rollout.run(batch, s.evaluation.samples_per_problem, tutor, student, s.rollout,
+                          problem_uids=uids)
   clock = _tick(counts, "seconds/dialogues", clock)
   solving.post_dialogue(dialogues, solver, s.solve)  # Every dialogue: Δ is never penalised.
   clock = _tick(counts, "seconds/post_solve", clock)
   stats = asking.AskStats()
-  before = dict(getattr(backend, "stats", None) or {})
   try:
     answers = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
                                 s.judging.max_failed_share, stats)
   finally:
     counts.update({f"judge/{k}": v for k, v in stats.items()})
-    after = getattr(backend, "stats", None) or {}
-    counts.update({f"judge_backend/{k}": v - before.get(k, 0) for k, v in after.items()})
   clock = _tick(counts, "seconds/judges", clock)
   scores = rm.score_dialogues(dialogues) if rm else [[] for _ in dialogues]
   _tick(counts, "seconds/pedrm", clock)
@@ -134,6 +150,14 @@ def main(argv):
       raise app.UsageError(f"--config.eval.pedrm.path={s.pedrm.path!r} is not a checkpoint "
                            "directory (no config.json)")
     pedrm_lib.check(s.pedrm)
+  apis = api_backends(s)  # Endpoints and keys checked before models load or files are written.
+  tutor = student = solver = None
+  if s.tutor_endpoint.model:
+    tutor = endpoint_party(s.tutor, s.tutor_endpoint, "tutor")
+  if s.student_endpoint.model:
+    student = endpoint_party(s.student, s.student_endpoint, "student")
+    solver = endpoint_party(s.student, s.student_endpoint, "student", s.solve.temperature,
+                            s.solve.max_new_tokens)
   rows, _ = load_problems(s)
   plan = shards.batches(len(rows), s.job.batch_problems, e.shard, e.num_shards)
   if not plan:
@@ -159,18 +183,20 @@ def main(argv):
   if done:
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", e.shard,
                  e.num_shards, len(finished), len(plan), out_path)
-  apis = api_backends(s)  # Endpoints and keys checked before any model loads.
 
   mesh = s.mesh.make()
   clock = time.perf_counter()
-  params = None
-  if s.tutor_run.workdir:
-    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
-                                               s.job.scan_layers, mesh)
-  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                     params=params)
-  student = load_party(s.student, mesh, s.job.scan_layers)
-  parties = (tutor, student, solver_party(student, s.solve))
+  if tutor is None:
+    params = None
+    if s.tutor_run.workdir:
+      _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
+                                                 s.job.scan_layers, mesh)
+    tutor = load_party(s.tutor, mesh, s.job.scan_layers,
+                       {"enable_thinking": s.rollout.thinking}, params=params)
+  if student is None:
+    student = load_party(s.student, mesh, s.job.scan_layers)
+    solver = solver_party(student, s.solve)
+  parties = (tutor, student, solver)
   specs, backend = judge_panel(s, mesh, apis)
   rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
   if rm is None:

@@ -197,6 +197,8 @@ class RunSettings:
   evaluation: shards.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
   pedrm: pedrm_lib.PedRMSettings | None = None
   tutor_run: shards.TutorRun | None = None
+  tutor_endpoint: party.EndpointSettings | None = None
+  student_endpoint: party.EndpointSettings | None = None
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -235,7 +237,9 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
   if evaluation:
     out.update(evaluation=read.read(shards.EvalSettings, "eval"),
                pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
-               tutor_run=read.read(shards.TutorRun, "tutor"))
+               tutor_run=read.read(shards.TutorRun, "tutor"),
+               tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
+               student_endpoint=read.read(party.EndpointSettings, "student.endpoint"))
   read.check_all_read()
   return RunSettings(**out)
 

@@ -20,6 +20,8 @@ class WorkdirError(ValueError):
 
 def _architecture(path: str) -> dict:
   """The fields of a checkpoint's config.json that say which model it is."""
+  if not path:  # A side played by an endpoint.
+    return {}
   try:
     with open(os.path.join(path, "config.json")) as f:
       cfg = json.load(f)

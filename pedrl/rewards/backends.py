@@ -17,6 +17,7 @@ import random
 import re
 import threading
 import time
+import typing
 
 from pedrl import distributed, streams
 from pedrl.env import chat
@@ -74,6 +75,15 @@ def retry_after(headers) -> float | None:
   return max(when.timestamp() - time.time(), 0.0)
 
 
+class Reply(typing.NamedTuple):
+  """One chat completion: its text, why it ended ("stop", "length"), and the tokens the
+  endpoint counted (0 when it reports no usage)."""
+  text: str
+  finish_reason: str
+  prompt_tokens: int
+  completion_tokens: int
+
+
 @dataclasses.dataclass
 class OpenAIBackend:
   """Chat completions through the `openai` client, with bounded concurrency and retries.
@@ -96,6 +106,8 @@ class OpenAIBackend:
   max_tries: int = 5
   backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
   backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
+  top_p: float = 1.0  # Sent only below 1.
+  role: str = "judge"  # What the endpoint is for, in error messages (judge, tutor, student).
   stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def __post_init__(self):
@@ -103,7 +115,7 @@ class OpenAIBackend:
     key = os.environ.get(self.api_key_env)
     if not key:
       raise JudgeError(f"the environment variable {self.api_key_env} is not set; it must hold "
-                       f"the API key for the judge endpoint {self.endpoint}")
+                       f"the API key for the {self.role} endpoint {self.endpoint}")
     self._openai = openai
     self._lock = threading.Lock()  # Counters are bumped from the worker threads.
     self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
@@ -118,24 +130,38 @@ class OpenAIBackend:
 
   def complete(self, requests, round_: int = 0):
     del round_
+    prompts = [[{"role": "user", "content": r.prompt}] for r in requests]
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
-      return list(pool.map(self._one, [r.prompt for r in requests]))
+      return [r if isinstance(r, Exception) else r.text
+              for r in pool.map(self._one, prompts)]
 
-  def _count(self, key: str):
+  def chat(self, conversations) -> list:
+    """Per conversation ([{"role", "content"}] messages, any roles), a `Reply` or the
+    exception that ended its retries: the endpoint taking one side of a dialogue."""
+    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
+      return list(pool.map(self._one, conversations))
+
+  def _count(self, key: str, n: int = 1):
     with self._lock:
-      self.stats[key] += 1
+      self.stats[key] += n
 
-  def _request(self, prompt: str, max_tokens: int) -> str:
+  def _request(self, messages, max_tokens: int) -> "Reply":
     """One call; whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
     try:
       out = self._client.chat.completions.create(
-          model=self.model, messages=[{"role": "user", "content": prompt}],
-          temperature=self.temperature, max_tokens=max_tokens)
+          model=self.model, messages=messages, temperature=self.temperature,
+          max_tokens=max_tokens, **({"top_p": self.top_p} if self.top_p < 1 else {}))
     except (ValueError, o.APIResponseValidationError) as e:  # A JSON content type, other body.
       raise NonCompletionReply(f"no chat completion: the endpoint's body does not parse "
                                f"({type(e).__name__}: {e})") from e
-    return completion_text(out)
+    text = completion_text(out)
+    usage = getattr(out, "usage", None)
+    used = [getattr(usage, k, None) or 0 for k in ("prompt_tokens", "completion_tokens")]
+    self._count("calls")
+    self._count("prompt_tokens", used[0])
+    self._count("completion_tokens", used[1])
+    return Reply(text, out.choices[0].finish_reason or "stop", *used)
 
   def _delay(self, attempt: int, error: Exception) -> float:
     """The wait a 429/5xx asks for, else exponential backoff with ±50% jitter."""
@@ -144,10 +170,10 @@ class OpenAIBackend:
       return min(self.backoff_max, asked)
     return min(self.backoff_max, self.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
 
-  def _one(self, prompt: str):
+  def _one(self, messages):
     for attempt in range(self.max_tries):
       try:
-        return self._request(prompt, self.max_tokens)
+        return self._request(messages, self.max_tokens)
       except self._retryable as e:
         if attempt + 1 == self.max_tries:
           return e
@@ -155,15 +181,15 @@ class OpenAIBackend:
         self._count(f"retries/{failure_kind(e)}")
         time.sleep(self._delay(attempt, e))
       except self._openai.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.
-        raise JudgeError(f"judge endpoint {self.endpoint} (model {self.model!r}) refused the "
-                         f"request: HTTP {e.status_code} {type(e).__name__}") from None
+        raise JudgeError(f"{self.role} endpoint {self.endpoint} (model {self.model!r}) refused "
+                         f"the request: HTTP {e.status_code} {type(e).__name__}") from None
 
   def preflight(self, tries: int = 2):
     """One one-token request, so that a wrong endpoint, key or model stops a run before
     any model loads: JudgeError naming the endpoint and model (and the key's variable)."""
     for attempt in range(tries):
       try:
-        self._request("Reply with OK.", max_tokens=1)
+        self._request([{"role": "user", "content": "Reply with OK."}], max_tokens=1)
         return
       except self._retryable as e:
         if attempt + 1 == tries:
@@ -175,7 +201,7 @@ class OpenAIBackend:
   def _preflight_failure(self, e: Exception) -> str:
     """One line on why the preflight failed (never the key, nor the server's text)."""
     o, status = self._openai, getattr(e, "status_code", None)
-    where = f"the judge endpoint {self.endpoint} (model {self.model!r})"
+    where = f"the {self.role} endpoint {self.endpoint} (model {self.model!r})"
     if isinstance(e, o.APITimeoutError):
       return f"{where} did not answer within the timeout of {self.timeout:g} s"
     if isinstance(e, o.APIConnectionError):

@@ -1,0 +1,38 @@
+"""The evaluation config's variants: every key read, and the papers' protocol values."""
+import os
+
+from absl import flags
+from ml_collections import config_flags
+import pytest
+
+from jobs import ROOT
+from pedrl.experiments import settings
+
+
+def _settings(variant):
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["test", f"--config={os.path.join(ROOT, 'experiments', 'evaluate.py')}:{variant}"])
+  return settings.read_settings(fv.config, evaluation=True)  # UnreadKeys if any is unread.
+
+
+@pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "tiny",
+                                     "tiny,thinking", "tiny,uco"])
+def test_every_variant_reads_completely(variant):
+  s = _settings(variant)
+  assert s.evaluation.shard == 0 and s.evaluation.num_shards == 1
+  assert s.tutor_run.workdir is None and s.tutor_endpoint.model is None
+
+
+def test_paper_protocols():
+  s = _settings("pedagogical_rl")  # Paper 003 section 6 and its reference evaluation.
+  assert (s.problems.split, s.problems.n_test, s.problems.filter) == ("test", 500, True)
+  assert s.evaluation.samples_per_problem == 1 and s.solve.k == 8
+  assert (s.solve.temperature, s.solve.max_new_tokens) == (0.6, 3900)
+  assert s.judging.judges == "pedagogical_rl" and s.judging.judge_samples == 2
+  assert s.rollout.max_turns == 16 and s.rollout.max_conversation_tokens == 8192
+  assert s.pedrm.format == "reference"
+  t = _settings("thinking")  # Paper 001: GPT-4o-mini judges, the thinking-quality judge.
+  assert t.judging.judges == "thinking" and t.openai["model"] == "gpt-4o-mini"
+  assert t.rollout.thinking and t.rollout.tutor_prompt == "thinking/tutor_polya"
+  assert _settings("uco").rollout.max_turns == 10  # Paper 000 section IV, T = 10.
