@@ -1,16 +1,15 @@
 """The evaluation job end to end on the testdata models: records, metrics, shards, kills, errors."""
-import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
 import jobs
+from chat_server import ChatServer
 from pedrl.eval import records as records_lib, shards
 
 METRICS = ("n_problems", "pre_solve_rate", "post_solve_rate", "delta_solve_rate", "leak_rate",
@@ -150,42 +149,14 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
   assert r.returncode == 1 and "no checkpoint at step 7; saved steps: [1]" in r.stderr
 
 
-class _TutorEndpoint:
-  """A scripted OpenAI-compatible tutor: thinks inside <think> tags, then asks a question
-  (reports usage); or answers every request with `status`."""
-
-  def __init__(self, status=200):
-    self.bodies = []
-    outer = self
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-      def log_message(self, *args):
-        pass
-
-      def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        outer.bodies.append(body)
-        turn = sum(m["role"] == "assistant" for m in body["messages"])
-        text = f"<think>secret plan {turn}</think>What do we know first? Step {turn}."
-        data = json.dumps({"error": {"message": "no", "type": "x"}} if status != 200 else {
-            "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 100 + turn, "completion_tokens": 9,
-                      "total_tokens": 109 + turn}}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-    threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-  def close(self):
-    self.httpd.shutdown()
-    self.httpd.server_close()
+def _tutor_endpoint(actions=()):
+  """A scripted OpenAI-compatible tutor: thinks inside <think> tags, then asks a question,
+  and reports usage; `actions` first (e.g. a 401 for every request)."""
+  turn = lambda body: sum(m["role"] == "assistant" for m in body["messages"])
+  return ChatServer(actions, reply=lambda body: (f"<think>secret plan {turn(body)}</think>"
+                                                 f"What do we know first? Step {turn(body)}."),
+                    usage=lambda body: {"prompt_tokens": 100 + turn(body), "completion_tokens": 9,
+                                        "total_tokens": 109 + turn(body)})
 
 
 def _endpoint_run(workdir, url, *more):
@@ -198,7 +169,7 @@ def _endpoint_run(workdir, url, *more):
 
 
 def test_endpoint_tutor_thinks_out_of_sight(tmp_path):
-  server = _TutorEndpoint()
+  server = _tutor_endpoint()
   try:
     r = _endpoint_run(tmp_path / "api", server.url)
   finally:
@@ -214,7 +185,7 @@ def test_endpoint_tutor_thinks_out_of_sight(tmp_path):
     assert len(rec.pedrm_turn_scores) == len(tutor)
   # Its own view: the system prompt, its earlier turns as sampled (thinking kept) and the
   # student's visible messages; the preflight first.
-  later = [b for b in server.bodies[1:] if len(b["messages"]) > 2]
+  later = [b for b, _ in server.bodies[1:] if len(b["messages"]) > 2]
   assert later, "no dialogue went past the tutor's first turn"
   roles = [m["role"] for m in later[0]["messages"]]
   assert roles[0] == "system" and "assistant" in roles and roles[-1] == "user"
@@ -225,7 +196,7 @@ def test_endpoint_tutor_thinks_out_of_sight(tmp_path):
 
 
 def test_endpoint_tutor_refused_or_down_stops_before_any_work(tmp_path):
-  server = _TutorEndpoint(status=401)
+  server = _tutor_endpoint([("status", 401)] * 5)
   try:
     r = _endpoint_run(tmp_path / "refused", server.url)
   finally:

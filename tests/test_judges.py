@@ -1,14 +1,11 @@
 """Judges: tolerant parsing, re-ask rounds and failure policies, rules, and the real
 `openai` client against a scripted HTTP server on 127.0.0.1."""
 import email.utils
-import http.server
-import json
-import threading
-import time
 import types
 
 import pytest
 
+from chat_server import ChatServer
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.party import Party
 from pedrl.rewards import asking, backends, judging
@@ -148,62 +145,6 @@ def test_rule_judges():
 
 # -- The openai client against a scripted server ------------------------------------------------
 
-class _Server:
-  """Answers POST /v1/chat/completions from a list of actions, one per request:
-  ("sleep", seconds) | ("status", code[, headers]) | ("body", raw bytes) |
-  ("html", raw bytes) | ("json", any JSON value) | ("reply", content)."""
-
-  def __init__(self, actions):
-    self.actions, self.lock, self.bodies = list(actions), threading.Lock(), []
-    outer = self
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-      def log_message(self, *args):
-        pass
-
-      def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with outer.lock:
-          outer.bodies.append((body, self.headers.get("Authorization")))
-          action = outer.actions.pop(0) if outer.actions else ("reply", '{"decision": "OK"}')
-        kind, arg, headers = action[0], action[1], action[2] if len(action) > 2 else {}
-        if kind == "sleep":
-          time.sleep(arg)
-          kind, arg = "reply", '{"decision": "OK"}'
-        content_type = "application/json"
-        if kind == "status":
-          data = json.dumps({"error": {"message": "scripted", "type": "x"}}).encode()
-          code = arg
-        elif kind in ("body", "html"):  # A 200 whose body is not a completion.
-          code, data = 200, arg
-          content_type = "text/html" if kind == "html" else content_type
-        elif kind == "json":
-          code, data = 200, json.dumps(arg).encode()
-        elif kind == "reply":
-          code, data = 200, json.dumps({
-              "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-              "choices": [{"index": 0, "finish_reason": "stop",
-                           "message": {"role": "assistant", "content": arg}}]}).encode()
-        try:
-          self.send_response(code)
-          self.send_header("Content-Type", content_type)
-          for name, value in headers.items():
-            self.send_header(name, value)
-          self.send_header("Content-Length", str(len(data)))
-          self.end_headers()
-          self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-          pass
-
-    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-    threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-  def close(self):
-    self.httpd.shutdown()
-    self.httpd.server_close()
-
-
 @pytest.fixture
 def api_key(monkeypatch):
   monkeypatch.setenv("PEDRL_TEST_JUDGE_KEY", "sk-test-not-a-secret")
@@ -217,7 +158,7 @@ def _backend(server, **kw):
 
 
 def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
-  server = _Server([("sleep", 1.5), ("status", 429), ("status", 500), ("status", 503),
+  server = ChatServer([("sleep", 1.5), ("status", 429), ("status", 500), ("status", 503),
                     ("reply", "not json at all"),
                     ("reply", 'Here you go: {"reasoning": "fine", "decision": "OK"} Thanks!')])
   delays = []
@@ -251,7 +192,7 @@ def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
 def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
   # Sample 0 fails 5 times (its round ends in an API error), sample 1 gets REJECT;
   # asked again, sample 0 gets OK.
-  server = _Server([("status", 500)] * 5 + [("reply", '{"decision": "REJECT"}')])
+  server = ChatServer([("status", 500)] * 5 + [("reply", '{"decision": "REJECT"}')])
   try:
     backend = _backend(server)
     stats = asking.AskStats()
@@ -265,7 +206,7 @@ def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
 
 
 def test_openai_backend_bad_key_and_missing_key_are_clear_errors(api_key, monkeypatch):
-  server = _Server([("status", 401)])
+  server = ChatServer([("status", 401)])
   try:
     with pytest.raises(judging.JudgeError, match="HTTP 401") as e:
       judging.judge([_dialogue()], judging.PEDAGOGICAL_RL[:1], _backend(server))
@@ -278,7 +219,7 @@ def test_openai_backend_bad_key_and_missing_key_are_clear_errors(api_key, monkey
 
 
 def test_unreachable_endpoint_is_a_clear_error(api_key):
-  server = _Server([])
+  server = ChatServer([])
   server.close()  # Nothing listens on the port any more.
   backend = _backend(server, max_tries=2)
   with pytest.raises(judging.JudgeError, match="failed every request.*APIConnectionError"):
@@ -313,7 +254,7 @@ def test_local_backend_samples_each_request_with_its_own_key(testdata):
 
 def test_openai_backend_malformed_bodies_and_the_policy(api_key):
   # A body that is not JSON is retried like a 5xx; replies that never parse meet the policy.
-  server = _Server([("body", b"<html>bad gateway</html>")] + [("reply", "no verdict")] * 20)
+  server = ChatServer([("body", b"<html>bad gateway</html>")] + [("reply", "no verdict")] * 20)
   try:
     backend = _backend(server)
     stats = asking.AskStats()
@@ -345,7 +286,7 @@ def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
   # Sample 0: a proxy's HTML page (the client returns a str), JSON without choices, an
   # empty choice list: its 3 tries. Sample 1: a non-JSON body, then the verdict. Asked
   # again, sample 0 gets its verdict too.
-  server = _Server([("html", b"<html>502 Bad Gateway</html>"), ("json", {"error": "upstream"}),
+  server = ChatServer([("html", b"<html>502 Bad Gateway</html>"), ("json", {"error": "upstream"}),
                     ("json", {"choices": []}), ("body", b"<html>bad gateway</html>"),
                     ("reply", '{"decision": "OK"}')])
   try:
@@ -361,7 +302,7 @@ def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
 
 def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
   now = 1_700_000_000
-  server = _Server([("status", 429, {"Retry-After": "2"}),
+  server = ChatServer([("status", 429, {"Retry-After": "2"}),
                     ("status", 503, {"Retry-After": "120"}),  # Longer than backoff_max.
                     ("status", 429, {"retry-after-ms": "1500"}),
                     ("status", 503, {"Retry-After": email.utils.formatdate(now + 5, usegmt=True)}),
@@ -385,7 +326,7 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
 
 def _mostly_down():
   """An endpoint that answers once, then 503s."""
-  return _Server([("reply", '{"decision": "REJECT"}')] + [("status", 503)] * 200)
+  return ChatServer([("reply", '{"decision": "REJECT"}')] + [("status", 503)] * 200)
 
 
 def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
@@ -415,7 +356,7 @@ def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
 
 
 def test_preflight_names_endpoint_model_and_key_variable(api_key):
-  server = _Server([("json", {"choices": [{"index": 0, "finish_reason": "length",
+  server = ChatServer([("json", {"choices": [{"index": 0, "finish_reason": "length",
                                            "message": {"role": "assistant", "content": None}}]}),
                     ("status", 401), ("status", 404), ("status", 503), ("status", 503),
                     ("html", b"<html>login</html>"), ("html", b"<html>login</html>")])
@@ -441,11 +382,11 @@ def test_preflight_names_endpoint_model_and_key_variable(api_key):
 
 
 def test_preflight_of_an_unreachable_or_slow_endpoint(api_key):
-  server = _Server([])
+  server = ChatServer([])
   server.close()  # Nothing listens on the port any more.
   with pytest.raises(judging.JudgeError, match=f"endpoint {server.url} .* cannot be reached"):
     backends.MainProcessCalls(_backend(server)).preflight()  # Raised as process 0 saw it.
-  server = _Server([("sleep", 0.6), ("sleep", 0.6)])
+  server = ChatServer([("sleep", 0.6), ("sleep", 0.6)])
   try:
     with pytest.raises(judging.JudgeError, match="did not answer within the timeout of 0.2 s"):
       _backend(server, timeout=0.2).preflight()
