@@ -14,7 +14,10 @@ another family than the training judge, Gemma-3-27B served at an
 OpenAI-compatible `base_url`, and Ped-RM), `thinking` (paper 001: the Polya
 prompt with thinking, judged by GPT-4o-mini with the thinking-quality judge),
 `uco` (paper 000 tables I, III-VIII: 003's protocol with dialogues of at most
-10 turns; a Qwen2.5-14B-Instruct student by path) and `tiny` (the testdata
+10 turns; a Qwen2.5-14B-Instruct student by path), `reasoning` (003 table 3,
+000 table IX: GSM8K 4-shot, MATH500 0-shot, MMLU 5-shot on the tutor alone,
+from local files: --config.eval.reasoning.{gsm8k,math500,mmlu}_path=...,
+optionally gsm8k_shots_path= the train file) and `tiny` (the testdata
 models, rule judges, the testdata classifier as Ped-RM, 4 problems; under 2
 minutes on a CPU; combines with a protocol: `tiny,thinking`). The tutor under
 test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
@@ -24,9 +27,9 @@ test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
 """
 from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
-from pedrl.eval import pedrm, shards
+from pedrl.eval import pedrm, reasoning, shards
 
-VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco"), tiny=bool)
+VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco", "reasoning"), tiny=bool)
 
 
 def get_config(arg: str = "paper"):
@@ -56,6 +59,11 @@ def get_config(arg: str = "paper"):
     # student (give its path); its tables I and III-VIII report 003's metrics. The paper
     # names no evaluation judge: 003's is kept.
     c.rollout.max_turns = 10
+  c.eval.reasoning = settings.section(reasoning.ReasoningSettings)
+  if v.protocol == "reasoning":
+    # Paper 003 table 3 (MMLU 5-shot, GSM8K 4-shot, MATH500 0-shot), 000 table IX: the tutor
+    # alone, at the reference's LightEval sampling (temperature 0.6, top-p 0.95).
+    c.eval.reasoning.benchmarks = "gsm8k,math500,mmlu"
   if v.tiny:
     c.batch_problems = 2
     c.eval.samples_per_problem = 2
@@ -63,4 +71,9 @@ def get_config(arg: str = "paper"):
     c.eval.pedrm.path = "testdata/models/qwen2_seqcls"
     if v.protocol == "thinking":
       c.rollout.tutor_prompt = "thinking/tutor_general"  # Polya overflows the tiny context.
+    if v.protocol == "reasoning":  # pedrl's own few-row files in the benchmarks' formats.
+      c.eval.reasoning.update(
+          gsm8k_path="testdata/reasoning/gsm8k_sample.jsonl",
+          math500_path="testdata/reasoning/math500_sample.jsonl",
+          mmlu_path="testdata/reasoning/mmlu", max_new_tokens=24, batch_examples=6)
   return c

@@ -17,7 +17,7 @@ def _settings(variant):
 
 
 @pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "tiny",
-                                     "tiny,thinking", "tiny,uco"])
+                                     "tiny,thinking", "tiny,uco", "tiny,reasoning"])
 def test_every_variant_reads_completely(variant):
   s = _settings(variant)
   assert s.evaluation.shard == 0 and s.evaluation.num_shards == 1
@@ -36,3 +36,11 @@ def test_paper_protocols():
   assert t.judging.judges == "thinking" and t.openai["model"] == "gpt-4o-mini"
   assert t.rollout.thinking and t.rollout.tutor_prompt == "thinking/tutor_polya"
   assert _settings("uco").rollout.max_turns == 10  # Paper 000 section IV, T = 10.
+
+
+def test_reasoning_protocol():
+  with pytest.raises(ValueError, match="gsm8k needs its data"):
+    _settings("reasoning")  # The benchmarks' files are the user's: named, not guessed.
+  r = _settings("tiny,reasoning").reasoning  # Paper 003 table 3 and its LightEval sampling.
+  assert r.names == ("gsm8k", "math500", "mmlu")
+  assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)

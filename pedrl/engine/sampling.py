@@ -243,11 +243,12 @@ class Sampler:
     window = min(bucket(end + t + extra, self.buckets), cache.size)
     return self._rows(tokens), self._rows(mask), window
 
-  def extend(self, params, cache, rows):
-    """Appends each row's new tokens (e.g. the other speaker's turn) to the cache."""
+  def extend(self, params, cache, rows, reserve: int = 0):
+    """Appends each row's new tokens (e.g. the other speaker's turn) to the cache,
+    keeping `reserve` slots free after them (the padding shrinks if it must)."""
     if not any(len(r) for r in rows):
       return cache
-    tokens, mask, window = self._chunk(rows, cache, 0, need_token=False)
+    tokens, mask, window = self._chunk(rows, cache, reserve, need_token=False)
     return _extend(self.model, params, cache, tokens, mask, window)
 
   def prefill_shared(self, params, prompts, copies: int, cache_size: int):
@@ -263,7 +264,10 @@ class Sampler:
     slots = bucket(longest - 1, self.buckets) + 1 + max(cache_size - longest, 0)
     cache = self.new_cache(len(prompts), min(max(cache_size, slots),
                                              self.cfg.max_position_embeddings))
-    cache = self.extend(params, cache, [p[:-1] for p in prompts])
+    # Room for each held-back last token and what it generates, even in a cache capped at
+    # the model's context: the prefill's padding gives way rather than the generation.
+    cache = self.extend(params, cache, [p[:-1] for p in prompts],
+                        reserve=max(cache_size - longest, 0) + 1)
     cache = self.select_rows(cache, np.repeat(np.arange(len(prompts)), copies))
     return cache, [[p[-1]] for p in prompts for _ in range(copies)]
 

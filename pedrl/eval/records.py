@@ -42,18 +42,41 @@ class EvalRecord:
     return cls(**row)
 
 
+@dataclasses.dataclass
+class ReasoningRecord:
+  """One benchmark question put to the tutor (pedrl.eval.reasoning)."""
+  benchmark: str
+  example_id: str
+  batch: int
+  reply: str
+  extracted: str | None  # What the grader read from the reply (None: nothing).
+  target: str
+  correct: bool
+  schema: int = SCHEMA_VERSION
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, row: dict) -> "ReasoningRecord":
+    if row.get("schema") != SCHEMA_VERSION:
+      raise ValueError(f"reasoning record schema {row.get('schema')!r}; this pedrl reads "
+                       f"{SCHEMA_VERSION}")
+    return cls(**row)
+
+
 def save(records, path: str, mode: str = "a") -> None:
   """Appends (or writes) records in one synced write; a crash cuts at most the last line."""
   dialogue_lib.append_rows([r.to_dict() for r in records], path, mode)
 
 
-def load(path: str) -> list[EvalRecord]:
-  """The records of `path` (none if absent); a line cut by a crash is removed (logged),
-  any other bad line is a RecordError naming the file and line."""
+def load(path: str, kind=EvalRecord) -> list:
+  """The records (of type `kind`) of `path` (none if absent); a line cut by a crash is
+  removed (logged), any other bad line is a RecordError naming the file and line."""
   out = []
   for n, row in enumerate(dialogue_lib.read_rows(path), 1):
     try:
-      out.append(EvalRecord.from_dict(row))
+      out.append(kind.from_dict(row))
     except (ValueError, TypeError, KeyError, AttributeError) as e:
       raise RecordError(f"{path}, record {n}: not an evaluation record ({e})") from None
   return out

@@ -20,7 +20,7 @@ import math
 import os
 
 from pedrl.env.dialogue import RecordError
-from pedrl.eval import metrics as metrics_lib, records as records_lib
+from pedrl.eval import metrics as metrics_lib, reasoning, records as records_lib
 
 
 class ShardError(ValueError):
@@ -117,13 +117,20 @@ def _statuses(workdir: str) -> dict:
           if n.startswith("status-") and n.endswith(".json")}
 
 
-def completed(workdir: str, shard: int, num_shards: int, plan: dict) -> list:
+def record_kind(protocol: dict):
+  """The record type of an evaluation: dialogues, or benchmark answers (reasoning)."""
+  return records_lib.ReasoningRecord if protocol.get("kind") == "reasoning" else (
+      records_lib.EvalRecord)
+
+
+def completed(workdir: str, shard: int, num_shards: int, plan: dict,
+              kind=records_lib.EvalRecord) -> list:
   """The records of the shard's batches that are whole; a batch cut by a kill loses its
   records (rewritten without them, logged by the caller) and runs again.
 
   plan: {batch index: records it must have}."""
   path = records_path(workdir, shard, num_shards)
-  have = records_lib.load(path)
+  have = records_lib.load(path, kind)
   count = collections.Counter(r.batch for r in have)
   whole = {b for b, n in plan.items() if count[b] == n}
   extra = set(count) - set(plan)
@@ -154,19 +161,24 @@ def merge(workdir: str) -> tuple[list, dict]:
     raise ShardError(f"{workdir}: of {num_shards} shards, " + "; ".join(filter(None, [
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
-  out = []
-  for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards))
-  out.sort(key=lambda r: (r.batch, r.dialogue.uid))
-  seen = collections.Counter((r.problem_id, r.sample) for r in out)
-  if dup := [k for k, n in seen.items() if n > 1]:
-    raise RecordError(f"{workdir}: dialogues recorded twice, e.g. problem {dup[0][0]} sample "
-                      f"{dup[0][1]}")
   protocol = statuses[next(iter(statuses))]["protocol"]
+  kind, out = record_kind(protocol), []
+  for i in range(num_shards):
+    out += records_lib.load(records_path(workdir, i, num_shards), kind)
+  out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
+  key = ((lambda r: (r.benchmark, r.example_id)) if kind is records_lib.ReasoningRecord
+         else (lambda r: (r.problem_id, r.sample)))
+  seen = collections.Counter(map(key, out))
+  if dup := [k for k, n in seen.items() if n > 1]:
+    raise RecordError(f"{workdir}: {dup[0]} is recorded twice")
   e = protocol["eval"]
-  metrics = metrics_lib.compute(out, seed=protocol["seed"], resamples=e["bootstrap_resamples"],
-                                confidence=e["confidence"])
-  metrics.update(metrics_lib.dialogue_counts(out))
+  args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
+              confidence=e["confidence"])
+  if kind is records_lib.ReasoningRecord:
+    metrics = {"n_examples": len(out), **reasoning.accuracy(out, **args)}
+  else:
+    metrics = metrics_lib.compute(out, **args)
+    metrics.update(metrics_lib.dialogue_counts(out))
   counts = collections.Counter()
   for s in statuses.values():
     counts.update(s.get("counts", {}))
@@ -175,10 +187,12 @@ def merge(workdir: str) -> tuple[list, dict]:
 
 
 def write_merged(workdir: str) -> dict:
-  """Merges the shards into WORKDIR/eval_dialogues.jsonl and WORKDIR/metrics.json."""
+  """Merges the shards into WORKDIR/eval_dialogues.jsonl (eval_reasoning.jsonl for the
+  reasoning benchmarks) and WORKDIR/metrics.json."""
   out, metrics = merge(workdir)
-  records_lib.save(out, os.path.join(workdir, "eval_dialogues.jsonl"), mode="w")
   protocol = next(iter(_statuses(workdir).values()))["protocol"]
+  name = "eval_reasoning.jsonl" if protocol.get("kind") == "reasoning" else "eval_dialogues.jsonl"
+  records_lib.save(out, os.path.join(workdir, name), mode="w")
   write_json(os.path.join(workdir, "metrics.json"),
              {**_nan_to_none(metrics), "protocol": protocol})
   return metrics

@@ -178,23 +178,26 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
   return out
 
 
-def check_paths(s: settings_lib.RunSettings) -> None:
-  """Every checkpoint directory the config names exists, before anything loads."""
+def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
+  """Every checkpoint directory the config names exists, before anything loads. A job
+  without dialogues (the reasoning benchmarks) needs only the tutor."""
   rewards, o = s.rewards, s.oracle
-  flags = {f"{side}.path": getattr(s, side).path for side in ("tutor", "student")
+  flags = {f"{side}.path": getattr(s, side).path
+           for side in (("tutor", "student") if dialogues else ("tutor",))
            if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}
-  uses_local = ((_needs_judges(s) and s.judging.judge_backend == "local") or
-                ("uco" in rewards.names and "local" in (
-                    o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
+  uses_local = dialogues and (
+      (_needs_judges(s) and s.judging.judge_backend == "local") or
+      ("uco" in rewards.names and "local" in (
+          o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
   if uses_local:
     flags["rewards.local_judge.path"] = s.local_judge.path
-  if "uco" in rewards.names and o.embedder != "minilm":
+  if dialogues and "uco" in rewards.names and o.embedder != "minilm":
     flags["rewards.uco.embedder"] = o.embedder
   for name, path in flags.items():
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
       raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "
                            "(no config.json)")
-  if not s.problems.path or not os.path.exists(s.problems.path):
+  if dialogues and (not s.problems.path or not os.path.exists(s.problems.path)):
     raise app.UsageError(f"--config.problems.path={s.problems.path!r} does not exist")
 
 

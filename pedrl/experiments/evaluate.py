@@ -24,11 +24,11 @@ import numpy as np
 from absl import app, flags, logging
 from tqdm import tqdm
 
-from pedrl import distributed, stopping
+from pedrl import distributed, stopping, streams
 from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
-from pedrl.eval import shards
-from pedrl.experiments import workdir as workdir_lib
+from pedrl.eval import reasoning, shards
+from pedrl.experiments import settings as settings_lib, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
                                       exit_on_signal, exits_cleanly, judge_panel, load_party,
                                       load_problems, read_settings, solver_party)
@@ -47,11 +47,15 @@ def protocol(s, config: str) -> dict:
   judge_model = (s.openai.get("model"), s.openai.get("base_url")) if (
       s.judging.judge_backend == "openai") else s.local_judge.path if (
       s.judging.judge_backend == "local") else "rules"
+  tutor = {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
+           **workdir_lib.identity(s, "evaluate")["tutor"]}
+  common = {"config": config, "seed": s.job.seed, "num_shards": s.evaluation.num_shards,
+            "eval": e, "tutor": tutor}
+  if s.reasoning.names:
+    return {"kind": "reasoning", **common, "reasoning": asdict(s.reasoning),
+            "thinking": s.rollout.thinking}
   return {
-      "config": config, "seed": s.job.seed, "batch_problems": s.job.batch_problems,
-      "num_shards": s.evaluation.num_shards, "eval": e,
-      "tutor": {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
-                **workdir_lib.identity(s, "evaluate")["tutor"]},
+      "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
       "student": {**asdict(s.student), **_endpoint(s.student_endpoint),
                   **workdir_lib.identity(s, "evaluate")["student"]},
       "problems": asdict(s.problems), "rollout": asdict(s.rollout),
@@ -136,6 +140,101 @@ def _tick(counts, key: str, since: float) -> float:
   return now
 
 
+class Tutoring:
+  """Papers 003/001/000's protocol: dialogues, solve attempts, judges and Ped-RM per problem."""
+  unit = "problem"
+
+  def __init__(self, s, apis):
+    self.s, self.apis = s, apis
+    self.items, _ = load_problems(s)
+    self.batch_size, self.per_item = s.job.batch_problems, s.evaluation.samples_per_problem
+    self.tutor = self.student = self.solver = None  # Endpoints: checked now, before loading.
+    if s.tutor_endpoint.model:
+      self.tutor = endpoint_party(s.tutor, s.tutor_endpoint, "tutor")
+    if s.student_endpoint.model:
+      self.student = endpoint_party(s.student, s.student_endpoint, "student")
+      self.solver = endpoint_party(s.student, s.student_endpoint, "student",
+                                   s.solve.temperature, s.solve.max_new_tokens)
+
+  def load(self, mesh):
+    s = self.s
+    self.tutor = self.tutor or load_tutor(s, mesh)
+    if self.student is None:
+      self.student = load_party(s.student, mesh, s.job.scan_layers)
+      self.solver = solver_party(self.student, s.solve)
+    self.specs, self.backend = judge_panel(s, mesh, self.apis)
+    self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
+    if self.rm is None:
+      logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
+
+  def run(self, j: int, idx, counts) -> list:
+    return evaluate_batch([self.items[i] for i in idx], list(idx), j,
+                          (self.tutor, self.student, self.solver), self.s, self.specs,
+                          self.backend, self.rm, counts)
+
+  @staticmethod
+  def postfix(records) -> dict:
+    return {"post": f"{np.mean([r.post_solve_rate for r in records]):.2f}"}
+
+
+class Reasoning:
+  """Reasoning preservation (pedrl.eval.reasoning): the tutor alone on benchmark questions."""
+  unit = "question"
+
+  def __init__(self, s, apis):
+    del apis
+    self.s, r = s, s.reasoning
+    self.items = reasoning.examples(r)
+    self.batch_size, self.per_item = r.batch_examples, 1
+    side = dataclasses.replace(s.tutor, temperature=r.temperature, top_p=r.top_p, top_k=0,
+                               max_new_tokens=r.max_new_tokens)
+    self.tutor = (endpoint_party(side, s.tutor_endpoint, "tutor")
+                  if s.tutor_endpoint.model else None)
+    self.side = side
+
+  def load(self, mesh):
+    if self.tutor is None:
+      tutor = load_tutor(self.s, mesh)
+      self.tutor = dataclasses.replace(tutor, sampling=settings_lib.sampling(self.side))
+      context = tutor.sampler.cfg.max_position_embeddings
+      need = [(len(tutor.chat.prompt_ids(list(x.chat))) + self.side.max_new_tokens, x.id)
+              for x in self.items]
+      over = [n for n in need if n[0] > context]
+      if over:
+        raise app.UsageError(
+            f"{len(over)} benchmark prompts with max_new_tokens={self.side.max_new_tokens} "
+            f"exceed the tutor's context of {context} tokens (the longest, {max(over)[1]}, needs "
+            f"{max(over)[0]}); use fewer shots or a smaller eval.reasoning.max_new_tokens")
+
+  def run(self, j: int, idx, counts) -> list:
+    clock = time.perf_counter()
+    batch = [self.items[i] for i in idx]
+    texts = solving.sample(self.tutor, [list(x.chat) for x in batch], list(idx), k=1,
+                           seed=self.s.job.seed, stream=streams.REASONING,
+                           prompts_per_call=len(batch))
+    _tick(counts, "seconds/answers", clock)
+    out = []
+    for x, (reply,) in zip(batch, texts):
+      extracted, correct = reasoning.grade(x.benchmark, reply, x.target)
+      out.append(records_lib.ReasoningRecord(x.benchmark, x.id, j, reply, extracted, x.target,
+                                             bool(correct)))
+    return out
+
+  @staticmethod
+  def postfix(records) -> dict:
+    return {"accuracy": f"{np.mean([r.correct for r in records]):.2f}"}
+
+
+def load_tutor(s, mesh):
+  """The local tutor under test: a Hugging Face directory, or a training run's step."""
+  params = None
+  if s.tutor_run.workdir:
+    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
+                                               s.job.scan_layers, mesh)
+  return load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
+                    params=params)
+
+
 @exits_cleanly
 def main(argv):
   del argv
@@ -144,32 +243,27 @@ def main(argv):
   workdir = FLAGS.workdir
   s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True))
   e = s.evaluation
-  check_paths(s)
-  if s.pedrm.path:
+  task_type = Reasoning if s.reasoning.names else Tutoring
+  check_paths(s, dialogues=task_type is Tutoring)
+  if s.pedrm.path and task_type is Tutoring:
     if not os.path.isfile(os.path.join(s.pedrm.path, "config.json")):
       raise app.UsageError(f"--config.eval.pedrm.path={s.pedrm.path!r} is not a checkpoint "
                            "directory (no config.json)")
     pedrm_lib.check(s.pedrm)
-  apis = api_backends(s)  # Endpoints and keys checked before models load or files are written.
-  tutor = student = solver = None
-  if s.tutor_endpoint.model:
-    tutor = endpoint_party(s.tutor, s.tutor_endpoint, "tutor")
-  if s.student_endpoint.model:
-    student = endpoint_party(s.student, s.student_endpoint, "student")
-    solver = endpoint_party(s.student, s.student_endpoint, "student", s.solve.temperature,
-                            s.solve.max_new_tokens)
-  rows, _ = load_problems(s)
-  plan = shards.batches(len(rows), s.job.batch_problems, e.shard, e.num_shards)
+  # Endpoints and keys are checked before models load or files are written.
+  task = task_type(s, api_backends(s) if task_type is Tutoring else {})
+  plan = shards.batches(len(task.items), task.batch_size, e.shard, e.num_shards)
   if not plan:
-    raise app.UsageError(f"shard {e.shard} of {e.num_shards} has no problems: {len(rows)} "
-                         f"problems make {-(-len(rows) // s.job.batch_problems)} batches of "
-                         f"{s.job.batch_problems}")
+    raise app.UsageError(f"shard {e.shard} of {e.num_shards} has no {task.unit}s: "
+                         f"{len(task.items)} {task.unit}s make "
+                         f"{-(-len(task.items) // task.batch_size)} batches of {task.batch_size}")
   proto = protocol(s, workdir_lib.config_name(sys.argv))
   shards.check_protocol(workdir, proto, e.shard, e.num_shards)
   status_path = shards.status_path(workdir, e.shard, e.num_shards)
   out_path = shards.records_path(workdir, e.shard, e.num_shards)
-  per_batch = {j: len(idx) * e.samples_per_problem for j, idx in plan}
-  done = shards.completed(workdir, e.shard, e.num_shards, per_batch) if main_process else []
+  per_batch = {j: len(idx) * task.per_item for j, idx in plan}
+  done = (shards.completed(workdir, e.shard, e.num_shards, per_batch, shards.record_kind(proto))
+          if main_process else [])
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
@@ -184,41 +278,23 @@ def main(argv):
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", e.shard,
                  e.num_shards, len(finished), len(plan), out_path)
 
-  mesh = s.mesh.make()
   clock = time.perf_counter()
-  if tutor is None:
-    params = None
-    if s.tutor_run.workdir:
-      _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
-                                                 s.job.scan_layers, mesh)
-    tutor = load_party(s.tutor, mesh, s.job.scan_layers,
-                       {"enable_thinking": s.rollout.thinking}, params=params)
-  if student is None:
-    student = load_party(s.student, mesh, s.job.scan_layers)
-    solver = solver_party(student, s.solve)
-  parties = (tutor, student, solver)
-  specs, backend = judge_panel(s, mesh, apis)
-  rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
-  if rm is None:
-    logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
+  task.load(s.mesh.make())
   _tick(counts, "seconds/load", clock)
-
   stopped_by = None
   total = sum(len(idx) for _, idx in todo)
-  with (tqdm(total=total, unit="problem", desc=f"evaluating shard {e.shard}/{e.num_shards}",
+  with (tqdm(total=total, unit=task.unit, desc=f"evaluating shard {e.shard}/{e.num_shards}",
              disable=not main_process, smoothing=0.1) as bar,
         stopping.StopRequest("the current batch") as signals):
     for j, idx in todo:
-      batch = [rows[i] for i in idx]
-      records = evaluate_batch(batch, list(idx), j, parties, s, specs, backend, rm, counts)
-      counts["dialogues"] += len(records)
+      records = task.run(j, idx, counts)
+      counts["records"] += len(records)
       if main_process:
         records_lib.save(records, out_path)
         shards.write_json(status_path, status(False))
-      bar.update(len(batch))
-      rate = counts["dialogues"] / max(bar.format_dict["elapsed"], 1e-9)
-      bar.set_postfix(dialogues_per_s=f"{rate:.2f}",
-                      post=f"{np.mean([r.post_solve_rate for r in records]):.2f}")
+      bar.update(len(idx))
+      rate = counts["records"] / max(bar.format_dict["elapsed"], 1e-9)
+      bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
       if distributed.any_process(signals.requested is not None):
         stopped_by = signals.requested or "SIGTERM"
         break
@@ -238,7 +314,7 @@ def summary_keys(metrics: dict) -> list[str]:
   """The metrics printed at the end of a run, in the papers' table order."""
   names = ("n_problems", "n_dialogues", "pre_solve_rate", "post_solve_rate", "delta_solve_rate",
            "leak_rate", "leak_any_rate", "helpful_rate", "thinking_score", "pedrm_micro",
-           "pedrm_macro")
+           "pedrm_macro", "n_examples") + tuple(f"{b}_accuracy" for b in reasoning.BENCHMARKS)
   return [k for n in names for k in (n, f"{n}_ci") if k in metrics]
 
 

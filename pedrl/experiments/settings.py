@@ -17,7 +17,7 @@ from ml_collections import config_dict
 from pedrl import sharding
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm as pedrm_lib, shards
+from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import trainer, update
 
@@ -199,6 +199,7 @@ class RunSettings:
   tutor_run: shards.TutorRun | None = None
   tutor_endpoint: party.EndpointSettings | None = None
   student_endpoint: party.EndpointSettings | None = None
+  reasoning: reasoning_lib.ReasoningSettings | None = None
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -239,7 +240,8 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
                pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
                tutor_run=read.read(shards.TutorRun, "tutor"),
                tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
-               student_endpoint=read.read(party.EndpointSettings, "student.endpoint"))
+               student_endpoint=read.read(party.EndpointSettings, "student.endpoint"),
+               reasoning=read.read(reasoning_lib.ReasoningSettings, "eval.reasoning"))
   read.check_all_read()
   return RunSettings(**out)
 

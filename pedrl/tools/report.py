@@ -8,7 +8,9 @@ WORKDIR/eval_dialogues.jsonl and its metrics written to WORKDIR/metrics.json.
 Then one row per run (named by its config) is printed as a markdown table and
 written to OUT/report.md and OUT/report.csv, with OUT/pareto.png: Δ solve rate
 against leak rate with 95% intervals (paper 003 figure 1; needs matplotlib,
-`pip install "pedrl[plot]"`). OUT defaults to the first workdir.
+`pip install "pedrl[plot]"`). Reasoning runs (`evaluate.py:reasoning`) get a
+table of their own, laid out like paper 003 table 3. OUT defaults to the first
+workdir.
 """
 import csv
 import math
@@ -44,30 +46,47 @@ def _cell(metrics: dict, name: str, percent: bool) -> str:
   return text
 
 
+REASONING = (("mmlu_accuracy", "MMLU, 5-shot (%)", True),
+             ("gsm8k_accuracy", "GSM8K, 4-shot (%)", True),
+             ("math500_accuracy", "MATH500, 0-shot (%)", True))
+
+
 def run_name(workdir: str, metrics: dict) -> str:
   config = metrics.get("protocol", {}).get("config", "?")
   return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
 
 
-def table(runs: dict) -> str:
+def _reasoning(m: dict) -> bool:
+  return m.get("protocol", {}).get("kind") == "reasoning"
+
+
+def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
   """Markdown: one row per run, the metrics with their 95% intervals."""
-  shown = [c for c in COLUMNS if any(_cell(m, c[0], c[2]) != "–" for m in runs.values())]
-  head = ["run", "problems"] + [title for _, title, _ in shown]
+  shown = [c for c in columns if any(_cell(m, c[0], c[2]) != "–" for m in runs.values())]
+  head = ["run", count.removeprefix("n_")] + [title for _, title, _ in shown]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, m in runs.items():
-    lines.append("| " + " | ".join([name, str(m["n_problems"])] +
+    lines.append("| " + " | ".join([name, str(m[count])] +
                                    [_cell(m, k, p) for k, _, p in shown]) + " |")
   return "\n".join(lines)
 
 
+def tables(runs: dict) -> str:
+  """The tutoring table (003 table 2, 001 table 1) and the reasoning one (003 table 3)."""
+  tutoring = {k: m for k, m in runs.items() if not _reasoning(m)}
+  solving = {k: m for k, m in runs.items() if _reasoning(m)}
+  return "\n\n".join(([table(tutoring)] if tutoring else []) +
+                      ([table(solving, REASONING, "n_examples")] if solving else []))
+
+
 def write_csv(runs: dict, path: str):
-  names = [k for k, _, _ in COLUMNS]
+  names = [k for k, _, _ in COLUMNS + REASONING]
   with open(path, "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["run", "n_problems", "n_dialogues"] + [
+    w.writerow(["run", "n_problems", "n_dialogues", "n_examples"] + [
         x for k in names for x in (k, f"{k}_low", f"{k}_high")])
     for run, m in runs.items():
-      row = [run, m["n_problems"], m["n_dialogues"]]
+      row = [run, m.get("n_problems"), m.get("n_dialogues"), m.get("n_examples")]
       for k in names:
         low, high = m.get(f"{k}_ci") or (None, None)
         row += [m.get(k), low, high]
@@ -83,6 +102,9 @@ def pareto(runs: dict, path: str) -> bool:
     import matplotlib.pyplot as plt
   except ImportError:
     logging.warning('pareto.png needs matplotlib: pip install "pedrl[plot]"')
+    return False
+  runs = {k: m for k, m in runs.items() if not _reasoning(m)}
+  if not runs:
     return False
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for name, m in runs.items():
@@ -111,7 +133,7 @@ def report(workdirs, out: str | None = None) -> dict:
     runs[run_name(w, metrics)] = metrics
   out = out or workdirs[0]
   os.makedirs(out, exist_ok=True)
-  text = table(runs)
+  text = tables(runs)
   with open(os.path.join(out, "report.md"), "w") as f:
     f.write(text + "\n")
   write_csv(runs, os.path.join(out, "report.csv"))

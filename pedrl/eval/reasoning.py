@@ -1,0 +1,211 @@
+"""Reasoning preservation: GSM8K, MATH500 and MMLU on the tutor (paper 003 table 3, 000 table IX).
+
+A tutor trained to withhold answers must still solve problems itself. Paper
+003 reports MMLU (5-shot), GSM8K (4-shot) and MATH500 (0-shot), run through
+LightEval with the chat template at temperature 0.6, top-p 0.95. pedrl runs
+the same benchmarks on the tutor's own chat template, from local files:
+
+- GSM8K: each shot is a user turn (the question) and an assistant turn (its
+  worked solution, the final "#### N" line written "The answer is N."). The
+  shots come from `gsm8k_shots_path` (the train file); without one, the first
+  `gsm8k_shots` rows of the test file are the shots and are not scored (logged).
+  Graded like MathTutorBench's problem solving: the last number of the reply
+  (commas removed) equals the target within 1e-6.
+- MATH500: 0-shot, the problem and an instruction to box the final answer;
+  graded by math-verify on the last \\boxed{} (pedrl.env.answers).
+- MMLU: Hendrycks' CSV layout (`dev/*_dev.csv` for shots, `test/*_test.csv`;
+  rows question, A, B, C, D, answer) from a local copy; 5 shots of the same
+  subject as user/assistant turns; graded by the first standalone A-D letter of
+  the reply (after an "answer is"/"Answer:" if there is one).
+
+The instruction wordings are pedrl's own (documented, fixed: changing them
+changes the numbers).
+"""
+import csv
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+from absl import logging
+
+from pedrl.env import answers
+from pedrl.env.problems import DataError
+from pedrl.eval import metrics
+
+BENCHMARKS = ("gsm8k", "math500", "mmlu")
+_NUMBER = re.compile(r"-?\d*\.?\d+")
+MATH_INSTRUCTION = "Solve the problem step by step and write the final answer as \\boxed{answer}."
+MMLU_INSTRUCTION = ("Answer the multiple-choice question about {subject}. End your reply with "
+                    "'The answer is X', X being one of A, B, C or D.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasoningSettings:
+  """The config's `eval.reasoning` section. benchmarks "": the tutoring protocol runs."""
+  benchmarks: str = ""  # Comma-separated, of BENCHMARKS (e.g. "gsm8k,math500,mmlu").
+  gsm8k_path: str | None = None  # GSM8K test JSONL (question, answer).
+  gsm8k_shots_path: str | None = None  # GSM8K train JSONL for the shots.
+  gsm8k_shots: int = 4  # Paper 003 table 3.
+  math500_path: str | None = None  # MATH500 test JSONL (problem, answer).
+  mmlu_path: str | None = None  # A directory with dev/ and test/ CSVs.
+  mmlu_shots: int = 5  # Paper 003 table 3.
+  temperature: float = 0.6  # The reference's LightEval runs; 0: greedy.
+  top_p: float = 0.95
+  max_new_tokens: int = 2048
+  limit: int = 0  # > 0: the first `limit` examples of each benchmark (smoke runs).
+  batch_examples: int = 64  # Questions sampled together (one resumable batch).
+
+  @property
+  def names(self) -> tuple:
+    return tuple(b.strip() for b in self.benchmarks.split(",") if b.strip())
+
+  def __post_init__(self):
+    if self.batch_examples < 1:
+      raise ValueError("batch_examples must be positive")
+    for name in self.names:
+      if name not in BENCHMARKS:
+        raise ValueError(f"benchmark {name!r} is not one of {BENCHMARKS}")
+      if not getattr(self, f"{name}_path"):
+        raise ValueError(f"benchmark {name} needs its data: --config.eval.reasoning."
+                         f"{name}_path=...")
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  benchmark: str
+  id: str
+  chat: tuple  # The messages sent: shots, then the question.
+  target: str
+
+
+def _jsonl(path: str) -> list[dict]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      return [json.loads(line) for line in f if line.strip()]
+  except (OSError, ValueError) as e:
+    raise DataError(f"{path}: cannot be read as JSONL ({e})") from None
+
+
+def _gsm8k_target(solution: str) -> str:
+  if "####" not in solution:
+    raise DataError(f"a GSM8K answer without its '#### N' line: {solution[:60]!r}")
+  return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def _gsm8k_shot(row: dict) -> list[dict]:
+  body, _, _ = row["answer"].rpartition("####")
+  worked = re.sub(r"<<[^>]*>>", "", body).strip()  # The calculator annotations.
+  return [{"role": "user", "content": row["question"]},
+          {"role": "assistant",
+           "content": f"{worked}\nThe answer is {_gsm8k_target(row['answer'])}."}]
+
+
+def gsm8k(s: ReasoningSettings) -> list[Example]:
+  rows = _jsonl(s.gsm8k_path)
+  if s.gsm8k_shots_path:
+    shots = _jsonl(s.gsm8k_shots_path)[:s.gsm8k_shots]
+  else:
+    shots, rows = rows[:s.gsm8k_shots], rows[s.gsm8k_shots:]
+    logging.warning("no gsm8k_shots_path: the first %d test rows are the shots, not scored",
+                    len(shots))
+  context = [m for row in shots for m in _gsm8k_shot(row)]
+  return [Example("gsm8k", f"gsm8k/{i}", tuple(context + [
+      {"role": "user", "content": row["question"]}]), _gsm8k_target(row["answer"]))
+      for i, row in enumerate(rows, start=0 if s.gsm8k_shots_path else s.gsm8k_shots)]
+
+
+def math500(s: ReasoningSettings) -> list[Example]:
+  return [Example("math500", row.get("unique_id") or f"math500/{i}", (
+      {"role": "user", "content": f"{row['problem']}\n\n{MATH_INSTRUCTION}"},), row["answer"])
+      for i, row in enumerate(_jsonl(s.math500_path))]
+
+
+def _mmlu_rows(path: str) -> list[list[str]]:
+  with open(path, encoding="utf-8", newline="") as f:
+    rows = [r for r in csv.reader(f) if r]
+  for n, r in enumerate(rows, 1):
+    if len(r) != 6 or r[5].strip() not in "ABCD" or not r[5].strip():
+      raise DataError(f"{path}, row {n}: not an MMLU row (question, A, B, C, D, answer)")
+  return rows
+
+
+def _mmlu_question(r: list[str]) -> str:
+  return r[0] + "\n" + "\n".join(f"{x}. {o}" for x, o in zip("ABCD", r[1:5]))
+
+
+def mmlu(s: ReasoningSettings) -> list[Example]:
+  test_dir = os.path.join(s.mmlu_path, "test")
+  if not os.path.isdir(test_dir):
+    raise DataError(f"{s.mmlu_path}: no test/ directory of *_test.csv files (MMLU's layout)")
+  out = []
+  for name in sorted(os.listdir(test_dir)):
+    if not name.endswith("_test.csv"):
+      continue
+    subject = name[:-len("_test.csv")]
+    dev = os.path.join(s.mmlu_path, "dev", f"{subject}_dev.csv")
+    shots = _mmlu_rows(dev)[:s.mmlu_shots] if os.path.exists(dev) else []
+    if len(shots) < s.mmlu_shots:
+      raise DataError(f"{dev}: {len(shots)} dev rows for {s.mmlu_shots} shots")
+    topic = subject.replace("_", " ")
+    instruction = MMLU_INSTRUCTION.format(subject=topic)
+    context = [m for r in shots for m in (
+        {"role": "user", "content": f"{instruction}\n\n{_mmlu_question(r)}"},
+        {"role": "assistant", "content": f"The answer is {r[5].strip()}."})]
+    for i, r in enumerate(_mmlu_rows(os.path.join(test_dir, name))):
+      out.append(Example("mmlu", f"mmlu/{subject}/{i}", tuple(context + [
+          {"role": "user", "content": f"{instruction}\n\n{_mmlu_question(r)}"}]), r[5].strip()))
+  if not out:
+    raise DataError(f"{test_dir}: no *_test.csv files")
+  return out
+
+
+LOADERS = {"gsm8k": gsm8k, "math500": math500, "mmlu": mmlu}
+
+
+def examples(s: ReasoningSettings) -> list[Example]:
+  """Every benchmark's examples in order (each cut to `limit` if set)."""
+  out = []
+  for name in s.names:
+    xs = LOADERS[name](s)
+    out += xs[:s.limit] if s.limit > 0 else xs
+  return out
+
+
+# -- Grading -------------------------------------------------------------------------------
+
+def last_number(text: str) -> str | None:
+  found = _NUMBER.findall(text.replace(",", ""))
+  return found[-1] if found else None
+
+
+def mmlu_letter(text: str) -> str | None:
+  after = re.split(r"answer is|Answer:", text, flags=re.I)[-1]
+  m = re.search(r"(?<![A-Za-z])([ABCD])(?![A-Za-z])", after)
+  return m.group(1) if m else None
+
+
+def grade(benchmark: str, reply: str, target: str) -> tuple[str | None, bool]:
+  """(what was read from the reply, whether it is correct)."""
+  if benchmark == "gsm8k":
+    got = last_number(reply)
+    return got, got is not None and abs(float(got) - float(target)) < 1e-6
+  if benchmark == "math500":
+    got = answers.last_boxed(reply)
+    return got, answers.is_correct(got, target)
+  got = mmlu_letter(reply)
+  return got, got == target
+
+
+def accuracy(records, seed: int, resamples: int, confidence: float) -> dict:
+  """Per benchmark: accuracy, its bootstrap interval over examples, and the count."""
+  out = {}
+  for name in BENCHMARKS:
+    xs = [float(r.correct) for r in records if r.benchmark == name]
+    if xs:
+      out[f"{name}_accuracy"] = float(np.mean(xs))
+      out[f"{name}_accuracy_ci"] = list(metrics.bootstrap_interval(xs, seed, resamples,
+                                                                   confidence))
+      out[f"{name}_n"] = len(xs)
+  return out
