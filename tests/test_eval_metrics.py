@@ -66,11 +66,15 @@ def test_pedrm_micro_pools_turns_macro_averages_dialogues():
   assert m["pedrm_macro"] == pytest.approx(4.0)  # (2 + 6) / 2
   assert m["pedrm_micro"] == pytest.approx(3.0)  # (1 + 2 + 3 + 6) / 4
   assert m["pedrm_turns"] == 4
-  # Macro goes per problem first: a second dialogue of problem a with mean 0 halves a's.
+  # Macro is the mean of per-dialogue means: a second dialogue of problem a (mean 0) is a
+  # third dialogue, not half of problem a's weight.
   rs.append(record("a", 1, pedrm=[0.0]))
   m = metrics.compute(rs, resamples=200)
-  assert m["pedrm_macro"] == pytest.approx((1.0 + 6.0) / 2)
+  assert m["pedrm_macro"] == pytest.approx((2.0 + 6.0 + 0.0) / 3)
   assert m["pedrm_micro"] == pytest.approx(12.0 / 5)
+  assert m["pedrm_dialogues"] == 3
+  rs.append(record("c", 0, pedrm=[]))  # No tutor turn: in neither mean.
+  assert metrics.compute(rs, resamples=200)["pedrm_macro"] == pytest.approx(8.0 / 3)
 
 
 def test_bootstrap_interval_contains_the_mean_and_is_reproducible():

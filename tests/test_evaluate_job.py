@@ -53,7 +53,7 @@ def test_tiny_evaluation_writes_records_and_metrics(whole):
   assert m["n_problems"] == 4 and m["n_dialogues"] == 8
   assert m["thinking_score"] is None  # No thinking judge: null, not 0.
   assert m["counts"]["judge/requests"] == 8 * 2 * 2
-  assert m["protocol"]["config"] == "experiments/evaluate.py:tiny"
+  assert m["config"] == "experiments/evaluate.py:tiny" and "config" not in m["protocol"]
   assert f"delta_solve_rate={m['delta_solve_rate']}" in r.stdout
   assert "pedrm_macro=" in r.stdout
 
@@ -61,9 +61,11 @@ def test_tiny_evaluation_writes_records_and_metrics(whole):
 def test_two_shards_merge_to_the_unsharded_metrics(whole, tmp_path):
   workdir, _ = whole
   sharded = tmp_path / "sharded"
-  for i in (0, 1):
-    r = _run(sharded, f"--config.eval.shard={i}", "--config.eval.num_shards=2")
+  for i in (2, 0, 1):  # 2 batches, 3 shards: shard 2 has none and finishes at once.
+    r = _run(sharded, f"--config.eval.shard={i}", "--config.eval.num_shards=3")
     assert r.returncode == 0, r.stderr[-3000:]
+    if i == 2:
+      assert "shard 2 of 3 has no batch" in r.stderr
   assert "pedrm_macro=" in r.stdout  # The last shard to finish merges.
   want = json.loads((workdir / "metrics.json").read_text())
   got = json.loads((sharded / "metrics.json").read_text())
@@ -80,7 +82,7 @@ def test_two_shards_merge_to_the_unsharded_metrics(whole, tmp_path):
   assert (tmp_path / "out" / "pareto.png").stat().st_size > 0
   mixed = tmp_path / "mixed"
   shutil.copytree(sharded, mixed)
-  status = mixed / "shards" / "status-00001-of-00002.json"
+  status = mixed / "shards" / "status-00001-of-00003.json"
   s = json.loads(status.read_text())
   s["protocol"]["solve"]["k"] = 4
   status.write_text(json.dumps(s))
@@ -89,6 +91,19 @@ def test_two_shards_merge_to_the_unsharded_metrics(whole, tmp_path):
   status.unlink()
   with pytest.raises(shards.ShardError, match=r"missing shards \[1\]"):
     shards.merge(str(mixed))
+
+
+def test_rerunning_a_finished_evaluation_changes_nothing(whole, tmp_path):
+  workdir, _ = whole
+  again = tmp_path / "again"
+  shutil.copytree(workdir, again)
+  r = _run(again)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "resuming shard 0 of 1: 2 of 2 batches" in r.stderr and "pedrm_macro=" in r.stdout
+  assert _lines(again / "eval_dialogues.jsonl") == _lines(workdir / "eval_dialogues.jsonl")
+  # The tutor's training step an earlier shard fixed is what a later one reads.
+  assert shards.recorded(str(again), ("tutor", "path")) == "testdata/models/qwen2"
+  assert shards.recorded(str(again), ("tutor", "nothing")) is None
 
 
 def test_sigkilled_shard_reruns_to_the_same_records(whole, tmp_path):

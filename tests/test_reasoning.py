@@ -31,6 +31,11 @@ def settings(**kw):
     ("mmlu", "A) is wrong; the answer is C", "C", "C", True),
     ("mmlu", "D", "A", "D", False),
     ("mmlu", "I cannot decide.", "A", None, False),
+    ("mmlu", "A quick check shows 15.", "A", None, False),  # "A" the article, no answer.
+    ("mmlu", "(C) since 9 * 4 = 36", "C", "C", True),
+    ("mmlu", "<think>the answer is B? no</think>The answer is D.", "D", "D", True),
+    ("gsm8k", "<think>maybe 30</think>It is 27", "27", "27", True),
+    ("gsm8k", "<think>cut off at 27", "27", None, False),  # Thinking only: no answer.
 ])
 def test_graders(name, reply, target, got, correct):
   assert reasoning.grade(name, reply, target) == (got, correct)

@@ -183,7 +183,7 @@ def _write_lines(lines, path: str, mode: str) -> None:
   """One synced write. Appending, a crash can cut at most the last line (`repair_jsonl`
   removes it); rewriting (mode "w") goes through a temporary file renamed over `path`,
   so a crash leaves the old file or the new one, never a part."""
-  target, path = path, (path + ".tmp" if mode == "w" else path)
+  target, path = path, (f"{path}.tmp{os.getpid()}" if mode == "w" else path)
   with open(path, mode, encoding="utf-8") as f:
     f.write("".join(line + "\n" for line in lines))
     f.flush()

@@ -44,6 +44,11 @@ class EndpointParty:
   client: object
   name: str  # "tutor" or "student", for messages.
 
+  @property
+  def max_new_tokens(self) -> int:
+    """The most tokens a reply may have (the other side's cache keeps room for it)."""
+    return int(getattr(self.client, "max_tokens", 0) or 0)
+
   def replies(self, conversations, what: str) -> list:
     """The client's replies; EndpointError naming the first failure."""
     out = self.client.chat(conversations)

@@ -309,7 +309,10 @@ def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):
     tutor = dataclasses.replace(tutor, chat=dataclasses.replace(
         tutor.chat, template_kwargs={**tutor.chat.template_kwargs,
                                      "enable_thinking": settings.thinking}))
-  max_new = lambda p: p.sampling.max_new_tokens if isinstance(p, Party) else 0
+  if settings.force_thinking and not isinstance(tutor, Party):
+    raise ValueError("force_thinking needs a local tutor: an endpoint's replies do not follow "
+                     "a <think> prefix they were not given")
+  max_new = lambda p: p.sampling.max_new_tokens if isinstance(p, Party) else p.max_new_tokens
   make = lambda name, p, other, prefix="": (
       _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix)
       if isinstance(p, Party) else _EndpointSide(name, p, n, prefix))

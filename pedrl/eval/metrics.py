@@ -3,8 +3,9 @@
 Papers 003 (table 2) and 001 (table 1) report one number per tutor; their
 reference evaluation reduces each problem first and then averages problems,
 so a problem with more sampled dialogues does not weigh more. pedrl does the
-same for every metric but Ped-RM micro, which pools all scored turns (its
-definition). Intervals resample problems (the unit the test split samples),
+same for every metric but Ped-RM's, defined by pooling: micro over all scored
+turns, macro over the scored dialogues' means (with one dialogue per problem,
+the papers' setting, the two reductions agree). Intervals resample problems (the unit the test split samples),
 95% percentile bootstrap by default; the papers give none.
 
 Judge samples are "OK", "REJECT" or None (the judge's reply never parsed).
@@ -115,8 +116,8 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
     leak_any_rate     per dialogue 1 if any sample is REJECT
     helpful_rate      per dialogue the share of OK samples (paper 001)
     helpful_all_rate  per dialogue 1 if no sample is REJECT
-    pedrm_macro       mean over dialogues of their mean turn score, per problem first
-    pedrm_micro       mean over all scored tutor turns, pooled
+    pedrm_macro       mean over scored dialogues of their mean turn score (pooled)
+    pedrm_micro       mean over all scored tutor turns (pooled)
   A metric no record has a value for is NaN (e.g. no thinking judge).
   """
   records = list(records)
@@ -129,23 +130,31 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
       "helpful_rate": per_problem(records, lambda r: share(r.helpful_decisions, OK)),
       "helpful_all_rate": per_problem(records, lambda r: _not(any_reject(r.helpful_decisions))),
       "thinking_score": per_problem(records, lambda r: _mean_or_none(r.thinking_scores)),
-      "pedrm_macro": per_problem(records, lambda r: _mean_or_none(r.pedrm_turn_scores)),
   }
   out = {"n_problems": len({r.problem_id for r in records}), "n_dialogues": len(records)}
   for name, values in by_problem.items():
     xs = list(values.values())
     out[name] = _mean(xs)
     out[f"{name}_ci"] = list(bootstrap_interval(xs, seed, resamples, confidence))
-  sums, counts = collections.Counter(), collections.Counter()
-  for r in records:
-    sums[r.problem_id] += float(np.sum(r.pedrm_turn_scores))
-    counts[r.problem_id] += len(r.pedrm_turn_scores)
-  scored = [p for p in counts if counts[p]]
-  out["pedrm_micro"] = sum(sums.values()) / sum(counts.values()) if scored else math.nan
-  out["pedrm_micro_ci"] = list(pooled_interval([sums[p] for p in scored],
-                                               [counts[p] for p in scored], seed, resamples,
-                                               confidence))
-  out["pedrm_turns"] = sum(counts.values())
+  # Ped-RM (paper 003): micro pools every scored turn, macro every scored dialogue's mean;
+  # both resample problems (their sums and counts together).
+  pooled = {"pedrm_micro": lambda r: (float(np.sum(r.pedrm_turn_scores)),
+                                      len(r.pedrm_turn_scores)),
+            "pedrm_macro": lambda r: (_mean_or_none(r.pedrm_turn_scores) or 0.0,
+                                      int(bool(r.pedrm_turn_scores)))}
+  for name, part in pooled.items():
+    sums, counts = collections.Counter(), collections.Counter()
+    for r in records:
+      total, n = part(r)
+      sums[r.problem_id] += total
+      counts[r.problem_id] += n
+    scored = [p for p in counts if counts[p]]
+    out[name] = sum(sums.values()) / sum(counts.values()) if scored else math.nan
+    out[f"{name}_ci"] = list(pooled_interval([sums[p] for p in scored],
+                                             [counts[p] for p in scored], seed, resamples,
+                                             confidence))
+  out["pedrm_turns"] = sum(len(r.pedrm_turn_scores) for r in records)
+  out["pedrm_dialogues"] = sum(bool(r.pedrm_turn_scores) for r in records)
   for judge in ("leak", "helpful"):
     samples = [d for r in records for d in getattr(r, f"{judge}_decisions")]
     out[f"{judge}_samples"] = len(samples)

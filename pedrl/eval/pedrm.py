@@ -131,6 +131,10 @@ class PedRM:
       mask[len(part):, -1] = True  # Filler rows: one token, finite scores, dropped.
       out += np.asarray(_scores(self.model, self.params, jnp.asarray(tokens),
                                 jnp.asarray(mask)))[:len(part)].tolist()
+    if not np.all(np.isfinite(out)):
+      bad = int(np.flatnonzero(~np.isfinite(out))[0])
+      raise PedRMError(f"the reward model gave a non-finite score ({out[bad]}) to input {bad} "
+                       f"of {len(out)} ({len(rows[bad])} tokens); check its weights and dtype")
     return [float(x) for x in out]
 
   def score_dialogues(self, dialogues) -> list[list[float]]:

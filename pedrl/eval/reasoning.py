@@ -15,8 +15,10 @@ the same benchmarks on the tutor's own chat template, from local files:
   graded by math-verify on the last \\boxed{} (pedrl.env.answers).
 - MMLU: Hendrycks' CSV layout (`dev/*_dev.csv` for shots, `test/*_test.csv`;
   rows question, A, B, C, D, answer) from a local copy; 5 shots of the same
-  subject as user/assistant turns; graded by the first standalone A-D letter of
-  the reply (after an "answer is"/"Answer:" if there is one).
+  subject as user/assistant turns; graded by the first standalone A-D letter
+  after the last "answer is"/"Answer:", or a reply that opens with a bare letter.
+
+Every grader reads the visible reply (`chat.visible_text`: thinking removed).
 
 The instruction wordings are pedrl's own (documented, fixed: changing them
 changes the numbers).
@@ -30,7 +32,7 @@ import re
 import numpy as np
 from absl import logging
 
-from pedrl.env import answers
+from pedrl.env import answers, chat
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
 
@@ -181,13 +183,20 @@ def last_number(text: str) -> str | None:
 
 
 def mmlu_letter(text: str) -> str | None:
-  after = re.split(r"answer is|Answer:", text, flags=re.I)[-1]
-  m = re.search(r"(?<![A-Za-z])([ABCD])(?![A-Za-z])", after)
+  """The letter after the last "answer is" / "Answer:"; without one, a reply that opens
+  with a bare letter ("B", "B.", "(B)"); else None ("A quick check" is no answer)."""
+  parts = re.split(r"answer is|answer:", text, flags=re.I)
+  if len(parts) > 1:
+    m = re.search(r"(?<![A-Za-z])([ABCD])(?![A-Za-z])", parts[-1])
+  else:
+    m = re.match(r"\s*\(?([ABCD])(?:[.):]|\s*$)", text)
   return m.group(1) if m else None
 
 
 def grade(benchmark: str, reply: str, target: str) -> tuple[str | None, bool]:
-  """(what was read from the reply, whether it is correct)."""
+  """(what was read from the reply, whether it is correct). Only the visible reply is
+  read: a number or letter inside <think> is not an answer."""
+  reply = chat.visible_text(reply)
   if benchmark == "gsm8k":
     got = last_number(reply)
     return got, got is not None and abs(float(got) - float(target)) < 1e-6

@@ -79,11 +79,12 @@ def status_path(workdir: str, shard: int, num_shards: int) -> str:
 def write_json(path: str, value) -> None:
   """Through a temporary file renamed over `path`: a kill leaves the old or the new file."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
+  tmp = f"{path}.tmp{os.getpid()}"  # Shards finishing together each write their own.
+  with open(tmp, "w") as f:
     json.dump(value, f, indent=2)
     f.flush()
     os.fsync(f.fileno())
-  os.replace(path + ".tmp", path)
+  os.replace(tmp, path)
 
 
 def read_json(path: str):
@@ -101,6 +102,18 @@ def check_protocol(workdir: str, protocol: dict, shard: int, num_shards: int) ->
     if other != protocol:
       raise ShardError(f"{workdir} holds {name} of a different evaluation ({_diff(other, protocol)}"
                        f"); use a new workdir for this one")
+
+
+def recorded(workdir: str, keys: tuple):
+  """A protocol value an earlier shard of this workdir recorded (e.g. the tutor's
+  training step), or None."""
+  for status in _statuses(workdir).values():
+    value = status.get("protocol", {})
+    for k in keys:
+      value = value.get(k) if isinstance(value, dict) else None
+    if value is not None:
+      return value
+  return None
 
 
 def _diff(a: dict, b: dict) -> str:
@@ -193,8 +206,9 @@ def write_merged(workdir: str) -> dict:
   protocol = next(iter(_statuses(workdir).values()))["protocol"]
   name = "eval_reasoning.jsonl" if protocol.get("kind") == "reasoning" else "eval_dialogues.jsonl"
   records_lib.save(out, os.path.join(workdir, name), mode="w")
+  config = next(iter(_statuses(workdir).values())).get("config", "?")
   write_json(os.path.join(workdir, "metrics.json"),
-             {**_nan_to_none(metrics), "protocol": protocol})
+             {**_nan_to_none(metrics), "config": config, "protocol": protocol})
   return metrics
 
 

@@ -39,18 +39,20 @@ define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, reco
 FLAGS = flags.FLAGS
 
 
-def protocol(s, config: str) -> dict:
+def protocol(s, config: str = "") -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
   e = asdict(s.evaluation)
   del e["shard"]
-  judge_model = (s.openai.get("model"), s.openai.get("base_url")) if (
-      s.judging.judge_backend == "openai") else s.local_judge.path if (
-      s.judging.judge_backend == "local") else "rules"
+  judge = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
+                                                   "max_tokens", "top_p")},
+           "local": asdict(s.local_judge), "rule": asdict(s.rule_judges)}.get(
+               s.judging.judge_backend)
   tutor = {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
            **workdir_lib.identity(s, "evaluate")["tutor"]}
-  common = {"config": config, "seed": s.job.seed, "num_shards": s.evaluation.num_shards,
-            "eval": e, "tutor": tutor}
+  del config  # Named in the status, not compared: a path spelt otherwise is the same run.
+  common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
+            "tutor": tutor}
   if s.reasoning.names:
     return {"kind": "reasoning", **common, "reasoning": asdict(s.reasoning),
             "thinking": s.rollout.thinking}
@@ -61,7 +63,7 @@ def protocol(s, config: str) -> dict:
       "problems": asdict(s.problems), "rollout": asdict(s.rollout),
       "solve": {k: v for k, v in asdict(s.solve).items() if k != "prompts_per_call"},
       "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
-                 "model": judge_model, "samples": s.judging.judge_samples,
+                 "model": judge, "samples": s.judging.judge_samples,
                  "rounds": s.judging.judge_rounds},
       "pedrm": asdict(s.pedrm),
   }
@@ -71,17 +73,22 @@ def _endpoint(e) -> dict:
   return {"endpoint": [e.model, e.base_url]} if e.model else {}
 
 
-def resolve_tutor_run(s):
+def resolve_tutor_run(s, workdir: str):
   """With tutor.workdir: the tutor's path becomes the run's base checkpoint (its
-  tokenizer and architecture) and tutor.step a saved step (the latest if not given),
-  fixed before any work so that a resumed evaluation reads the same weights."""
+  tokenizer and architecture) and tutor.step a saved step: the one given, else the
+  one this evaluation's workdir recorded (a resumed or later shard reads the weights
+  the first one read, even if training saved newer steps since), else the latest."""
   run = s.tutor_run
   if not run.workdir:
     if run.step is not None:
       raise app.UsageError("--config.tutor.step needs --config.tutor.workdir (a training run)")
     return s
   base, _, steps = checkpoint.training_run(run.workdir)
-  step = steps[-1] if run.step is None and steps else run.step
+  step = run.step
+  if step is None:
+    step = shards.recorded(workdir, ("tutor", "step"))
+  if step is None and steps:
+    step = steps[-1]
   if step not in steps:
     raise checkpoint.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
                                      f"steps: {steps}")
@@ -241,7 +248,7 @@ def main(argv):
   distributed.initialize(FLAGS.multihost)
   main_process = distributed.is_main_process()
   workdir = FLAGS.workdir
-  s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True))
+  s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True), workdir)
   e = s.evaluation
   task_type = Reasoning if s.reasoning.names else Tutoring
   check_paths(s, dialogues=task_type is Tutoring)
@@ -253,11 +260,11 @@ def main(argv):
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
   plan = shards.batches(len(task.items), task.batch_size, e.shard, e.num_shards)
-  if not plan:
-    raise app.UsageError(f"shard {e.shard} of {e.num_shards} has no {task.unit}s: "
-                         f"{len(task.items)} {task.unit}s make "
-                         f"{-(-len(task.items) // task.batch_size)} batches of {task.batch_size}")
-  proto = protocol(s, workdir_lib.config_name(sys.argv))
+  if not plan:  # Finished at once, so that the other shards' merge does not wait for it.
+    logging.warning("shard %d of %d has no batch: %d %ss make %d batches of %d", e.shard,
+                    e.num_shards, len(task.items), task.unit,
+                    -(-len(task.items) // task.batch_size), task.batch_size)
+  proto = protocol(s)
   shards.check_protocol(workdir, proto, e.shard, e.num_shards)
   status_path = shards.status_path(workdir, e.shard, e.num_shards)
   out_path = shards.records_path(workdir, e.shard, e.num_shards)
@@ -269,7 +276,8 @@ def main(argv):
   counts = collections.Counter()
   if os.path.exists(status_path):
     counts.update(shards.read_json(status_path).get("counts", {}))
-  status = lambda finished_: {"protocol": proto, "shard": e.shard,
+  config = workdir_lib.config_name(sys.argv)
+  status = lambda finished_: {"protocol": proto, "config": config, "shard": e.shard,
                               "batches": [j for j, _ in plan], "finished": finished_,
                               "counts": dict(counts)}
   if main_process:
@@ -278,22 +286,23 @@ def main(argv):
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", e.shard,
                  e.num_shards, len(finished), len(plan), out_path)
 
-  clock = time.perf_counter()
-  task.load(s.mesh.make())
-  _tick(counts, "seconds/load", clock)
-  stopped_by = None
-  total = sum(len(idx) for _, idx in todo)
+  stopped_by, j = None, None
+  if todo:
+    clock = time.perf_counter()
+    task.load(s.mesh.make())
+    _tick(counts, "seconds/load", clock)
+  total, done_now = sum(len(idx) for _, idx in todo), 0
   with (tqdm(total=total, unit=task.unit, desc=f"evaluating shard {e.shard}/{e.num_shards}",
              disable=not main_process, smoothing=0.1) as bar,
         stopping.StopRequest("the current batch") as signals):
     for j, idx in todo:
       records = task.run(j, idx, counts)
-      counts["records"] += len(records)
+      done_now += len(records)
       if main_process:
         records_lib.save(records, out_path)
         shards.write_json(status_path, status(False))
       bar.update(len(idx))
-      rate = counts["records"] / max(bar.format_dict["elapsed"], 1e-9)
+      rate = done_now / max(bar.format_dict["elapsed"], 1e-9)
       bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
       if distributed.any_process(signals.requested is not None):
         stopped_by = signals.requested or "SIGTERM"

@@ -51,8 +51,7 @@ REASONING = (("mmlu_accuracy", "MMLU, 5-shot (%)", True),
              ("math500_accuracy", "MATH500, 0-shot (%)", True))
 
 
-def run_name(workdir: str, metrics: dict) -> str:
-  config = metrics.get("protocol", {}).get("config", "?")
+def run_name(workdir: str, config: str) -> str:
   return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
 
 
@@ -129,8 +128,12 @@ def report(workdirs, out: str | None = None) -> dict:
   runs = {}
   for w in workdirs:
     metrics = shards.write_merged(w)
-    metrics["protocol"] = shards.read_json(os.path.join(w, "metrics.json"))["protocol"]
-    runs[run_name(w, metrics)] = metrics
+    written = shards.read_json(os.path.join(w, "metrics.json"))
+    metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
+    name = run_name(w, metrics["config"])
+    if name in runs:  # Same config, same folder name: keep both rows.
+      name = f"{name} [{os.path.abspath(w)}]"
+    runs[name] = metrics
   out = out or workdirs[0]
   os.makedirs(out, exist_ok=True)
   text = tables(runs)
