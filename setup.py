@@ -30,6 +30,10 @@ setuptools.setup(
         "tqdm",
         "tensorboardX",  # TensorBoard event files without TensorFlow.
         "scipy>=1.15",  # Bootstrap intervals of the evaluation (stats.bootstrap's rng=).
+        # MathTutorBench: its task files (YAML) and the harness's own metric libraries.
+        "pyyaml",
+        "sacrebleu>=2.4",
+        "scikit-learn>=1.4",
     ],
     extras_require={
         # torch is only the reference implementation in tests. 2.13.0 is pinned
