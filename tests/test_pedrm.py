@@ -53,6 +53,7 @@ def test_a_causal_lm_is_refused_by_name(testdata):
     pedrm.PedRM(pedrm.PedRMSettings(path=testdata("qwen2")))
   with pytest.raises(ValueError, match="needs system_prompt_file"):
     pedrm.PedRMSettings(path=testdata("qwen2_seqcls"), format="mathtutorbench")
+  pedrm.PedRMSettings(format="mathtutorbench")  # No model: nothing to check yet.
 
 
 def test_mathtutorbench_format_reads_the_users_system_prompt(testdata, tmp_path):

@@ -48,11 +48,14 @@ class PedRMSettings:
   system_prompt_file: str | None = None  # format="mathtutorbench": the RM's system prompt.
   rows_per_call: int = 8
   dtype: str = "float32"  # The benchmark runs the RM in bfloat16; float32 is the exact port.
+  # An input longer than the RM's context: an error, or (True) its start cut off, counted
+  # in `PedRM.cut` (tiny runs, whose classifier has a short context).
+  truncate_inputs: bool = False
 
   def __post_init__(self):
     if self.format not in FORMATS:
       raise ValueError(f"pedrm format {self.format!r} is not one of {FORMATS}")
-    if self.format == "mathtutorbench" and not self.system_prompt_file:
+    if self.path and self.format == "mathtutorbench" and not self.system_prompt_file:
       raise ValueError("pedrm format 'mathtutorbench' needs system_prompt_file: a text file "
                        "holding the reward model's system prompt (MathTutorBench's reward_model/ "
                        "scoring script has it)")
@@ -98,7 +101,7 @@ class PedRM:
   """A sequence-classification checkpoint that scores chats: `score(chats) -> [float]`."""
 
   def __init__(self, settings: PedRMSettings):
-    self.settings = settings
+    self.settings, self.cut = settings, 0
     self.cfg = cfg = check(settings)
     self.model = models.build_model(cfg)
     self.params = models.load_params(settings.path, cfg)
@@ -115,10 +118,12 @@ class PedRM:
     """The model's scalar for each chat (its last non-pad token's score)."""
     rows = [self.ids(c) for c in chats]
     context = self.cfg.max_position_embeddings
-    for r in rows:
+    for i, r in enumerate(rows):
       if len(r) > context:
-        raise PedRMError(f"a Ped-RM input of {len(r)} tokens exceeds the reward model's "
-                         f"context of {context}")
+        if not self.settings.truncate_inputs:
+          raise PedRMError(f"a Ped-RM input of {len(r)} tokens exceeds the reward model's "
+                           f"context of {context}")
+        rows[i], self.cut = r[len(r) - context:], self.cut + 1
     n, out = self.settings.rows_per_call, []
     pad = self.cfg.pad_token_id or 0
     for lo in range(0, len(rows), n):

@@ -17,6 +17,7 @@ from pedrl.env.dialogue import RecordError
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
 from pedrl.eval import pedrm, shards
+from pedrl.eval.mathtutorbench import tasks as mtb_tasks
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
@@ -29,7 +30,8 @@ EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
                    oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
-                   shards.ShardError, pedrm.PedRMError, party_lib.EndpointError)
+                   shards.ShardError, pedrm.PedRMError, party_lib.EndpointError,
+                   mtb_tasks.TaskError)
 
 
 def define_flags(example_config: str, workdir_help: str):

@@ -1,0 +1,43 @@
+"""MathTutorBench's leaderboard number for the pedagogical tasks: the Ped-RM win rate.
+
+For each bridge example, the reward model scores the generated teacher turn
+("chosen") and the human teacher's turn ("rejected") in the same context:
+its system prompt (the text the user points `system_prompt_file` at; pedrl
+ships no copy), a user turn "Problem: …\\nReference Solution: …", the dialogue
+so far (Teacher/Tutor turns as `assistant`, the rest `user`) and the reply as
+the last `assistant` turn, through the reward model's chat template with no
+generation prompt (the benchmark's compute_scaffolding_score). The results
+carry the benchmark's names.
+"""
+import numpy as np
+
+TEACHER_ROLES = ("Teacher", "Tutor")
+
+
+def chat(example: dict, reply: str, system_prompt: str) -> list[dict]:
+  turns = [{"role": "assistant" if t["user"] in TEACHER_ROLES else "user", "content": t["text"]}
+           for t in example["conversation_json"]]
+  return ([{"role": "system", "content": system_prompt},
+           {"role": "user", "content": f"Problem: {example['question']}\n"
+                                       f"Reference Solution: {example['reference_solution']}"}]
+          + turns + [{"role": "assistant", "content": reply}])
+
+
+def win_rate(rm, examples, replies, system_prompt: str) -> dict:
+  """win_rate = share of examples where the generated turn outscores the human one;
+  score / baseline_score their means; mean_margin the mean difference."""
+  chosen = rm.score([chat(x, r, system_prompt) for x, r in zip(examples, replies)])
+  rejected = rm.score([chat(x, x["ground_truth_response"]["text"], system_prompt)
+                       for x in examples])
+  chosen, rejected = np.asarray(chosen), np.asarray(rejected)
+  return {"win_rate": float(np.mean(chosen > rejected)), "score": float(chosen.mean()),
+          "baseline_score": float(rejected.mean()),
+          "mean_margin": float(np.mean(chosen - rejected)), "total_samples": int(chosen.size)}
+
+
+def generations(examples, replies) -> list[dict]:
+  """The benchmark's generations-file rows, which its reward-model script reads."""
+  return [{"problem": x["question"], "reference_solution": x["reference_solution"],
+           "dialog_history": x["conversation_json"], "dialog_formatted": x["dialog_history"],
+           "ground_truth_response": x["ground_truth_response"],
+           "generated_teacher_utterance": r} for x, r in zip(examples, replies)]
