@@ -99,6 +99,28 @@ def read_rows(path: str):
       yield n, row if isinstance(row, dict) else f"not a JSON object ({type(row).__name__})"
 
 
+def json_rows(path: str) -> list[dict]:
+  """Every JSON object of a JSONL file (blank lines skipped); DataError naming the file
+  and the first bad row. For benchmark files, where a bad row is never skipped."""
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: no such file")
+  rows = []
+  for n, row in read_rows(path):
+    if row == "empty line":
+      continue
+    if isinstance(row, str):
+      raise DataError(f"{path}, row {n}: {row}")
+    rows.append(row)
+  return rows
+
+
+def gsm8k_answer(solution: str) -> str:
+  """A GSM8K solution's final answer: what follows its '####', commas removed."""
+  if "####" not in solution:
+    raise DataError("answer has no '#### ' final line")
+  return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
 def _load(path: str, to_problem, on_error: str):
   if on_error not in ON_ERROR:
     raise ValueError(f"on_error {on_error!r} is not one of {ON_ERROR}")
@@ -153,9 +175,7 @@ def load_gsm8k(path: str, on_error: str = "skip"):
   """GSM8K rows (`question`, `answer` ending in '#### N') -> (problems, LoadReport)."""
   def one(row):
     question, solution = _text(row, "question"), _text(row, "answer")
-    if "####" not in solution:
-      raise DataError("answer has no '#### ' final line")
-    answer = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    answer = gsm8k_answer(solution)
     return Problem(problem_id(question), question, _checked_answer(answer), "gsm8k")
   return _load(path, one, on_error)
 

@@ -23,6 +23,7 @@ import dataclasses
 import time
 
 import numpy as np
+from absl import logging
 
 from pedrl import streams
 from pedrl.engine.shapes import bucket
@@ -168,6 +169,7 @@ class _EndpointSide:
     self.name, self.party, self.prefix = name, party, prefix
     self.views = [[] for _ in range(n)]
     self.lengths = [0] * n
+    self.warned = False
 
   def speak(self, live: list[int], dialogues, seed: int, stats, ended: dict):
     del seed, dialogues, ended  # The endpoint samples with its own randomness.
@@ -181,6 +183,10 @@ class _EndpointSide:
       raw = self.prefix + r.text
       self.views[d].append({"role": "assistant", "content": raw})
       self.lengths[d] = r.prompt_tokens + r.completion_tokens
+      if not self.lengths[d] and not self.warned:
+        self.warned = True  # Said once, not silently: the limit cannot apply to this side.
+        logging.warning("the %s endpoint reports no token usage: max_conversation_tokens "
+                        "does not apply to its side of the dialogues", self.name)
       finish = "length" if r.finish_reason == "length" else "stop"
       out.append((d, [], np.zeros((0,), np.int32), np.zeros((0,), np.float32), raw, finish,
                   r.completion_tokens))

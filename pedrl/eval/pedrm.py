@@ -63,13 +63,21 @@ class PedRMSettings:
       raise ValueError("rows_per_call must be positive")
 
 
+def mathtutorbench_opening(problem: str, reference_solution: str,
+                           system_prompt: str) -> list[dict]:
+  """MathTutorBench's judging context before the dialogue: the RM's system prompt and
+  the problem with its reference solution (its compute_scaffolding_score layout)."""
+  return [{"role": "system", "content": system_prompt},
+          {"role": "user", "content": f"Problem: {problem}\nReference Solution: "
+                                      f"{reference_solution}"}]
+
+
 def turn_chats(d, fmt: str = "reference", system_prompt: str | None = None) -> list[list[dict]]:
   """One chat per tutor message of dialogue `d`: the context the RM reads, ending in it."""
   if fmt == "reference":
     opening = [{"role": "user", "content": f"Problem: {d.problem}"}]
   elif fmt == "mathtutorbench":
-    opening = [{"role": "system", "content": system_prompt},
-               {"role": "user", "content": f"Problem: {d.problem}\nReference Solution: {d.answer}"}]
+    opening = mathtutorbench_opening(d.problem, d.answer, system_prompt)
   else:
     raise ValueError(f"pedrm format {fmt!r} is not one of {FORMATS}")
   turns = [{"role": "assistant" if m.role == TUTOR else "user", "content": m.text}

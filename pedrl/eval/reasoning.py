@@ -25,19 +25,18 @@ changes the numbers).
 """
 import csv
 import dataclasses
-import json
 import os
 import re
 
 import numpy as np
 from absl import logging
 
-from pedrl.env import answers, chat
+from pedrl.env import answers, chat, problems
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
+from pedrl.eval.mathtutorbench import scoring
 
 BENCHMARKS = ("gsm8k", "math500", "mmlu")
-_NUMBER = re.compile(r"-?\d*\.?\d+")
 MATH_INSTRUCTION = "Solve the problem step by step and write the final answer as \\boxed{answer}."
 MMLU_INSTRUCTION = ("Answer the multiple-choice question about {subject}. End your reply with "
                     "'The answer is X', X being one of A, B, C or D.")
@@ -82,46 +81,32 @@ class Example:
   target: str
 
 
-def _jsonl(path: str) -> list[dict]:
-  try:
-    with open(path, encoding="utf-8") as f:
-      return [json.loads(line) for line in f if line.strip()]
-  except (OSError, ValueError) as e:
-    raise DataError(f"{path}: cannot be read as JSONL ({e})") from None
-
-
-def _gsm8k_target(solution: str) -> str:
-  if "####" not in solution:
-    raise DataError(f"a GSM8K answer without its '#### N' line: {solution[:60]!r}")
-  return solution.rsplit("####", 1)[1].strip().replace(",", "")
-
-
 def _gsm8k_shot(row: dict) -> list[dict]:
   body, _, _ = row["answer"].rpartition("####")
   worked = re.sub(r"<<[^>]*>>", "", body).strip()  # The calculator annotations.
   return [{"role": "user", "content": row["question"]},
           {"role": "assistant",
-           "content": f"{worked}\nThe answer is {_gsm8k_target(row['answer'])}."}]
+           "content": f"{worked}\nThe answer is {problems.gsm8k_answer(row['answer'])}."}]
 
 
 def gsm8k(s: ReasoningSettings) -> list[Example]:
-  rows = _jsonl(s.gsm8k_path)
+  rows = problems.json_rows(s.gsm8k_path)
   if s.gsm8k_shots_path:
-    shots = _jsonl(s.gsm8k_shots_path)[:s.gsm8k_shots]
+    shots = problems.json_rows(s.gsm8k_shots_path)[:s.gsm8k_shots]
   else:
     shots, rows = rows[:s.gsm8k_shots], rows[s.gsm8k_shots:]
     logging.warning("no gsm8k_shots_path: the first %d test rows are the shots, not scored",
                     len(shots))
   context = [m for row in shots for m in _gsm8k_shot(row)]
   return [Example("gsm8k", f"gsm8k/{i}", tuple(context + [
-      {"role": "user", "content": row["question"]}]), _gsm8k_target(row["answer"]))
+      {"role": "user", "content": row["question"]}]), problems.gsm8k_answer(row["answer"]))
       for i, row in enumerate(rows, start=0 if s.gsm8k_shots_path else s.gsm8k_shots)]
 
 
 def math500(s: ReasoningSettings) -> list[Example]:
   return [Example("math500", row.get("unique_id") or f"math500/{i}", (
       {"role": "user", "content": f"{row['problem']}\n\n{MATH_INSTRUCTION}"},), row["answer"])
-      for i, row in enumerate(_jsonl(s.math500_path))]
+      for i, row in enumerate(problems.json_rows(s.math500_path))]
 
 
 def _mmlu_rows(path: str) -> list[list[str]]:
@@ -177,11 +162,6 @@ def examples(s: ReasoningSettings) -> list[Example]:
 
 # -- Grading -------------------------------------------------------------------------------
 
-def last_number(text: str) -> str | None:
-  found = _NUMBER.findall(text.replace(",", ""))
-  return found[-1] if found else None
-
-
 def mmlu_letter(text: str) -> str | None:
   """The letter after the last "answer is" / "Answer:"; without one, a reply that opens
   with a bare letter ("B", "B.", "(B)"); else None ("A quick check" is no answer)."""
@@ -197,9 +177,9 @@ def grade(benchmark: str, reply: str, target: str) -> tuple[str | None, bool]:
   """(what was read from the reply, whether it is correct). Only the visible reply is
   read: a number or letter inside <think> is not an answer."""
   reply = chat.visible_text(reply)
-  if benchmark == "gsm8k":
-    got = last_number(reply)
-    return got, got is not None and abs(float(got) - float(target)) < 1e-6
+  if benchmark == "gsm8k":  # MathTutorBench's problem-solving rule, commas removed first.
+    got = scoring.parse_number(reply.replace(",", ""))
+    return got, scoring.numbers_equal(got, target)
   if benchmark == "math500":
     got = answers.last_boxed(reply)
     return got, answers.is_correct(got, target)

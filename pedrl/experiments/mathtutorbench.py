@@ -53,19 +53,23 @@ def read(config):
   return out
 
 
-def check(bench, rm_settings):
-  """Task files, data files and the reward model, before any model loads."""
+def load_tasks(bench, rm_settings) -> dict:
+  """{task: (its task file, its examples)}, every file and row checked, and the reward
+  model's config: all before any model loads."""
   for name in ("benchmark_dir", "data_dir"):
     if not getattr(bench, name) or not os.path.isdir(getattr(bench, name)):
       raise app.UsageError(f"--config.{name}={getattr(bench, name)!r} is not a directory")
+  out = {}
   for task in bench.names:
-    tasks.read_task(bench.benchmark_dir, task)
-    tasks.examples(task, bench.data_dir)  # Reads and checks every row.
+    examples = tasks.examples(task, bench.data_dir)
+    out[task] = (tasks.read_task(bench.benchmark_dir, task),
+                 examples[:bench.limit] if bench.limit > 0 else examples)
   if rm_settings.path:
     pedrm_lib.check(rm_settings)
     if any(t in tasks.PEDAGOGICAL for t in bench.names) and not rm_settings.system_prompt_file:
       raise app.UsageError("the win rate needs --config.pedrm.system_prompt_file: the reward "
                            "model's system prompt, from the benchmark's reward_model/ script")
+  return out
 
 
 def table(results: dict) -> str:
@@ -82,7 +86,7 @@ def table(results: dict) -> str:
 def main(argv):
   del argv
   job, mesh_s, tutor_s, run, bench, rm_s = read(FLAGS.config)
-  check(bench, rm_s)
+  loaded = load_tasks(bench, rm_s)
   workdir = FLAGS.workdir
   os.makedirs(workdir, exist_ok=True)
   mesh = mesh_s.make()
@@ -96,20 +100,17 @@ def main(argv):
   policy = runner.ModelPolicy(party, bench, job.seed)
   rm = pedrm_lib.PedRM(rm_s) if rm_s.path else None
   results, start = {}, time.perf_counter()
-  for task in bench.names:
+  for task, (task_file, examples) in loaded.items():
     clock = time.perf_counter()
-    n = len(tasks.examples(task, bench.data_dir))
-    n = min(n, bench.limit) if bench.limit > 0 else n
-    with tqdm(total=n, unit="example", desc=task) as bar:
-      out = runner.run_task(task, bench, policy, workdir, bar.update)
-    rows = out.pop("_generations", None)
-    if rows is not None:
-      runner.write_generations(workdir, bench.model_name, task, rows)
+    with tqdm(total=len(examples), unit="example", desc=task) as bar:
+      result = runner.run_task(task, task_file, examples, bench, policy, workdir, bar.update)
+    out = result.metrics
+    if task in tasks.PEDAGOGICAL:
+      runner.write_generations(workdir, bench.model_name, task,
+                               win_rate.generations(examples, result.replies))
       if rm is not None:
-        examples = tasks.examples(task, bench.data_dir)[:len(rows)]
         cut = rm.cut
-        out.update(win_rate.win_rate(rm, examples, [r["generated_teacher_utterance"]
-                                                    for r in rows], rm.system_prompt))
+        out.update(win_rate.win_rate(rm, examples, result.replies, rm.system_prompt))
         out["pedrm_inputs_cut"] = rm.cut - cut
     seconds = time.perf_counter() - clock
     out.update(seconds=round(seconds, 2), examples_per_s=round(out["examples"] / seconds, 3))

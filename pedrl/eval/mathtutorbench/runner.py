@@ -17,7 +17,7 @@ from pedrl import streams
 from pedrl.engine import Sampler
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import dialogue as records_io
-from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
+from pedrl.eval.mathtutorbench import scoring, tasks
 
 MODES = ("chat", "completion")
 
@@ -97,12 +97,16 @@ def responses_path(workdir: str, task: str) -> str:
   return os.path.join(workdir, f"responses-{task}.jsonl")
 
 
-def run_task(task: str, settings: BenchSettings, policy, workdir: str, progress=None) -> dict:
-  """Answers every example of `task` (resuming its responses file) and scores them;
-  returns the harness's metrics for the task (plus counts)."""
-  t = tasks.read_task(settings.benchmark_dir, task)
-  examples = tasks.examples(task, settings.data_dir)
-  examples = examples[:settings.limit] if settings.limit > 0 else examples
+@dataclasses.dataclass
+class TaskResult:
+  """What a task gave: the harness's metrics (plus counts) and every reply, in order."""
+  metrics: dict
+  replies: list
+
+
+def run_task(task: str, t: tasks.TaskFile, examples: list, settings: BenchSettings, policy,
+             workdir: str, progress=None) -> TaskResult:
+  """Answers `examples` of `task` (resuming its responses file) and scores them."""
   path = responses_path(workdir, task)
   have = records_io.read_rows(path)  # Batches are single synced writes: a kill cuts one.
   whole = len(have) if len(have) >= len(examples) else (
@@ -110,6 +114,8 @@ def run_task(task: str, settings: BenchSettings, policy, workdir: str, progress=
   done = have[:whole]
   if whole < len(have):
     records_io.append_rows(done, path, mode="w")  # A cut batch runs again whole.
+  if progress:
+    progress(len(done))
   for lo in range(len(done), len(examples), settings.batch_examples):
     part = examples[lo:lo + settings.batch_examples]
     prompts = [t.prompt(x) for x in part]
@@ -121,12 +127,11 @@ def run_task(task: str, settings: BenchSettings, policy, workdir: str, progress=
     done += rows
     if progress:
       progress(len(part))
-  predictions = [scoring.parse(task, r["response"]) for r in done]
-  out = scoring.compute(task, predictions, [r["target"] for r in done])
+  replies = [r["response"] for r in done]
+  out = scoring.compute(task, [scoring.parse(task, r) for r in replies],
+                        [r["target"] for r in done])
   out.update(examples=len(done), prompts_cut=sum(r["prompt_cut"] for r in done))
-  if task in tasks.PEDAGOGICAL:
-    out["_generations"] = win_rate.generations(examples, [r["response"] for r in done])
-  return out
+  return TaskResult(out, replies)
 
 
 def _json(value):

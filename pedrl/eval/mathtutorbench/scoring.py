@@ -26,6 +26,11 @@ def _equal(p: float | None, t: float | None) -> bool:
   return p is not None and t is not None and abs(p - t) < 1e-6
 
 
+def numbers_equal(prediction: str | None, target: str | None) -> bool:
+  """The harness's numeric match: both read as floats and |p − t| < 1e-6."""
+  return _equal(_float(prediction), _float(target))
+
+
 # -- Problem solving (GSM8K) ---------------------------------------------------------------
 
 def parse_number(response: str) -> str | None:
@@ -37,7 +42,7 @@ def parse_number(response: str) -> str | None:
 def problem_solving(predictions, targets) -> dict:
   """Accuracy: |prediction − target| < 1e-6; an unreadable prediction is wrong. The
   harness reports it twice, under its strict and flexible names, computed alike."""
-  acc = float(np.mean([_equal(_float(p), _float(t)) for p, t in zip(predictions, targets)]))
+  acc = float(np.mean([numbers_equal(p, t) for p, t in zip(predictions, targets)]))
   return {"accuracy_strict-match": acc, "accuracy_flexible-extract": acc}
 
 

@@ -30,6 +30,7 @@ import os
 
 import jinja2
 
+from pedrl.env import problems
 from pedrl.env.problems import DataError
 
 # Task name -> (task file, data kind): the nine tasks of the leaderboard.
@@ -98,19 +99,11 @@ def read_task(benchmark_dir: str, task: str) -> TaskFile:
 
 # -- Examples ------------------------------------------------------------------------------
 
-def _rows(path: str, jsonl: bool) -> list:
+def _json_list(path: str) -> list:
+  """A JSON file holding a list of rows (the step-verification and bridge files)."""
   try:
     with open(path, encoding="utf-8") as f:
-      if not jsonl:
-        rows = json.load(f)
-      else:
-        rows = []
-        for n, line in enumerate(f, 1):
-          if line.strip():
-            try:
-              rows.append(json.loads(line))
-            except ValueError as e:
-              raise DataError(f"{path}, row {n}: not JSON ({e})") from None
+      rows = json.load(f)
   except OSError as e:
     raise DataError(f"{path}: cannot be read ({e})") from None
   except ValueError as e:
@@ -127,7 +120,7 @@ def _need(path: str, n: int, row, keys) -> None:
 
 
 def gsm8k(path: str) -> list[dict]:
-  rows = _rows(path, jsonl=True)
+  rows = problems.json_rows(path)
   for n, row in enumerate(rows, 1):
     _need(path, n, row, ("question", "answer"))
   return rows
@@ -137,7 +130,7 @@ def stepverify(path: str, errors_only: bool = False) -> list[dict]:
   out = []
   keys = ("problem", "dialog_history", "student_incorrect_solution", "incorrect_index",
           "reference_solution", "student_correct_response")
-  for n, row in enumerate(_rows(path, jsonl=False), 1):
+  for n, row in enumerate(_json_list(path), 1):
     _need(path, n, row, keys)
     turns = row["dialog_history"]
     cutoff = next((i for i, t in enumerate(turns) if t["user"] == "Student"), len(turns))
@@ -160,7 +153,7 @@ def stepverify(path: str, errors_only: bool = False) -> list[dict]:
 
 def bridge(path: str) -> list[dict]:
   out = []
-  for n, row in enumerate(_rows(path, jsonl=False), 1):
+  for n, row in enumerate(_json_list(path), 1):
     _need(path, n, row, ("problem", "reference_solution", "dialog_history"))
     turns = row["dialog_history"]
     if not turns or turns[-1].get("user") != "Teacher":

@@ -11,15 +11,16 @@ carry the benchmark's names.
 """
 import numpy as np
 
+from pedrl.eval import pedrm
+
 TEACHER_ROLES = ("Teacher", "Tutor")
 
 
 def chat(example: dict, reply: str, system_prompt: str) -> list[dict]:
   turns = [{"role": "assistant" if t["user"] in TEACHER_ROLES else "user", "content": t["text"]}
            for t in example["conversation_json"]]
-  return ([{"role": "system", "content": system_prompt},
-           {"role": "user", "content": f"Problem: {example['question']}\n"
-                                       f"Reference Solution: {example['reference_solution']}"}]
+  return (pedrm.mathtutorbench_opening(example["question"], example["reference_solution"],
+                                      system_prompt)
           + turns + [{"role": "assistant", "content": reply}])
 
 
