@@ -39,7 +39,7 @@ define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, reco
 FLAGS = flags.FLAGS
 
 
-def protocol(s, config: str = "") -> dict:
+def protocol(s) -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
   e = asdict(s.evaluation)
@@ -48,9 +48,10 @@ def protocol(s, config: str = "") -> dict:
                                                    "max_tokens", "top_p")},
            "local": asdict(s.local_judge), "rule": asdict(s.rule_judges)}.get(
                s.judging.judge_backend)
+  # The config's name is in the status, not here: a path spelt otherwise is the same run.
+  models = workdir_lib.identity(s, "evaluate")
   tutor = {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
-           **workdir_lib.identity(s, "evaluate")["tutor"]}
-  del config  # Named in the status, not compared: a path spelt otherwise is the same run.
+           **models["tutor"]}
   common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
             "tutor": tutor}
   if s.reasoning.names:
@@ -58,8 +59,7 @@ def protocol(s, config: str = "") -> dict:
             "thinking": s.rollout.thinking}
   return {
       "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
-      "student": {**asdict(s.student), **_endpoint(s.student_endpoint),
-                  **workdir_lib.identity(s, "evaluate")["student"]},
+      "student": {**asdict(s.student), **_endpoint(s.student_endpoint), **models["student"]},
       "problems": asdict(s.problems), "rollout": asdict(s.rollout),
       "solve": {k: v for k, v in asdict(s.solve).items() if k != "prompts_per_call"},
       "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
@@ -136,7 +136,7 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
   return [records_lib.EvalRecord(
       problem_id=d.problem_id, sample=d.rollout, batch=j,
       pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
-      leak_decisions=a.get("leakage", []), helpful_decisions=a.get("helpfulness", []),
+      leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],  # Every panel has both.
       thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)
       for d, a, t in zip(dialogues, answers, scores)]
 
