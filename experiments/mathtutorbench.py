@@ -6,15 +6,19 @@ r"""MathTutorBench (papers 003 table 4, 000 tables II/IV, 002 tables 2-3) on a t
       --config.pedrm.path=/models/Qwen2.5-1.5B-pedagogical-rewardmodel --config.pedrm.system_prompt_file=rm_system.txt
 
 Variants: `paper` (the harness's settings: greedy, 2048 new tokens, every
-example of the nine tasks, chat mode) and `tiny` (the testdata tutor and
-classifier, 4 examples a task, 24 new tokens, prompts cut to the tiny context;
-reads ../shared/data). The task files come from a MathTutorBench checkout
-(`benchmark_dir`/configs), the data from `data_dir` laid out as ../shared/data.
+example of the nine tasks, its default completion mode) and `tiny` (the
+testdata tutor and classifier, 4 examples a task, 24 new tokens, prompts cut to
+the tiny context; reads ../shared/data). The task files come from a
+MathTutorBench checkout (`benchmark_dir`/configs), the data from `data_dir` laid
+out as ../shared/data. The model under test is `tutor.path`, a training run
+(`tutor.workdir`, `tutor.step`) or an endpoint (`tutor.endpoint.model`,
+`base_url`, `api_key_env`); `mode=chat` asks as the harness's is_chat=True does.
+Shards: `--config.eval.shard=I --config.eval.num_shards=N` (launch/eval_array.sbatch).
 """
 from pedrl.env import party
 from pedrl.eval import pedrm
 from pedrl.eval.mathtutorbench import runner
-from pedrl.eval.shards import TutorRun
+from pedrl.eval.shards import ShardSettings, TutorRun
 from pedrl.experiments import settings, variants
 
 VARIANTS = dict(tiny=bool)
@@ -26,6 +30,8 @@ def get_config(arg: str = "paper"):
   c.mesh = settings.section(settings.MeshSettings)
   c.tutor = settings.section(party.PartySettings, TutorRun, path=None, temperature=0.0, top_k=0,
                              top_p=1.0, max_new_tokens=2048)
+  c.tutor.endpoint = settings.section(party.EndpointSettings)
+  c.eval = settings.section(ShardSettings)
   c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
   if v.tiny:
     c.scan_layers = False

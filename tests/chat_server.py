@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible chat endpoint on localhost, for tests of the API clients."""
+"""A scripted OpenAI-compatible endpoint on localhost, for tests of the API clients."""
 import http.server
 import json
 import threading
@@ -6,13 +6,14 @@ import time
 
 
 class ChatServer:
-  """Answers POST /v1/chat/completions from a list of actions, one per request:
+  """Answers POST /v1/chat/completions (and /v1/completions, whose body has a prompt)
+  from a list of actions, one per request:
   ("sleep", seconds) | ("status", code[, headers]) | ("body", raw bytes) |
   ("html", raw bytes) | ("json", any JSON value) | ("reply", content). After the
   list: ("reply", reply(body)), with `usage(body)` as the completion's usage if given."""
 
   def __init__(self, actions, reply=lambda body: '{"decision": "OK"}', usage=None):
-    self.actions, self.lock, self.bodies = list(actions), threading.Lock(), []
+    self.actions, self.lock, self.bodies, self.paths = list(actions), threading.Lock(), [], []
     outer = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -23,6 +24,7 @@ class ChatServer:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with outer.lock:
           outer.bodies.append((body, self.headers.get("Authorization")))
+          outer.paths.append(self.path)
           action = outer.actions.pop(0) if outer.actions else ("reply", reply(body))
         kind, arg, headers = action[0], action[1], action[2] if len(action) > 2 else {}
         if kind == "sleep":
@@ -38,10 +40,12 @@ class ChatServer:
         elif kind == "json":
           code, data = 200, json.dumps(arg).encode()
         elif kind == "reply":
+          choice = ({"text": arg} if "prompt" in body else  # /v1/completions: raw text.
+                    {"message": {"role": "assistant", "content": arg}})
           completion = {
-              "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-              "choices": [{"index": 0, "finish_reason": "stop",
-                           "message": {"role": "assistant", "content": arg}}]}
+              "id": "c", "object": "text_completion" if "prompt" in body else "chat.completion",
+              "created": 0, "model": body["model"],
+              "choices": [{"index": 0, "finish_reason": "stop", **choice}]}
           if usage is not None:
             completion["usage"] = usage(body)
           code, data = 200, json.dumps(completion).encode()

@@ -1,4 +1,5 @@
-"""What the evaluation writes per dialogue: `EvalRecord`, one JSONL line each.
+"""What an evaluation writes per item, one JSONL line each: `EvalRecord` per dialogue,
+`ReasoningRecord` per benchmark question, `BenchRecord` per MathTutorBench example.
 
 A record carries everything the metrics need (pedrl.eval.metrics) and the
 dialogue itself as the student and the judges saw it, so a table can be
@@ -27,6 +28,10 @@ class EvalRecord:
   dialogue: Dialogue
   schema: int = SCHEMA_VERSION
 
+  @property
+  def key(self) -> tuple:
+    return self.problem_id, self.sample
+
   def to_dict(self) -> dict:
     out = dataclasses.asdict(self)
     out["dialogue"].update(tutor_ids=[], tutor_mask=[], tutor_logprobs=[])
@@ -34,10 +39,7 @@ class EvalRecord:
 
   @classmethod
   def from_dict(cls, row: dict) -> "EvalRecord":
-    row = dict(row)
-    if row.get("schema") != SCHEMA_VERSION:
-      raise ValueError(f"evaluation record schema {row.get('schema')!r}; this pedrl reads "
-                       f"{SCHEMA_VERSION}")
+    row = _checked(row, "evaluation")
     row["dialogue"] = Dialogue.from_dict(row["dialogue"])
     return cls(**row)
 
@@ -54,15 +56,52 @@ class ReasoningRecord:
   correct: bool
   schema: int = SCHEMA_VERSION
 
+  @property
+  def key(self) -> tuple:
+    return self.benchmark, self.example_id
+
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
 
   @classmethod
   def from_dict(cls, row: dict) -> "ReasoningRecord":
-    if row.get("schema") != SCHEMA_VERSION:
-      raise ValueError(f"reasoning record schema {row.get('schema')!r}; this pedrl reads "
-                       f"{SCHEMA_VERSION}")
-    return cls(**row)
+    return cls(**_checked(row, "reasoning"))
+
+
+@dataclasses.dataclass
+class BenchRecord:
+  """One MathTutorBench example answered by the model under test
+  (pedrl.eval.mathtutorbench): the harness's prompt, reply, target and parse."""
+  task: str
+  index: int  # In the harness's example order of the task.
+  batch: int
+  prompt: str  # As rendered from the task file.
+  response: str  # As the harness keeps it (completion mode strips it).
+  target: object  # The task's formatted ground truth.
+  prediction: object  # What the harness's parser reads from the response.
+  prompt_cut: bool = False  # Its start cut off to fit the context (tiny runs only).
+  score: float | None = None  # Ped-RM on the response (pedagogical tasks).
+  baseline_score: float | None = None  # Ped-RM on the human teacher's turn.
+  context: dict | None = None  # The example's generations-file fields (pedagogical tasks).
+  schema: int = SCHEMA_VERSION
+
+  @property
+  def key(self) -> tuple:
+    return self.task, self.index
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, row: dict) -> "BenchRecord":
+    return cls(**_checked(row, "MathTutorBench"))
+
+
+def _checked(row: dict, what: str) -> dict:
+  if row.get("schema") != SCHEMA_VERSION:
+    raise ValueError(f"{what} record schema {row.get('schema')!r}; this pedrl reads "
+                     f"{SCHEMA_VERSION}")
+  return dict(row)
 
 
 def save(records, path: str, mode: str = "a") -> None:

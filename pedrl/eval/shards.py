@@ -1,17 +1,20 @@
 """How an evaluation splits into shards, what each shard writes, and how shards merge.
 
-Problems are cut into batches of `batch_problems` in split order; batch j
-belongs to shard j mod N. A problem is thus always computed in the same batch,
-with the same padding and the same samples, however many shards run: two
-shards merged give exactly the unsharded run's records. Each shard writes
+Items (problems, benchmark questions, MathTutorBench examples) are cut into
+batches of a fixed size in order, a batch never spanning two segments (the
+MathTutorBench tasks); batch j belongs to shard j mod N. An item is thus
+always computed in the same batch, with the same padding and the same samples,
+however many shards run: two shards merged give exactly the unsharded run's
+records. Each shard writes
 
   WORKDIR/shards/records-I-of-N.jsonl   its EvalRecords, batch by batch (synced)
   WORKDIR/shards/status-I-of-N.json     its protocol, its batches, counts, seconds
 
 and a rerun skips the batches whose records are all there (a batch cut by a
 kill runs again whole, with the same samples). `merge` checks that every shard
-is there, finished and of one protocol, and writes WORKDIR/eval_dialogues.jsonl
-and WORKDIR/metrics.json.
+is there, finished and of one protocol; `write_merged` writes the merged
+records (eval_dialogues.jsonl, eval_reasoning.jsonl, or MathTutorBench's
+files) and WORKDIR/metrics.json.
 """
 import collections
 import dataclasses
@@ -21,6 +24,7 @@ import os
 
 from pedrl.env.dialogue import RecordError
 from pedrl.eval import metrics as metrics_lib, reasoning, records as records_lib
+from pedrl.eval.mathtutorbench import results as bench_results
 
 
 class ShardError(ValueError):
@@ -28,14 +32,10 @@ class ShardError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalSettings:
-  """The config's `eval` section (the protocol's own settings; the rest is the dialogue
-  config's: problems, rollout, solve, rewards.judges)."""
-  samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
+class ShardSettings:
+  """Which shard of how many this process runs (`--config.eval.shard`, `num_shards`)."""
   shard: int = 0
   num_shards: int = 1
-  bootstrap_resamples: int = metrics_lib.RESAMPLES
-  confidence: float = metrics_lib.CONFIDENCE
 
   def __post_init__(self):
     if self.num_shards < 1:
@@ -43,6 +43,18 @@ class EvalSettings:
     if not 0 <= self.shard < self.num_shards:
       raise ValueError(f"shard={self.shard} is not in [0, num_shards={self.num_shards}): shards "
                        f"are numbered 0 to {self.num_shards - 1}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings(ShardSettings):
+  """The config's `eval` section (the protocol's own settings; the rest is the dialogue
+  config's: problems, rollout, solve, rewards.judges)."""
+  samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
+  bootstrap_resamples: int = metrics_lib.RESAMPLES
+  confidence: float = metrics_lib.CONFIDENCE
+
+  def __post_init__(self):
+    super().__post_init__()
     if self.samples_per_problem < 1:
       raise ValueError("samples_per_problem must be positive")
     if not 0 < self.confidence < 1:
@@ -57,11 +69,14 @@ class TutorRun:
   step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
 
 
-def batches(n_problems: int, batch_problems: int, shard: int, num_shards: int) -> list[tuple]:
-  """[(batch index, range of problem indices)] of one shard."""
-  starts = range(0, n_problems, batch_problems)
-  return [(j, range(lo, min(lo + batch_problems, n_problems)))
-          for j, lo in enumerate(starts) if j % num_shards == shard]
+def batches(sizes, batch_size: int, shard: int, num_shards: int) -> list[tuple]:
+  """[(batch index, range of item indices)] of one shard. sizes: the item count, or the
+  sizes of consecutive segments (items numbered across them) no batch may span."""
+  spans, lo = [], 0
+  for n in ([sizes] if isinstance(sizes, int) else sizes):
+    spans += [range(a, min(a + batch_size, lo + n)) for a in range(lo, lo + n, batch_size)]
+    lo += n
+  return [(j, idx) for j, idx in enumerate(spans) if j % num_shards == shard]
 
 
 def _name(kind: str, shard: int, num_shards: int, ext: str) -> str:
@@ -130,10 +145,13 @@ def _statuses(workdir: str) -> dict:
           if n.startswith("status-") and n.endswith(".json")}
 
 
+RECORDS = {"tutoring": records_lib.EvalRecord, "reasoning": records_lib.ReasoningRecord,
+           "mathtutorbench": records_lib.BenchRecord}
+
+
 def record_kind(protocol: dict):
-  """The record type of an evaluation: dialogues, or benchmark answers (reasoning)."""
-  return records_lib.ReasoningRecord if protocol.get("kind") == "reasoning" else (
-      records_lib.EvalRecord)
+  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's."""
+  return RECORDS[protocol.get("kind", "tutoring")]
 
 
 def completed(workdir: str, shard: int, num_shards: int, plan: dict,
@@ -175,38 +193,43 @@ def merge(workdir: str) -> tuple[list, dict]:
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
   protocol = statuses[next(iter(statuses))]["protocol"]
-  kind, out = record_kind(protocol), []
+  kind, out = protocol.get("kind", "tutoring"), []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), kind)
+    out += records_lib.load(records_path(workdir, i, num_shards), record_kind(protocol))
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
-  key = ((lambda r: (r.benchmark, r.example_id)) if kind is records_lib.ReasoningRecord
-         else (lambda r: (r.problem_id, r.sample)))
-  seen = collections.Counter(map(key, out))
+  seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
     raise RecordError(f"{workdir}: {dup[0]} is recorded twice")
-  e = protocol["eval"]
-  args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
-              confidence=e["confidence"])
-  if kind is records_lib.ReasoningRecord:
-    metrics = {"n_examples": len(out), **reasoning.accuracy(out, **args)}
-  else:
-    metrics = metrics_lib.compute(out, **args)
-    metrics.update(metrics_lib.dialogue_counts(out))
   counts = collections.Counter()
   for s in statuses.values():
     counts.update(s.get("counts", {}))
+  if kind == "mathtutorbench":
+    metrics = {"n_examples": len(out), "tasks": bench_results.metrics(out, counts)}
+  else:
+    e = protocol["eval"]
+    args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
+                confidence=e["confidence"])
+    if kind == "reasoning":
+      metrics = {"n_examples": len(out), **reasoning.accuracy(out, **args)}
+    else:
+      metrics = metrics_lib.compute(out, **args)
+      metrics.update(metrics_lib.dialogue_counts(out))
   metrics["counts"] = dict(sorted(counts.items()))
   return out, metrics
 
 
 def write_merged(workdir: str) -> dict:
   """Merges the shards into WORKDIR/eval_dialogues.jsonl (eval_reasoning.jsonl for the
-  reasoning benchmarks) and WORKDIR/metrics.json."""
+  reasoning benchmarks; MathTutorBench's own files) and WORKDIR/metrics.json."""
   out, metrics = merge(workdir)
-  protocol = next(iter(_statuses(workdir).values()))["protocol"]
-  name = "eval_reasoning.jsonl" if protocol.get("kind") == "reasoning" else "eval_dialogues.jsonl"
-  records_lib.save(out, os.path.join(workdir, name), mode="w")
-  config = next(iter(_statuses(workdir).values())).get("config", "?")
+  first = next(iter(_statuses(workdir).values()))
+  protocol, config = first["protocol"], first.get("config", "?")
+  kind = protocol.get("kind", "tutoring")
+  if kind == "mathtutorbench":
+    bench_results.write(workdir, out, metrics["tasks"], protocol["bench"]["model_name"], config)
+  else:
+    name = "eval_reasoning.jsonl" if kind == "reasoning" else "eval_dialogues.jsonl"
+    records_lib.save(out, os.path.join(workdir, name), mode="w")
   write_json(os.path.join(workdir, "metrics.json"),
              {**_nan_to_none(metrics), "config": config, "protocol": protocol})
   return metrics

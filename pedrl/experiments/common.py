@@ -113,6 +113,23 @@ def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, ro
   return party_lib.EndpointParty(client, role)
 
 
+def tutor_checkpoint(run: shards.TutorRun, workdir: str, recorded_at: tuple) -> tuple[str, int]:
+  """(base checkpoint, step) of the training run under test: the step given, else the
+  one this evaluation's workdir recorded at `recorded_at` in its protocol (a resumed or
+  later shard reads the weights the first one read, even if training saved newer steps
+  since), else the latest."""
+  base, _, steps = checkpoint.training_run(run.workdir)
+  step = run.step
+  if step is None:
+    step = shards.recorded(workdir, recorded_at)
+  if step is None and steps:
+    step = steps[-1]
+  if step not in steps:
+    raise checkpoint.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
+                                     f"steps: {steps}")
+  return base, step
+
+
 def load_problems(s: settings_lib.RunSettings):
   """The configured split, and the loader's report of skipped rows."""
   p = s.problems

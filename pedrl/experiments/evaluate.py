@@ -7,31 +7,30 @@ Per batch of problems: the student alone (K attempts, pre-dialogue solve
 rate), samples_per_problem dialogues with the tutor under test, K attempts
 after each (post), the evaluation judges (every sample kept, unparsed ones as
 None) and Ped-RM on every tutor turn; then the batch's EvalRecords are
-appended to this shard's file (pedrl.eval.shards). A rerun resumes after the
-last whole batch. When every shard of the workdir has finished, the one that
+appended to this shard's file (pedrl.eval.shards; the loop is
+pedrl.experiments.sharded, shared with the MathTutorBench job). A rerun
+resumes after the last whole batch. When every shard of the workdir has finished, the one that
 finishes last merges them into WORKDIR/eval_dialogues.jsonl and
 WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
 merges and tabulates any time.
 """
-import collections
 import dataclasses
 import json
 import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags, logging
-from tqdm import tqdm
 
-from pedrl import distributed, stopping, streams
+from pedrl import distributed, streams
 from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
-from pedrl.eval import reasoning, shards
-from pedrl.experiments import settings as settings_lib, workdir as workdir_lib
+from pedrl.eval import reasoning
+from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
-                                      exit_on_signal, exits_cleanly, judge_panel, load_party,
-                                      load_problems, read_settings, solver_party)
+                                      exits_cleanly, judge_panel, load_party, load_problems,
+                                      read_settings, solver_party, tutor_checkpoint)
+from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
 
@@ -83,15 +82,7 @@ def resolve_tutor_run(s, workdir: str):
     if run.step is not None:
       raise app.UsageError("--config.tutor.step needs --config.tutor.workdir (a training run)")
     return s
-  base, _, steps = checkpoint.training_run(run.workdir)
-  step = run.step
-  if step is None:
-    step = shards.recorded(workdir, ("tutor", "step"))
-  if step is None and steps:
-    step = steps[-1]
-  if step not in steps:
-    raise checkpoint.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
-                                     f"steps: {steps}")
+  base, step = tutor_checkpoint(run, workdir, ("tutor", "step"))
   if s.tutor.path and os.path.abspath(s.tutor.path) != os.path.abspath(base):
     logging.info("tutor.workdir given: the tutor is %s step %d on %s (not tutor.path=%s)",
                  run.workdir, step, base, s.tutor.path)
@@ -118,33 +109,27 @@ def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) 
 def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock) -> list:
   tutor, student, solver = parties
   pre = solving.pre_dialogue(batch, solver, s.solve)
-  clock = _tick(counts, "seconds/pre_solve", clock)
+  clock = tick(counts, "seconds/pre_solve", clock)
   dialogues = rollout.run(batch, s.evaluation.samples_per_problem, tutor, student, s.rollout,
                           problem_uids=uids)
-  clock = _tick(counts, "seconds/dialogues", clock)
+  clock = tick(counts, "seconds/dialogues", clock)
   solving.post_dialogue(dialogues, solver, s.solve)  # Every dialogue: Δ is never penalised.
-  clock = _tick(counts, "seconds/post_solve", clock)
+  clock = tick(counts, "seconds/post_solve", clock)
   stats = asking.AskStats()
   try:
     answers = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
                                 s.judging.max_failed_share, stats)
   finally:
     counts.update({f"judge/{k}": v for k, v in stats.items()})
-  clock = _tick(counts, "seconds/judges", clock)
+  clock = tick(counts, "seconds/judges", clock)
   scores = rm.score_dialogues(dialogues) if rm else [[] for _ in dialogues]
-  _tick(counts, "seconds/pedrm", clock)
+  tick(counts, "seconds/pedrm", clock)
   return [records_lib.EvalRecord(
       problem_id=d.problem_id, sample=d.rollout, batch=j,
       pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
       leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],  # Every panel has both.
       thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)
       for d, a, t in zip(dialogues, answers, scores)]
-
-
-def _tick(counts, key: str, since: float) -> float:
-  now = time.perf_counter()
-  counts[key] += round(now - since, 3)
-  return now
 
 
 class Tutoring:
@@ -154,6 +139,7 @@ class Tutoring:
   def __init__(self, s, apis):
     self.s, self.apis = s, apis
     self.items, _ = load_problems(s)
+    self.sizes = len(self.items)
     self.batch_size, self.per_item = s.job.batch_problems, s.evaluation.samples_per_problem
     self.tutor = self.student = self.solver = None  # Endpoints: checked now, before loading.
     if s.tutor_endpoint.model:
@@ -192,6 +178,7 @@ class Reasoning:
     del apis
     self.s, r = s, s.reasoning
     self.items = reasoning.examples(r)
+    self.sizes = len(self.items)
     self.batch_size, self.per_item = r.batch_examples, 1
     side = dataclasses.replace(s.tutor, temperature=r.temperature, top_p=r.top_p, top_k=0,
                                max_new_tokens=r.max_new_tokens)
@@ -219,7 +206,7 @@ class Reasoning:
     texts = solving.sample(self.tutor, [list(x.chat) for x in batch], list(idx), k=1,
                            seed=self.s.job.seed, stream=streams.REASONING,
                            prompts_per_call=len(batch))
-    _tick(counts, "seconds/answers", clock)
+    tick(counts, "seconds/answers", clock)
     out = []
     for x, (reply,) in zip(batch, texts):
       extracted, correct = reasoning.grade(x.benchmark, reply, x.target)
@@ -246,7 +233,6 @@ def load_tutor(s, mesh):
 def main(argv):
   del argv
   distributed.initialize(FLAGS.multihost)
-  main_process = distributed.is_main_process()
   workdir = FLAGS.workdir
   s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True), workdir)
   e = s.evaluation
@@ -259,64 +245,10 @@ def main(argv):
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
-  plan = shards.batches(len(task.items), task.batch_size, e.shard, e.num_shards)
-  if not plan:  # Finished at once, so that the other shards' merge does not wait for it.
-    logging.warning("shard %d of %d has no batch: %d %ss make %d batches of %d", e.shard,
-                    e.num_shards, len(task.items), task.unit,
-                    -(-len(task.items) // task.batch_size), task.batch_size)
-  proto = protocol(s)
-  shards.check_protocol(workdir, proto, e.shard, e.num_shards)
-  status_path = shards.status_path(workdir, e.shard, e.num_shards)
-  out_path = shards.records_path(workdir, e.shard, e.num_shards)
-  per_batch = {j: len(idx) * task.per_item for j, idx in plan}
-  done = (shards.completed(workdir, e.shard, e.num_shards, per_batch, shards.record_kind(proto))
-          if main_process else [])
-  finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
-  todo = [(j, idx) for j, idx in plan if j not in finished]
-  counts = collections.Counter()
-  if os.path.exists(status_path):
-    counts.update(shards.read_json(status_path).get("counts", {}))
-  config = workdir_lib.config_name(sys.argv)
-  status = lambda finished_: {"protocol": proto, "config": config, "shard": e.shard,
-                              "batches": [j for j, _ in plan], "finished": finished_,
-                              "counts": dict(counts)}
-  if main_process:
-    shards.write_json(status_path, status(not todo))
-  if done:
-    logging.info("resuming shard %d of %d: %d of %d batches already in %s", e.shard,
-                 e.num_shards, len(finished), len(plan), out_path)
-
-  stopped_by, j = None, None
-  if todo:
-    clock = time.perf_counter()
-    task.load(s.mesh.make())
-    _tick(counts, "seconds/load", clock)
-  total, done_now = sum(len(idx) for _, idx in todo), 0
-  with (tqdm(total=total, unit=task.unit, desc=f"evaluating shard {e.shard}/{e.num_shards}",
-             disable=not main_process, smoothing=0.1) as bar,
-        stopping.StopRequest("the current batch") as signals):
-    for j, idx in todo:
-      records = task.run(j, idx, counts)
-      done_now += len(records)
-      if main_process:
-        records_lib.save(records, out_path)
-        shards.write_json(status_path, status(False))
-      bar.update(len(idx))
-      rate = done_now / max(bar.format_dict["elapsed"], 1e-9)
-      bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
-      if distributed.any_process(signals.requested is not None):
-        stopped_by = signals.requested or "SIGTERM"
-        break
-  if stopped_by is None and main_process:
-    shards.write_json(status_path, status(True))
-    try:
-      metrics = shards.write_merged(workdir)
-    except shards.ShardError as err:  # Other shards still running: they merge, or report does.
-      logging.info("shard %d of %d finished; not merged yet: %s", e.shard, e.num_shards, err)
-    else:
-      for k in summary_keys(metrics):
-        print(f"{k}={metrics[k]}")
-  exit_on_signal(stopped_by, f"shard {e.shard}, batch {j} (earlier batches written)")
+  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh)
+  if metrics is not None:
+    for k in summary_keys(metrics):
+      print(f"{k}={metrics[k]}")
 
 
 def summary_keys(metrics: dict) -> list[str]:

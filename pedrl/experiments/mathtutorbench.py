@@ -3,53 +3,69 @@ r"""MathTutorBench's nine numbers for a tutor, on pedrl's engine (papers 003, 00
   python -m pedrl.experiments.mathtutorbench --config=experiments/mathtutorbench.py:tiny --workdir=/tmp/mtb
 
 Per task: the harness's examples from local data, prompts rendered from the
-benchmark's own task files, replies from the model (batched, greedy, the task's
-stop strings), parsed and scored as the harness does; the pedagogical tasks
-also get the Ped-RM win rate over the human teacher. Writes
-WORKDIR/responses-<task>.jsonl, generations-<model>-<task>.json (the four
-pedagogical tasks, in the benchmark's format), results.json and results.md.
-A rerun continues each task after its last complete batch.
+benchmark's own task files, replies from the model under test (a local
+checkpoint batched on the engine, a training run's step, or an
+OpenAI-compatible endpoint; greedy, the task's stop strings), parsed as the
+harness does; the pedagogical tasks' replies and human teacher turns are
+scored by Ped-RM. Examples run in batches sharded like the evaluation job's
+(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.experiments.sharded):
+each batch's records are written as it ends, a rerun resumes after the last
+whole batch, and the shard that finishes last (or `python -m pedrl.tools.report
+WORKDIR`) merges them into WORKDIR/responses-<task>.jsonl,
+generations-<model>-<task>.json (the four pedagogical tasks, in the benchmark's
+format), results.json, results.md and metrics.json.
 """
+import dataclasses
 import json
 import os
+import sys
 import time
 
 from absl import app, flags, logging
-from tqdm import tqdm
 
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
-from pedrl.eval.mathtutorbench import runner, tasks, win_rate
-from pedrl.eval.shards import TutorRun
-from pedrl.experiments import settings as settings_lib
-from pedrl.experiments.common import define_flags, exits_cleanly, load_party
+from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
+from pedrl.eval.shards import ShardSettings, TutorRun
+from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
+                                      tutor_checkpoint)
 from pedrl.rl import checkpoint
 
-define_flags("experiments/mathtutorbench.py:tiny", "Output directory (responses, results).")
+define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS
 
-# The leaderboard's nine columns: (task, metric, title).
-COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
-           ("socratic_questioning", "bleu", "Socratic questioning"),
-           ("solution_correctness", "f1", "Solution correctness"),
-           ("mistake_location", "f1_micro", "Mistake location"),
-           ("mistake_correction", "accuracy", "Mistake correction"),
-           ("scaffolding_generation", "win_rate", "Scaffolding (win rate)"),
-           ("pedagogy_following", "win_rate", "Pedagogy following (win rate)"),
-           ("scaffolding_generation_hard", "win_rate", "Scaffolding, hard"),
-           ("pedagogy_following_hard", "win_rate", "Pedagogy following, hard"))
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  job: settings_lib.JobSettings
+  mesh: settings_lib.MeshSettings
+  tutor: party_lib.PartySettings
+  run: TutorRun
+  endpoint: party_lib.EndpointSettings
+  bench: runner.BenchSettings
+  pedrm: pedrm_lib.PedRMSettings
+  shard: ShardSettings
 
 
-def read(config):
-  """(job, mesh, tutor, tutor run, bench, pedrm) settings; every key must be read."""
+def read(config) -> Settings:
+  """The config's settings; every key must be read."""
   r = settings_lib.Reader(config)
   try:
-    out = (r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
-           r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
-           r.read(runner.BenchSettings), r.read(pedrm_lib.PedRMSettings, "pedrm"))
+    out = Settings(r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
+                   r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
+                   r.read(party_lib.EndpointSettings, "tutor.endpoint"),
+                   r.read(runner.BenchSettings), r.read(pedrm_lib.PedRMSettings, "pedrm"),
+                   r.read(ShardSettings, "eval"))
     r.check_all_read()
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+  if out.endpoint.model and out.run.workdir:
+    raise app.UsageError("give the model under test once: --config.tutor.endpoint.model or "
+                         "--config.tutor.workdir")
+  if out.endpoint.model and out.tutor.path:
+    logging.info("tutor.endpoint.model given: the model under test is the endpoint's %s "
+                 "(not tutor.path=%s)", out.endpoint.model, out.tutor.path)
   return out
 
 
@@ -72,56 +88,95 @@ def load_tasks(bench, rm_settings) -> dict:
   return out
 
 
-def table(results: dict) -> str:
-  head = [title for _, _, title in COLUMNS]
-  cells = []
-  for task, metric, _ in COLUMNS:
-    value = results.get(task, {}).get(metric)
-    cells.append("–" if value is None else f"{100 * value:.1f}")
-  return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                    "| " + " | ".join(cells) + " |"])
+def protocol(s: Settings) -> dict:
+  """Everything that decides the numbers: shards of one run must agree on it."""
+  asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
+  model = ({"endpoint": [s.endpoint.model, s.endpoint.base_url]} if s.endpoint.model else
+           {"path": s.tutor.path, **asdict(s.run), **workdir_lib.architecture(s.tutor.path)})
+  return {"kind": "mathtutorbench", "seed": s.job.seed, "num_shards": s.shard.num_shards,
+          "bench": asdict(s.bench), "model": model, "pedrm": asdict(s.pedrm)}
+
+
+def resolve_run(s: Settings, workdir: str) -> Settings:
+  """With tutor.workdir: its base checkpoint, and the step given, else the one this
+  workdir's shards recorded, else the latest (as the evaluation job)."""
+  if not s.run.workdir:
+    if s.run.step is not None:
+      raise app.UsageError("--config.tutor.step needs --config.tutor.workdir (a training run)")
+    return s
+  base, step = tutor_checkpoint(s.run, workdir, ("model", "step"))
+  return dataclasses.replace(s, tutor=dataclasses.replace(s.tutor, path=base),
+                             run=dataclasses.replace(s.run, step=step))
+
+
+class Bench:
+  """The benchmark's tasks as one sharded job: items are (task, index, example) in task
+  order, and no batch spans two tasks (each has its own prompt and stop strings)."""
+  unit, per_item = "example", 1
+
+  def __init__(self, s: Settings, loaded: dict):
+    self.s = s
+    self.files = {t: f for t, (f, _) in loaded.items()}
+    self.items = [(t, i, x) for t, (_, xs) in loaded.items() for i, x in enumerate(xs)]
+    self.sizes = [len(xs) for _, xs in loaded.values()]
+    self.batch_size = s.bench.batch_examples
+    self.policy = self.client = self.rm = None
+    if s.endpoint.model:  # Checked now, with one request, before anything loads.
+      side = dataclasses.replace(s.tutor, temperature=s.bench.temperature, top_p=1.0, top_k=0)
+      self.client = endpoint_party(side, s.endpoint, "model under test",
+                                   max_new_tokens=s.bench.max_new_tokens).client
+      self.policy = runner.EndpointPolicy(self.client, s.bench)
+
+  def load(self, mesh):
+    s = self.s
+    if self.policy is None:
+      params = None
+      if s.run.workdir:
+        _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
+                                                   s.job.scan_layers, mesh)
+        logging.info("the model under test: %s step %d", s.run.workdir, s.run.step)
+      party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      self.policy = runner.ModelPolicy(party, s.bench, s.job.seed)
+    self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
+    if self.rm is None:
+      logging.warning("no --config.pedrm.path: the pedagogical tasks get no win rate")
+
+  def run(self, j: int, idx, counts) -> list:
+    clock = time.perf_counter()
+    task = self.items[idx[0]][0]
+    before = dict(getattr(self.client, "stats", None) or {})
+    cut = self.rm.cut if self.rm else 0
+    records = runner.answer(task, self.files[task], [self.items[k][2] for k in idx],
+                            [self.items[k][1] for k in idx], j, self.policy, self.rm)
+    counts.update({f"endpoint/{k}": v - before.get(k, 0)
+                   for k, v in (getattr(self.client, "stats", None) or {}).items()})
+    if self.rm and task in tasks.PEDAGOGICAL:
+      counts[f"pedrm_inputs_cut/{task}"] += self.rm.cut - cut
+    sharded.tick(counts, f"seconds/{task}", clock)
+    return records
+
+  @staticmethod
+  def postfix(records) -> dict:
+    return {"task": records[0].task}
 
 
 @exits_cleanly
 def main(argv):
   del argv
-  job, mesh_s, tutor_s, run, bench, rm_s = read(FLAGS.config)
-  loaded = load_tasks(bench, rm_s)
   workdir = FLAGS.workdir
-  os.makedirs(workdir, exist_ok=True)
-  mesh = mesh_s.make()
-  params = None
-  if run.workdir:
-    base, _, params, step = checkpoint.trained_tutor(run.workdir, run.step, job.scan_layers, mesh)
-    tutor_s = party_lib.PartySettings(base, tutor_s.temperature, tutor_s.top_k, tutor_s.top_p,
-                                      tutor_s.max_new_tokens)
-    logging.info("the model under test: %s step %d", run.workdir, step)
-  party = load_party(tutor_s, mesh, job.scan_layers, params=params)
-  policy = runner.ModelPolicy(party, bench, job.seed)
-  rm = pedrm_lib.PedRM(rm_s) if rm_s.path else None
-  results, start = {}, time.perf_counter()
-  for task, (task_file, examples) in loaded.items():
-    clock = time.perf_counter()
-    with tqdm(total=len(examples), unit="example", desc=task) as bar:
-      result = runner.run_task(task, task_file, examples, bench, policy, workdir, bar.update)
-    out = result.metrics
-    if task in tasks.PEDAGOGICAL:
-      runner.write_generations(workdir, bench.model_name, task,
-                               win_rate.generations(examples, result.replies))
-      if rm is not None:
-        cut = rm.cut
-        out.update(win_rate.win_rate(rm, examples, result.replies, rm.system_prompt))
-        out["pedrm_inputs_cut"] = rm.cut - cut
-    seconds = time.perf_counter() - clock
-    out.update(seconds=round(seconds, 2), examples_per_s=round(out["examples"] / seconds, 3))
-    results[task] = out
-    logging.info("%s: %s", task, out)
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
-  text = table(results)
-  with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write(text + "\n")
-  print(text)
+  s = resolve_run(read(FLAGS.config), workdir)
+  loaded = load_tasks(s.bench, s.pedrm)
+  if not (s.endpoint.model or s.tutor.path):
+    raise app.UsageError("give the model under test: --config.tutor.path (a Hugging Face "
+                         "directory), --config.tutor.workdir (a training run) or "
+                         "--config.tutor.endpoint.model (an OpenAI-compatible endpoint)")
+  start = time.perf_counter()
+  task = Bench(s, loaded)
+  metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh)
+  if metrics is not None:
+    for name, m in metrics["tasks"].items():
+      logging.info("%s: %s", name, m)
+    print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
   print(f"seconds={time.perf_counter() - start:.1f}")
 
 

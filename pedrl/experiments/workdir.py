@@ -18,7 +18,7 @@ class WorkdirError(ValueError):
   """The workdir belongs to a different run."""
 
 
-def _architecture(path: str) -> dict:
+def architecture(path: str) -> dict:
   """The fields of a checkpoint's config.json that say which model it is."""
   if not path:  # A side played by an endpoint.
     return {}
@@ -38,7 +38,7 @@ def identity(s, job: str) -> dict:
          "rewards": ",".join(f"{name}:{w:g}" for name, w in s.rewards.weights),
          "hard": s.rewards.hard,
          "judges": s.judging.judges if s.rewards.needs_judges else None,
-         "tutor": _architecture(s.tutor.path), "student": _architecture(s.student.path)}
+         "tutor": architecture(s.tutor.path), "student": architecture(s.student.path)}
   if job == "train":
     out["advantage"] = s.train.advantage
   return out

@@ -35,21 +35,24 @@ class NonCompletionReply(ValueError):
   kind = "non_completion_reply"  # Its counter name (asking.failure_kind).
 
 
-def _describe(out) -> str:
+def _describe(out, raw: bool = False) -> str:
   if isinstance(out, (str, bytes)):
     return f"a {type(out).__name__} body {out[:80]!r}"
-  return f"a {type(out).__name__} with no usable choices[0].message"
+  return f"a {type(out).__name__} with no usable choices[0].{'text' if raw else 'message'}"
 
 
-def completion_text(out) -> str:
-  """The first choice's text of what `chat.completions.create` returned, or
-  NonCompletionReply. A message without content (a refusal, a token budget spent on
-  reasoning) is an empty reply, which the judge asks again."""
+def completion_text(out, raw: bool = False) -> str:
+  """The first choice's text of what `chat.completions.create` (with `raw`,
+  `completions.create`) returned, or NonCompletionReply. A message without content (a
+  refusal, a token budget spent on reasoning) is an empty reply, which the judge asks
+  again."""
   choices = None if isinstance(out, (str, bytes)) else getattr(out, "choices", None)
-  message = getattr(choices[0], "message", None) if isinstance(choices, list) and choices else None
-  content = getattr(message, "content", None)
+  first = choices[0] if isinstance(choices, list) and choices else None
+  message = first if raw else getattr(first, "message", None)
+  content = getattr(message, "text" if raw else "content", None)
   if message is None or not isinstance(content, (str, type(None))):
-    raise NonCompletionReply(f"no chat completion: the endpoint answered {_describe(out)}")
+    raise NonCompletionReply(f"no {'text' if raw else 'chat'} completion: the endpoint "
+                             f"answered {_describe(out, raw)}")
   return content or ""
 
 
@@ -135,27 +138,37 @@ class OpenAIBackend:
       return [r if isinstance(r, Exception) else r.text
               for r in pool.map(self._one, prompts)]
 
-  def chat(self, conversations) -> list:
+  def chat(self, conversations, stop=()) -> list:
     """Per conversation ([{"role", "content"}] messages, any roles), a `Reply` or the
-    exception that ended its retries: the endpoint taking one side of a dialogue."""
+    exception that ended its retries: the endpoint taking one side of a dialogue.
+    `stop`: strings the endpoint ends a reply before (the reply leaves them out)."""
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
-      return list(pool.map(self._one, conversations))
+      return list(pool.map(lambda m: self._one(m, stop), conversations))
+
+  def text_completions(self, prompts, stop=()) -> list:
+    """Per prompt, the raw-text continuation (`/v1/completions`, no chat template) as a
+    `Reply`, or the exception that ended its retries."""
+    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
+      return list(pool.map(lambda p: self._one(p, stop, raw=True), prompts))
 
   def _count(self, key: str, n: int = 1):
     with self._lock:
       self.stats[key] += n
 
-  def _request(self, messages, max_tokens: int) -> "Reply":
-    """One call; whatever comes back that is no completion raises NonCompletionReply."""
+  def _request(self, messages, max_tokens: int, stop=(), raw: bool = False) -> "Reply":
+    """One call (chat, or with `raw` a raw-text completion of the prompt `messages`);
+    whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
+    args = dict(model=self.model, temperature=self.temperature, max_tokens=max_tokens,
+                **({"top_p": self.top_p} if self.top_p < 1 else {}),
+                **({"stop": list(stop)} if stop else {}))
     try:
-      out = self._client.chat.completions.create(
-          model=self.model, messages=messages, temperature=self.temperature,
-          max_tokens=max_tokens, **({"top_p": self.top_p} if self.top_p < 1 else {}))
+      out = (self._client.completions.create(prompt=messages, **args) if raw else
+             self._client.chat.completions.create(messages=messages, **args))
     except (ValueError, o.APIResponseValidationError) as e:  # A JSON content type, other body.
-      raise NonCompletionReply(f"no chat completion: the endpoint's body does not parse "
-                               f"({type(e).__name__}: {e})") from e
-    text = completion_text(out)
+      raise NonCompletionReply(f"no {'text' if raw else 'chat'} completion: the endpoint's "
+                               f"body does not parse ({type(e).__name__}: {e})") from e
+    text = completion_text(out, raw)
     usage = getattr(out, "usage", None)
     used = [getattr(usage, k, None) or 0 for k in ("prompt_tokens", "completion_tokens")]
     self._count("calls")
@@ -170,10 +183,10 @@ class OpenAIBackend:
       return min(self.backoff_max, asked)
     return min(self.backoff_max, self.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
 
-  def _one(self, messages):
+  def _one(self, messages, stop=(), raw: bool = False):
     for attempt in range(self.max_tries):
       try:
-        return self._request(messages, self.max_tokens)
+        return self._request(messages, self.max_tokens, stop, raw)
       except self._retryable as e:
         if attempt + 1 == self.max_tries:
           return e

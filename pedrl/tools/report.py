@@ -9,8 +9,9 @@ Then one row per run (named by its config) is printed as a markdown table and
 written to OUT/report.md and OUT/report.csv, with OUT/pareto.png: Δ solve rate
 against leak rate with 95% intervals (paper 003 figure 1; needs matplotlib,
 `pip install "pedrl[plot]"`). Reasoning runs (`evaluate.py:reasoning`) get a
-table of their own, laid out like paper 003 table 3. OUT defaults to the first
-workdir.
+table of their own, laid out like paper 003 table 3, and MathTutorBench runs
+(`pedrl.experiments.mathtutorbench`) one in the leaderboard's nine columns
+(003 table 4). OUT defaults to the first workdir.
 """
 import csv
 import math
@@ -20,6 +21,7 @@ import sys
 from absl import app, flags, logging
 
 from pedrl.eval import shards
+from pedrl.eval.mathtutorbench import results as bench_results
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")
@@ -55,8 +57,8 @@ def run_name(workdir: str, config: str) -> str:
   return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
 
 
-def _reasoning(m: dict) -> bool:
-  return m.get("protocol", {}).get("kind") == "reasoning"
+def _kind(m: dict) -> str:
+  return m.get("protocol", {}).get("kind", "tutoring")
 
 
 def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
@@ -71,24 +73,30 @@ def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
 
 
 def tables(runs: dict) -> str:
-  """The tutoring table (003 table 2, 001 table 1) and the reasoning one (003 table 3)."""
-  tutoring = {k: m for k, m in runs.items() if not _reasoning(m)}
-  solving = {k: m for k, m in runs.items() if _reasoning(m)}
+  """The tutoring table (003 table 2, 001 table 1), the reasoning one (003 table 3) and
+MathTutorBench's (003 table 4)."""
+  of = lambda kind: {k: m for k, m in runs.items() if _kind(m) == kind}
+  tutoring, solving, bench = of("tutoring"), of("reasoning"), of("mathtutorbench")
   return "\n\n".join(([table(tutoring)] if tutoring else []) +
-                      ([table(solving, REASONING, "n_examples")] if solving else []))
+                      ([table(solving, REASONING, "n_examples")] if solving else []) +
+                      ([bench_results.table({k: m["tasks"] for k, m in bench.items()})]
+                       if bench else []))
 
 
 def write_csv(runs: dict, path: str):
   names = [k for k, _, _ in COLUMNS + REASONING]
+  bench = [f"{task}/{metric}" for task, metric, _ in bench_results.COLUMNS]
   with open(path, "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["run", "n_problems", "n_dialogues", "n_examples"] + [
-        x for k in names for x in (k, f"{k}_low", f"{k}_high")])
+        x for k in names for x in (k, f"{k}_low", f"{k}_high")] + bench)
     for run, m in runs.items():
       row = [run, m.get("n_problems"), m.get("n_dialogues"), m.get("n_examples")]
       for k in names:
         low, high = m.get(f"{k}_ci") or (None, None)
         row += [m.get(k), low, high]
+      row += [m.get("tasks", {}).get(task, {}).get(metric)
+              for task, metric, _ in bench_results.COLUMNS]
       w.writerow(["" if x is None or (isinstance(x, float) and math.isnan(x)) else x
                   for x in row])
 
@@ -102,7 +110,7 @@ def pareto(runs: dict, path: str) -> bool:
   except ImportError:
     logging.warning('pareto.png needs matplotlib: pip install "pedrl[plot]"')
     return False
-  runs = {k: m for k, m in runs.items() if not _reasoning(m)}
+  runs = {k: m for k, m in runs.items() if _kind(m) == "tutoring"}
   if not runs:
     return False
   fig, ax = plt.subplots(figsize=(6, 4.5))

@@ -1,23 +1,25 @@
-"""Running MathTutorBench tasks with any policy: rendered prompts in, replies out.
+"""Answering MathTutorBench tasks with any policy: rendered prompts in, replies out.
 
-A policy is `policy(prompts, stop) -> replies`: a local model on pedrl's engine
-(`ModelPolicy`) now; the CPA agent and its prompting baselines (paper 002)
-plug in the same way. `run_task` renders the task's prompts, asks the policy
-in batches, appends each batch to WORKDIR/responses-<task>.jsonl (a rerun
-continues after the last complete batch), parses the replies and computes the
-harness's metrics.
+A policy is `policy(prompts, stop, uids) -> (replies, whether each prompt was
+cut)`: a local model on pedrl's engine (`ModelPolicy`) or an OpenAI-compatible
+endpoint (`EndpointPolicy`) now; the CPA agent and its prompting baselines
+(paper 002) plug in the same way. `answer` turns one batch of a task's
+examples into BenchRecords: the rendered prompts, the policy's replies as the
+harness keeps them, the harness's parse and, for the pedagogical tasks, the
+Ped-RM scores of the reply and of the human teacher's turn. The metrics are
+computed from the records (pedrl.eval.mathtutorbench.results), so shards and
+reruns need nothing else.
 """
 import dataclasses
-import json
-import os
 
 import numpy as np
 
 from pedrl import streams
-from pedrl.engine import Sampler
+from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
-from pedrl.env import dialogue as records_io
-from pedrl.eval.mathtutorbench import scoring, tasks
+from pedrl.env import party
+from pedrl.eval import records as records_lib
+from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
 
 MODES = ("chat", "completion")
 
@@ -28,7 +30,10 @@ class BenchSettings:
   benchmark_dir: str | None = None  # A MathTutorBench checkout (its configs/).
   data_dir: str | None = None  # gsm8k/, stepverify/, mathtutorbench/ (as ../shared/data).
   tasks: str = ",".join(tasks.TASKS)
-  mode: str = "chat"  # chat: the prompt as the only (system) message; completion: raw text.
+  # completion (the harness's default, its vLLM command): the prompt as raw text, the reply
+  # stripped; chat (its is_chat=True, its OpenAI command): the prompt as the only, system,
+  # message through the chat template, the reply as it comes.
+  mode: str = "completion"
   max_new_tokens: int = 2048  # The harness's max_tokens.
   temperature: float = 0.0  # The harness's: greedy.
   limit: int = 0  # > 0: the first `limit` examples of each task (smoke runs).
@@ -71,8 +76,10 @@ class ModelPolicy:
   def ids(self, prompt: str) -> tuple[list, bool]:
     """The prompt's tokens in the configured mode, cut to fit if allowed; (ids, cut)."""
     chat = self.party.chat
+    # Completion mode tokenizes as a vLLM server does: with the tokenizer's own special
+    # tokens (Llama's BOS; none for Qwen).
     ids = (chat.prompt_ids([{"role": "system", "content": prompt}]) if self.s.mode == "chat"
-           else chat.encode(prompt))
+           else list(chat.tokenizer(prompt)["input_ids"]))
     room = self.party.sampler.cfg.max_position_embeddings - self.s.max_new_tokens
     if len(ids) <= room:
       return ids, False
@@ -90,56 +97,59 @@ class ModelPolicy:
     rows, cut = zip(*(self.ids(p) for p in prompts))
     gen, _ = sampler.generate(self.party.params, list(rows),
                               streams.sequence_keys(self.seed, uids), sp)
-    return list(gen.texts), list(cut)
+    return [kept(self.s.mode, t) for t in gen.texts], list(cut)
 
 
-def responses_path(workdir: str, task: str) -> str:
-  return os.path.join(workdir, f"responses-{task}.jsonl")
+def kept(mode: str, reply: str) -> str:
+  """The reply as the harness keeps it: its completion mode strips the text, chat does not."""
+  return reply.strip() if mode == "completion" else reply
 
 
-@dataclasses.dataclass
-class TaskResult:
-  """What a task gave: the harness's metrics (plus counts) and every reply, in order."""
-  metrics: dict
-  replies: list
+class EndpointPolicy:
+  """An OpenAI-compatible endpoint answering prompts as the harness asks it: completion
+  mode on /v1/completions, chat mode as one system message on /v1/chat/completions, the
+  task's stop strings sent (and applied here too, for servers that ignore them).
+
+  client: pedrl.rewards.backends.OpenAIBackend with the harness's temperature and
+  max_tokens."""
+
+  def __init__(self, client, settings: BenchSettings):
+    self.client, self.s = client, settings
+
+  def __call__(self, prompts, stop, uids) -> tuple[list, list]:
+    del uids  # The endpoint's sampling is its own (greedy at temperature 0).
+    stop = tuple(stop)
+    out = (self.client.text_completions(prompts, stop) if self.s.mode == "completion" else
+           self.client.chat([[{"role": "system", "content": p}] for p in prompts], stop))
+    for r in out:
+      if isinstance(r, Exception):
+        raise party.EndpointError(f"the endpoint under test failed a request after its retries "
+                            f"({type(r).__name__}: {r})")
+    return [kept(self.s.mode, r.text[:stops.find_stop(r.text, stop)[0]]) for r in out], (
+        [False] * len(out))
 
 
-def run_task(task: str, t: tasks.TaskFile, examples: list, settings: BenchSettings, policy,
-             workdir: str, progress=None) -> TaskResult:
-  """Answers `examples` of `task` (resuming its responses file) and scores them."""
-  path = responses_path(workdir, task)
-  have = records_io.read_rows(path)  # Batches are single synced writes: a kill cuts one.
-  whole = len(have) if len(have) >= len(examples) else (
-      len(have) - len(have) % settings.batch_examples)
-  done = have[:whole]
-  if whole < len(have):
-    records_io.append_rows(done, path, mode="w")  # A cut batch runs again whole.
-  if progress:
-    progress(len(done))
-  for lo in range(len(done), len(examples), settings.batch_examples):
-    part = examples[lo:lo + settings.batch_examples]
-    prompts = [t.prompt(x) for x in part]
-    replies, cut = policy(prompts, t.stop, list(range(lo, lo + len(part))))
-    rows = [{"index": lo + i, "prompt": p, "response": r, "target": t.target(x),
-             "prediction": _json(scoring.parse(task, r)), "prompt_cut": c}
-            for i, (x, p, r, c) in enumerate(zip(part, prompts, replies, cut))]
-    records_io.append_rows(rows, path)
-    done += rows
-    if progress:
-      progress(len(part))
-  replies = [r["response"] for r in done]
-  out = scoring.compute(task, [scoring.parse(task, r) for r in replies],
-                        [r["target"] for r in done])
-  out.update(examples=len(done), prompts_cut=sum(r["prompt_cut"] for r in done))
-  return TaskResult(out, replies)
+def answer(task: str, t: tasks.TaskFile, examples, indices, batch: int, policy,
+           rm=None) -> list:
+  """The BenchRecords of one batch: `examples` of `task` at `indices` (the harness's
+  order) put to `policy`; with a Ped-RM `rm`, the pedagogical tasks' replies and human
+  teacher turns are scored (the win rate's inputs)."""
+  prompts = [t.prompt(x) for x in examples]
+  replies, cut = policy(prompts, t.stop, list(indices))
+  predictions = [scoring.parse(task, r) for r in replies]
+  pedagogical = task in tasks.PEDAGOGICAL
+  scores = baselines = [None] * len(examples)
+  if pedagogical and rm is not None:
+    scores, baselines = win_rate.pair_scores(rm, examples, predictions, rm.system_prompt)
+  return [records_lib.BenchRecord(
+      task=task, index=i, batch=batch, prompt=p, response=r, target=t.target(x),
+      prediction=_json(y), prompt_cut=bool(c), score=a, baseline_score=b,
+      context=win_rate.context(x) if pedagogical else None)
+      for i, x, p, r, y, c, a, b in zip(indices, examples, prompts, replies, predictions, cut,
+                                        scores, baselines)]
 
 
 def _json(value):
   return float(value) if isinstance(value, (np.floating, float)) else value
 
 
-def write_generations(workdir: str, model: str, task: str, rows) -> str:
-  path = os.path.join(workdir, f"generations-{model}-{task}.json")
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(rows, f, indent=2, ensure_ascii=False)
-  return path

@@ -24,21 +24,26 @@ def chat(example: dict, reply: str, system_prompt: str) -> list[dict]:
           + turns + [{"role": "assistant", "content": reply}])
 
 
-def win_rate(rm, examples, replies, system_prompt: str) -> dict:
-  """win_rate = share of examples where the generated turn outscores the human one;
-  score / baseline_score their means; mean_margin the mean difference."""
+def pair_scores(rm, examples, replies, system_prompt: str) -> tuple[list, list]:
+  """(Ped-RM score of each reply, of each example's human teacher turn), both in context."""
   chosen = rm.score([chat(x, r, system_prompt) for x, r in zip(examples, replies)])
   rejected = rm.score([chat(x, x["ground_truth_response"]["text"], system_prompt)
                        for x in examples])
-  chosen, rejected = np.asarray(chosen), np.asarray(rejected)
+  return [float(v) for v in chosen], [float(v) for v in rejected]
+
+
+def win_rate(scores, baselines) -> dict:
+  """win_rate = share of examples where the generated turn outscores the human one;
+  score / baseline_score their means; mean_margin the mean difference."""
+  chosen, rejected = np.asarray(scores, float), np.asarray(baselines, float)
   return {"win_rate": float(np.mean(chosen > rejected)), "score": float(chosen.mean()),
           "baseline_score": float(rejected.mean()),
           "mean_margin": float(np.mean(chosen - rejected)), "total_samples": int(chosen.size)}
 
 
-def generations(examples, replies) -> list[dict]:
-  """The benchmark's generations-file rows, which its reward-model script reads."""
-  return [{"problem": x["question"], "reference_solution": x["reference_solution"],
-           "dialog_history": x["conversation_json"], "dialog_formatted": x["dialog_history"],
-           "ground_truth_response": x["ground_truth_response"],
-           "generated_teacher_utterance": r} for x, r in zip(examples, replies)]
+def context(example: dict) -> dict:
+  """The example's fields of a generations-file row (all but the generated turn)."""
+  return {"problem": example["question"], "reference_solution": example["reference_solution"],
+          "dialog_history": example["conversation_json"],
+          "dialog_formatted": example["dialog_history"],
+          "ground_truth_response": example["ground_truth_response"]}

@@ -1,0 +1,85 @@
+"""MathTutorBench's numbers and files from its records (every shard's, merged).
+
+Per task: the harness's metrics over its examples in the harness's order, and
+for the four pedagogical tasks the Ped-RM win rate from the scores each record
+carries. Written into the workdir as the harness and its reward-model script
+lay them out: responses-<task>.jsonl, generations-<model>-<task>.json,
+results.json (keyed by task, the harness's metric names) and results.md (the
+leaderboard's nine columns).
+"""
+import collections
+import json
+import os
+
+from pedrl.env import dialogue as rows_io
+from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
+
+# The leaderboard's nine columns: (task, metric, title).
+COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
+           ("socratic_questioning", "bleu", "Socratic questioning"),
+           ("solution_correctness", "f1", "Solution correctness"),
+           ("mistake_location", "f1_micro", "Mistake location"),
+           ("mistake_correction", "accuracy", "Mistake correction"),
+           ("scaffolding_generation", "win_rate", "Scaffolding (win rate)"),
+           ("pedagogy_following", "win_rate", "Pedagogy following (win rate)"),
+           ("scaffolding_generation_hard", "win_rate", "Scaffolding, hard"),
+           ("pedagogy_following_hard", "win_rate", "Pedagogy following, hard"))
+
+
+def by_task(records) -> dict:
+  """{task: its records in the harness's example order}, tasks in the benchmark's order."""
+  out = collections.defaultdict(list)
+  for r in records:
+    out[r.task].append(r)
+  return {t: sorted(out[t], key=lambda r: r.index) for t in tasks.TASKS if t in out}
+
+
+def metrics(records, counts=None) -> dict:
+  """{task: the harness's metrics, the win rate where Ped-RM scored every reply, and
+  examples, prompts_cut, pedrm_inputs_cut, seconds and examples_per_s (the last three
+  from the shards' counts)}."""
+  counts = counts or {}
+  out = {}
+  for task, rows in by_task(records).items():
+    m = scoring.compute(task, [r.prediction for r in rows], [r.target for r in rows])
+    if task in tasks.PEDAGOGICAL and all(r.score is not None for r in rows):
+      m.update(win_rate.win_rate([r.score for r in rows], [r.baseline_score for r in rows]))
+    m.update(examples=len(rows), prompts_cut=sum(r.prompt_cut for r in rows))
+    if f"pedrm_inputs_cut/{task}" in counts:  # Ped-RM inputs cut to its context (tiny runs).
+      m["pedrm_inputs_cut"] = counts[f"pedrm_inputs_cut/{task}"]
+    seconds = counts.get(f"seconds/{task}")
+    if seconds:  # Summed over shards: examples per shard-second.
+      m.update(seconds=round(seconds, 2), examples_per_s=round(len(rows) / seconds, 3))
+    out[task] = m
+  return out
+
+
+def write(workdir: str, records, results: dict, model_name: str, run: str) -> str:
+  """The harness's files in `workdir`; the leaderboard table (markdown), also printed
+  to results.md."""
+  for task, rows in by_task(records).items():
+    rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "schema")}
+                         for r in rows], os.path.join(workdir, f"responses-{task}.jsonl"),
+                        mode="w")
+    if task in tasks.PEDAGOGICAL:
+      gens = [{**r.context, "generated_teacher_utterance": r.prediction} for r in rows]
+      with open(os.path.join(workdir, f"generations-{model_name}-{task}.json"), "w",
+                encoding="utf-8") as f:
+        json.dump(gens, f, indent=2, ensure_ascii=False)
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f, indent=2)
+  text = table({run: results})
+  with open(os.path.join(workdir, "results.md"), "w") as f:
+    f.write(text + "\n")
+  return text
+
+
+def table(runs: dict) -> str:
+  """The leaderboard's nine columns, one row per run ({name: results}), in percent."""
+  head = ["run"] + [title for _, _, title in COLUMNS]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name, results in runs.items():
+    cells = [results.get(task, {}).get(metric) for task, metric, _ in COLUMNS]
+    lines.append("| " + " | ".join([name] + ["–" if v is None else f"{100 * v:.1f}"
+                                             for v in cells]) + " |")
+  return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""The loop of a sharded evaluation job (evaluate, mathtutorbench).
+
+A task knows its items and how to compute a batch of them; this loop runs
+this process's shard of the batches (pedrl.eval.shards): it refuses a workdir
+of another protocol, skips the batches already written, loads the models only
+when something is left to do, writes each batch's records and the shard's
+status as it goes, stops after the running batch on SIGTERM/SIGINT, and the
+shard that finishes the workdir's last merges them.
+
+A task has: `sizes` (its item count, or the sizes of segments no batch spans),
+`batch_size`, `per_item` (records per item), `unit` (for the progress bar),
+`load(mesh)`, `run(batch index, item indices, counts) -> records` and
+`postfix(records) -> {name: text}`.
+"""
+import collections
+import os
+import sys
+import time
+
+from absl import logging
+from tqdm import tqdm
+
+from pedrl import distributed, stopping
+from pedrl.eval import records as records_lib, shards
+from pedrl.experiments import workdir as workdir_lib
+from pedrl.experiments.common import exit_on_signal
+
+
+def tick(counts, key: str, since: float) -> float:
+  """Adds the seconds since `since` to counts[key]; now."""
+  now = time.perf_counter()
+  counts[key] += round(now - since, 3)
+  return now
+
+
+def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings):
+  """Runs this process's shard of `task`; the merged metrics when this shard finished
+  the workdir's last one, else None. Stopped by a signal, it exits (128 + signal)."""
+  main_process = distributed.is_main_process()
+  i, n = shard.shard, shard.num_shards
+  sizes = [task.sizes] if isinstance(task.sizes, int) else list(task.sizes)
+  plan = shards.batches(sizes, task.batch_size, i, n)
+  if not plan:  # Finished at once, so that the other shards' merge does not wait for it.
+    logging.warning("shard %d of %d has no batch: %d %ss make %d batches of %d", i, n,
+                    sum(sizes), task.unit, len(shards.batches(sizes, task.batch_size, 0, 1)),
+                    task.batch_size)
+  shards.check_protocol(workdir, protocol, i, n)
+  status_path = shards.status_path(workdir, i, n)
+  out_path = shards.records_path(workdir, i, n)
+  per_batch = {j: len(idx) * task.per_item for j, idx in plan}
+  done = (shards.completed(workdir, i, n, per_batch, shards.record_kind(protocol))
+          if main_process else [])
+  finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
+  todo = [(j, idx) for j, idx in plan if j not in finished]
+  counts = collections.Counter()
+  if os.path.exists(status_path):
+    counts.update(shards.read_json(status_path).get("counts", {}))
+  config = workdir_lib.config_name(sys.argv)
+  status = lambda finished_: {"protocol": protocol, "config": config, "shard": i,
+                              "batches": [j for j, _ in plan], "finished": finished_,
+                              "counts": dict(counts)}
+  if main_process:
+    shards.write_json(status_path, status(not todo))
+  if done:
+    logging.info("resuming shard %d of %d: %d of %d batches already in %s", i, n,
+                 len(finished), len(plan), out_path)
+
+  stopped_by, j = None, None
+  if todo:
+    clock = time.perf_counter()
+    task.load(mesh_settings.make())
+    tick(counts, "seconds/load", clock)
+  total, done_now = sum(len(idx) for _, idx in todo), 0
+  with (tqdm(total=total, unit=task.unit, desc=f"shard {i}/{n}", disable=not main_process,
+             smoothing=0.1) as bar,
+        stopping.StopRequest("the current batch") as signals):
+    for j, idx in todo:
+      records = task.run(j, idx, counts)
+      done_now += len(records)
+      if main_process:
+        records_lib.save(records, out_path)
+        shards.write_json(status_path, status(False))
+      bar.update(len(idx))
+      rate = done_now / max(bar.format_dict["elapsed"], 1e-9)
+      bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
+      if distributed.any_process(signals.requested is not None):
+        stopped_by = signals.requested or "SIGTERM"
+        break
+  exit_on_signal(stopped_by, f"shard {i}, batch {j} (earlier batches written)")
+  if not main_process:
+    return None
+  shards.write_json(status_path, status(True))
+  try:
+    return shards.write_merged(workdir)
+  except shards.ShardError as err:  # Other shards still running: they merge, or report does.
+    logging.info("shard %d of %d finished; not merged yet: %s", i, n, err)
+    return None
