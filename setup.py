@@ -8,7 +8,7 @@ PLOT = ["matplotlib"]  # pedrl.tools.plot
 setuptools.setup(
     name="pedrl",
     version="0.1.0",
-    description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO, CPA) in JAX/Flax.",
+    description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
     package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},

@@ -5,16 +5,21 @@ r"""PedagogicalRL (paper 003): r = r_sol + (r_ped − 1)·λ + template rewards,
 
 Variants (comma-separated, they combine): `paper` (soft penalty, λ = 0.75, no
 thinking), `lam=0`, `lam=1.5` (the λ sweep; the older `lam1.5` still parses),
-`hard` (−λ on rejection, λ = 1.0 unless `lam` is given), `think` (+think: the tutor
-thinks, the template's tag terms apply), `no_sol` (−r_sol: judges and templates
-only), `tiny` (testdata models, rule judges, 3 steps on a CPU). The tutor,
+`hard` (−λ on rejection, λ = 1.0 unless `lam` is given), `think` (+think: the
+tutor's system prompt gains pedrl's thinking instruction, every tutor turn opens
+with a forced `<think>`, and the template's tag terms score it), `no_sol` (−r_sol:
+table 2's hard λ = 1.0 run without the solve reward), `tiny` (testdata models,
+rule judges, 3 steps on a CPU). Table 2's rows by name: `lam1.5_think` (soft
+λ = 1.5 +think), `hard_think` (hard λ = 1.0 +think). The tutor,
 student and problems come by path: --config.tutor.path=... --config.student.path=...
 --config.problems.path=...; the judge key from $OPENAI_API_KEY (or
 --config.rewards.judge_backend=local --config.rewards.local_judge.path=...).
 """
 from pedrl.experiments import base_config, rl_config, variants
 
-VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool)
+VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
+                **{"lam1.5_think": bool, "hard_think": bool})
+THINK_INSTRUCTION = "pedagogical_rl/think_instruction"
 
 
 def get_config(arg: str = "paper"):
@@ -22,11 +27,18 @@ def get_config(arg: str = "paper"):
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   c.problems.split = "train"
   c.rl = rl_config.rl_section()
-  # The main runs think without tags; with `think` the template reward's think terms have
-  # tags to score.
-  c.rollout.thinking = v.think or v.tiny
-  if v.hard:
-    c.rewards.update(hard=True, lam=1.0)  # Paper 003's RL-hard-λ=1.0.
+  think = v.think or getattr(v, "lam1.5_think") or v.hard_think
+  hard = v.hard or v.hard_think or v.no_sol
+  # The main runs think without tags; +think asks for tagged thinking (pedrl's instruction,
+  # as the reference renders its own) and forces each turn's opening tag, so the template
+  # reward's tag terms have something to score.
+  c.rollout.thinking = think or v.tiny
+  if think:
+    c.rollout.update(force_thinking=True, think_instruction=THINK_INSTRUCTION)
+  if hard:
+    c.rewards.update(hard=True, lam=1.0)  # Paper 003's RL-hard-λ=1.0 (+think, −r_sol).
+  if getattr(v, "lam1.5_think"):
+    c.rewards.lam = 1.5
   if v.lam is not None:
     c.rewards.lam = v.lam
   if v.no_sol:

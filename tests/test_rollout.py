@@ -5,6 +5,7 @@ function of the context they were fed, so the tests know every message and can
 read back exactly which tokens each model saw. The last ones run the real
 sampler on the testdata models.
 """
+import dataclasses
 import types
 import zlib
 
@@ -393,3 +394,28 @@ def test_real_models_rollout_logprobs_equal_full_sequence_scoring(testdata, monk
         assert m.raw.startswith("<think>\n")
         a = m.span[0]
         assert not any(d.tutor_mask[a - 2:a])
+
+
+def test_think_rows_of_paper_003_prompt_and_force_thinking(testdata):
+  """`pedagogical_rl.py:tiny,lam1.5_think` on the testdata models: pedrl's thinking
+  instruction is in the tutor's prompt, every tutor turn opens with <think>, and the
+  template reward's tag terms score it (non-zero)."""
+  import test_variants  # The config exactly as the entry point loads it.
+  from pedrl.env import prompts
+  from pedrl.rewards import template
+  c = test_variants._config("pedagogical_rl.py:tiny,lam1.5_think")
+  assert (c["rewards"]["lam"], c["rewards"]["hard"]) == (1.5, False)
+  settings = rollout.RolloutSettings(**{k: tuple(v) if isinstance(v, list) else v
+                                        for k, v in c["rollout"].items()})
+  tutor, _ = _real_party(testdata, "qwen2", 1.0, 12)
+  student, _ = _real_party(testdata, "llama3", 0.6, 12)
+  out = rollout.run([_problem("What is 3 + 4?"), _problem("What is 9 - 2?")], 2, tutor,
+                    student, dataclasses.replace(settings, max_turns=4))
+  instruction = prompts.render("pedagogical_rl/think_instruction")
+  for d in out:
+    seen = tutor.chat.tokenizer.decode(d.tutor_ids)
+    assert instruction in seen and "What is" in seen
+    turns = [m.raw for m in d.messages if m.role == dialogue.TUTOR]
+    assert turns and all(t.startswith("<think>") for t in turns)
+    tags = (template.think_format_reward(turns) - template.tag_misuse_penalty(turns))
+    assert tags != 0.0

@@ -75,8 +75,17 @@ def test_the_papers_values():
                          ("hard,lam=1.5", True, 1.5), ("lam=0", False, 0.0)]:
     rewards = _config(f"pedagogical_rl.py:{arg}")["rewards"]
     assert (rewards["hard"], rewards["lam"]) == (hard, lam), arg
-  assert _config("pedagogical_rl.py:think")["rollout"]["thinking"] is True
-  assert _config("pedagogical_rl.py:no_sol")["rewards"]["components"] == "pedagogy:1,template:1"
+  # Table 2's +think rows: tagged thinking asked for and its opening forced.
+  for arg, hard, lam in [("think", False, 0.75), ("lam1.5_think", False, 1.5),
+                         ("hard_think", True, 1.0)]:
+    c = _config(f"pedagogical_rl.py:{arg}")
+    assert (c["rewards"]["hard"], c["rewards"]["lam"]) == (hard, lam), arg
+    assert c["rollout"]["thinking"] and c["rollout"]["force_thinking"], arg
+    assert c["rollout"]["think_instruction"] == "pedagogical_rl/think_instruction", arg
+  assert not _config("pedagogical_rl.py")["rollout"]["force_thinking"]
+  no_sol = _config("pedagogical_rl.py:no_sol")["rewards"]  # Table 2's −r_sol: hard λ = 1.0.
+  assert (no_sol["hard"], no_sol["lam"], no_sol["components"]) == (
+      True, 1.0, "pedagogy:1,template:1")
 
   no_think = _config("thinking.py:tiny,no_think")  # Paper 001 section 2.5.
   assert no_think["rollout"]["thinking"] is False and no_think["rl"]["steps"] == 3

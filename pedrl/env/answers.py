@@ -3,7 +3,8 @@
 Papers 003 and 000 score a student attempt by its last boxed answer. Correctness
 is decided by math-verify (symbolic equivalence: 0.5 = \\frac{1}{2}, 1,000 = 1000)
 or, to reproduce reference numbers that used plain string comparison, by exact
-match after removing whitespace and `$`.
+match after stripping surrounding whitespace, ignoring case (nothing else, `$`
+included, is removed).
 """
 import functools
 import re

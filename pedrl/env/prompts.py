@@ -22,6 +22,8 @@ SOURCES = {
     "pedagogical_rl/student_post_dialogue": "paper 003, figure 11",
     "pedagogical_rl/student_system": "paper 003, figure 12",
     "pedagogical_rl/tutor_system": "paper 003, figure 13",
+    # pedrl's own wording (the reference code renders one; paper 003 does not print it).
+    "pedagogical_rl/think_instruction": "pedrl, for paper 003's +think rows (table 2)",
     "thinking/tutor_general": "paper 001, appendix A.1 (general tutor prompt)",
     "thinking/tutor_polya": "paper 001, appendix A.1 (pedagogical, Polya-based)",
     "thinking/student_system": "paper 001, appendix A.2",

@@ -47,6 +47,8 @@ class RolloutSettings:
   personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
   thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
   force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
+  # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
+  think_instruction: str = ""
   seed: int = 0
 
   def __post_init__(self):
@@ -56,7 +58,8 @@ class RolloutSettings:
       raise ValueError("max_turns and max_conversation_tokens must be positive")
     if self.force_thinking and not self.thinking:
       raise ValueError("force_thinking needs thinking=True")
-    for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt):
+    for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
+                 *filter(None, [self.think_instruction])):
       if name not in prompts.SOURCES:
         raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
@@ -253,8 +256,7 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
   tutor_side, student_side = _sides(tutor, student, n, settings, prefix)
   for d, dl in enumerate(dialogues):
-    tutor_side.views[d].append({"role": "system", "content": prompts.render(
-        settings.tutor_prompt, problem=dl.problem)})
+    tutor_side.views[d].append({"role": "system", "content": tutor_system_prompt(settings, dl)})
     dl.student_system = student_system_prompt(settings.student_prompt, dl)
     student_side.views[d].append({"role": "system", "content": dl.student_system})
 
@@ -323,6 +325,14 @@ def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):
       _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix)
       if isinstance(p, Party) else _EndpointSide(name, p, n, prefix))
   return make(TUTOR, tutor, student, prefix), make(STUDENT, student, tutor)
+
+
+def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
+  """The tutor's system prompt: its paper's, then the thinking instruction if any."""
+  text = prompts.render(settings.tutor_prompt, problem=dl.problem)
+  if settings.think_instruction:
+    text += "\n\n" + prompts.render(settings.think_instruction)
+  return text
 
 
 def student_system_prompt(name: str, d: Dialogue) -> str:
