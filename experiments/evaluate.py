@@ -54,6 +54,8 @@ def get_config(arg: str = "paper"):
                      student_prompt="thinking/student_system")
     c.rewards.judges = "thinking"
     c.rewards.openai.model = "gpt-4o-mini"
+    if not v.tiny:  # The thinking tutor's token limits, as it was trained (thinking.py).
+      c.tutor.max_new_tokens, c.rollout.max_conversation_tokens = 4096, 32768
   if v.protocol == "uco":
     # Paper 000 section IV: dialogues of at most T = 10 turns with a Qwen2.5-14B-Instruct
     # student (give its path); its tables I and III-VIII report 003's metrics. The paper

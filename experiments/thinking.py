@@ -10,6 +10,21 @@ bare name): `no_think` (thinking off, general prompt, r_sol + r_ped),
 `tiny` runs a condition (`ped_think_reward` unless given) on the testdata models
 with rule judges and the general prompt. B 16, G 8, 16 turns, K 8, λ_ped 0.75,
 λ_think 0.3, θ 0.6.
+
+Paper 001 leaves these unstated; pedrl decides them on purpose:
+- A thinking tutor (DeepSeek-R1-0528-Qwen3-8B) gets 4096 new tokens per turn and
+  32768 conversation tokens (`THINKING_TURN_TOKENS`, `THINKING_CONVERSATION_TOKENS`).
+  An R1-style trace runs from hundreds to a few thousand tokens before the visible
+  reply; 003's 1024 would cut most traces, and every cut turn costs the length
+  penalty (0.5) and leaves the student an empty message. Eight tutor turns of that
+  size (the tutor keeps its own traces in view) overflow 8192, so the conversation
+  limit is raised within the model's 40960 positions. NoThink (Qwen2.5-7B) keeps
+  003's 1024 / 8192.
+- Inherited from paper 003 and its reference code, unchanged: learning rate 5e-7
+  (constant), KL β 0.001, clip ε 0.2, 2 passes per batch, 150 steps, grad-norm clip
+  1.0, float32 AdamW without weight decay; tutor temperature 1.0 with top-k 50,
+  student temperature 0.6 with 1024 new tokens; solve attempts K 8; the rest of
+  the dialogue rules (scenario mix, prompts aside).
 """
 from pedrl.experiments import base_config, rl_config, variants
 
@@ -21,6 +36,7 @@ CONDITIONS = {  # thinking, tutor prompt, thinking reward; the paper's method fi
     "ped_think_no_reward": (True, "thinking/tutor_polya", False),
 }
 VARIANTS = dict(condition=tuple(CONDITIONS), tiny=bool)
+THINKING_TURN_TOKENS, THINKING_CONVERSATION_TOKENS = 4096, 32768  # See the docstring.
 
 
 def get_config(arg: str = "paper"):
@@ -32,6 +48,9 @@ def get_config(arg: str = "paper"):
   # λ_ped 0.75, λ_think 0.3 and θ 0.6 are RewardSettings' defaults (paper 001 eq. 1).
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
+  if thinking and not v.tiny:
+    c.tutor.max_new_tokens = THINKING_TURN_TOKENS
+    c.rollout.max_conversation_tokens = THINKING_CONVERSATION_TOKENS
   c.problems.split = "train"
   c.rl = rl_config.rl_section()
   if v.tiny:

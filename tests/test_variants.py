@@ -91,6 +91,12 @@ def test_the_papers_values():
   assert no_think["rollout"]["thinking"] is False and no_think["rl"]["steps"] == 3
   assert no_think["rewards"]["components"] == "r_sol:1,pedagogy:1"
   assert _config("thinking.py")["rollout"]["tutor_prompt"] == "thinking/tutor_polya"
+  # Paper 001 leaves the thinking tutor's token limits open; pedrl's choice (thinking.py).
+  for arg, turn, conversation in [("paper", 4096, 32768), ("no_think", 1024, 8192),
+                                  ("tiny", 24, 700)]:
+    c = _config(f"thinking.py:{arg}")
+    assert (c["tutor"]["max_new_tokens"], c["rollout"]["max_conversation_tokens"]) == (
+        turn, conversation), arg
   assert _config("rollout.py:tiny_uco")["rewards"]["components"] == "uco:1,template:1"
 
 
