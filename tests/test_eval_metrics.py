@@ -75,6 +75,10 @@ def test_pedrm_micro_pools_turns_macro_averages_dialogues():
   assert m["pedrm_dialogues"] == 3
   rs.append(record("c", 0, pedrm=[]))  # No tutor turn: in neither mean.
   assert metrics.compute(rs, resamples=200)["pedrm_macro"] == pytest.approx(8.0 / 3)
+  # The named functions give the table's numbers alone.
+  assert metrics.pedrm_macro(rs) == pytest.approx(8.0 / 3)
+  assert metrics.pedrm_micro(rs) == pytest.approx(12.0 / 5)
+  assert math.isnan(metrics.pedrm_micro([record("c", 0, pedrm=[])]))
 
 
 def test_bootstrap_interval_contains_the_mean_and_is_reproducible():

@@ -97,7 +97,8 @@ def test_bad_inputs_stop_before_loading(tmp_path, shared):
   for args, message in (
       ((f"--config.benchmark_dir={tmp_path}",), "must be a MathTutorBench checkout"),
       ((f"--config.data_dir={tmp_path}",), "does not exist: task problem_solving reads its data"),
-      (("--config.tasks=problem_solving,socratic",), "unknown MathTutorBench task 'socratic'")):
+      (("--config.tasks=problem_solving,socratic",), "unknown MathTutorBench task 'socratic'"),
+      ((f"--config.pedrm.path={tmp_path}",), "is not a checkpoint directory (no config.json)")):
     r = _run(tmp_path / "out", *args)
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr

@@ -65,6 +65,9 @@ def test_mmlu_reads_hendrycks_layout_and_names_bad_rows(tmp_path):
   (tmp_path / "test" / "x_test.csv").write_text("q,a,b,c,d,A\nq,a,b,c,d,E\n")
   with pytest.raises(DataError, match=r"x_test.csv, row 2: not an MMLU row"):
     reasoning.mmlu(settings(mmlu_path=str(tmp_path)))
+  (tmp_path / "test" / "x_test.csv").write_text("q,a,b,c,d,A\nq,a,b,c,d,BC\n")  # Not one letter.
+  with pytest.raises(DataError, match=r"x_test.csv, row 2: not an MMLU row"):
+    reasoning.mmlu(settings(mmlu_path=str(tmp_path)))
 
 
 def test_settings_refuse_unknown_benchmarks_and_missing_data():

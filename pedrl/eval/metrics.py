@@ -98,8 +98,31 @@ def pooled_interval(sums, counts, seed: int, resamples: int = RESAMPLES,
 
 # -- The table's numbers ----------------------------------------------------------------------
 
-NAMES = ("pre_solve_rate", "post_solve_rate", "delta_solve_rate", "leak_rate", "leak_any_rate",
-         "helpful_rate", "helpful_all_rate", "thinking_score", "pedrm_micro", "pedrm_macro")
+def pedrm_micro_part(record) -> tuple[float, int]:
+  """Ped-RM micro (paper 003, table 2: "averaging of all individual scores"): a dialogue
+  adds the sum and the count of its tutor turns' scores."""
+  return float(np.sum(record.pedrm_turn_scores)), len(record.pedrm_turn_scores)
+
+
+def pedrm_macro_part(record) -> tuple[float, int]:
+  """Ped-RM macro (paper 003, table 2: "averaging per conversation"): a scored dialogue
+  adds its mean turn score, counted once; an unscored one adds nothing."""
+  scores = record.pedrm_turn_scores
+  return (float(np.mean(scores)), 1) if len(scores) else (0.0, 0)
+
+
+def pooled_mean(records, part) -> float:
+  """Σ sums / Σ counts of `part(record)` over the records; NaN when nothing counts."""
+  sums, counts = zip(*map(part, records)) if records else ((), ())
+  return sum(sums) / sum(counts) if sum(counts) else math.nan
+
+
+def pedrm_micro(records) -> float:
+  return pooled_mean(list(records), pedrm_micro_part)
+
+
+def pedrm_macro(records) -> float:
+  return pooled_mean(list(records), pedrm_macro_part)
 
 
 def _mean(values) -> float:
@@ -138,10 +161,7 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
     out[f"{name}_ci"] = list(bootstrap_interval(xs, seed, resamples, confidence))
   # Ped-RM (paper 003): micro pools every scored turn, macro every scored dialogue's mean;
   # both resample problems (their sums and counts together).
-  pooled = {"pedrm_micro": lambda r: (float(np.sum(r.pedrm_turn_scores)),
-                                      len(r.pedrm_turn_scores)),
-            "pedrm_macro": lambda r: (_mean_or_none(r.pedrm_turn_scores) or 0.0,
-                                      int(bool(r.pedrm_turn_scores)))}
+  pooled = {"pedrm_micro": pedrm_micro_part, "pedrm_macro": pedrm_macro_part}
   for name, part in pooled.items():
     sums, counts = collections.Counter(), collections.Counter()
     for r in records:
@@ -149,7 +169,7 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
       sums[r.problem_id] += total
       counts[r.problem_id] += n
     scored = [p for p in counts if counts[p]]
-    out[name] = sum(sums.values()) / sum(counts.values()) if scored else math.nan
+    out[name] = pooled_mean(records, part)
     out[f"{name}_ci"] = list(pooled_interval([sums[p] for p in scored],
                                              [counts[p] for p in scored], seed, resamples,
                                              confidence))

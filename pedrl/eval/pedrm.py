@@ -95,6 +95,9 @@ def _scores(model, params, tokens, mask):
 def check(settings: PedRMSettings):
   """The checkpoint's config: a one-label sequence classifier, or PedRMError. Reads
   config.json only, so a wrong path fails before any model loads."""
+  if not os.path.isfile(os.path.join(settings.path or "", "config.json")):
+    raise PedRMError(f"pedrm path {settings.path!r} is not a checkpoint directory (no "
+                     "config.json)")
   cfg = models.from_hf(settings.path, dtype=settings.dtype)
   if cfg.task != "seq_cls" or cfg.num_labels != 1:
     raise PedRMError(f"pedrm path {settings.path}: not a one-label sequence classifier "

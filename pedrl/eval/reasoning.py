@@ -113,7 +113,7 @@ def _mmlu_rows(path: str) -> list[list[str]]:
   with open(path, encoding="utf-8", newline="") as f:
     rows = [r for r in csv.reader(f) if r]
   for n, r in enumerate(rows, 1):
-    if len(r) != 6 or r[5].strip() not in "ABCD" or not r[5].strip():
+    if len(r) != 6 or r[5].strip() not in ("A", "B", "C", "D"):
       raise DataError(f"{path}, row {n}: not an MMLU row (question, A, B, C, D, answer)")
   return rows
 

@@ -69,6 +69,12 @@ class TutorRun:
   step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
 
 
+def jsonable(settings) -> dict:
+  """A settings dataclass as a protocol records it: as JSON reads it back (tuples as lists),
+  so a resumed shard compares equal."""
+  return json.loads(json.dumps(dataclasses.asdict(settings)))
+
+
 def batches(sizes, batch_size: int, shard: int, num_shards: int) -> list[tuple]:
   """[(batch index, range of item indices)] of one shard. sizes: the item count, or the
   sizes of consecutive segments (items numbered across them) no batch may span."""
@@ -110,7 +116,7 @@ def read_json(path: str):
     raise ShardError(f"{path}: not JSON ({e})") from None
 
 
-def check_protocol(workdir: str, protocol: dict, shard: int, num_shards: int) -> None:
+def check_protocol(workdir: str, protocol: dict) -> None:
   """Refuses a workdir holding shards of another protocol (or another shard count)."""
   for name, status in _statuses(workdir).items():
     other = status.get("protocol", {})

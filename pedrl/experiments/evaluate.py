@@ -15,7 +15,6 @@ WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
 merges and tabulates any time.
 """
 import dataclasses
-import json
 import os
 import time
 
@@ -26,6 +25,7 @@ from pedrl import distributed, streams
 from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
+from pedrl.eval.shards import jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
                                       exits_cleanly, judge_panel, load_party, load_problems,
@@ -40,31 +40,30 @@ FLAGS = flags.FLAGS
 
 def protocol(s) -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
-  asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
-  e = asdict(s.evaluation)
+  e = jsonable(s.evaluation)
   del e["shard"]
   judge = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
                                                    "max_tokens", "top_p")},
-           "local": asdict(s.local_judge), "rule": asdict(s.rule_judges)}.get(
+           "local": jsonable(s.local_judge), "rule": jsonable(s.rule_judges)}.get(
                s.judging.judge_backend)
   # The config's name is in the status, not here: a path spelt otherwise is the same run.
   models = workdir_lib.identity(s, "evaluate")
-  tutor = {**asdict(s.tutor), **asdict(s.tutor_run), **_endpoint(s.tutor_endpoint),
+  tutor = {**jsonable(s.tutor), **jsonable(s.tutor_run), **_endpoint(s.tutor_endpoint),
            **models["tutor"]}
   common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
             "tutor": tutor}
   if s.reasoning.names:
-    return {"kind": "reasoning", **common, "reasoning": asdict(s.reasoning),
+    return {"kind": "reasoning", **common, "reasoning": jsonable(s.reasoning),
             "thinking": s.rollout.thinking}
   return {
       "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
-      "student": {**asdict(s.student), **_endpoint(s.student_endpoint), **models["student"]},
-      "problems": asdict(s.problems), "rollout": asdict(s.rollout),
-      "solve": {k: v for k, v in asdict(s.solve).items() if k != "prompts_per_call"},
+      "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
+      "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
+      "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
       "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
                  "model": judge, "samples": s.judging.judge_samples,
                  "rounds": s.judging.judge_rounds},
-      "pedrm": asdict(s.pedrm),
+      "pedrm": jsonable(s.pedrm),
   }
 
 
@@ -94,16 +93,11 @@ def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) 
   """The EvalRecords of one batch of problems (see the module docstring)."""
   tutor, student, solver = parties
   clock = time.perf_counter()
-  apis = {"judge_backend": backend, "tutor_endpoint": getattr(tutor, "client", None),
-          "student_endpoint": getattr(student, "client", None),
-          "solve_endpoint": getattr(solver, "client", None)}
-  before = {name: dict(getattr(x, "stats", None) or {}) for name, x in apis.items()}
-  try:
+  with sharded.api_counts(counts, judge_backend=backend,
+                          tutor_endpoint=getattr(tutor, "client", None),
+                          student_endpoint=getattr(student, "client", None),
+                          solve_endpoint=getattr(solver, "client", None)):
     return _evaluate(batch, uids, j, parties, s, specs, backend, rm, counts, clock)
-  finally:  # API calls, tokens and retries of this batch, also when it failed.
-    for name, x in apis.items():
-      counts.update({f"{name}/{k}": v - before[name].get(k, 0)
-                     for k, v in (getattr(x, "stats", None) or {}).items()})
 
 
 def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock) -> list:
@@ -239,9 +233,6 @@ def main(argv):
   task_type = Reasoning if s.reasoning.names else Tutoring
   check_paths(s, dialogues=task_type is Tutoring)
   if s.pedrm.path and task_type is Tutoring:
-    if not os.path.isfile(os.path.join(s.pedrm.path, "config.json")):
-      raise app.UsageError(f"--config.eval.pedrm.path={s.pedrm.path!r} is not a checkpoint "
-                           "directory (no config.json)")
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})

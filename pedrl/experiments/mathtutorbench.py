@@ -16,7 +16,6 @@ generations-<model>-<task>.json (the four pedagogical tasks, in the benchmark's
 format), results.json, results.md and metrics.json.
 """
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from absl import app, flags, logging
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
-from pedrl.eval.shards import ShardSettings, TutorRun
+from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
                                       tutor_checkpoint)
@@ -90,11 +89,10 @@ def load_tasks(bench, rm_settings) -> dict:
 
 def protocol(s: Settings) -> dict:
   """Everything that decides the numbers: shards of one run must agree on it."""
-  asdict = lambda x: json.loads(json.dumps(dataclasses.asdict(x)))  # As read back: lists.
   model = ({"endpoint": [s.endpoint.model, s.endpoint.base_url]} if s.endpoint.model else
-           {"path": s.tutor.path, **asdict(s.run), **workdir_lib.architecture(s.tutor.path)})
+           {"path": s.tutor.path, **jsonable(s.run), **workdir_lib.architecture(s.tutor.path)})
   return {"kind": "mathtutorbench", "seed": s.job.seed, "num_shards": s.shard.num_shards,
-          "bench": asdict(s.bench), "model": model, "pedrm": asdict(s.pedrm)}
+          "bench": jsonable(s.bench), "model": model, "pedrm": jsonable(s.pedrm)}
 
 
 def resolve_run(s: Settings, workdir: str) -> Settings:
@@ -144,12 +142,10 @@ class Bench:
   def run(self, j: int, idx, counts) -> list:
     clock = time.perf_counter()
     task = self.items[idx[0]][0]
-    before = dict(getattr(self.client, "stats", None) or {})
     cut = self.rm.cut if self.rm else 0
-    records = runner.answer(task, self.files[task], [self.items[k][2] for k in idx],
-                            [self.items[k][1] for k in idx], j, self.policy, self.rm)
-    counts.update({f"endpoint/{k}": v - before.get(k, 0)
-                   for k, v in (getattr(self.client, "stats", None) or {}).items()})
+    with sharded.api_counts(counts, endpoint=self.client):
+      records = runner.answer(task, self.files[task], [self.items[k][2] for k in idx],
+                              [self.items[k][1] for k in idx], j, self.policy, self.rm)
     if self.rm and task in tasks.PEDAGOGICAL:
       counts[f"pedrm_inputs_cut/{task}"] += self.rm.cut - cut
     sharded.tick(counts, f"seconds/{task}", clock)

@@ -13,6 +13,7 @@ A task has: `sizes` (its item count, or the sizes of segments no batch spans),
 `postfix(records) -> {name: text}`.
 """
 import collections
+import contextlib
 import os
 import sys
 import time
@@ -33,6 +34,19 @@ def tick(counts, key: str, since: float) -> float:
   return now
 
 
+@contextlib.contextmanager
+def api_counts(counts, **clients):
+  """Adds to counts, as NAME/KEY, what each API client's `stats` counted inside the block
+  (calls, tokens, retries), also when the block fails; None clients count nothing."""
+  stats = lambda c: dict(getattr(c, "stats", None) or {})
+  before = {name: stats(c) for name, c in clients.items()}
+  try:
+    yield
+  finally:
+    for name, c in clients.items():
+      counts.update({f"{name}/{k}": v - before[name].get(k, 0) for k, v in stats(c).items()})
+
+
 def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings):
   """Runs this process's shard of `task`; the merged metrics when this shard finished
   the workdir's last one, else None. Stopped by a signal, it exits (128 + signal)."""
@@ -44,7 +58,7 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     logging.warning("shard %d of %d has no batch: %d %ss make %d batches of %d", i, n,
                     sum(sizes), task.unit, len(shards.batches(sizes, task.batch_size, 0, 1)),
                     task.batch_size)
-  shards.check_protocol(workdir, protocol, i, n)
+  shards.check_protocol(workdir, protocol)
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)
   per_batch = {j: len(idx) * task.per_item for j, idx in plan}

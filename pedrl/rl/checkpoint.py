@@ -277,7 +277,10 @@ def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = Tru
     manager.close()
   params, meta = restored["state"]["params"], restored["meta"]
   saved = {k: v for k, v in (meta or {}).get("checksums", {}).items() if k.startswith("['params']")}
-  if saved:  # Checkpoints saved before pedrl wrote checksums have none.
+  if not saved:  # Checkpoints saved before pedrl wrote checksums have none.
+    logging.warning("%s step %d has no checksums (saved before pedrl verified checkpoints); "
+                    "restored unverified", workdir, step)
+  else:
     try:
       verify({"params": params}, saved)
     except ValueError as e:

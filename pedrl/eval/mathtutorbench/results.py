@@ -54,9 +54,9 @@ def metrics(records, counts=None) -> dict:
   return out
 
 
-def write(workdir: str, records, results: dict, model_name: str, run: str) -> str:
-  """The harness's files in `workdir`; the leaderboard table (markdown), also printed
-  to results.md."""
+def write(workdir: str, records, results: dict, model_name: str, run: str) -> None:
+  """The harness's files in `workdir`, and results.md: the leaderboard table with one
+  row, named `run`."""
   for task, rows in by_task(records).items():
     rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "schema")}
                          for r in rows], os.path.join(workdir, f"responses-{task}.jsonl"),
@@ -68,10 +68,8 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> st
         json.dump(gens, f, indent=2, ensure_ascii=False)
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
-  text = table({run: results})
   with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write(text + "\n")
-  return text
+    f.write(table({run: results}) + "\n")
 
 
 def table(runs: dict) -> str:

@@ -63,8 +63,7 @@ class ModelPolicy:
 
   def __init__(self, party, settings: BenchSettings, seed: int = 0):
     self.party, self.s, self.seed = party, settings, seed
-    self.samplers = {}
-    self.truncated = 0
+    self.samplers = {}  # One per stop-string set (a task's stop strings).
 
   def _sampler(self, stop: tuple) -> Sampler:
     if stop not in self.samplers:
@@ -123,8 +122,8 @@ class EndpointPolicy:
            self.client.chat([[{"role": "system", "content": p}] for p in prompts], stop))
     for r in out:
       if isinstance(r, Exception):
-        raise party.EndpointError(f"the endpoint under test failed a request after its retries "
-                            f"({type(r).__name__}: {r})")
+        raise party.EndpointError(f"the endpoint under test failed a request after its "
+                                  f"retries ({type(r).__name__}: {r})")
     return [kept(self.s.mode, r.text[:stops.find_stop(r.text, stop)[0]]) for r in out], (
         [False] * len(out))
 

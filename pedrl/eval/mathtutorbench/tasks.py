@@ -25,6 +25,7 @@ A prompt is `system_prompt` rendered with the example's fields and
 `shots=few_shot_samples`; the target is `ground_truth_format` rendered the same way.
 """
 import dataclasses
+import functools
 import json
 import os
 
@@ -70,8 +71,10 @@ class TaskFile:
     return _template(self.ground_truth_format).render(**example, shots=self.few_shot_samples)
 
 
+@functools.lru_cache(maxsize=64)
 def _template(text: str) -> jinja2.Template:
-  return jinja2.Template(text)  # Jinja's defaults, as the harness renders them.
+  """Compiled once per text, not once per example; Jinja's defaults, as the harness's."""
+  return jinja2.Template(text)
 
 
 def read_task(benchmark_dir: str, task: str) -> TaskFile:
