@@ -289,8 +289,28 @@ def test_each_stop_rule(qwen_tok, llama_tok):
   short, plain, long = (by[p.problem] for p in problems)
   assert short.end_reason == "end_of_conversation" and short.turns == 3
   assert short.messages[-1].role == dialogue.TUTOR
-  assert plain.end_reason == "max_turns" and plain.turns == 8
+  # The limit is checked after tutor messages (reference): the 8th message is the student's.
+  assert plain.end_reason == "max_turns" and plain.turns == 9
+  assert plain.messages[-1].role == dialogue.TUTOR
   assert long.end_reason == "token_limit" and long.turns < 8
+
+
+@pytest.mark.parametrize("scenario", [dialogue.GUIDED, dialogue.ATTEMPTED])
+def test_turn_limits_count_what_they_name(qwen_tok, llama_tok, scenario):
+  problems = [_problem("What is 2 + 5?")]
+  roles = lambda **kw: [m.role for m in _run(qwen_tok, llama_tok, problems, group=1,
+                                             scenario=scenario, **kw)[0][0].messages]
+  first = dialogue.TUTOR if scenario == dialogue.GUIDED else dialogue.STUDENT
+  # Every message checked: exactly max_turns messages, whoever spoke last.
+  assert len(roles(max_turns=4, turn_limit="message")) == 4
+  # Checked after tutor messages (the default): the dialogue ends on the first tutor
+  # message at or past the limit.
+  after_tutor = roles(max_turns=4)
+  assert after_tutor[-1] == dialogue.TUTOR and len(after_tutor) == (5 if first == dialogue.TUTOR else 4)
+  # Tutor turns (UCO's T): the third tutor message ends it, the attempt not counted.
+  three = roles(max_turns=100, max_tutor_turns=3)
+  assert three.count(dialogue.TUTOR) == 3 and three[-1] == dialogue.TUTOR
+  assert len(three) == (5 if first == dialogue.TUTOR else 6)
 
 
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
@@ -311,7 +331,8 @@ def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
 def test_finished_dialogues_leave_the_batch(qwen_tok, llama_tok):
   problems = [_problem("short: what is 3 + 4?"), _problem("What is 2 + 5?")]
   out, tutor_s, student_s, stats = _run(qwen_tok, llama_tok, problems, group=2, max_turns=8,
-                                        scenario=dialogue.GUIDED, personas=("I am shy.",))
+                                        turn_limit="message", scenario=dialogue.GUIDED,
+                                        personas=("I am shy.",))
   assert len({d.messages[-1].raw for d in out}) == 4  # The rollouts differ.
   for d in out:
     _check_each_message_came_from_its_own_dialogue(

@@ -64,11 +64,19 @@ def test_post_dialogue_prompt_carries_problem_persona_and_transcript():
                messages=[Message(role=STUDENT, text="It is 5."),
                          Message(role=TUTOR, text="Count on your fingers.")])
   d.student_system = rollout.student_system_prompt("pedagogical_rl/student_system", d)
-  system, user = solving.post_dialogue_chat(d, solving.SolveSettings())
+  system, user = solving.post_dialogue_chat(d, solving.SolveSettings(post_format="transcript"))
   assert "What is 2 + 2?" in system["content"]
   assert system["content"].endswith("\n\nYou often forget to carry.")
   assert user["content"].startswith("Student: It is 5.\n\nTeacher: Count on your fingers.\n")
   assert r"\boxed{}" in user["content"]
+  # The default, as the reference code: the dialogue as the student's chat turns, then figure 11.
+  chat = solving.post_dialogue_chat(d, solving.SolveSettings())
+  assert chat[0] == system
+  assert chat[1:3] == [{"role": "assistant", "content": "It is 5."},
+                       {"role": "user", "content": "Count on your fingers."}]
+  assert chat[3]["role"] == "user" and chat[3]["content"].startswith(
+      "The conversation with the teacher has ended.")
+  assert "Teacher:" not in chat[3]["content"] and len(chat) == 4
 
 
 def test_pre_and_post_dialogue_attempts_fill_the_records(student):

@@ -202,7 +202,7 @@ def pedrl_runner(paths, problems, settings, new_tokens: int):
 
   def run(n):
     out = rollout.run(problems, 1, parties[TUTOR], parties[STUDENT],
-                      dataclasses.replace(settings, max_turns=n))
+                      dataclasses.replace(settings, max_turns=n, turn_limit="message"))
     assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
     sampled = sum(m.num_tokens for d in out for m in d.messages)
     # Both sides' tokens, fed and sampled: the tutor's ids and the student's cache length.

@@ -32,12 +32,15 @@ from pedrl.env.party import EndpointParty, Party
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
+TURN_LIMITS = (TUTOR, "message")
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
   """Dialogue rules; defaults are paper 003's (values from its reference code)."""
   max_turns: int = 16  # Messages per dialogue, the student's attempt included.
+  turn_limit: str = "tutor"  # max_turns checked after "tutor" messages (reference) or any "message".
+  max_tutor_turns: int = 0  # Tutor messages per dialogue; 0: no limit of its own.
   max_conversation_tokens: int = 8192
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
@@ -54,8 +57,11 @@ class RolloutSettings:
   def __post_init__(self):
     if self.scenario not in SCENARIOS:
       raise ValueError(f"scenario {self.scenario!r} is not one of {SCENARIOS}")
-    if self.max_turns < 1 or self.max_conversation_tokens < 1:
-      raise ValueError("max_turns and max_conversation_tokens must be positive")
+    if self.max_turns < 1 or self.max_conversation_tokens < 1 or self.max_tutor_turns < 0:
+      raise ValueError("max_turns and max_conversation_tokens must be positive, "
+                       "max_tutor_turns non-negative")
+    if self.turn_limit not in TURN_LIMITS:
+      raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
     if self.force_thinking and not self.thinking:
       raise ValueError("force_thinking needs thinking=True")
     for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
@@ -272,7 +278,7 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
 
   ended: dict[int, str] = {}  # Dialogue -> end reason.
   for d in range(n):
-    if len(dialogues[d].messages) >= settings.max_turns:
+    if settings.turn_limit == "message" and len(dialogues[d].messages) >= settings.max_turns:
       ended[d] = "max_turns"
   live = [d for d in range(n) if d not in ended]
   while live:
@@ -298,7 +304,7 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
         dl.student_tokens = student_side.lengths[d]
         if side is tutor_side and chat.ends_conversation(raw):
           ended[d] = "end_of_conversation"
-        elif len(dl.messages) >= settings.max_turns:
+        elif turn_limit_reached(dl, side is tutor_side, settings):
           ended[d] = "max_turns"
         elif max(tutor_side.lengths[d], student_side.lengths[d]) > settings.max_conversation_tokens:
           ended[d] = "token_limit"
@@ -308,6 +314,16 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   for d, reason in ended.items():
     dialogues[d].end_reason = reason
   return dialogues
+
+
+def turn_limit_reached(dl: Dialogue, after_tutor: bool, settings: RolloutSettings) -> bool:
+  """Whether the message just added to `dl` reaches a turn limit."""
+  if settings.turn_limit == TUTOR and not after_tutor:
+    return False
+  if len(dl.messages) >= settings.max_turns:
+    return True
+  tutor_turns = sum(m.role == TUTOR for m in dl.messages)
+  return after_tutor and 0 < settings.max_tutor_turns <= tutor_turns
 
 
 def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):

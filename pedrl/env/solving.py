@@ -5,10 +5,13 @@ Each prompt is encoded once and its cache copied to its K samples. The last
 equivalence with the reference, or the reference code's case-insensitive
 string equality (`match="exact"`, to reproduce the paper's numbers).
 
-The post-dialogue prompt (figure 11) has a `conversation` placeholder; pedrl
-fills it with the visible dialogue as "Teacher: …" / "Student: …" paragraphs
-and sends it as a user message after the student's system prompt (figure 12,
-which carries the problem, and the persona if any).
+After a dialogue the student gets its system prompt (figure 12, which carries
+the problem, and the persona if any), then by default the visible dialogue as
+chat turns in its own view (the tutor's messages `user`, its own `assistant`),
+then figure 11 as a user message, as the reference code does. With
+`post_format="transcript"` the dialogue instead fills figure 11's
+`conversation` placeholder as "Teacher: …" / "Student: …" paragraphs in one
+user message after the system prompt.
 """
 import dataclasses
 
@@ -16,9 +19,10 @@ import numpy as np
 
 from pedrl import streams
 from pedrl.env import answers, prompts
-from pedrl.env.dialogue import transcript
+from pedrl.env.dialogue import TUTOR, transcript
 from pedrl.env.party import EndpointParty
 
+POST_FORMATS = ("chat", "transcript")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +33,7 @@ class SolveSettings:
   max_new_tokens: int = 3900  # Reference code.
   pre_prompt: str = "pedagogical_rl/student_pre_dialogue"
   post_prompt: str = "pedagogical_rl/student_post_dialogue"
+  post_format: str = "chat"  # The dialogue as "chat" turns (reference) or an inline "transcript".
   pre_dialogue: bool = True  # Jobs: attempts before the dialogue (Δ solve rate reports).
   post_dialogue: bool = True  # Jobs: attempts after it even when no reward uses r_sol.
   prompts_per_call: int = 16  # Prompts sampled together (× k rows).
@@ -37,6 +42,8 @@ class SolveSettings:
   def __post_init__(self):
     if self.k < 1 or self.prompts_per_call < 1:
       raise ValueError("k and prompts_per_call must be positive")
+    if self.post_format not in POST_FORMATS:
+      raise ValueError(f"post_format {self.post_format!r} is not one of {POST_FORMATS}")
     if self.match not in answers.MATCH_MODES:
       raise ValueError(f"match {self.match!r} is not one of {answers.MATCH_MODES}")
 
@@ -88,10 +95,15 @@ def pre_dialogue_chat(problem: str, settings: SolveSettings) -> list[dict]:
 
 
 def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
-  """Figure 11 after the student's system prompt (figure 12, with the persona)."""
-  return [{"role": "system", "content": d.student_system_prompt()},
-          {"role": "user", "content": prompts.render(settings.post_prompt,
-                                                     conversation=transcript(d.messages))}]
+  """The student's system prompt (figure 12, with the persona), the dialogue and figure 11."""
+  system = {"role": "system", "content": d.student_system_prompt()}
+  if settings.post_format == "transcript":
+    return [system, {"role": "user", "content": prompts.render(
+        settings.post_prompt, conversation=transcript(d.messages))}]
+  turns = [{"role": "user" if m.role == TUTOR else "assistant", "content": m.text}
+           for m in d.messages]
+  ask = prompts.render(settings.post_prompt, conversation="").strip()
+  return [system, *turns, {"role": "user", "content": ask}]
 
 
 def pre_dialogue(problems, student, settings: SolveSettings) -> dict:
