@@ -59,8 +59,10 @@ def get_config(arg: str = "paper"):
   if v.protocol == "uco":
     # Paper 000 section IV: dialogues of at most T = 10 turns with a Qwen2.5-14B-Instruct
     # student (give its path); its tables I and III-VIII report 003's metrics. The paper
-    # names no evaluation judge: 003's is kept.
-    c.rollout.max_turns = 10
+    # names no evaluation judge: 003's is kept. Its dialogues: T = 10 tutor turns, tutor
+    # first, table XII's prompts.
+    c.rollout.update(max_tutor_turns=10, max_turns=20, scenario="guided",
+                     tutor_prompt="uco/teacher", student_prompt="uco/student")
   c.eval.reasoning = settings.section(reasoning.ReasoningSettings)
   if v.protocol == "reasoning":
     # Paper 003 table 3 (MMLU 5-shot, GSM8K 4-shot, MATH500 0-shot), 000 table IX: the tutor

@@ -12,8 +12,10 @@ table 2's hard λ = 1.0 run without the solve reward), `tiny` (testdata models,
 rule judges, 3 steps on a CPU). Table 2's rows by name: `lam1.5_think` (soft
 λ = 1.5 +think), `hard_think` (hard λ = 1.0 +think). The tutor,
 student and problems come by path: --config.tutor.path=... --config.student.path=...
---config.problems.path=...; the judge key from $OPENAI_API_KEY (or
---config.rewards.judge_backend=local --config.rewards.local_judge.path=...).
+--config.problems.path=...; the training judge is a local Qwen2.5-14B-Instruct
+(section 5.4): --config.rewards.local_judge.path=... (or an OpenAI-compatible
+endpoint: --config.rewards.judge_backend=openai --config.rewards.openai.model=...,
+the key from $OPENAI_API_KEY).
 """
 from pedrl.experiments import base_config, rl_config, variants
 
@@ -27,6 +29,8 @@ def get_config(arg: str = "paper"):
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   c.problems.split = "train"
   c.rl = rl_config.rl_section()
+  if not v.tiny:  # Section 5.4: the training judge is a local Qwen2.5-14B-Instruct.
+    c.rewards.judge_backend = "local"
   think = v.think or getattr(v, "lam1.5_think") or v.hard_think
   hard = v.hard or v.hard_think or v.no_sol
   # The main runs think without tags; +think asks for tagged thinking (pedrl's instruction,

@@ -1,19 +1,29 @@
 r"""UCO (paper 000): per-turn r_t = r_progress + r_scaffold, turn-level GRPO advantages.
 
   python -m pedrl.experiments.uco --config=experiments/uco.py:tiny --workdir=/tmp/uco
-  python -m pedrl.experiments.uco --config=experiments/uco.py:tiny,lam=0.3 --workdir=/tmp/uco_lam
+  python -m pedrl.experiments.uco --config=experiments/uco.py:paper --workdir=/runs/uco \
+    --config.tutor.path=... --config.student.path=... --config.problems.path=... \
+    --config.rewards.uco.embedder=/models/bge-m3 \
+    --config.rewards.uco.oracle_model=gemini-2.5-pro --config.rewards.uco.oracle_base_url=... \
+    --config.rewards.uco.oracle_api_key_env=GEMINI_API_KEY
 
-Paper 000 section IV: lr 5e-6, B 16, G 4, T 10 turns, γ 0.95, λ 0.5, α 2.0,
-δ 0.7, c 0.2, KL 0.01, AdamW ε 1e-8 and weight decay 1e-4, n = 5 candidates,
-BGE embeddings. Ablations as variants (comma-separated, they combine):
-`no_scaffold`, `no_progress` (table III), `lam=0.1` … `lam=0.9` (table V),
-`alpha=1.0` … `alpha=3.0` (table VI), `delta=0.5` … `delta=0.9` (table VII),
-`c=0.1` … `c=0.5` (table VIII); the older `lam0.3` still parses. `tiny`: the testdata
-models, the reference oracle and the testdata BERT embedder, 3 steps on a CPU.
-The oracle: --config.rewards.uco.oracle=openai with --config.rewards.uco.oracle_model=...
+Paper 000 section IV: lr 5e-6, B 16, G 4, T = 10 tutor turns (eq. 1), γ 0.95,
+λ 0.5, α 2.0, δ 0.7, c 0.2, KL 0.01, advantage normalisation ε 1e-8, AdamW weight
+decay 1e-4, n = 5 candidates. Its oracle is an LLM (Gemini-2.5-Pro) on an OpenAI-compatible
+endpoint, which `paper` requires (the run stops before loading models without
+one); its embedder is BGE-M3 (ref. [37]), given by path. Dialogues open with the
+tutor (the state starts with its a_0) and use table XII's teacher and student
+prompts. Ablations as variants (comma-separated, they combine): `no_scaffold`,
+`no_progress` (table III), `lam=0.1` … `lam=0.9` (table V), `alpha=1.0` …
+`alpha=3.0` (table VI), `delta=0.5` … `delta=0.9` (table VII), `c=0.1` … `c=0.5`
+(table VIII); the older `lam0.3` still parses. `tiny`: the testdata models, the
+offline reference oracle (`--config.rewards.uco.oracle=reference`, fixed
+templates) and the testdata BERT embedder, 3 steps on a CPU.
 """
 from pedrl.experiments import base_config, rl_config, variants
 
+# Paper 000: the tutor opens (guided) with table XII's teacher and student prompts.
+UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prompt="uco/student")
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool)
 
@@ -22,7 +32,10 @@ def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   c.batch_problems, c.group_size = 16, 4
-  c.rollout.max_turns = 10
+  # T = 10 tutor turns (eq. 1). Messages are not limited before that: tutor first, the 10th
+  # tutor message is the 19th.
+  c.rollout.update(max_tutor_turns=10, max_turns=2 * 10, **UCO_DIALOGUES)
+  c.rewards.uco.update(oracle="openai", embedder="")  # Both required: see the docstring.
   c.rewards.components = "uco:1"
   # λ, α, δ, c (UCOSettings) and γ (RewardSettings.gamma) default to paper 000's values.
   c.problems.split = "train"
@@ -37,7 +50,8 @@ def get_config(arg: str = "paper"):
     c.rewards.uco.progress_weight = 0.0
   if v.tiny:
     c.batch_problems, c.group_size = 2, 2
-    c.rollout.max_turns = 4
+    c.rollout.update(max_tutor_turns=2, max_turns=4)
+    c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
     c.problems.split = "all"
     rl_config.tiny(c)
   return c

@@ -35,7 +35,9 @@ def test_paper_protocols():
   t = _settings("thinking")  # Paper 001: GPT-4o-mini judges, the thinking-quality judge.
   assert t.judging.judges == "thinking" and t.openai["model"] == "gpt-4o-mini"
   assert t.rollout.thinking and t.rollout.tutor_prompt == "thinking/tutor_polya"
-  assert _settings("uco").rollout.max_turns == 10  # Paper 000 section IV, T = 10.
+  u = _settings("uco").rollout  # Paper 000 section IV: T = 10 tutor turns, tutor first.
+  assert (u.max_tutor_turns, u.scenario) == (10, "guided")
+  assert (u.tutor_prompt, u.student_prompt) == ("uco/teacher", "uco/student")  # Table XII.
 
 
 def test_reasoning_protocol():

@@ -197,10 +197,31 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
   return out
 
 
+def check_uco(s: settings_lib.RunSettings) -> None:
+  """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
+  o = s.oracle
+  if o.oracle not in ("openai", "local", "reference"):
+    raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
+                         "local, reference")
+  if o.oracle == "openai" and not o.oracle_model:
+    raise app.UsageError(
+        "UCO's oracle is an LLM on an OpenAI-compatible endpoint (paper 000 used "
+        "Gemini-2.5-Pro); give --config.rewards.uco.oracle_model=NAME and, unless it is "
+        "the judges' endpoint, --config.rewards.uco.oracle_base_url=URL and "
+        "--config.rewards.uco.oracle_api_key_env=VAR; or --config.rewards.uco.oracle=local "
+        "(the local judge model) or =reference (fixed offline stand-ins, smoke tests only)")
+  if not o.embedder:
+    raise app.UsageError(
+        "UCO's semantic score needs an embedder: --config.rewards.uco.embedder=DIR (BGE-M3 "
+        "in paper 000, whose δ = 0.7 was tuned on it), or =minilm for offline runs")
+
+
 def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
   """Every checkpoint directory the config names exists, before anything loads. A job
   without dialogues (the reasoning benchmarks) needs only the tutor."""
   rewards, o = s.rewards, s.oracle
+  if dialogues and "uco" in rewards.names:
+    check_uco(s)
   flags = {f"{side}.path": getattr(s, side).path
            for side in (("tutor", "student") if dialogues else ("tutor",))
            if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}

