@@ -1,4 +1,6 @@
-"""`python -m pedrl.tools.check_parity` on checkpoints built here and on the testdata decoders."""
+"""`python -m pedrl.tools.check_parity` on checkpoints built here and on the testdata models."""
+import os
+import shutil
 import subprocess
 import sys
 
@@ -6,6 +8,7 @@ import pytest
 import transformers
 
 import reference
+from pedrl.models import bert
 from pedrl.models import config as model_config
 from pedrl.tools import check_parity
 
@@ -44,6 +47,24 @@ def test_sequence_classifier_and_clear_error_for_generate(tmp_path):
   assert "task=seq_cls" in lines[0]
   rc, _, err = run_tool(f"--hf_dir={tmp_path}", "--generate=4")
   assert rc != 0 and "--generate needs a causal_lm checkpoint" in err
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_embed_also_compares_vectors_pooled_as_the_embedder_pools(testdata, tmp_path, monkeypatch,
+                                                                  pooling):
+  path = testdata("bert")
+  if pooling == "mean":  # A sentence-transformers pooling config asks for the mean.
+    path = str(tmp_path / "bert")
+    shutil.copytree(testdata("bert"), path)
+    os.makedirs(os.path.join(path, "1_Pooling"))
+    with open(os.path.join(path, "1_Pooling", "config.json"), "w") as f:
+      f.write('{"pooling_mode_mean_tokens": true}')
+  modes = []
+  monkeypatch.setattr(bert, "pool", lambda h, m, mode, pool=bert.pool: modes.append(mode) or
+                      pool(h, m, mode))
+  result = check_parity.compare(path)
+  assert modes == [pooling] and result["task"] == "embed"
+  assert result["max_abs_logit_diff"] <= 1e-4 and result["max_abs_pooled_diff"] <= 1e-4
 
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen2_tied", "qwen3", "llama3"])

@@ -1,4 +1,4 @@
-"""Model ports: Qwen2/2.5, Qwen3 and Llama 3.x decoders, and a BERT encoder."""
+"""Model ports: Qwen2/2.5, Qwen3 and Llama 3.x decoders, and BERT / XLM-RoBERTa encoders."""
 from pedrl.models.config import ModelConfig, from_hf
 from pedrl.models.hf_checkpoint import build_model, load_params, save_params
 

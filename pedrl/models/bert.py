@@ -1,8 +1,12 @@
-"""BERT encoder (BGE-*-en-v1.5, all-MiniLM-L6-v2) for sentence embeddings.
+"""BERT and XLM-RoBERTa encoders for sentence embeddings (BGE-*-en-v1.5, MiniLM, BGE-M3).
 
 Post-LayerNorm blocks, absolute position embeddings, bidirectional attention.
-Positions are counted over real tokens, which equals transformers for the
-right-padded batches BERT tokenizers produce.
+Positions are counted over real tokens (the attention mask). For BERT that
+equals transformers' arange on the right-padded batches its tokenizers produce.
+XLM-R numbers real tokens from pad_token_id + 1 and puts padding at
+pad_token_id; transformers finds the real tokens by `input_ids != pad_token_id`
+rather than by the mask, which agrees whenever padding holds the pad id and
+text never does (as its tokenizer guarantees).
 """
 import flax.linen as nn
 import jax
@@ -48,15 +52,21 @@ class Bert(nn.Module):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     if cfg.hidden_act not in ACTIVATIONS:
       raise ValueError(f"BERT hidden_act {cfg.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
-    if tokens.shape[1] > cfg.max_position_embeddings:
-      raise ValueError(f"{tokens.shape[1]} tokens exceed the encoder's "
-                       f"{cfg.max_position_embeddings} positions; truncate the input")
+    if tokens.shape[1] > cfg.max_tokens:
+      offset = (f" (max_position_embeddings={cfg.max_position_embeddings} less the offset "
+                f"{cfg.position_offset})" if cfg.position_offset else "")
+      raise ValueError(f"{tokens.shape[1]} tokens exceed the encoder's {cfg.max_tokens} "
+                       f"positions{offset}; truncate the input")
     mask = mask.astype(bool)
-    if token_types is None:
+    if token_types is None:  # XLM-R has one token type; BERT's single segment is type 0.
       token_types = jnp.zeros_like(tokens)
+    if cfg.position_offset:
+      pos = jnp.cumsum(mask, 1, dtype=jnp.int32) * mask + cfg.position_offset - 1
+    else:
+      pos = positions_from_mask(mask)
     emb = lambda n, name: nn.Embed(n, cfg.hidden_size, dtype=dtype, param_dtype=dtype, name=name)
     x = (emb(cfg.vocab_size, "word")(tokens)
-         + emb(cfg.max_position_embeddings, "position")(positions_from_mask(mask))
+         + emb(cfg.max_position_embeddings, "position")(pos)
          + emb(cfg.type_vocab_size, "token_type")(token_types))
     x = nn.LayerNorm(cfg.norm_eps, dtype=dtype, param_dtype=dtype, name="embed_norm")(x)
     attn_mask = jnp.broadcast_to(mask[:, None, :], (mask.shape[0], mask.shape[1], mask.shape[1]))

@@ -12,7 +12,7 @@ from typing import Any
 from absl import logging
 
 DECODER_TYPES = ("qwen2", "qwen3", "llama")
-ENCODER_TYPES = ("bert",)
+ENCODER_TYPES = ("bert", "xlm-roberta")
 SUPPORTED_TYPES = DECODER_TYPES + ENCODER_TYPES
 TASKS = ("causal_lm", "seq_cls", "embed")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -47,9 +47,12 @@ class ModelConfig:
   rope_scaling: tuple = ()
   # seq_cls head width (Ped-RM has 1 label).
   num_labels: int = 0
-  # Encoder (BERT) fields.
+  # Encoder (BERT, XLM-RoBERTa) fields.
   type_vocab_size: int = 0
   hidden_act: str = "silu"
+  # XLM-R (fairseq) numbers real tokens from pad_token_id + 1 and gives padding
+  # pad_token_id, so the table's first position_offset rows never hold a real token.
+  position_offset: int = 0
   # Token ids, used by samplers and the sequence-classification head.
   pad_token_id: int | None = None
   bos_token_id: int | None = None
@@ -68,6 +71,11 @@ class ModelConfig:
   @property
   def is_decoder(self) -> bool:
     return self.model_type in DECODER_TYPES
+
+  @property
+  def max_tokens(self) -> int:
+    """Longest input the position table covers (514 XLM-R rows hold 512 tokens)."""
+    return self.max_position_embeddings - self.position_offset
 
   @property
   def rope_scaling_dict(self) -> dict[str, Any]:
@@ -161,6 +169,27 @@ def _all_eos_ids(ckpt_dir: str, hf) -> tuple:
   return tuple(ids)
 
 
+def _encoder_config(hf, path: str, common: dict) -> ModelConfig:
+  """BERT and XLM-RoBERTa: the same blocks; XLM-R offsets its positions past the pad id."""
+  if getattr(hf, "position_embedding_type", "absolute") != "absolute":
+    raise ConfigError(f"{path}: only absolute encoder position embeddings are supported.")
+  if getattr(hf, "is_decoder", False):
+    # transformers then masks attention causally; pedrl's encoder is bidirectional only.
+    raise ConfigError(f"{path}: is_decoder=true (causal attention) is not supported for encoders.")
+  offset = 0
+  if common["model_type"] == "xlm-roberta":
+    if hf.pad_token_id is None:
+      raise ConfigError(f"{path}: XLM-RoBERTa needs pad_token_id (positions start past it).")
+    offset = hf.pad_token_id + 1
+    if hf.max_position_embeddings <= offset:
+      raise ConfigError(f"{path}: max_position_embeddings={hf.max_position_embeddings} leaves "
+                        f"no positions past the offset {offset} (pad_token_id + 1).")
+  return ModelConfig(
+      num_kv_heads=hf.num_attention_heads, head_dim=hf.hidden_size // hf.num_attention_heads,
+      norm_eps=hf.layer_norm_eps, type_vocab_size=hf.type_vocab_size, position_offset=offset,
+      qkv_bias=True, o_bias=True, mlp_bias=True, **common)
+
+
 def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
   """Reads `ckpt_dir/config.json` into a ModelConfig.
 
@@ -203,14 +232,8 @@ def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
       bos_token_id=getattr(hf, "bos_token_id", None),
       eos_token_ids=_all_eos_ids(ckpt_dir, hf),
       hf_config_json=json.dumps(raw), **runtime)
-  if model_type == "bert":
-    if getattr(hf, "position_embedding_type", "absolute") != "absolute":
-      raise ConfigError(f"{path}: only absolute BERT position embeddings are supported.")
-    return ModelConfig(
-        num_kv_heads=hf.num_attention_heads,
-        head_dim=hf.hidden_size // hf.num_attention_heads,
-        norm_eps=hf.layer_norm_eps, type_vocab_size=hf.type_vocab_size,
-        qkv_bias=True, o_bias=True, mlp_bias=True, **common)
+  if model_type in ENCODER_TYPES:
+    return _encoder_config(hf, path, common)
 
   if hf.hidden_act != "silu":
     raise ConfigError(f"{path}: decoder hidden_act {hf.hidden_act!r}; pedrl expects 'silu'.")

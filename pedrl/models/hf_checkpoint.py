@@ -164,9 +164,10 @@ def _layer_of(path: str):
 
 
 def _resolve(names: dict, cfg: ModelConfig, available) -> dict:
-  """Adds the base-model prefix ('model.', 'bert.' or none) found in the files."""
+  """Adds the base-model prefix found in the files: none for a bare *Model (BGE-M3's
+  XLMRobertaModel), 'model.', 'bert.' or 'roberta.' under a task head."""
   probe = "embed_tokens.weight" if cfg.is_decoder else "embeddings.word_embeddings.weight"
-  prefix = next((p for p in ("", "model.", "bert.") if p + probe in available), None)
+  prefix = next((p for p in ("", "model.", "bert.", "roberta.") if p + probe in available), None)
   if prefix is None:
     raise CheckpointError(f"no tensor named like '*{probe}': not a {cfg.model_type} checkpoint?")
   out = {}

