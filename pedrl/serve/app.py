@@ -107,7 +107,7 @@ def make_app(batcher: Batcher, tokenizer, settings: ServeSettings, chat=None) ->
   async def models():
     card = Model(id=settings.served_name, created=int(time.time()), object="model",
                  owned_by="pedrl")
-    return {"object": "list", "data": [card.model_dump()]}
+    return {"object": "list", "data": [card.model_dump(exclude_none=True)]}
 
   @app.post("/v1/completions")
   async def completions(req: protocol.CompletionRequest):

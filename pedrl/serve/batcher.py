@@ -2,12 +2,12 @@
 
 Requests wait in a bounded queue (full: the caller answers 503). The engine
 thread takes the first, gathers more for up to `window_s` or until `max_rows`
-sampled rows, and groups them by what a sampling call compiles: temperature,
-top-k, top-p and stop strings; each group is one `Sampler.generate` call whose
-rows keep their own prompts, seeds and token limits (the call decodes to the
-group's largest limit, bucketed to a power of two, and each row is cut at its
-own). The batch is padded to a power of two, so a long-running server compiles a
-handful of programs. Log-probs (`logprobs`, `echo`) come from one teacher-forced
+sampled rows, and groups them by stop strings (a sampler's stop table); each
+group is one `Sampler.generate` call whose rows keep their own prompts, seeds,
+temperature, top-k, top-p (`RowSampling`, traced, so any mix shares a program)
+and token limits (the call decodes to the group's largest limit, bucketed to a
+power of two, and each row is cut at its own). The batch is padded to a power
+of two, so a long-running server compiles a handful of programs. Log-probs (`logprobs`, `echo`) come from one teacher-forced
 pass over prompt and completion (`scoring.token_alternatives`).
 """
 import concurrent.futures
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import streams
-from pedrl.engine import Sampler, SamplingParams, scoring, stops as stops_lib
+from pedrl.engine import RowSampling, Sampler, SamplingParams, scoring, stops as stops_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Ask:
 
   @property
   def group(self) -> tuple:
-    return (self.temperature, self.top_k, self.top_p, self.stop)
+    return self.stop
 
 
 @dataclasses.dataclass
@@ -90,10 +90,13 @@ class Engine:
     padded = _pow2(len(rows))
     rows += [rows[0]] * (padded - len(rows))
     keys = jnp.concatenate([keys, jnp.repeat(keys[:1], padded - len(keys), axis=0)])
-    sp = SamplingParams(new, temperature=first.temperature, top_k=max(first.top_k, 0),
-                        top_p=first.top_p)
+    per_row = lambda field: [getattr(a, field) for a in asks for _ in range(a.n)]
+    rows_sampling = RowSampling.of(
+        *(np.resize(per_row(f), padded) for f in ("temperature", "top_k", "top_p")))
+    rows_sampling = rows_sampling.replace(top_k=jnp.maximum(rows_sampling.top_k, 0))
+    sp = SamplingParams(new)  # Its temperature (1) is the one the log-probs would use.
     sampler = self.sampler(first.stop)
-    gen, _ = sampler.generate(self.params, rows, keys, sp)
+    gen, _ = sampler.generate(self.params, rows, keys, sp, rows_sampling=rows_sampling)
     self.calls += 1
     out, i = [], 0
     for a in asks:
