@@ -60,7 +60,8 @@ def serve(path: str):
 
 def main(argv):
   del argv
-  logging.getLogger("httpx").setLevel(logging.WARNING)  # One INFO line per request otherwise.
+  for name in ("httpx", "httpx2"):  # One INFO line per request otherwise.
+    logging.getLogger(name).setLevel(logging.WARNING)
   import openai
   import torch
   import transformers
