@@ -5,6 +5,7 @@ import shutil
 import socket
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 
@@ -165,15 +166,20 @@ def test_concurrent_requests_share_engine_calls(client, served):
   assert batcher.engine.calls - calls < 32
 
 
-def _request(url, body=None):
-  """(status, parsed JSON body) of a raw request: GET without a body, else POST."""
+def _request_full(url, body=None):
+  """(status, headers, parsed JSON body) of a raw request: GET without a body, else POST."""
   data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
   request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
   try:
     with urllib.request.urlopen(request, timeout=60) as r:
-      return r.status, json.loads(r.read())
+      return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read())
   except urllib.error.HTTPError as e:
-    return e.code, json.loads(e.read())
+    return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read())
+
+
+def _request(url, body=None):
+  code, _, reply = _request_full(url, body)
+  return code, reply
 
 
 @pytest.mark.parametrize("body, status, param", [
@@ -247,3 +253,49 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
   assert stats["requests"] >= 4 and stats["replies"] >= 4
   assert not any(k.startswith("api_errors") for k in stats)
   assert all(all(v) for v in judged.verdicts[0].filled.values())
+
+
+@pytest.mark.parametrize("mode", ["completion", "chat"])
+def test_mathtutorbench_policies_get_the_same_replies_served_or_local(served, monkeypatch, mode):
+  """The benchmark's model under test as a pedrl server (EndpointPolicy, asking as the
+  harness asks its server) answers what the same model answers in process (ModelPolicy)."""
+  from pedrl.env import party as party_lib
+  from pedrl.eval.mathtutorbench import runner
+  monkeypatch.setenv("PEDRL_TEST_KEY", "unused")
+  bench = runner.BenchSettings(mode=mode, max_new_tokens=12)
+  local = runner.ModelPolicy(party_lib.load(MODEL, SamplingParams(12), scan_layers=False), bench)
+  remote = runner.EndpointPolicy(backends.OpenAIBackend(
+      model=NAME, base_url=served[0], api_key_env="PEDRL_TEST_KEY", temperature=0.0,
+      max_tokens=12, max_tries=1), bench)
+  stop = ["Student:", "?"]
+  assert remote(PROMPTS, stop, [0, 1, 2]) == local(PROMPTS, stop, [0, 1, 2])
+
+
+def test_a_full_queue_answers_503_with_retry_after():
+  """No request waits behind an unbounded queue: past `max_queue` the server says when
+  to come back (an engine stand-in that takes a second per call)."""
+  from pedrl.serve import app as app_lib
+  from pedrl.serve.batcher import Batcher, Sample
+
+  class Slow:
+    context, calls = 1024, 0
+    model = types.SimpleNamespace(cfg=types.SimpleNamespace(vocab_size=1000))
+
+    def sample(self, asks):
+      time.sleep(1.0)
+      return [[Sample([5], "ok", "length")] * a.n for a in asks]
+
+  tokenizer = lambda text: {"input_ids": [1, 2, 3]}
+  app = app_lib.make_app(Batcher(Slow(), max_rows=1, window_s=0.0, max_queue=1), tokenizer,
+                         app_lib.ServeSettings(served_name=NAME))
+  url, stop = _serve(app)
+  try:
+    body = {"model": NAME, "prompt": "x", "max_tokens": 1}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+      answers = list(pool.map(lambda _: _request_full(url + "/completions", body), range(6)))
+  finally:
+    stop()
+  codes = sorted(code for code, _, _ in answers)
+  assert codes[0] == 200 and codes[-1] == 503
+  busy = [(headers, reply) for code, headers, reply in answers if code == 503]
+  assert all(h.get("retry-after") == "1" and r["error"]["type"] == "server_error" for h, r in busy)
