@@ -1,28 +1,25 @@
 """The OpenAI-compatible server, through the real `openai` client, on the testdata Qwen2."""
 import concurrent.futures
+import json
 import os
 import shutil
-import socket
-import threading
 import time
 import types
 import urllib.error
 import urllib.request
 
-import json
 import numpy as np
 import openai
 import pytest
 
 pytest.importorskip("fastapi")
-import uvicorn
 
 import reference
 from jobs import ROOT
 from pedrl.engine import Sampler, SamplingParams
 from pedrl.env import chat as chat_lib, dialogue
 from pedrl.rewards import asking, backends, judging
-from pedrl.serve.server import build
+from pedrl.serve import server
 from pedrl.streams import sequence_keys
 
 MODEL = os.path.join(ROOT, "testdata", "models", "qwen2")
@@ -30,27 +27,10 @@ NAME = "tiny-qwen"
 PROMPTS = ["The tutor asks: what is 3 + 4?", "Step 1: add the tens.", "Hello"]
 
 
-def _serve(app):
-  """Runs `app` on a free local port in a thread; returns (base URL, stop)."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-  thread = threading.Thread(target=server.run, daemon=True)
-  thread.start()
-  while not server.started:
-    time.sleep(0.02)
-
-  def stop():
-    server.should_exit = True
-    thread.join(10)
-  return f"http://127.0.0.1:{port}/v1", stop
-
-
 @pytest.fixture(scope="module")
 def served():
-  app, batcher = build(MODEL, served_name=NAME, window_s=0.05)
-  url, stop = _serve(app)
+  app, batcher = server.build(MODEL, served_name=NAME, window_s=0.05)
+  url, stop = server.start(app)
   yield url, batcher
   stop()
 
@@ -202,8 +182,8 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(served, cli
 
 def test_bearer_token_and_a_client_that_leaves(monkeypatch, served, client):
   monkeypatch.setenv("PEDRL_TEST_KEY", "s3cret")
-  app, _ = build(MODEL, served_name=NAME, api_key_env="PEDRL_TEST_KEY")
-  url, stop = _serve(app)
+  app, _ = server.build(MODEL, served_name=NAME, api_key_env="PEDRL_TEST_KEY")
+  url, stop = server.start(app)
   try:
     with pytest.raises(openai.AuthenticationError):
       openai.OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
@@ -233,8 +213,8 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
   config = json.loads((tmp_path / "long" / "config.json").read_text())
   (tmp_path / "long" / "config.json").write_text(json.dumps(config | {
       "max_position_embeddings": 4096}))
-  app, _ = build(str(tmp_path / "long"), served_name=NAME)
-  url, stop = _serve(app)
+  app, _ = server.build(str(tmp_path / "long"), served_name=NAME)
+  url, stop = server.start(app)
   monkeypatch.setenv("PEDRL_JUDGE_KEY", "unused")
   backend = backends.OpenAIBackend(model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY",
                                    max_tokens=16, max_tries=1)
@@ -288,7 +268,7 @@ def test_a_full_queue_answers_503_with_retry_after():
   tokenizer = lambda text: {"input_ids": [1, 2, 3]}
   app = app_lib.make_app(Batcher(Slow(), max_rows=1, window_s=0.0, max_queue=1), tokenizer,
                          app_lib.ServeSettings(served_name=NAME))
-  url, stop = _serve(app)
+  url, stop = server.start(app)
   try:
     body = {"model": NAME, "prompt": "x", "max_tokens": 1}
     with concurrent.futures.ThreadPoolExecutor(6) as pool:

@@ -9,8 +9,8 @@ pytest.importorskip("fastapi")
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval import tasks as lm_tasks
 
-from test_serve import MODEL, NAME, _serve
-from pedrl.serve.server import build
+from test_serve import MODEL, NAME
+from pedrl.serve import server
 
 ROWS = [
     {"question": "2 + 2 =", "choices": [" 4", " 5", " 22"], "answer": 0},
@@ -51,8 +51,8 @@ def test_local_completions_runs_loglikelihood_and_generate_until(tmp_path, monke
   data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
   for name, body in (("pedrl_choice", CHOICE), ("pedrl_generate", GENERATE)):
     (tmp_path / f"{name}.yaml").write_text(TASK.format(name=name, data=data) + body.format())
-  app, batcher = build(MODEL, served_name=NAME)
-  url, stop = _serve(app)
+  app, batcher = server.build(MODEL, served_name=NAME)
+  url, stop = server.start(app)
   try:
     out = lm_eval.simple_evaluate(
         model="local-completions",

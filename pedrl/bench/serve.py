@@ -21,9 +21,7 @@ sequential tokens per second.
 import concurrent.futures
 import logging
 import os
-import socket
 import tempfile
-import threading
 import time
 
 from absl import app, flags
@@ -40,22 +38,10 @@ flags.DEFINE_bool("transformers", True, "Also time transformers' generate.")
 
 def serve(path: str):
   """(base URL, batcher, stop) of a pedrl server for `path` on a free local port."""
-  import uvicorn
-  from pedrl.serve.server import build
-  api, batcher = build(path, served_name="bench", window_s=0.02, max_rows=FLAGS.requests)
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="error"))
-  thread = threading.Thread(target=server.run, daemon=True)
-  thread.start()
-  while not server.started:
-    time.sleep(0.05)
-
-  def stop():
-    server.should_exit = True
-    thread.join(10)
-  return f"http://127.0.0.1:{port}/v1", batcher, stop
+  from pedrl.serve import server
+  api, batcher = server.build(path, served_name="bench", window_s=0.02, max_rows=FLAGS.requests)
+  url, stop = server.start(api)
+  return url, batcher, stop
 
 
 def main(argv):

@@ -1,6 +1,9 @@
 """Building a server: a model (a checkpoint directory or a training run's tutor), its
 engine and batcher, and the API over them. `python -m pedrl.serve` runs it."""
 import os
+import socket
+import threading
+import time
 
 from absl import logging
 
@@ -30,3 +33,25 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
   settings.setdefault("served_name", os.path.basename(os.path.normpath(workdir or model_dir)))
   batcher = Batcher(Engine(model, params, tokenizer), **batching)
   return app_lib.make_app(batcher, tokenizer, app_lib.ServeSettings(**settings), chat), batcher
+
+
+def start(api, host: str = "127.0.0.1", port: int = 0) -> tuple[str, object]:
+  """Serves `api` from a background thread (tests, benchmarks, notebooks); port 0 picks
+  a free one. Returns (base URL ending in /v1, stop())."""
+  import uvicorn
+  if not port:
+    with socket.socket() as s:
+      s.bind((host, 0))
+      port = s.getsockname()[1]
+  server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="error"))
+  thread = threading.Thread(target=server.run, daemon=True)
+  thread.start()
+  while not server.started:
+    if not thread.is_alive():
+      raise RuntimeError(f"the server did not start on {host}:{port}")
+    time.sleep(0.02)
+
+  def stop():
+    server.should_exit = True
+    thread.join(10)
+  return f"http://{host}:{port}/v1", stop
