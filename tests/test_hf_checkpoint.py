@@ -47,6 +47,11 @@ def test_save_round_trip_reproduces_transformers_logits(testdata, tmp_path, name
   # And pedrl reads its own export back to the same params.
   _, _, again = models.load(out)
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
+  # Every file gets the process umask's mode (a group can read an export), not safetensors' 0600.
+  umask = os.umask(0)
+  os.umask(umask)
+  modes = {f: os.stat(os.path.join(out, f)).st_mode & 0o777 for f in os.listdir(out)}
+  assert set(modes.values()) == {0o666 & ~umask}, modes
 
 
 def test_unrolled_layout_loads_and_exports_the_same_tensors(testdata, tmp_path):

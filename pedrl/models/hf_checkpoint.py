@@ -13,6 +13,7 @@ name, for each pedrl leaf, its transformers tensor.
 import contextlib
 import json
 import os
+import shutil
 import re
 
 import jax
@@ -290,23 +291,24 @@ def save_params(params, cfg: ModelConfig, out_dir: str, max_shard_bytes: int = 4
     size += x.nbytes
   shards.append(current)
   meta = {"format": "pt"}  # transformers refuses files without it.
-  if len(shards) == 1:
-    save_file(shards[0], os.path.join(out_dir, SINGLE_FILE), metadata=meta)
-  else:
-    weight_map, total = {}, 0
-    for n, shard in enumerate(shards):
-      fname = f"model-{n + 1:05d}-of-{len(shards):05d}.safetensors"
-      save_file(shard, os.path.join(out_dir, fname), metadata=meta)
-      weight_map.update({k: fname for k in shard})
-      total += sum(x.nbytes for x in shard.values())
+  names = ([SINGLE_FILE] if len(shards) == 1 else
+           [f"model-{n + 1:05d}-of-{len(shards):05d}.safetensors" for n in range(len(shards))])
+  for fname, shard in zip(names, shards):
+    save_file(shard, os.path.join(out_dir, fname), metadata=meta)
+  if len(shards) > 1:
+    weight_map = {k: fname for fname, shard in zip(names, shards) for k in shard}
+    total = sum(x.nbytes for shard in shards for x in shard.values())
     with open(os.path.join(out_dir, INDEX_FILE), "w") as f:
       json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
   hf_config = json.loads(cfg.hf_config_json)
   if not hf_config:
     raise CheckpointError("cfg has no hf_config_json: build it with config.from_hf.")
   hf_config["torch_dtype"] = hf_config["dtype"] = cfg.dtype
-  with open(os.path.join(out_dir, "config.json"), "w") as f:
+  config_path = os.path.join(out_dir, "config.json")
+  with open(config_path, "w") as f:
     json.dump(hf_config, f, indent=2)
+  for fname in names:  # safetensors writes 0600; give the weights the umask's mode, as open() does.
+    shutil.copymode(config_path, os.path.join(out_dir, fname))
 
 
 def tensor_names(ckpt_dir: str) -> list[str]:
