@@ -37,7 +37,16 @@ def straight(tmp_path_factory):
   done = subprocess.run(_cmd("pedagogical_rl", workdir, *ARGS), cwd=ROOT, env=_env(),
                         capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
+  (workdir.parent / "straight_stderr.txt").write_text(done.stderr)
   return workdir
+
+
+def test_a_tiny_run_is_quiet_at_the_default_verbosity(straight):
+  """No jax TPU probe, orbax or httpx INFO lines (pedrl.logs); its own lines remain."""
+  err = (straight.parent / "straight_stderr.txt").read_text()
+  assert "Unable to initialize backend" not in err and "/orbax/" not in err
+  assert "orbax" not in err.lower() and "HTTP Request" not in err
+  assert "rows loaded" in err
 
 
 def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_path):

@@ -16,10 +16,11 @@ size (1.0: allocation costs nothing).
 """
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 import numpy as np
 
+from pedrl import logs
 from pedrl.bench import hlo
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 from pedrl.models.config import ModelConfig
@@ -89,4 +90,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -14,8 +14,9 @@ import json
 import os
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags
 
+from pedrl import logs
 from pedrl.experiments import train
 
 flags.DEFINE_integer("steps", 30, "GRPO steps.")
@@ -45,7 +46,6 @@ def config(steps: int, lr: float, max_tutor_share: float = 0.5):
 
 def main(argv):
   del argv
-  logging.get_absl_handler().addFilter(train.QuietOrbax())
   c = config(FLAGS.steps, FLAGS.lr, FLAGS.max_tutor_share)
   run, writer, ckpt = train.build(c, FLAGS.workdir, "pedrl.bench.learning")
   run.run()
@@ -62,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -29,9 +29,10 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 
+from pedrl import logs
 from pedrl.bench import timing
 from pedrl.engine import SamplingParams
 from pedrl.env import chat, party as party_lib, prompts, rollout
@@ -308,4 +309,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -20,10 +20,11 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 import numpy as np
 
+from pedrl import logs
 from pedrl import models
 from pedrl.bench import roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
@@ -192,4 +193,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -24,9 +24,10 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 import numpy as np
 
+from pedrl import logs
 from pedrl.bench import rollout as bench_rollout  # Also defines --size and --repeats.
 
 FLAGS = flags.FLAGS
@@ -118,4 +119,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

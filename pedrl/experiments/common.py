@@ -10,7 +10,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from pedrl import distributed
+from pedrl import distributed, logs
 from pedrl.engine.scoring import Scorer
 from pedrl.env import problems as problems_lib, solving
 from pedrl.env.dialogue import RecordError
@@ -47,6 +47,7 @@ def exits_cleanly(main):
   """Wraps an entry point's main: expected errors end it with `error: …` and an exit code."""
   @functools.wraps(main)
   def wrapped(argv):
+    logs.quiet()  # Also when a main is called in process, not through logs.run.
     try:
       return main(argv)
     except EXPECTED_ERRORS as e:

@@ -22,6 +22,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from pedrl import distributed, streams
+from pedrl import logs
 from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
@@ -251,4 +252,4 @@ def summary_keys(metrics: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -22,6 +22,7 @@ import time
 
 from absl import app, flags, logging
 
+from pedrl import logs
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
@@ -177,4 +178,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -19,10 +19,11 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from tqdm import tqdm
 
 from pedrl import distributed, stopping
+from pedrl import logs
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
@@ -204,4 +205,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -2,9 +2,8 @@ r"""GRPO training with the rewards of PedagogicalRL-Thinking (paper 001).
 
   python -m pedrl.experiments.thinking --config=experiments/thinking.py:tiny --workdir=/tmp/thinking
 """
-from absl import app
-
+from pedrl import logs
 from pedrl.experiments import train
 
 if __name__ == "__main__":
-  app.run(train.main)
+  logs.run(train.main)

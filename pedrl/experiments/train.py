@@ -9,7 +9,6 @@ metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
 """
 import dataclasses
 import json
-import logging as std_logging
 import math
 import os
 import sys
@@ -18,6 +17,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
+from pedrl import logs
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exit_on_signal, exits_cleanly, load_party, load_problems,
@@ -70,13 +70,6 @@ def check_config(s, mesh):
                          f"mesh's {shards} batch shards")
 
 
-class QuietOrbax(std_logging.Filter):
-  """Orbax logs every save step by step at INFO; keep its warnings only."""
-
-  def filter(self, record):
-    return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
-
-
 def build(c, workdir: str, config_name: str = "?"):
   """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint.
 
@@ -115,7 +108,6 @@ def build(c, workdir: str, config_name: str = "?"):
 @exits_cleanly
 def main(argv):
   del argv
-  logging.get_absl_handler().addFilter(QuietOrbax())
   distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
   c, workdir = FLAGS.config, FLAGS.workdir
   run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
@@ -140,4 +132,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

@@ -2,9 +2,8 @@ r"""GRPO training with the rewards of UCO (paper 000).
 
   python -m pedrl.experiments.uco --config=experiments/uco.py:tiny --workdir=/tmp/uco
 """
-from absl import app
-
+from pedrl import logs
 from pedrl.experiments import train
 
 if __name__ == "__main__":
-  app.run(train.main)
+  logs.run(train.main)

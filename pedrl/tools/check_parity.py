@@ -22,7 +22,9 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
+
+from pedrl import logs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("hf_dir", None, "Hugging Face checkpoint directory.", required=True)
@@ -171,4 +173,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)

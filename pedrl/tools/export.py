@@ -10,8 +10,9 @@ import os
 import shutil
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from pedrl import logs
 from pedrl.models import hf_checkpoint
 from pedrl.rl import checkpoint
 from pedrl.tokenizer import load_tokenizer
@@ -41,4 +42,4 @@ if __name__ == "__main__":  # Flags only for the command: the functions import c
   flags.DEFINE_string("workdir", None, "Training workdir.", required=True)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("out", None, "Output directory.", required=True)
-  app.run(main)
+  logs.run(main)

@@ -7,7 +7,9 @@ Needs matplotlib (`pip install "pedrl[plot]"`).
 import json
 import os
 
-from absl import app, flags
+from absl import flags
+
+from pedrl import logs
 
 
 PANELS = {
@@ -61,4 +63,4 @@ def main(argv):
 
 if __name__ == "__main__":  # Flags only for the command: the functions import cleanly.
   flags.DEFINE_string("workdir", None, "Training workdir with metrics.jsonl.", required=True)
-  app.run(main)
+  logs.run(main)

@@ -20,6 +20,7 @@ import sys
 
 from absl import app, flags, logging
 
+from pedrl import logs
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import results as bench_results
 
@@ -165,4 +166,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  logs.run(main)
