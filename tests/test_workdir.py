@@ -53,6 +53,31 @@ def test_a_workdir_from_before_run_json_is_judged_by_what_it_holds(tmp_path, in_
   assert (w / "run.json").exists()
 
 
+def test_run_json_records_each_start_and_config_json_has_absolute_paths(tmp_path, in_root):
+  import importlib.metadata
+  import subprocess
+  import jax
+  w = str(tmp_path / "w")
+  for _ in range(2):  # A start and a resume.
+    workdir.claim(w, _config(), "train", "experiments/pedagogical_rl.py:tiny")
+  record = json.load(open(os.path.join(w, "run.json")))
+  assert len(record["starts"]) == 2 and record["provenance"] == record["starts"][-1]
+  p = record["provenance"]
+  head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+  if head:  # Run from a clone (this checkout).
+    assert p["git_commit"] == head.strip() and isinstance(p["git_dirty"], bool)
+  assert p["versions"]["jax"] == jax.__version__
+  assert p["versions"]["transformers"] == importlib.metadata.version("transformers")
+  assert p["devices"]["count"] == jax.device_count() and p["started"].endswith("+00:00")
+  c = dialogue_config("tiny")
+  workdir.write_config(w, c)
+  saved = json.load(open(os.path.join(w, "config.json")))
+  root = os.getcwd()
+  assert saved["tutor"]["path"] == os.path.join(root, "testdata", "models", "qwen2")
+  assert saved["problems"]["path"] == os.path.join(root, c.problems.path)
+  assert saved["rollout"]["tutor_prompt"] == c.rollout.tutor_prompt  # Not a path: as given.
+
+
 def test_a_first_signal_is_a_stop_request_and_a_second_ctrl_c_stops_at_once():
   before = signal.getsignal(signal.SIGTERM)
   with stopping.StopRequest("the test") as stop:

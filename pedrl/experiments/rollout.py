@@ -130,6 +130,8 @@ def main(argv):
   s = read_settings(c)
   check_paths(s)
   workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)
+  if main_process:
+    workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()

@@ -98,8 +98,7 @@ def build(c, workdir: str, config_name: str = "?"):
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(c.to_json_best_effort(indent=2))
+    workdir_lib.write_config(workdir, c)
   logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
                t.steps, t.batch_problems, t.group_size)
   return run, writer, ckpt

@@ -1,16 +1,32 @@
-"""What a workdir holds, in WORKDIR/run.json, so a run never silently resumes another's.
+"""What a workdir holds, in WORKDIR/run.json, so a run never silently resumes another's,
+and where it came from.
 
 A rerun of the same command into the same workdir resumes it. A run whose job
 (training or rollouts), rewards, advantage or models differ from the recorded
 ones stops before any work, naming both; `--config.resume_mismatch=allow`
 takes the workdir over anyway (the record is then rewritten).
+
+run.json also keeps, for every start of the run (`starts`, the latest also as
+`provenance`): the time, command, directory, pedrl's git commit and whether the
+clone had local changes (when pedrl runs from a clone), the versions of pedrl
+and its key packages, and the devices and hosts. `config.json` holds the whole
+config with every existing relative path made absolute, so tools that read the
+workdir work from any directory.
 """
+import datetime
+import importlib.metadata
 import json
 import os
+import subprocess
+import sys
 
 from absl import logging
+import jax
 
 RECORD = "run.json"
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
+            "openai", "math-verify")
+_SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLICIES = ("refuse", "allow")
 
 
@@ -80,8 +96,61 @@ def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True
       logging.warning("%s; taking it over (resume_mismatch=allow)", message)
   if main_process:
     os.makedirs(workdir, exist_ok=True)
+    start = provenance()
+    starts = (have or {}).get("starts", []) + [start]
     with open(path, "w") as f:
-      json.dump({"config": config_name, "identity": want}, f, indent=2)
+      json.dump({"config": config_name, "identity": want, "provenance": start,
+                 "starts": starts}, f, indent=2)
+
+
+def _git(*args) -> str | None:
+  try:
+    out = subprocess.run(["git", "-C", _SOURCE, *args], capture_output=True, text=True,
+                         timeout=10)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(package: str) -> str | None:
+  try:
+    return importlib.metadata.version(package)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def provenance() -> dict:
+  """Where this start of a run came from: time, command, code, packages, devices."""
+  commit = _git("rev-parse", "HEAD") if os.path.isdir(os.path.join(_SOURCE, ".git")) else None
+  devices = jax.devices()
+  return {
+      "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "command": [sys.executable, *sys.argv], "cwd": os.getcwd(),
+      "git_commit": commit,
+      "git_dirty": None if commit is None else bool(_git("status", "--porcelain")),
+      "versions": {"python": sys.version.split()[0], "pedrl": _version("pedrl"),
+                   **{p: _version(p) for p in PACKAGES}},
+      "devices": {"platform": devices[0].platform, "kind": devices[0].device_kind,
+                  "count": len(devices), "processes": jax.process_count()}}
+
+
+_PATH_KEYS = ("path", "dir", "_file", "embedder", "workdir")  # How config keys naming paths end.
+
+
+def _absolute(tree, key: str = ""):
+  """The config tree with each path-named value that exists relative to here made absolute."""
+  if isinstance(tree, dict):
+    return {k: _absolute(v, k) for k, v in tree.items()}
+  if (isinstance(tree, str) and key.endswith(_PATH_KEYS) and tree and not os.path.isabs(tree)
+      and os.path.exists(tree)):
+    return os.path.abspath(tree)
+  return tree
+
+
+def write_config(workdir: str, config) -> None:
+  """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute."""
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump(_absolute(json.loads(config.to_json_best_effort())), f, indent=2)
 
 
 def config_name(argv) -> str:
