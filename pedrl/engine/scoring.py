@@ -160,11 +160,19 @@ def _with_alternatives(model, params, tokens, mask, k: int):
   return picked, top, ids
 
 
+@dataclasses.dataclass
+class Alternatives:
+  """A row's tokens 1..T-1: each one's log-prob and the k likeliest tokens at its place."""
+  logprobs: np.ndarray  # [T-1]
+  top_logprobs: np.ndarray  # [T-1, k]
+  top_ids: np.ndarray  # [T-1, k]
+
+
 def token_alternatives(model: Decoder, params, rows, k: int = 5, buckets=shapes.LENGTH_BUCKETS,
-                       max_logits_bytes: int = 1 << 30):
+                       max_logits_bytes: int = 1 << 30) -> list[Alternatives]:
   """Per row of token ids: each token's log-prob under the model (temperature 1) and the
   k most likely tokens at its place with theirs, for t >= 1 (what the OpenAI API's
-  `logprobs` reports). Returns [(picked [T-1], top values [T-1, k], top ids [T-1, k])].
+  `logprobs` reports).
   Rows are bucketed by length and run a few at a time, so the float32 logits stay
   within `max_logits_bytes`."""
   out = [None] * len(rows)
@@ -181,5 +189,5 @@ def token_alternatives(model: Decoder, params, rows, k: int = 5, buckets=shapes.
         model, params, jnp.asarray(tokens), jnp.asarray(mask), k))
     for j, i in enumerate(take):
       n = len(rows[i]) - 1
-      out[i] = (picked[j, :n], top[j, :n], ids[j, :n])
+      out[i] = Alternatives(picked[j, :n], top[j, :n], ids[j, :n])
   return out

@@ -176,7 +176,7 @@ def _logprobs(tokenizer, ask: Ask, sample) -> Logprobs:
   """The completions API's log-probs: per token its text, log-prob, top alternatives and
   offset in the returned text; with echo the prompt's tokens come first (the first
   has no log-prob)."""
-  picked, top, top_ids = sample.logprobs
+  lp = sample.logprobs
   ids = list(ask.prompt) + sample.tokens
   start = 0 if ask.echo else len(ask.prompt)
   pieces = [tokenizer.decode([t]) for t in ids[start:]]
@@ -190,10 +190,10 @@ def _logprobs(tokenizer, ask: Ask, sample) -> Logprobs:
       values.append(None)
       alternatives.append(None)
       continue
-    values.append(float(picked[t - 1]))
+    values.append(float(lp.logprobs[t - 1]))
     alternatives.append({tokenizer.decode([int(i)]): float(v)
-                         for i, v in zip(top_ids[t - 1, :ask.logprobs],
-                                         top[t - 1, :ask.logprobs])})
+                         for i, v in zip(lp.top_ids[t - 1, :ask.logprobs],
+                                         lp.top_logprobs[t - 1, :ask.logprobs])})
   # Constructed unvalidated: the API's first echoed token has null entries, which the
   # openai package's type does not declare.
   return Logprobs.model_construct(tokens=pieces, token_logprobs=values,

@@ -7,8 +7,9 @@ group is one `Sampler.generate` call whose rows keep their own prompts, seeds,
 temperature, top-k, top-p (`RowSampling`, traced, so any mix shares a program)
 and token limits (the call decodes to the group's largest limit, bucketed to a
 power of two, and each row is cut at its own). The batch is padded to a power
-of two, so a long-running server compiles a handful of programs. Log-probs (`logprobs`, `echo`) come from one teacher-forced
-pass over prompt and completion (`scoring.token_alternatives`).
+of two, so a long-running server compiles a handful of programs. Log-probs
+(`logprobs`, `echo`) come from one teacher-forced pass over prompt and
+completion (`scoring.token_alternatives`).
 """
 import concurrent.futures
 import dataclasses
@@ -48,7 +49,7 @@ class Sample:
   tokens: list  # Sampled ids behind the returned text (no stop token or stop string).
   text: str
   finish_reason: str  # "stop" or "length".
-  logprobs: tuple | None = None  # scoring.token_alternatives of prompt + tokens.
+  logprobs: scoring.Alternatives | None = None  # Of prompt + tokens.
 
 
 @dataclasses.dataclass
@@ -98,9 +99,9 @@ class Engine:
     sampler = self.sampler(first.stop)
     gen, _ = sampler.generate(self.params, rows, keys, sp, rows_sampling=rows_sampling)
     self.calls += 1
-    out, i = [], 0
+    out, i, sp = [], 0, sampler.with_stops(sp)
     for a in asks:
-      out.append([self._cut(gen, i + j, a, sampler.with_stops(sp)) for j in range(a.n)])
+      out.append([self._cut(gen, i + j, a, sp) for j in range(a.n)])
       i += a.n
     return out
 
@@ -122,8 +123,9 @@ class Engine:
       else:
         by_string = bool(gen.stopped[i])
     if by_string:  # Keep the tokens up to the one that completes the returned text.
-      keep = next(k for k in range(len(ids) + 1) if len(self.tokenizer.decode(ids[:k])) >= len(text))
-      ids = ids[:keep]
+      # The stop string ends within the last few tokens: search from the end.
+      while ids and len(self.tokenizer.decode(ids[:-1])) >= len(text):
+        ids = ids[:-1]
     return Sample(ids, text, reason)
 
   def alternatives(self, rows: list[list[int]], k: int) -> list:
