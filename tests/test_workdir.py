@@ -3,6 +3,7 @@ import json
 import os
 import signal
 
+import ml_collections
 import pytest
 
 from pedrl import stopping
@@ -87,3 +88,13 @@ def test_a_first_signal_is_a_stop_request_and_a_second_ctrl_c_stops_at_once():
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
   assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_config_is_never_written_over_a_checkpoints(tmp_path, testdata):
+  import shutil
+  model = tmp_path / "model"
+  shutil.copytree(testdata("qwen2"), model)
+  before = (model / "config.json").read_text()
+  with pytest.raises(workdir.WorkdirError, match="holds a model checkpoint"):
+    workdir.write_config(str(model), ml_collections.ConfigDict({"a": 1}))
+  assert (model / "config.json").read_text() == before

@@ -20,7 +20,7 @@ from absl import flags
 import jax
 import numpy as np
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.bench import hlo
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 from pedrl.models.config import ModelConfig
@@ -90,4 +90,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

@@ -10,13 +10,15 @@ Prints the mean reward of the first and last five steps and their difference;
 a run that learns ends clearly above its start. Not a test: it takes minutes
 on a CPU.
 """
+import importlib.util
 import json
 import os
 
 import numpy as np
 from absl import flags
+from tqdm import tqdm
 
-from pedrl import logs
+from pedrl import cli, paths
 from pedrl.experiments import train
 
 flags.DEFINE_integer("steps", 30, "GRPO steps.")
@@ -27,13 +29,12 @@ FLAGS = flags.FLAGS
 
 
 def config(steps: int, lr: float, max_tutor_share: float = 0.5):
-  import importlib.util
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  spec = importlib.util.spec_from_file_location(
-      "ped_config", os.path.join(root, "experiments", "pedagogical_rl.py"))
+  path = os.path.join(paths.repo_root(), "experiments", "pedagogical_rl.py")
+  spec = importlib.util.spec_from_file_location("ped_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   c = module.get_config("tiny")
+  paths.resolve_config(c, paths.config_root(path))
   c.rewards.components = "pedagogy:1"
   c.solve.post_dialogue = False
   c.batch_problems, c.group_size = 2, 8
@@ -48,7 +49,8 @@ def main(argv):
   del argv
   c = config(FLAGS.steps, FLAGS.lr, FLAGS.max_tutor_share)
   run, writer, ckpt = train.build(c, FLAGS.workdir, "pedrl.bench.learning")
-  run.run()
+  with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="learning") as bar:
+    run.run(lambda step, m: (bar.update(1), bar.set_postfix(reward=f"{m['reward/total']:.3f}")))
   writer.close()
   ckpt.close()
   with open(os.path.join(FLAGS.workdir, "metrics.jsonl")) as f:
@@ -62,4 +64,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

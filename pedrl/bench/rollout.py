@@ -32,7 +32,7 @@ import time
 from absl import flags
 import jax
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.bench import timing
 from pedrl.engine import SamplingParams
 from pedrl.env import chat, party as party_lib, prompts, rollout
@@ -309,4 +309,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

@@ -24,7 +24,7 @@ from absl import flags
 import jax
 import numpy as np
 
-from pedrl import logs
+from pedrl import cli
 from pedrl import models
 from pedrl.bench import roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
@@ -193,4 +193,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

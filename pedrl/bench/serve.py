@@ -27,7 +27,7 @@ import time
 from absl import flags
 import numpy as np
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.bench import rollout as bench_rollout  # Also defines --size and --repeats.
 
 FLAGS = flags.FLAGS
@@ -119,4 +119,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

@@ -47,7 +47,7 @@ def exits_cleanly(main):
   """Wraps an entry point's main: expected errors end it with `error: …` and an exit code."""
   @functools.wraps(main)
   def wrapped(argv):
-    logs.quiet()  # Also when a main is called in process, not through logs.run.
+    logs.quiet()  # Also when a main is called in process, not through cli.run.
     try:
       return main(argv)
     except EXPECTED_ERRORS as e:

@@ -21,8 +21,7 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from pedrl import distributed, streams
-from pedrl import logs
+from pedrl import cli, distributed, streams
 from pedrl.env import rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
@@ -237,7 +236,7 @@ def main(argv):
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
-  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh)
+  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, FLAGS.config)
   if metrics is not None:
     for k in summary_keys(metrics):
       print(f"{k}={metrics[k]}")
@@ -252,4 +251,4 @@ def summary_keys(metrics: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

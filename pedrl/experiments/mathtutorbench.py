@@ -22,7 +22,7 @@ import time
 
 from absl import app, flags, logging
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
@@ -169,7 +169,7 @@ def main(argv):
                          "--config.tutor.endpoint.model (an OpenAI-compatible endpoint)")
   start = time.perf_counter()
   task = Bench(s, loaded)
-  metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh)
+  metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, FLAGS.config)
   if metrics is not None:
     for name, m in metrics["tasks"].items():
       logging.info("%s: %s", name, m)
@@ -178,4 +178,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

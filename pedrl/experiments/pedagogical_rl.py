@@ -2,8 +2,8 @@ r"""GRPO training with the rewards of PedagogicalRL (paper 003).
 
   python -m pedrl.experiments.pedagogical_rl --config=experiments/pedagogical_rl.py:tiny --workdir=/tmp/pedagogical_rl
 """
-from pedrl import logs
+from pedrl import cli
 from pedrl.experiments import train
 
 if __name__ == "__main__":
-  logs.run(train.main)
+  cli.run(train.main)

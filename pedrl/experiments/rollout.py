@@ -22,8 +22,7 @@ import numpy as np
 from absl import flags, logging
 from tqdm import tqdm
 
-from pedrl import distributed, stopping
-from pedrl import logs
+from pedrl import cli, distributed, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
@@ -207,4 +206,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

@@ -47,9 +47,12 @@ def api_counts(counts, **clients):
       counts.update({f"{name}/{k}": v - before[name].get(k, 0) for k, v in stats(c).items()})
 
 
-def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings):
+def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings,
+        config=None):
   """Runs this process's shard of `task`; the merged metrics when this shard finished
-  the workdir's last one, else None. Stopped by a signal, it exits (128 + signal)."""
+  the workdir's last one, else None. Stopped by a signal, it exits (128 + signal).
+  `config` (the job's ConfigDict) is written to WORKDIR/config.json with absolute
+  paths, and each shard's status records where its latest start came from."""
   main_process = distributed.is_main_process()
   i, n = shard.shard, shard.num_shards
   sizes = [task.sizes] if isinstance(task.sizes, int) else list(task.sizes)
@@ -69,11 +72,15 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
   counts = collections.Counter()
   if os.path.exists(status_path):
     counts.update(shards.read_json(status_path).get("counts", {}))
-  config = workdir_lib.config_name(sys.argv)
-  status = lambda finished_: {"protocol": protocol, "config": config, "shard": i,
+  name = workdir_lib.config_name(sys.argv)
+  start = workdir_lib.provenance() if main_process else None
+  status = lambda finished_: {"protocol": protocol, "config": name, "shard": i,
                               "batches": [j for j, _ in plan], "finished": finished_,
-                              "counts": dict(counts)}
+                              "counts": dict(counts), "provenance": start}
   if main_process:
+    if config is not None:  # Shards of one protocol differ in their shard fields only.
+      os.makedirs(workdir, exist_ok=True)
+      workdir_lib.write_config(workdir, config)
     shards.write_json(status_path, status(not todo))
   if done:
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", i, n,

@@ -2,8 +2,8 @@ r"""GRPO training with the rewards of PedagogicalRL-Thinking (paper 001).
 
   python -m pedrl.experiments.thinking --config=experiments/thinking.py:tiny --workdir=/tmp/thinking
 """
-from pedrl import logs
+from pedrl import cli
 from pedrl.experiments import train
 
 if __name__ == "__main__":
-  logs.run(train.main)
+  cli.run(train.main)

@@ -23,6 +23,8 @@ import sys
 from absl import logging
 import jax
 
+from pedrl import paths
+
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
             "openai", "math-verify")
@@ -134,23 +136,27 @@ def provenance() -> dict:
                   "count": len(devices), "processes": jax.process_count()}}
 
 
-_PATH_KEYS = ("path", "dir", "_file", "embedder", "workdir")  # How config keys naming paths end.
-
-
 def _absolute(tree, key: str = ""):
   """The config tree with each path-named value that exists relative to here made absolute."""
   if isinstance(tree, dict):
     return {k: _absolute(v, k) for k, v in tree.items()}
-  if (isinstance(tree, str) and key.endswith(_PATH_KEYS) and tree and not os.path.isabs(tree)
+  if (isinstance(tree, str) and key.endswith(paths.PATH_KEYS) and tree and not os.path.isabs(tree)
       and os.path.exists(tree)):
     return os.path.abspath(tree)
   return tree
 
 
 def write_config(workdir: str, config) -> None:
-  """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute."""
-  with open(os.path.join(workdir, "config.json"), "w") as f:
+  """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute;
+  through a renamed temporary file, since shards of an evaluation write it together."""
+  path = os.path.join(workdir, "config.json")
+  if architecture(workdir).get("model_type"):  # Never overwrite a checkpoint's config.
+    raise WorkdirError(f"{workdir} holds a model checkpoint (its config.json names a "
+                       "model_type); give the run its own --workdir")
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
     json.dump(_absolute(json.loads(config.to_json_best_effort())), f, indent=2)
+  os.replace(tmp, path)
 
 
 def config_name(argv) -> str:

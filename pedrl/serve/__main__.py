@@ -8,7 +8,7 @@ Bound to 127.0.0.1 unless --host says otherwise; --api_key_env=VAR asks every
 """
 from absl import app, flags
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.serve import server
 
 flags.DEFINE_string("model", None, "A Hugging Face checkpoint directory.")
@@ -44,4 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

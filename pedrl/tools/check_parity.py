@@ -22,9 +22,9 @@ import sys
 import time
 
 import numpy as np
-from absl import flags
+from absl import flags, logging
 
-from pedrl import logs
+from pedrl import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("hf_dir", None, "Hugging Face checkpoint directory.", required=True)
@@ -113,12 +113,16 @@ def pooled_diff(hf_dir: str, ours, ref, mask) -> float:
 def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> dict:
   """Runs both implementations; returns max_abs_logit_diff and, if asked, greedy_tokens_equal."""
   from pedrl import models
+  logging.info("loading %s into pedrl's port", hf_dir)  # Progress: each stage takes seconds.
   cfg, model, params = models.load(hf_dir, task=task, dtype="float32")
   if generate and cfg.task != "causal_lm":
     raise ValueError(f"--generate needs a causal_lm checkpoint; {hf_dir} is {cfg.task}")
   seq_len = min(seq_len, cfg.max_tokens - generate)
   tokens, mask = random_batch(cfg, batch, seq_len, seed)
+  logging.info("running transformers on %d×%d tokens%s", batch, seq_len,
+               f", {generate} greedy steps" if generate else "")
   ref, ref_greedy = reference_outputs(hf_dir, cfg, tokens, mask, generate)
+  logging.info("running pedrl")
   ours, greedy = pedrl_outputs(cfg, model, params, tokens, mask, generate)
   if cfg.task == "seq_cls":
     diff = np.abs(ours - ref)
@@ -173,4 +177,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

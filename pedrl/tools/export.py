@@ -10,9 +10,9 @@ import os
 import shutil
 import sys
 
-from absl import flags
+from absl import flags, logging
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.models import hf_checkpoint
 from pedrl.rl import checkpoint
 from pedrl.tokenizer import load_tokenizer
@@ -20,7 +20,9 @@ from pedrl.tokenizer import load_tokenizer
 
 def export(workdir: str, out: str, step: int | None = None) -> int:
   """Returns the step exported."""
+  logging.info("restoring the tutor from %s", workdir)  # Progress: a 7B restore takes minutes.
   base, cfg, params, step = checkpoint.trained_tutor(workdir, step)
+  logging.info("writing step %d to %s", step, out)
   hf_checkpoint.save_params(params, cfg, out)
   load_tokenizer(base).save_pretrained(out)
   gen = os.path.join(base, "generation_config.json")
@@ -42,4 +44,4 @@ if __name__ == "__main__":  # Flags only for the command: the functions import c
   flags.DEFINE_string("workdir", None, "Training workdir.", required=True)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("out", None, "Output directory.", required=True)
-  logs.run(main)
+  cli.run(main)

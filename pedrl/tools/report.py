@@ -20,7 +20,7 @@ import sys
 
 from absl import app, flags, logging
 
-from pedrl import logs
+from pedrl import cli
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import results as bench_results
 
@@ -166,4 +166,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)
