@@ -8,7 +8,7 @@ errors always show, each on its own line above the progress bars.
 import logging as std_logging
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from tqdm import tqdm
 
 
@@ -47,9 +47,3 @@ def quiet() -> None:
     handler.addFilter(_Noise())
   if handler.python_handler.stream is sys.stderr:
     handler.python_handler.stream = _AboveBars()
-
-
-def run(main) -> None:
-  """`absl.app.run(main)` with the quiet setup (pedrl.cli.run adds the flag handling)."""
-  quiet()
-  app.run(main)

@@ -101,6 +101,18 @@ def test_unparsed_replies_are_reasked_then_follow_the_policy():
     assert v[1].filled == {"leakage": [False, False], "helpfulness": [False, False]}
 
 
+def test_a_verdict_keeps_each_replys_reason_and_none_for_a_filled_value():
+  script = {(0, "leakage", 0, 0): '{"reasoning": "It names 12 as the result.", "decision": '
+                                   '"REJECT"}',
+            (0, "helpfulness", 1, 0): "```json\n{'Reason': ' asks a question ', 'decision': 'ok'}```"}
+  script.update({(0, "leakage", 1, r): "no idea" for r in range(2)})
+  (v,), _ = judging.judge([_dialogue(0)], judging.PEDAGOGICAL_RL, Scripted(script), rounds=2,
+                          on_failure="accept")
+  assert v.decisions == {"leakage": [False, True], "helpfulness": [True, True]}
+  assert v.reasons == {"leakage": ["It names 12 as the result.", None],
+                       "helpfulness": [None, "asks a question"]}
+
+
 def test_thinking_judge_sees_the_traces_and_others_do_not():
   d = _dialogue(0, thinking="SECRET PLAN: ask about carrying")
   backend = Scripted({(0, "thinking", 0, 0): '{"score": 0.8}'})

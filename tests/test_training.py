@@ -9,8 +9,9 @@ import types
 import numpy as np
 import pytest
 
+from pedrl.env import dialogue
 from pedrl.env.problems import Problem
-from pedrl.experiments import metrics as metrics_lib
+from pedrl.experiments import metrics as metrics_lib, samples
 from pedrl.rl import trainer
 
 from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
@@ -55,13 +56,19 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
     assert os.path.exists(straight / sub)
   assert sorted(os.listdir(straight / "checkpoints")) == ["1", "2", "3"]
   assert any(f.startswith("events.out") for f in os.listdir(straight / "tensorboard"))
-  assert "Teacher:" in (straight / "samples" / "step_000001.txt").read_text()
+  assert "] Teacher (" in (straight / "samples" / "step_000001.txt").read_text()
   ref = _metrics(straight)
   assert [m["step"] for m in ref] == [1, 2, 3]
   assert ref[0]["first_pass_ratio"] == pytest.approx(1.0, abs=1e-4)
   for key in ("reward/total", "reward/pedagogy", "kl", "clip_fraction", "advantage/std",
-              "seconds/rollout", "seconds/rewards", "seconds/update", "tokens_per_second"):
+              "seconds/rollout", "seconds/rewards", "seconds/update", "tokens_per_second",
+              "signal/zero_spread_groups"):
     assert key in ref[0]
+  assert [m["lr"] for m in ref] == [1e-4] * 3  # The tiny configs' constant rl.lr.
+  times = [m["time"] for m in ref]
+  assert times == sorted(times) and time.time() - 86400 < times[0] <= time.time()
+  ref_records = _records(straight)
+  assert [d.step for d in ref_records] == [1] * 4 + [2] * 4 + [3] * 4  # rl.dialogues_every=1.
 
   proc = subprocess.Popen(_cmd("pedagogical_rl", killed, *args), cwd=ROOT, env=_env(),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -85,6 +92,11 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
   for got, want in zip(resumed, ref):
     assert got["reward/total"] == pytest.approx(want["reward/total"], abs=1e-6)
     assert got["kl"] == pytest.approx(want["kl"], rel=1e-3, abs=1e-7)
+  # Each step's dialogue records once, those of redone steps replaced.
+  records = _records(killed)
+  assert [(d.step, d.uid) for d in records] == [(d.step, d.uid) for d in ref_records]
+  assert [d.rewards.total for d in records] == pytest.approx(
+      [d.rewards.total for d in ref_records], abs=1e-6)
 
 
 def test_bad_configs_fail_before_any_compute(tmp_path):
@@ -183,14 +195,40 @@ def _tb_steps(workdir, tag):
   return sorted(steps)
 
 
+def _records(workdir):
+  return dialogue.load_jsonl(str(workdir / "dialogues.jsonl"))
+
+
 def test_tiny_runs_exercise_the_policy(straight):
   ref = _metrics(straight)
   # Reward and advantage spread within groups: GRPO has a signal, not only the KL term.
   assert max(m["reward_std/total"] for m in ref) > 0
   assert max(m["advantage/std"] for m in ref) > 0
+  assert min(m["signal/zero_spread_groups"] for m in ref) < 1
   text = (straight / "samples" / "step_000001.txt").read_text()
-  tutor_lines = [line for line in text.splitlines() if line.startswith("Teacher:")]
-  assert tutor_lines and all(line[len("Teacher:"):].strip() for line in tutor_lines)
+  tutor = [b for b in text.split("\n\n") if "] Teacher (" in b.split("\n")[0]]
+  assert tutor and not any(samples.EMPTY in b for b in tutor)  # Visible text, not only thinking.
+
+
+def test_samples_show_different_problems_with_rewards_verdicts_and_attempts(straight):
+  """Each step's samples: one dialogue of each of the batch's 2 problems, its reference
+  answer, every reward component, the advantage, the judges' verdicts and the solve
+  attempts, then its messages."""
+  records = _records(straight)
+  for step in (1, 2, 3):
+    text = (straight / "samples" / f"step_{step:06d}.txt").read_text(encoding="utf-8")
+    heads = [line for line in text.splitlines() if line.startswith("## problem ")]
+    problems = {line.split()[2].rstrip(",") for line in heads}
+    assert len(heads) == len(problems) == 2, heads
+    assert {d.problem_id for d in records if d.step == step} == problems
+    for d in records:
+      if d.step == step and f"## problem {d.problem_id}, rollout {d.rollout}," in text:
+        assert f"Reference answer: {d.answer}" in text
+        assert f"Reward {d.rewards.total:+.3f} (r_sol {d.rewards.components['r_sol']:+.3f}, " \
+               f"pedagogy {d.rewards.components['pedagogy']:+.3f}, template " in text
+    assert text.count("; components unweighted); advantage ") == 2
+    assert text.count("Judges: leakage ") == 2 and text.count("Solve attempts after") == 2
+    assert text.count("] Teacher (") >= 2 and text.count("] Student (") >= 2
 
 
 def test_a_diverging_run_stops_and_leaves_the_last_checkpoint_intact(straight, tmp_path):
@@ -238,6 +276,9 @@ def test_a_corrupt_checkpoint_falls_back_and_bookkeeping_stays_exact(straight, t
     assert got["kl"] == pytest.approx(want["kl"], rel=1e-3, abs=1e-7)
   assert _tb_steps(workdir, "kl") == [1, 2, 3, 4]
   assert sorted(p for p in os.listdir(ckpt) if p.isdigit()) == ["2", "3", "4"]  # keep=3.
+  records = _records(workdir)  # Step 3's records written once, by the redone step.
+  assert [d.step for d in records] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
+  assert [d.uid for d in records[:12]] == [d.uid for d in _records(straight)]
 
 
 def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tmp_path):
@@ -253,10 +294,11 @@ def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tm
   run = object.__new__(trainer.Trainer)  # Only what restore_if_any touches.
   run.tutor, run.opt_state = types.SimpleNamespace(params=None), None
   run.fingerprint, run.step = {}, 0
-  run.ckpt, run.writer = NoCheckpoint(), metrics_lib.MetricsWriter(str(workdir))
+  run.ckpt = NoCheckpoint()
+  run.writer = metrics_lib.MetricsWriter(str(workdir), dialogues=True)
   assert run.restore_if_any() is False and run.step == 0
   assert _metrics(workdir) == [] and _tb_steps(workdir, "kl") == []
-  assert os.listdir(workdir / "samples") == []
+  assert os.listdir(workdir / "samples") == [] and _records(workdir) == []
   run.writer.write(1, dict(_metrics(straight)[0]))  # The redone step 1, recorded once.
   run.writer.close()
   assert [m["step"] for m in _metrics(workdir)] == [1] and _tb_steps(workdir, "kl") == [1]

@@ -58,6 +58,9 @@ class Verdict:
   # Judge name -> [bool] parallel to its decisions/scores: True where the on_failure
   # policy filled the value in (no judge said it), so a record tells real values apart.
   filled: dict = dataclasses.field(default_factory=dict)
+  # Judge name -> [str | None] parallel to its values: the reason the judge's reply gave
+  # (its "reasoning" field), None where it gave none or the policy filled the value in.
+  reasons: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -92,6 +95,7 @@ class Dialogue:
   scenario: str  # GUIDED or ATTEMPTED.
   rollout: int  # Index among the G rollouts of the problem.
   uid: int = 0  # Seeds the dialogue's samples: problem's number in its split * G + rollout.
+  step: int | None = None  # Training: the GRPO step that sampled and trained on it.
   persona: str = ""
   # The student's system prompt as fed (its persona included): solve attempts and UCO's
   # scoring rebuild the student's view from it. Records of schema 1 do not have it.

@@ -1,4 +1,5 @@
-"""The jobs' per-step record: metrics.jsonl, TensorBoard events and sample dialogues.
+"""The jobs' per-step record: metrics.jsonl, TensorBoard events, sample dialogues and
+(training) the dialogue records.
 
 The training job writes a row per GRPO step, the rollout job a row per batch
 of problems, with the same names for what they share (`step`, `problem_uids`,
@@ -9,6 +10,9 @@ import os
 import shutil
 
 from pedrl.env import dialogue as dialogue_lib
+from pedrl.experiments import samples as samples_lib
+
+NOT_SCALARS = ("step", "time")  # Row entries that are no TensorBoard scalar.
 
 
 class MetricsWriter:
@@ -18,11 +22,15 @@ class MetricsWriter:
 
   metrics.jsonl is the record: `resume(step)` keeps its rows up to `step` and
   rebuilds the TensorBoard events and samples from what is kept, so after any
-  kill and restart each step is there once."""
+  kill and restart each step is there once. With `dialogues` (training), the
+  job's dialogue records go to WORKDIR/dialogues.jsonl (`dialogues()`, each
+  with its step) and resume drops those of later steps too; the rollout job
+  keeps that file itself (pedrl.experiments.rollout.resume)."""
 
-  def __init__(self, workdir: str, active: bool = True):
+  def __init__(self, workdir: str, active: bool = True, dialogues: bool = False):
     self.workdir, self.active = workdir, active
     self.path = os.path.join(workdir, "metrics.jsonl")
+    self.dialogues_path = os.path.join(workdir, "dialogues.jsonl") if dialogues else None
     self.tb = None
 
   def rows(self) -> list[dict]:
@@ -34,7 +42,8 @@ class MetricsWriter:
     return rows
 
   def resume(self, step: int):
-    """Starts writing after `step`: later rows, events and samples are dropped."""
+    """Starts writing after `step`: later rows, events, samples (and dialogue records) are
+    dropped."""
     if not self.active:
       return
     from tensorboardX import SummaryWriter
@@ -42,6 +51,8 @@ class MetricsWriter:
     rows = [row for row in every if row["step"] <= step]
     if len(rows) < len(every):
       dialogue_lib.append_rows(rows, self.path, mode="w")
+    if self.dialogues_path is not None:
+      self._drop_dialogues_after(step)
     samples = os.path.join(self.workdir, "samples")
     os.makedirs(samples, exist_ok=True)
     tb_dir = os.path.join(self.workdir, "tensorboard")
@@ -54,13 +65,22 @@ class MetricsWriter:
       if s > step:
         os.remove(path)
       else:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
           self._text(s, f.read())
     self.tb.flush()
 
+  def _drop_dialogues_after(self, step: int):
+    """Rewrites dialogues.jsonl without the records of steps after `step` (a line cut by a
+    crash goes too): those steps run again and append theirs."""
+    rows = dialogue_lib.read_rows(self.dialogues_path)
+    records = [dialogue_lib.Dialogue.from_dict(r) for r in rows]
+    kept = [d for d in records if d.step is None or d.step <= step]
+    if len(kept) < len(records):
+      dialogue_lib.save_jsonl(kept, self.dialogues_path, mode="w")
+
   def _scalars(self, step: int, metrics: dict):
     for k, v in metrics.items():
-      if isinstance(v, (int, float)) and k != "step":
+      if isinstance(v, (int, float)) and k not in NOT_SCALARS:
         self.tb.add_scalar(k, v, step)
 
   def _text(self, step: int, text: str):
@@ -75,16 +95,24 @@ class MetricsWriter:
     self._scalars(step, metrics)
     self.tb.flush()
 
-  def samples(self, step: int, dialogues):
+  def samples(self, step: int, dialogues, advantages):
+    """The step's sample dialogues (pedrl.experiments.samples), each with its advantage, as
+    samples/step_NNNNNN.txt and TensorBoard text."""
     if not self.active:
       return
-    text = "\n\n".join(
-        f"# problem {d.problem_id} ({d.scenario}), reward "
-        f"{d.rewards.total if d.rewards else None}\n"
-        f"{d.problem}\n\n{dialogue_lib.transcript(d.messages)}" for d in dialogues)
-    with open(os.path.join(self.workdir, "samples", f"step_{step:06d}.txt"), "w") as f:
+    text = samples_lib.step_text(step, dialogues, advantages)
+    with open(os.path.join(self.workdir, "samples", f"step_{step:06d}.txt"), "w",
+              encoding="utf-8") as f:
       f.write(text)
     self._text(step, text)
+
+  def dialogues(self, dialogues):
+    """Appends the records (each carries its step) to dialogues.jsonl, synced."""
+    if not self.active:
+      return
+    if self.dialogues_path is None:
+      raise ValueError("this MetricsWriter keeps no dialogues (dialogues=False)")
+    dialogue_lib.save_jsonl(dialogues, self.dialogues_path)
 
   def close(self):
     if self.tb is not None:

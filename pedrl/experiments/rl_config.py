@@ -14,5 +14,6 @@ def rl_section(**overrides):
 
 def tiny(c):
   """Shrinks a config to the testdata models on a 2-core CPU."""
-  c.rl.update(steps=3, save_every=1, samples_every=1, micro_batch=4, lr=1e-4)
+  c.rl.update(steps=3, save_every=1, samples_every=1, dialogues_every=1, micro_batch=4,
+              lr=1e-4)
   return c

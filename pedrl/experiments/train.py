@@ -5,7 +5,11 @@ r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking
 Each step: problems → rollouts (current tutor params, no copy) → rewards →
 group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
-metrics.jsonl, tensorboard/ and samples/ (readable dialogues).
+metrics.jsonl (a row per step, with its learning rate and time), tensorboard/,
+samples/ (a few dialogues per step as text: thinking, verdicts, solve attempts,
+reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
+steps, the step's dialogue records). Steps low on learning signal are logged as
+warnings (rl.warn_*).
 """
 import dataclasses
 import json
@@ -17,7 +21,7 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
-from pedrl import logs
+from pedrl import cli
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exit_on_signal, exits_cleanly, load_party, load_problems,
@@ -53,9 +57,9 @@ def _check_rl(s):
   need(rl["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
   need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
   for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
-               "max_bad_steps"):
+               "samples_dialogues", "max_bad_steps"):
     need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
-  for name in ("mini_batch", "warmup_steps"):
+  for name in ("mini_batch", "warmup_steps", "dialogues_every"):
     need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
 
 
@@ -91,10 +95,13 @@ def build(c, workdir: str, config_name: str = "?"):
   rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
   rows = t.batch_problems * t.group_size
   updates = t.steps * t.passes * -(-rows // (t.mini_batch or rows))
-  writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process())
+  writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process(),
+                                     dialogues=True)
+  o = s.optimizer
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
-                        s.optimizer.optimizer(updates), workdir, ckpt, writer,
-                        fingerprint(tutor.sampler.cfg))
+                        o.optimizer(updates), workdir, ckpt, writer,
+                        fingerprint(tutor.sampler.cfg),
+                        update.lr_schedule(o.lr, o.lr_schedule, updates, o.warmup_steps))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
@@ -131,4 +138,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logs.run(main)
+  cli.run(main)

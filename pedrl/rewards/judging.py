@@ -124,6 +124,14 @@ def parse(text: str, kind: str):
   return parse_decision(text) if kind == DECISION else parse_score(text)
 
 
+def reason(text: str) -> str | None:
+  """The reason a judge's JSON reply gives for its verdict (the prompts ask for
+  "reasoning"), or None."""
+  obj = json_object(text or "") or {}
+  value = next((obj[k] for k in ("reasoning", "reason", "explanation") if obj.get(k)), None)
+  return None if value is None else str(value).strip()
+
+
 # -- Running a panel ---------------------------------------------------------------------------
 
 def thinking_traces(d) -> str:
@@ -158,8 +166,14 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
   asking.check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else asking.AskStats()
   requests = requests_for(dialogues, specs)
-  asked = asking.ask(requests, backend.complete, lambda r, text: parse(text, r.spec.kind),
-                     rounds, stats, who="judge", error=JudgeError)
+  reasons = {}  # Request uid -> the reason of the reply that was read.
+
+  def read(r, text):
+    value = parse(text, r.spec.kind)
+    reasons[r.uid] = reason(text) if value is not None else None
+    return value
+  asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
+                     error=JudgeError)
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
   failed = asked.to_policy(on_failure, max_failed_share,
                            f"judge answers were still missing after {rounds} rounds and would "
@@ -173,22 +187,23 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
       accept = on_failure == "accept"
       answers[n] = accept if req.spec.kind == DECISION else float(accept)
       filled.add(n)
-  return _verdicts(dialogues, requests, answers, dropped, filled)
+  return _verdicts(dialogues, requests, answers, dropped, filled, reasons)
 
 
-def _verdicts(dialogues, requests, answers, dropped_ids, filled) -> Judged:
+def _verdicts(dialogues, requests, answers, dropped_ids, filled, reasons) -> Judged:
   """Each dialogue's answers by judge (None: dropped), with r_ped and r_think if kept."""
-  decisions, scores, flags = ({id(d): collections.defaultdict(list) for d in dialogues}
-                              for _ in range(3))
+  decisions, scores, flags, why = ({id(d): collections.defaultdict(list) for d in dialogues}
+                                   for _ in range(4))
   for n, req in enumerate(requests):
     if answers[n] is not None:
       key = id(req.dialogue)
       (decisions if req.spec.kind == DECISION else scores)[key][req.spec.name].append(answers[n])
       flags[key][req.spec.name].append(n in filled)
+      why[key][req.spec.name].append(None if n in filled else reasons.get(req.uid))
   verdicts = []
   for d in dialogues:
     v = Verdict(decisions=dict(decisions[id(d)]), scores=dict(scores[id(d)]),
-                filled=dict(flags[id(d)]))
+                filled=dict(flags[id(d)]), reasons=dict(why[id(d)]))
     if id(d) not in dropped_ids:
       flat = [x for xs in v.decisions.values() for x in xs]
       v.r_ped = pedagogy.judges_accept(flat) if flat else None

@@ -16,9 +16,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from absl import logging
 
-from pedrl import distributed, stopping, streams
+from pedrl import distributed, sharding, stopping, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rewards import assemble
 from pedrl.rl import advantages as adv_lib, batch as batch_lib, checkpoint as checkpoint_lib, update
@@ -41,7 +42,27 @@ class TrainSettings:
   advantage_ddof: int = 1  # Unbiased group std, as TRL (paper 003's reference code).
   save_every: int = 10
   keep: int = 3  # Checkpoints kept.
-  samples_every: int = 10  # Steps between sample dialogues written as text.
+  samples_every: int = 10  # Steps between sample dialogues written as text (and step 1).
+  samples_dialogues: int = 4  # Sample dialogues per step: each of another problem.
+  # Steps between appends of the step's dialogues (typed records with their step) to
+  # WORKDIR/dialogues.jsonl, and step 1; 0: never. A record keeps its token ids and
+  # log-probs, about 18 bytes a tutor token: up to 20 MB a step at paper 003's 128
+  # dialogues of at most 8192 tokens, so every 10th step keeps a 150-step run's file
+  # under a third of a GB (4× that at paper 001's 32768-token thinking dialogues).
+  dialogues_every: int = 10
+  # Signal warnings: logged on each step out of range (the metrics are always written).
+  # Above this share of groups whose rewards do not differ (every advantage 0), most of the
+  # batch teaches nothing and only the KL term moves the policy.
+  warn_zero_spread: float = 0.5
+  # Per-token KL to the reference (k3, nats): 0 at the start, a few thousandths after the
+  # tiny runs' 3 steps. A whole nat a token is a policy far from where it started (a too
+  # high lr, reward hacking, collapse), whatever β pulls back.
+  warn_kl: float = 1.0
+  # Mean |sampler − trainer| log-prob of a tutor token. Both run the same function on the
+  # same params, so the gap is rounding (≈1e-6 in the float32 tiny runs on CPU, more where
+  # matmuls round lower); at 1e-2, 5% of the clip range ε 0.2, the first-pass ratios are
+  # off by more than rounding should make them (stale params, another mask or temperature).
+  warn_logp_diff: float = 1e-2
   max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
   remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
   param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
@@ -55,6 +76,11 @@ class TrainSettings:
       raise ValueError(f"advantage {self.advantage!r} is not one of {ADVANTAGES}")
     if self.steps < 1 or self.batch_problems < 1 or self.passes < 1:
       raise ValueError("steps, batch_problems and passes must be positive")
+    if not 0.0 <= self.warn_zero_spread <= 1.0:
+      raise ValueError(f"warn_zero_spread {self.warn_zero_spread} is not a share in [0, 1]")
+    if not (self.warn_kl > 0 and self.warn_logp_diff > 0):  # NaN fails too.
+      raise ValueError(f"warn_kl {self.warn_kl} and warn_logp_diff {self.warn_logp_diff} must "
+                       "be > 0 (inf: never warn)")
 
 
 class TrainingDiverged(RuntimeError):
@@ -121,9 +147,80 @@ class Collected:
   seconds: dict
 
 
+@dataclasses.dataclass
+class StepResult:
+  """One step's row of metrics.jsonl, its dialogues (in batch order) and per dialogue its
+  mean advantage over the tokens trained on (None: none were, e.g. a dropped dialogue)."""
+  metrics: dict
+  dialogues: list
+  advantages: list
+
+
+def mean_advantages(batch: batch_lib.TrainBatch) -> list:
+  """Per row of the batch, the mean advantage of its trained tokens (None if it has none)."""
+  return [float(a[m].mean()) if m.any() else None
+          for a, m in zip(batch.advantages, batch.loss_mask)]
+
+
+def zero_spread_share(batch: batch_lib.TrainBatch, group_size: int) -> float:
+  """Share of the batch's groups (problems) in which no trained token has a nonzero
+  advantage: equal rewards, or fewer than 2 kept rollouts. Only the KL term acts on them."""
+  signal = ((batch.advantages != 0) & batch.loss_mask).any(axis=1)
+  return float(np.mean(~signal.reshape(-1, group_size).any(axis=1)))
+
+
+def signal_warnings(metrics: dict, settings: TrainSettings) -> list[str]:
+  """What a step's metrics say is wrong with its learning signal, naming the numbers and
+  the config field that sets each bound; empty when all is in range."""
+  out = []
+  share, kl = metrics["signal/zero_spread_groups"], metrics["kl"]
+  gap = metrics["sampler_trainer_logp_diff"]
+  if share > settings.warn_zero_spread:
+    out.append(f"{share:.0%} of groups have zero reward spread (all their advantages 0), "
+               f"more than rl.warn_zero_spread={settings.warn_zero_spread:g}: only the KL term "
+               "moves the policy on them (rewards that cannot tell rollouts apart, or too "
+               "few rollouts per problem)")
+  if kl > settings.warn_kl:
+    out.append(f"KL to the reference {kl:.4g} per token is above rl.warn_kl="
+               f"{settings.warn_kl:g}: the policy is far from where it started (lr too high, "
+               "reward hacking?)")
+  if gap > settings.warn_logp_diff:
+    out.append(f"sampler_trainer_logp_diff {gap:.3g} is above rl.warn_logp_diff="
+               f"{settings.warn_logp_diff:g}: the sampler's log-probs are not the trainer's "
+               "(beyond rounding), so the first-pass ratio is not 1")
+  return out
+
+
+def warn_on_signal(step: int, metrics: dict, settings: TrainSettings) -> list[str]:
+  """Logs each of `signal_warnings` for step `step` (once a step) and returns them."""
+  found = signal_warnings(metrics, settings)
+  for message in found:
+    logging.warning("step %d: %s", step, message)
+  return found
+
+
+def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
+  """Batch rows of `n` sample dialogues, each of another problem, spread evenly over the
+  batch (a problem's rollouts are contiguous); the k-th shows rollout k mod G."""
+  groups = rows // group_size
+  picked = np.unique(np.linspace(0, groups - 1, min(n, groups)).round().astype(int))
+  return [int(g) * group_size + k % group_size for k, g in enumerate(picked)]
+
+
+def applied_updates(opt_state) -> int:
+  """Optimizer updates applied so far (a skipped one is not): the lr schedule's clock."""
+  state = optax.tree_utils.tree_get(opt_state, "ScaleByScheduleState")
+  if state is None:
+    raise ValueError("the optimizer has no learning-rate schedule state (optax "
+                     "scale_by_schedule); build it with pedrl.rl.update.lr_schedule")
+  return int(sharding.to_host(state.count))
+
+
 def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
-                 updates: list, update_seconds: float) -> dict:
-  """The row of metrics.jsonl for one step."""
+                 updates: list, update_seconds: float, group_size: int,
+                 lr: float | None = None) -> dict:
+  """The row of metrics.jsonl for one step; `lr`: the mean learning rate of its applied
+  updates (None: not known, not written)."""
   dialogues = collected.dialogues
   first, mask = updates[0], batch.loss_mask
   tutor_tokens = [sum(m.num_tokens for m in d.messages if m.role == dialogue_lib.TUTOR)
@@ -148,10 +245,13 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       "tutor_tokens/mean": float(np.mean(tutor_tokens)),
       "turns/mean": float(np.mean([d.turns for d in dialogues])),
       "dropped": sum(d.dropped for d in dialogues),
+      "signal/zero_spread_groups": zero_spread_share(batch, group_size),
       **({"judges/accept_rate": float(np.mean(judged))} if judged else {}),
       "tokens_per_second": float(sum(tutor_tokens) / max(collected.tutor_seconds, 1e-9)),
       **{f"seconds/{k}": v for k, v in collected.seconds.items()},
       "seconds/update": update_seconds,
+      **({"lr": lr} if lr is not None else {}),
+      "time": time.time(),  # Unix seconds: the row's wall clock, for rates across restarts.
   })
   return metrics
 
@@ -164,10 +264,13 @@ class Trainer:
 
   def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor, student,
                rollout_settings, rewards, problems, optimizer, workdir: str, checkpoints,
-               writer, model_fingerprint: dict):
+               writer, model_fingerprint: dict, lr_schedule=None):
     self.s, self.grpo, self.tutor, self.student = settings, grpo, tutor, student
     self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
     self.optimizer, self.workdir, self.ckpt, self.writer = optimizer, workdir, checkpoints, writer
+    # The optax schedule `optimizer` was built with (applied updates -> lr), for the
+    # metrics' `lr`; None: no `lr` column.
+    self.lr_schedule = lr_schedule
     self.fingerprint = model_fingerprint
     # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
     self.ref_params = jax.tree.map(jnp.copy, tutor.params)
@@ -183,8 +286,8 @@ class Trainer:
     self.tutor = dataclasses.replace(self.tutor, params=params)
 
   def restore_if_any(self):
-    """Restores the newest usable checkpoint (if any); metric rows of later steps are
-    dropped either way, since those steps run again."""
+    """Restores the newest usable checkpoint (if any); metric rows, samples and dialogue
+    records of later steps are dropped either way, since those steps run again."""
     restored = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
                                  self.fingerprint)
     if restored is not None:
@@ -214,6 +317,8 @@ class Trainer:
     stats = rollout.RolloutStats()
     dialogues = rollout.run(problems, self.s.group_size, self.tutor, self.student,
                             self.rollout_settings, problem_uids=uids, stats=stats)
+    for d in dialogues:
+      d.step = self.step + 1  # The step they train.
     t1 = time.perf_counter()
     reward_stats = self.rewards(dialogues)
     return Collected(uids, dialogues, reward_stats, dict(self.rewards.batch_stats),
@@ -246,15 +351,37 @@ class Trainer:
           "gradients were finite (check rl.lr and rl.adam_eps); nothing of it was saved")
     return out
 
-  def train_step(self) -> tuple:
+  def step_lr(self, updates: list) -> float | None:
+    """The mean learning rate of this step's applied `updates` (0 if all were skipped)."""
+    if self.lr_schedule is None:
+      return None
+    applied = sum(not bool(m["skipped"]) for m in updates)
+    end = applied_updates(self.opt_state)
+    return float(np.mean([self.lr_schedule(c) for c in range(end - applied, end)])
+                 if applied else 0.0)
+
+  def train_step(self) -> StepResult:
     """One step: collect → batch (advantages, reference) → update → metrics."""
     collected = self.collect()
     t0 = time.perf_counter()
     batch = self.batch(collected.dialogues)
     updates = self.update(batch)
     self.step += 1
-    return (step_metrics(self.step, collected, batch, updates, time.perf_counter() - t0),
-            collected.dialogues)
+    metrics = step_metrics(self.step, collected, batch, updates, time.perf_counter() - t0,
+                           self.s.group_size, self.step_lr(updates))
+    return StepResult(metrics, collected.dialogues, mean_advantages(batch))
+
+  def record(self, out: StepResult):
+    """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
+    self.writer.write(self.step, out.metrics)
+    warn_on_signal(self.step, out.metrics, self.s)
+    if self.step % self.s.samples_every == 0 or self.step == 1:
+      rows = sample_rows(len(out.dialogues), self.s.group_size, self.s.samples_dialogues)
+      self.writer.samples(self.step, [out.dialogues[i] for i in rows],
+                          [out.advantages[i] for i in rows])
+    every = self.s.dialogues_every
+    if every and (self.step % every == 0 or self.step == 1):
+      self.writer.dialogues(out.dialogues)
 
   def run(self, progress=None):
     """Trains to settings.steps. On SIGINT or SIGTERM it finishes the step, saves and
@@ -264,10 +391,9 @@ class Trainer:
     bad = 0
     with stopping.StopRequest("the current step") as signals:
       while self.step < self.s.steps:
-        metrics, dialogues = self.train_step()
-        self.writer.write(self.step, metrics)
-        if self.step % self.s.samples_every == 0 or self.step == 1:
-          self.writer.samples(self.step, dialogues[:2])
+        out = self.train_step()
+        metrics = out.metrics
+        self.record(out)
         bad = bad + 1 if metrics["skipped_updates"] else 0
         if bad:
           logging.warning("step %d: %d updates skipped, non-finite loss=%s kl=%s grad_norm=%s "
