@@ -19,6 +19,9 @@ class BuildWithConfigs(build_py):
       return
     here = os.path.dirname(os.path.abspath(__file__))
     for name in BUNDLED:
+      if not os.path.isdir(os.path.join(here, name)):
+        raise FileNotFoundError(f"{here}/{name} is missing: build from a clone or from an "
+                                "sdist made with its MANIFEST.in")
       target = os.path.join(self.build_lib, "pedrl", "_bundled", name)
       shutil.rmtree(target, ignore_errors=True)
       shutil.copytree(os.path.join(here, name), target,

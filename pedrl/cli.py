@@ -23,12 +23,19 @@ from absl import app, flags
 from pedrl import logs, paths
 
 
-def _found_config(arg: str) -> str:
-  """`--config=FILE:VARIANT` with FILE looked up in pedrl's repository if not here."""
-  if not arg.startswith("--config="):
-    return arg
-  path, colon, variant = arg[len("--config="):].partition(":")
-  return f"--config={paths.config_file(path)}{colon}{variant}"
+def _config_flags(argv: list[str]) -> list[str]:
+  """`--config X` as `--config=X`, and its file looked up in pedrl's repository if not here."""
+  out, i = [], 0
+  while i < len(argv):
+    arg = argv[i]
+    if arg == "--config" and i + 1 < len(argv):
+      arg, i = f"--config={argv[i + 1]}", i + 1
+    if arg.startswith("--config="):
+      path, colon, variant = arg[len("--config="):].partition(":")
+      arg = f"--config={paths.config_file(path)}{colon}{variant}"
+    out.append(arg)
+    i += 1
+  return out
 
 
 def _flag_error(e: Exception) -> str:
@@ -40,12 +47,7 @@ def _flag_error(e: Exception) -> str:
 
 
 def _config_arg(argv: list[str]) -> str | None:
-  for i, arg in enumerate(argv):
-    if arg.startswith("--config="):
-      return arg[len("--config="):]
-    if arg == "--config" and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
+  return next((a[len("--config="):] for a in argv if a.startswith("--config=")), None)
 
 
 def _config(argv: list[str]):
@@ -57,48 +59,56 @@ def _config(argv: list[str]):
     return None
 
 
-def _config_error(argv: list[str]) -> str | None:
-  """The load error of --config, which ml_collections keeps until the config is read."""
-  config = _config(argv) if "config" in flags.FLAGS else None
+def _load_error(config, name: str) -> str | None:
+  """The load error ml_collections keeps in a config until it is read."""
   try:
     if config is not None:
       config.keys()
   except OSError as e:
     detail = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return f"--config={_config_arg(argv)}: cannot load it ({detail[-1]})"
+    return f"--config={name}: cannot load it ({detail[-1]})"
   return None
+
+
+def _overrides(argv: list[str]) -> list[str]:
+  """The dotted keys of the `--config.a.b=…` overrides."""
+  return [a[len("--config."):].split("=")[0] for a in argv if a.startswith("--config.")]
 
 
 def _missing_key(argv: list[str]) -> str | None:
   """The first `--config.a.b=…` override whose key the loaded config lacks."""
   config = _config(argv)
-  for arg in argv:
-    if config is None or not arg.startswith("--config."):
-      continue
-    node, path = config, arg[len("--config."):].split("=")[0].split(".")
-    for i, key in enumerate(path):
+  for key_path in _overrides(argv) if config is not None else ():
+    node, keys = config, key_path.split(".")
+    for i, key in enumerate(keys):
       if not hasattr(node, "keys") or key not in node:
-        where = "--config." + ".".join(path[:i]) if i else "the config"
-        return (f"{arg.split('=')[0]}: {where} has no key {key!r}"
+        where = "--config." + ".".join(keys[:i]) if i else "the config"
+        return (f"--config.{key_path}: {where} has no key {key!r}"
                 + (f" (it has: {', '.join(sorted(node.keys()))})" if hasattr(node, "keys") else ""))
       node = node[key]
   return None
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's parse, with every mistake reported as one `error: …` line (exit 1)."""
-  argv = [_found_config(arg) for arg in argv]
+  """absl's parse, with every mistake reported as one `error: …` line (exit 1); then the
+  config's own relative paths resolved (pedrl.paths), not those given as overrides."""
+  argv = _config_flags(argv)
   try:
     rest = flags.FLAGS(argv)
   except (flags.Error, OSError) as e:  # OSError: an override of a config that failed to load.
-    _exit(_config_error(argv) or _flag_error(e))
-  except (AttributeError, KeyError) as e:  # ml_collections, for an override of no key.
-    _exit(_missing_key(argv) or f"a --config.… override names no key of the config ({e})")
-  why = _config_error(argv)
-  if why:
+    _exit(_load_error(_config(argv), _config_arg(argv)) or _flag_error(e))
+  except (AttributeError, KeyError):  # ml_collections, for an override of no key.
+    why = _missing_key(argv)
+    if why is None:
+      raise  # Raised inside the config file: a bug, with its traceback.
     _exit(why)
-  if "config" in flags.FLAGS and flags.FLAGS.config is not None:
-    paths.resolve_config(flags.FLAGS.config, paths.config_root(_config_arg(argv).split(":")[0]))
+  if "config" in flags.FLAGS and flags.FLAGS["config"].value is not None:
+    name = flags.FLAGS["config"].config_filename
+    why = _load_error(flags.FLAGS["config"].value, name)
+    if why:
+      _exit(why)
+    paths.resolve_config(flags.FLAGS.config, paths.config_root(name.split(":")[0]),
+                         skip=_overrides(argv))
   return rest
 
 

@@ -5,6 +5,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The jobs the tests start share one compilation cache, not the user's ~/.cache/pedrl/jax.
+os.environ.setdefault("PEDRL_COMPILATION_CACHE", os.path.join(
+    __import__("tempfile").gettempdir(), f"pedrl_test_jax_cache_{os.getuid()}"))
 
 import pytest  # noqa: E402
 

@@ -53,3 +53,62 @@ def test_helpshort_lists_the_entry_points_flags():
                        cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=300)
   for flag in ("--config:", "--workdir:", "--multihost:"):
     assert flag in out.stdout + out.stderr
+
+
+def test_the_config_is_found_from_another_directory_in_either_spelling(tmp_path):
+  for args in (["--config=experiments/uco.py:tiny"], ["--config", "experiments/uco.py:tiny"]):
+    out, workdir = _uco(tmp_path, *args, "--config.rl.lrr=1", cwd=tmp_path)
+    assert "--config.rl has no key 'lrr'" in out.stderr  # Loaded: it knows the keys.
+    assert not os.path.exists(workdir)
+
+
+def test_a_bug_in_a_config_file_keeps_its_traceback(tmp_path):
+  broken = tmp_path / "broken.py"
+  broken.write_text("def get_config(arg=None):\n  return {}['missing']\n")
+  out, _ = _uco(tmp_path, f"--config={broken}:tiny")
+  assert out.returncode != 0
+  assert "Traceback" in out.stderr and "broken.py" in out.stderr
+
+
+def test_paths_of_the_config_file_resolve_against_its_repository_and_overrides_do_not(
+    tmp_path, monkeypatch):
+  import ml_collections
+  from pedrl import paths
+  repo = tmp_path / "repo"
+  (repo / "testdata").mkdir(parents=True)
+  (repo / "experiments").mkdir()
+  here = tmp_path / "here"
+  (here / "testdata").mkdir(parents=True)  # A testdata/ of the user's: must not shadow.
+  monkeypatch.chdir(here)
+  c = ml_collections.ConfigDict({"tutor": {"path": "testdata", "temperature": "testdata"},
+                                 "student": {"path": "testdata"},
+                                 "problems": {"path": "nowhere/x.jsonl"}})
+  paths.resolve_config(c, paths.config_root(str(repo / "experiments" / "x.py")),
+                       skip=["student.path"])
+  assert c.tutor.path == str(repo / "testdata")
+  assert c.tutor.temperature == "testdata"  # Not a path-named key.
+  assert c.student.path == "testdata"  # Given on the command line: relative to here.
+  assert c.problems.path == "nowhere/x.jsonl"  # Missing there too: the job names it.
+
+
+CACHED = """
+import sys, jax, jax.numpy as jnp
+from pedrl import cli
+cli.use_compilation_cache(sys.argv[1])
+jax.jit(lambda x: jnp.sin(x) * 3)(jnp.ones(7)).block_until_ready()
+"""
+
+
+def test_compiled_programs_go_to_the_cache_unless_it_is_off(tmp_path):
+  cache = tmp_path / "cache"
+  for setting in (str(cache), "off"):
+    out = subprocess.run([sys.executable, "-c", CACHED, setting], env=jobs.env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+  assert cache.is_dir() and os.listdir(cache)  # The one program, stored.
+  assert not os.path.exists("off")
+  env = dict(jobs.env(), PEDRL_COMPILATION_CACHE=str(tmp_path / "mine"))
+  out = subprocess.run([sys.executable, "-c",
+                        "from pedrl import cli; print(cli.default_cache_dir())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+  assert out.stdout.strip() == str(tmp_path / "mine")

@@ -102,7 +102,9 @@ def test_rerunning_a_finished_evaluation_changes_nothing(whole, tmp_path):
   assert "resuming shard 0 of 1: 2 of 2 batches" in r.stderr and "pedrm_macro=" in r.stdout
   assert _lines(again / "eval_dialogues.jsonl") == _lines(workdir / "eval_dialogues.jsonl")
   # The tutor's training step an earlier shard fixed is what a later one reads.
-  assert shards.recorded(str(again), ("tutor", "path")) == "testdata/models/qwen2"
+  # (The config's own relative paths are resolved against its repository: absolute.)
+  assert shards.recorded(str(again), ("tutor", "path")) == os.path.join(
+      jobs.ROOT, "testdata", "models", "qwen2")
   assert shards.recorded(str(again), ("tutor", "nothing")) is None
 
 
@@ -158,8 +160,13 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
     lines[name] = _lines(tmp_path / f"eval_{name}" / "eval_dialogues.jsonl")
   assert lines["run"] == lines["exported"]
   assert lines["run"] != lines["base"]  # The trained weights, not the base model's.
-  status = json.loads((tmp_path / "run" / "shards" / "status-00000-of-00001.json").read_text())
+  shard = tmp_path / "eval_run" / "shards" / "status-00000-of-00001.json"
+  status = json.loads(shard.read_text())
   assert status["protocol"]["tutor"]["step"] == 1  # "Latest", fixed when the run started.
+  assert status["provenance"]["versions"]["pedrl"] and status["provenance"]["started"]
+  config = json.loads((tmp_path / "eval_run" / "config.json").read_text())  # The run record.
+  assert config["tutor"]["workdir"] == str(train)
+  assert os.path.isabs(config["problems"]["path"]) and os.path.exists(config["problems"]["path"])
   r = _run(tmp_path / "bad", *few, f"--config.tutor.workdir={train}", "--config.tutor.step=7")
   assert r.returncode == 1 and "no checkpoint at step 7; saved steps: [1]" in r.stderr
 

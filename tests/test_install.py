@@ -11,19 +11,25 @@ from tests import jobs
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-  """A directory holding pedrl installed from a wheel built from a copy of the source
-  (the build would leave build/ in the clone)."""
+  """A directory holding pedrl installed from a wheel built from an sdist of a copy of the
+  source (a build leaves build/ and egg-info behind)."""
   tmp = tmp_path_factory.mktemp("install")
   source = tmp / "source"
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
   os.makedirs(source)
   for name in ("pedrl", "experiments", "testdata"):
     shutil.copytree(os.path.join(jobs.ROOT, name), source / name, ignore=ignore)
-  for name in ("setup.py", "README.md"):
+  for name in ("setup.py", "README.md", "MANIFEST.in"):
     shutil.copy(os.path.join(jobs.ROOT, name), source / name)
+  # The wheel is built from the sdist, as `python -m build` and an index would: the sdist
+  # must carry experiments/ and testdata/ for the wheel to bundle them.
+  sdist = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp / "sdist")],
+                         cwd=source, capture_output=True, text=True)
+  assert sdist.returncode == 0, sdist.stderr
+  (archive,) = (tmp / "sdist").iterdir()
   wheels, target = tmp / "wheels", tmp / "site"
   pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-  build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)],
+  build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(archive)],
                          capture_output=True, text=True)
   if build.returncode and "No matching distribution" in build.stderr:
     pytest.skip("building a wheel needs setuptools from the package index")

@@ -20,8 +20,9 @@ NOTEBOOK = os.path.join(ROOT, "notebooks", "explore.ipynb")
 
 def _files(*parts):
   out = set()
-  for base, _, names in os.walk(os.path.join(ROOT, *parts)):
-    out |= {os.path.join(base, n) for n in names}
+  for base, dirs, names in os.walk(os.path.join(ROOT, *parts)):
+    dirs[:] = [d for d in dirs if d != "__pycache__"]  # Other tests' jobs write these.
+    out |= {os.path.join(base, n) for n in names if not n.endswith(".pyc")}
   return out
 
 

@@ -24,10 +24,10 @@ def _rows(steps: int, scale: float = 1.0) -> list:
            "reward/r_sol": 0.5, "reward_std/r_sol": 0.0,
            "kl": 1e-4 * 10**s, "grad_norm": 5.0 + s, "loss": -0.01 * s,
            "advantage/mean": 0.0, "advantage/std": 0.7, "entropy": 4.3, "lr": 1e-3 * scale,
-           "judges/accept_rate": 0.5, "signal/zero_spread_share": 0.25,
+           "judges/accept_rate": 0.5, "signal/zero_spread_groups": 0.25,
            "turns/mean": 3.0, "tutor_tokens/mean": 48.0, "pipeline/dropped": 0,
            "seconds/rollout": 7.5, "tokens_per_second": 40.0 * s,
-           "time": f"2025-01-01T00:0{s}:00+00:00"} for s in range(1, steps + 1)]
+           "time": 1.7e9 + 60 * s} for s in range(1, steps + 1)]
 
 
 def _workdir(path, rows):
@@ -73,7 +73,7 @@ def test_two_workdirs_draw_a_line_per_run_in_every_panel(figs):
       colours.append(tuple(line.get_color() for line in lines))
   assert len(set(colours)) == 1 and len(set(colours[0])) == 2  # A colour per run, everywhere.
   panels = _panels(figs)
-  for key in ("judges/accept_rate", "entropy", "lr", "signal/zero_spread_share", "kl",
+  for key in ("judges/accept_rate", "entropy", "lr", "signal/zero_spread_groups", "kl",
               "turns/mean", "pipeline/dropped", "tokens_per_second"):
     assert key in panels  # Each quantity on its own axis, new keys included.
   assert not [t for t in panels if "_std/" in t or t == "advantage/std"]  # Drawn as bands.

@@ -10,7 +10,6 @@ Prints the mean reward of the first and last five steps and their difference;
 a run that learns ends clearly above its start. Not a test: it takes minutes
 on a CPU.
 """
-import importlib.util
 import json
 import os
 
@@ -29,12 +28,7 @@ FLAGS = flags.FLAGS
 
 
 def config(steps: int, lr: float, max_tutor_share: float = 0.5):
-  path = os.path.join(paths.repo_root(), "experiments", "pedagogical_rl.py")
-  spec = importlib.util.spec_from_file_location("ped_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config("tiny")
-  paths.resolve_config(c, paths.config_root(path))
+  c = paths.load_config("pedagogical_rl.py", "tiny")
   c.rewards.components = "pedagogy:1"
   c.solve.post_dialogue = False
   c.batch_problems, c.group_size = 2, 8

@@ -23,7 +23,8 @@ import os
 
 from absl import logging
 
-SCHEMA_VERSION = 2
+# 3: Dialogue.step and Verdict.reasons (version-2 rows read as they are, without them).
+SCHEMA_VERSION = 3
 
 
 class RecordError(ValueError):
@@ -151,9 +152,10 @@ class Dialogue:
     version = row.get("schema", 1)
     if version == 1:
       row = _from_version_1(row)
-    elif version != SCHEMA_VERSION:
-      raise ValueError(f"schema version {version!r}: this pedrl reads versions 1 and "
+    elif version not in (2, SCHEMA_VERSION):
+      raise ValueError(f"schema version {version!r}: this pedrl reads versions 1 to "
                        f"{SCHEMA_VERSION}; use the pedrl that wrote it")
+    row["schema"] = SCHEMA_VERSION
     row["messages"] = [Message(**dict(m, span=tuple(m["span"]))) for m in row["messages"]]
     if row.get("judgement") is not None:
       row["judgement"] = Verdict(**row["judgement"])

@@ -6,6 +6,7 @@ of problems, with the same names for what they share (`step`, `problem_uids`,
 and `pedrl.rewards.assemble.batch_metrics`: reward/…, reward_std/…, pipeline/…).
 """
 import glob
+import json
 import os
 import shutil
 
@@ -70,13 +71,25 @@ class MetricsWriter:
     self.tb.flush()
 
   def _drop_dialogues_after(self, step: int):
-    """Rewrites dialogues.jsonl without the records of steps after `step` (a line cut by a
-    crash goes too): those steps run again and append theirs."""
-    rows = dialogue_lib.read_rows(self.dialogues_path)
-    records = [dialogue_lib.Dialogue.from_dict(r) for r in rows]
-    kept = [d for d in records if d.step is None or d.step <= step]
-    if len(kept) < len(records):
-      dialogue_lib.save_jsonl(kept, self.dialogues_path, mode="w")
+    """Cuts dialogues.jsonl before the first record of a step after `step` (or a line cut
+    by a crash): those steps run again and append theirs. Records are appended in step
+    order, so this reads line by line and truncates; a file of gigabytes is never held."""
+    if not os.path.exists(self.dialogues_path):
+      return
+    keep = 0
+    with open(self.dialogues_path, "rb") as f:
+      for line in f:
+        try:
+          row_step = json.loads(line).get("step")
+        except ValueError:
+          break
+        if not line.endswith(b"\n") or (row_step is not None and row_step > step):
+          break
+        keep += len(line)
+    if keep < os.path.getsize(self.dialogues_path):
+      with open(self.dialogues_path, "rb+") as f:
+        f.truncate(keep)
+        os.fsync(f.fileno())
 
   def _scalars(self, step: int, metrics: dict):
     for k, v in metrics.items():

@@ -61,6 +61,7 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     logging.warning("shard %d of %d has no batch: %d %ss make %d batches of %d", i, n,
                     sum(sizes), task.unit, len(shards.batches(sizes, task.batch_size, 0, 1)),
                     task.batch_size)
+  workdir_lib.refuse_checkpoint(workdir)
   shards.check_protocol(workdir, protocol)
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)

@@ -101,7 +101,7 @@ def build(c, workdir: str, config_name: str = "?"):
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
                         o.optimizer(updates), workdir, ckpt, writer,
                         fingerprint(tutor.sampler.cfg),
-                        update.lr_schedule(o.lr, o.lr_schedule, updates, o.warmup_steps))
+                        o.schedule(updates))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():

@@ -17,6 +17,7 @@ import datetime
 import importlib.metadata
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -72,8 +73,16 @@ def _inferred_job(workdir: str) -> str | None:
   return None
 
 
+def refuse_checkpoint(workdir: str) -> None:
+  """A model checkpoint directory is no workdir: its config.json would be overwritten."""
+  if architecture(workdir).get("model_type"):
+    raise WorkdirError(f"{workdir} holds a model checkpoint (its config.json names a "
+                       "model_type); give the run its own --workdir")
+
+
 def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True) -> None:
   """Checks that `workdir` is empty or holds the run of settings `s`, then records it."""
+  refuse_checkpoint(workdir)
   want = identity(s, job)
   path = os.path.join(workdir, RECORD)
   have = None
@@ -150,10 +159,8 @@ def write_config(workdir: str, config) -> None:
   """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute;
   through a renamed temporary file, since shards of an evaluation write it together."""
   path = os.path.join(workdir, "config.json")
-  if architecture(workdir).get("model_type"):  # Never overwrite a checkpoint's config.
-    raise WorkdirError(f"{workdir} holds a model checkpoint (its config.json names a "
-                       "model_type); give the run its own --workdir")
-  tmp = f"{path}.tmp{os.getpid()}"
+  refuse_checkpoint(workdir)
+  tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"  # Shards on several hosts.
   with open(tmp, "w") as f:
     json.dump(_absolute(json.loads(config.to_json_best_effort())), f, indent=2)
   os.replace(tmp, path)

@@ -30,9 +30,12 @@ def _groups(n: int, group_size: int):
 
 
 def _normalised(x: np.ndarray, eps: float, ddof: int) -> np.ndarray:
-  """(x − mean) / (std + ε); all equal: zeros (no rollout is better, even at ε = 0)."""
-  std = x.std(ddof=ddof)
-  return np.zeros_like(x) if std == 0 else (x - x.mean()) / (std + eps)
+  """(x − mean) / (std + ε); all equal: zeros (no rollout is better, even at ε = 0).
+  Equality is tested on x itself: the mean of equal floats can differ from them in the
+  last bit, leaving a std of 1e-17 and advantages of 1e-13 that are no signal."""
+  if x.size == 0 or np.all(x == x.flat[0]):
+    return np.zeros_like(x)
+  return (x - x.mean()) / (x.std(ddof=ddof) + eps)
 
 
 def group_advantages(rewards, group_size: int, eps: float = 1e-4, ddof: int = 1) -> np.ndarray:

@@ -61,10 +61,13 @@ class OptimizerSettings:
   adam_eps: float = 1e-8
   max_grad_norm: float = 1.0
 
+  def schedule(self, total_updates: int):
+    """The learning rate after n applied updates (an optax schedule)."""
+    return lr_schedule(self.lr, self.lr_schedule, total_updates, self.warmup_steps)
+
   def optimizer(self, total_updates: int):
-    return make_optimizer(lr_schedule(self.lr, self.lr_schedule, total_updates,
-                                      self.warmup_steps),
-                          self.weight_decay, self.max_grad_norm, eps=self.adam_eps)
+    return make_optimizer(self.schedule(total_updates), self.weight_decay,
+                          self.max_grad_norm, eps=self.adam_eps)
 
 
 def policy_logprobs(model, params, tokens, attn_mask, temperature: float):

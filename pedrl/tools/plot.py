@@ -24,7 +24,6 @@ plot is an error naming it, and nothing is written.
 Needs matplotlib (`pip install "pedrl[plot]"`).
 """
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -167,21 +166,11 @@ def _number(value) -> float | None:
   return None if math.isnan(value) or math.isinf(value) else float(value)
 
 
-def _timestamp(value) -> float | None:
-  """`time` as seconds since the epoch: a number as is, an ISO 8601 string parsed."""
-  if isinstance(value, str):
-    try:
-      return datetime.datetime.fromisoformat(value).timestamp()
-    except ValueError:
-      return None
-  return _number(value)
-
-
 def series(rows: list, key: str) -> tuple[list, list]:
   """(steps, values) of `key` where a row has a finite number; `time` as seconds since
   the run's first row."""
   if key == "time":
-    points = [(r["step"], t) for r in rows if (t := _timestamp(r.get("time"))) is not None]
+    points = [(r["step"], t) for r in rows if (t := _number(r.get("time"))) is not None]
     return ([s for s, _ in points], [t - points[0][1] for _, t in points]) if points else ([], [])
   points = [(r["step"], v) for r in rows if (v := _number(r.get(key))) is not None]
   return [s for s, _ in points], [v for _, v in points]
@@ -203,7 +192,7 @@ def panels(runs: list) -> dict:
   """{theme: [key, …]}: the numeric keys of the runs' rows, each in one theme, those
   drawn as another key's band left out."""
   keys = {k for run in runs for r in run.rows for k, v in r.items()
-          if k not in NOT_PLOTTED and (_timestamp if k == "time" else _number)(v) is not None}
+          if k not in NOT_PLOTTED and _number(v) is not None}
   keys -= {std_key(k, keys) for k in keys}
   taken = {theme: {k for k in keys if wanted(k)} for theme, wanted, _ in THEMES if wanted}
   rest = keys.difference(*taken.values())
