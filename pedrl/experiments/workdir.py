@@ -80,6 +80,16 @@ def refuse_checkpoint(workdir: str) -> None:
                        "model_type); give the run its own --workdir")
 
 
+def recorded_job(workdir: str) -> str | None:
+  """The job a workdir holds ("train", "rollout", …): as its run.json says, else inferred
+  from its files (a workdir written before run.json existed); None if neither tells."""
+  try:
+    with open(os.path.join(workdir, RECORD)) as f:
+      return json.load(f)["identity"]["job"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return _inferred_job(workdir)
+
+
 def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True) -> None:
   """Checks that `workdir` is empty or holds the run of settings `s`, then records it."""
   refuse_checkpoint(workdir)

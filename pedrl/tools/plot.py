@@ -34,6 +34,7 @@ from absl import app, flags
 
 from pedrl import cli
 from pedrl.env import dialogue as dialogue_lib
+from pedrl.experiments import workdir as workdir_lib
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"
 MANY_POINTS = 30  # Lines with fewer points get markers (a 1-step run is then visible).
@@ -71,15 +72,6 @@ class Run:
 
 # -- Reading workdirs ----------------------------------------------------------------------------
 
-def _job(workdir: str) -> str | None:
-  """The job run.json records ("train", "rollout", …), if any."""
-  try:
-    with open(os.path.join(workdir, "run.json")) as f:
-      return json.load(f).get("identity", {}).get("job")
-  except (OSError, ValueError, AttributeError):
-    return None
-
-
 def _rows(path: str, parse=lambda row: row, what: str = "JSON") -> list:
   """`parse` of each line of a JSONL file (none if absent). Read only: the last line of
   a file a job is writing may be half there, and is skipped, not cut off (as the jobs'
@@ -103,16 +95,13 @@ def kind(workdir: str) -> str:
   if not os.path.isdir(workdir):
     raise PlotError(f"{workdir}: no such directory")
   has = lambda name: os.path.exists(os.path.join(workdir, name))
-  job = _job(workdir)
+  job = workdir_lib.recorded_job(workdir)
   if job == "train":
     return TRAIN
   if job == "rollout":
     return ROLLOUT
   if job is not None or has("metrics.json") or has("shards"):
     return EVAL
-  if has("dialogues.jsonl"):  # Training may write dialogues too: its rows have a loss.
-    rows = _rows(os.path.join(workdir, "metrics.jsonl"))
-    return TRAIN if any(isinstance(r, dict) and "loss" in r for r in rows) else ROLLOUT
   if has("metrics.jsonl"):
     return TRAIN
   raise PlotError(f"{workdir}: no metrics.jsonl, dialogues.jsonl or metrics.json: not a pedrl "
@@ -221,10 +210,20 @@ def _grid(plt, n: int, title: str):
   return fig, list(axes.flat[:n])
 
 
+def _style(ax, title: str, xlabel: str = "", ylabel: str = ""):
+  """What every panel shares: a small title, labels and ticks, a light grid."""
+  ax.set_title(title, fontsize=9)
+  ax.set_xlabel(xlabel, fontsize=8)
+  ax.set_ylabel(ylabel, fontsize=8)
+  ax.tick_params(labelsize=7)
+  ax.grid(alpha=0.3)
+
+
 def _legend(fig, runs, colors):
   """One legend per figure, under it: the runs' names in their colours."""
   from matplotlib.lines import Line2D
-  fig.legend([Line2D([], [], color=colors[r.workdir], lw=2) for r in runs], [r.name for r in runs], loc="outside lower center",
+  handles = [Line2D([], [], color=colors[r.workdir], lw=2) for r in runs]
+  fig.legend(handles, [r.name for r in runs], loc="outside lower center",
              ncols=min(len(runs), 4), fontsize=8, frameon=False)
 
 
@@ -251,15 +250,12 @@ def training_figures(plt, runs: list, colors: dict) -> dict:
     fig, axes = _grid(plt, len(names), f"{theme}: " + ", ".join(r.name for r in runs))
     for ax, key in zip(axes, names):
       values = [v for run in runs for v in _curve(ax, run, key, colors[run.workdir], keys)]
-      ax.set_title(key + (" ± std" if std_key(key, keys) else "") +
-                   (" (s since the first step)" if key == "time" else ""), fontsize=9)
       if log_scale(values):
         ax.set_yscale("log")
       # min_n_ticks=1: else with one or two steps the locator falls back to fractions.
       ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
-      ax.set_xlabel("step", fontsize=8)
-      ax.tick_params(labelsize=7)
-      ax.grid(alpha=0.3)
+      _style(ax, key + (" ± std" if std_key(key, keys) else "") +
+             (" (s since the first step)" if key == "time" else ""), xlabel="step")
     _legend(fig, runs, colors)
     out[theme] = fig
   return out
@@ -314,11 +310,8 @@ def rollout_figures(plt, runs: list, colors: dict) -> dict:
           ax.hist(values, bins=bins, color=color, alpha=0.45 if len(runs) > 1 else 0.7,
                   edgecolor=color)
           ax.axvline(float(np.mean(values)), color=color, ls="--", lw=1)
-      ax.set_title(f"{name} (dashed: mean)", fontsize=9)
-      ax.set_ylabel("dialogues", fontsize=8)
       ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
-      ax.tick_params(labelsize=7)
-      ax.grid(alpha=0.3)
+      _style(ax, f"{name} (dashed: mean)", ylabel="dialogues")
     _legend(fig, runs, colors)
     out[theme] = fig
   return out
