@@ -24,6 +24,11 @@ from pedrl.tokenizer import load_tokenizer
 SECRET = "SECRET-PLAN-42"
 
 
+class _Cache(dict):
+  """The scripted sampler's cache: each row's fed ids and its slots (`size`, as KVCache)."""
+  size = property(lambda self: self["size"])
+
+
 class ScriptedSampler:
   """The rollout's sampler interface over a reply function `script(context_text)`.
 
@@ -42,14 +47,17 @@ class ScriptedSampler:
     return n
 
   def new_cache(self, batch, size):
-    return {"rows": [[] for _ in range(batch)], "size": size}
+    return _Cache(rows=[[] for _ in range(batch)], size=size)
 
   def select_rows(self, cache, rows, batch=None):
     rows = list(rows) + [rows[0]] * ((batch or len(rows)) - len(rows))
-    return {"rows": [list(cache["rows"][r]) for r in rows], "size": cache["size"]}
+    return _Cache(rows=[list(cache["rows"][r]) for r in rows], size=cache["size"])
 
-  def make_room(self, cache, need):
-    return cache, cache["size"] - max(len(r) for r in cache["rows"])
+  def make_room(self, cache, need, limit=None):
+    room = lambda: cache["size"] - max(len(r) for r in cache["rows"])
+    if room() < need and limit:  # Grows to the limit, as Sampler.make_room may.
+      cache["size"] = max(cache["size"], limit)
+    return cache, room()
 
   def generate(self, params, rows, keys, sp, cache=None):
     cache = cache or self.new_cache(len(rows), 1 << 20)

@@ -247,3 +247,30 @@ def test_scorer_with_no_candidates_at_all(testdata):
   cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
   scores = Scorer(model).score(params, [[1, 2], [3]], [[], []])
   assert scores.count.shape == (2, 1) and (scores.count == 0).all() and np.isnan(scores.mean).all()
+
+
+def test_a_cache_grown_between_turns_equals_one_allocated_whole(testdata):
+  """make_room grows a small cache (doubling, up to its limit) keeping every slot, then
+  compacts only at the limit: a two-turn dialogue gives the same tokens either way."""
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  sampler = Sampler(model)
+  rng = np.random.default_rng(10)
+  first, second = rows_of(rng, cfg.vocab_size, [6, 11]), rows_of(rng, cfg.vocab_size, [20, 3])
+  sp = SamplingParams(12, temperature=0.0)
+  runs = []
+  for size in (32, 256):
+    gen, cache = sampler.generate(params, first, sequence_keys(0, range(2)), sp,
+                                  sampler.new_cache(2, size))
+    cache, room = sampler.make_room(cache, 32 + 12, limit=256)
+    # 28 slots used + 44 needed > 2 x 32: the bucket of 72.
+    assert room >= 44 and cache.size == (96 if size == 32 else 256)
+    runs.append((gen, *sampler.generate(params, second, sequence_keys(1, range(2)), sp, cache)))
+  (a1, a2, grown), (b1, b2, whole) = runs
+  for x, y in ((a1, b1), (a2, b2)):
+    np.testing.assert_array_equal(x.tokens, y.tokens)
+    np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(grown.pos), np.asarray(whole.pos))
+  # At the limit the masked gaps (left padding) are packed away instead.
+  end = int(grown.end)
+  packed, room = sampler.make_room(grown, grown.size - end + 1, limit=grown.size)
+  assert packed.size == 96 and int(packed.end) < end and room == 96 - int(packed.end)

@@ -199,16 +199,17 @@ def pedrl_runner(paths, problems, settings, new_tokens: int):
   # No stops (a logged warning): every turn samples new_tokens.
   sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=())
   parties = {side: party_lib.load(path, sampling, scan_layers=False) for side, path in paths.items()}
-  slots = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sizes it.
 
   def run(n):
+    stats = rollout.RolloutStats()
     out = rollout.run(problems, 1, parties[TUTOR], parties[STUDENT],
-                      dataclasses.replace(settings, max_turns=n, turn_limit="message"))
+                      dataclasses.replace(settings, max_turns=n, turn_limit="message"), stats=stats)
     assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
     sampled = sum(m.num_tokens for d in out for m in d.messages)
     # Both sides' tokens, fed and sampled: the tutor's ids and the student's cache length.
     total = sum(len(d.tutor_ids) + d.student_tokens for d in out)
-    return Workload(sum(len(d.messages) for d in out), sampled, total - sampled, slots)
+    return Workload(sum(len(d.messages) for d in out), sampled, total - sampled,
+                    max(stats.cache_slots.values()))
   return run, parties
 
 
@@ -274,7 +275,7 @@ def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
     runs["pedrl"] = pedrl_run
     for n in lengths:
       results[n] = measure(runs, n, repeats)
-  slots = results[lengths[0]]["pedrl"]["work"].cache_slots
+  limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
            else f"{torch.get_num_threads()} torch threads")
   print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores; transformers on "
@@ -283,9 +284,10 @@ def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
         f"{shape['hidden_size']}, vocab {VOCAB}, {n_params / 1e6:.1f}M parameters each, fp32")
   print(f"{dialogues} guided dialogues, {new_tokens} sampled tokens per turn (no stops), "
         f"temperature 1, top-k {TOP_K}; best of {repeats} interleaved runs")
-  print(f"pedrl KV cache per side: {slots} slots x {dialogues} rows = "
-        f"{cache_megabytes(parties[TUTOR], slots, dialogues):.0f} MB (max_conversation_tokens "
-        f"{settings.max_conversation_tokens} + two turns + 256, bucketed)")
+  print(f"pedrl KV cache per side: grows to at most {limit} slots x {dialogues} rows = "
+        f"{cache_megabytes(parties[TUTOR], limit, dialogues):.0f} MB (max_conversation_tokens "
+        f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
+        f"largest it reached")
   print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
         f"{'cache_slots':>13}{'warmup_s':>10}")
   for n, by_engine in results.items():

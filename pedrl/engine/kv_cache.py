@@ -1,5 +1,5 @@
-"""KV caches on devices: create with a sharding, select rows, compact (the type and
-its layout are models.decoder.KVCache)."""
+"""KV caches on devices: create with a sharding, select rows, compact, grow (the type
+and its layout are models.decoder.KVCache)."""
 import functools
 
 import jax
@@ -30,3 +30,4 @@ def _creator(cfg, batch, size, mesh):
 # The host's entry points: one compiled program each; compact updates the cache in place.
 take = jax.jit(KVCache.take)
 compact = jax.jit(KVCache.compact, donate_argnums=(0,))
+grow = jax.jit(KVCache.grown, static_argnums=(1,))

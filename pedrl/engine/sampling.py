@@ -8,7 +8,9 @@ The cache is donated, so XLA updates it in place.
 
 Windows. A call can reach only the cache's first end + T + max_new_tokens slots
 (bucketed): it cuts that window out once, runs its prefill and decode loop on
-it and writes it back, so a step costs what the window holds. On a fresh cache,
+it and writes it back, so a step costs what the window holds. A dialogue's
+cache need not be allocated for the whole conversation: `make_room` grows it
+(doubling, up to a limit) when a turn needs more. On a fresh cache,
 an opening all rows share (`Sampler.share_prefix` tokens or more) is computed
 once on one row and copied to the others before the rest is appended.
 
@@ -308,11 +310,26 @@ class Sampler:
     rows = np.concatenate([rows, np.full(full - rows.size, rows[0], np.int32)])
     return kv_cache.take(cache, self._rows(rows))
 
-  def make_room(self, cache, need: int):
-    """The cache, compacted if fewer than `need` slots are free; and the free slots."""
-    if cache.room < need:
+  def make_room(self, cache, need: int, limit: int | None = None):
+    """The cache and its free slots, made `need` if it can: grown while it has fewer
+    than `limit` slots (at least doubled, so a long dialogue grows a few times), then
+    compacted (left padding and early stops leave masked gaps).
+
+    A dialogue's cache starts at what its first turn needs and grows to `limit`,
+    rather than being allocated for the whole conversation limit: that costs
+    memory a short dialogue never uses, and on CPU a fresh buffer's first touch
+    (page faults: 0.39 s for a 1.2 GB cache on the 2-core machine of
+    `pedrl.bench.rollout`).
+    """
+    room = cache.room
+    if room < need and limit and cache.size < limit:
+      size = bucket(max(2 * cache.size, cache.size - room + need), self.buckets)
+      cache = kv_cache.grow(cache, min(size, limit, self.cfg.max_position_embeddings))
+      room = cache.room
+    if room < need:
       cache = kv_cache.compact(cache)
-    return cache, cache.room
+      room = cache.room
+    return cache, room
 
   # -- Sampling --------------------------------------------------------------
 

@@ -75,6 +75,7 @@ class RolloutStats:
   tutor_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
   calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
+  cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
 
 
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
@@ -112,12 +113,13 @@ class _Side:
                                      self.stop_text[d])
     return ids + self.prefix_ids
 
-  def place(self, live: list[int]):
-    """Points the cache at the live dialogues, in order (batch bucketed to powers of two)."""
+  def place(self, live: list[int], need: int):
+    """Points the cache at the live dialogues, in order (batch bucketed to powers of two);
+    a first cache gets the `need` slots of this turn (it grows later, see make_room)."""
     sampler = self.party.sampler
     batch = sampler.padded_batch(min(_pow2(len(live)), len(self.views)))
     if self.cache is None:
-      self.cache = sampler.new_cache(batch, self.capacity)
+      self.cache = sampler.new_cache(batch, min(need, self.capacity))
     elif self.rows != live:
       where = {d: i for i, d in enumerate(self.rows)}
       self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
@@ -134,9 +136,10 @@ class _Side:
         ended[d] = "token_limit"
         live.remove(d)
     while live:
-      self.place(live)
       longest = max(len(rows[d]) for d in live)
-      self.cache, room = sampler.make_room(self.cache, bucket(longest) + sp.max_new_tokens)
+      self.place(live, bucket(longest) + sp.max_new_tokens)
+      self.cache, room = sampler.make_room(self.cache, bucket(longest) + sp.max_new_tokens,
+                                           self.capacity)
       top = max(self.lengths[d] for d in live)
       if (room >= longest + sp.max_new_tokens
           and top + longest + sp.max_new_tokens <= sampler.cfg.max_position_embeddings):
@@ -153,6 +156,7 @@ class _Side:
     start = time.perf_counter()
     gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
                                        self.cache)
+    stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
     out = []

@@ -65,6 +65,11 @@ class ModelConfig:
   # layer's weights and KV cache in place: XLA:CPU and :GPU copy the slice of
   # a stacked array that a scan step reads, which doubles decode memory traffic.
   scan_layers: bool = True
+  # Attention of a multi-token chunk on a KV cache (prefill, a dialogue turn) in
+  # blocks of this many queries and keys (layers.blocked_attention); 0: the whole
+  # score matrix at once; None: 128 on CPU, 0 on accelerators (the blocked loops
+  # are measured on XLA:CPU only).
+  attention_block: int | None = None
   # The checkpoint's own config.json, kept to write it back on export.
   hf_config_json: str = dataclasses.field(default="{}", compare=False, repr=False)
 

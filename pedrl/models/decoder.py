@@ -19,9 +19,10 @@ are therefore one code path.
 Callers keep end + T <= S (the engine's Sampler checks it on the host before
 every call).
 
-Cost follows the filled slots. A dialogue's cache is allocated for the whole
-dialogue, but a call with a static `window` reads only the slots it can reach.
-Attention takes the cache's slots and the new tokens' keys and values as two
+Cost follows the filled slots. A call with a static `window` reads only the
+slots it can reach; a chunk of several new tokens (a prompt, a dialogue turn)
+goes through `layers.blocked_attention` on CPU (ModelConfig.attention_block),
+whose loops stop at the cache's filled slots (`end`, traced). Attention takes the cache's slots and the new tokens' keys and values as two
 segments under one softmax, and the new tokens are written into the cache once,
 after the layer stack and after every read (the write depends on the hidden
 states, see `Decoder.__call__`). The cache is thus only read inside the layers
@@ -78,6 +79,10 @@ class LayerCache:
     return LayerCache(
         jax.lax.dynamic_update_slice(self.k, new.k.astype(self.k.dtype), lead + (at,)),
         jax.lax.dynamic_update_slice(self.v, new.v.astype(self.v.dtype), lead[:-1] + (at, 0)))
+
+  @property
+  def size(self) -> int:
+    return self.v.shape[-2]
 
   def read(self, s: int, dtype):
     """(keys, values) of the first s slots in `dtype`, as dot_attention takes them."""
@@ -179,6 +184,14 @@ class KVCache:
     return self.replace(k=jax.tree.map(put, self.k, head.k), v=jax.tree.map(put, self.v, head.v),
                         mask=put(self.mask, head.mask), pos=head.pos, end=head.end)
 
+  def grown(self, size: int) -> "KVCache":
+    """This cache in one of `size` >= S slots: the same slots first, empty ones after."""
+    more = size - self.size
+    pad = lambda a, axis: jnp.pad(a, [(0, more if i == a.ndim + axis else 0)
+                                      for i in range(a.ndim)])
+    return self.replace(k=jax.tree.map(lambda a: pad(a, -1), self.k),
+                        v=jax.tree.map(lambda a: pad(a, -2), self.v), mask=pad(self.mask, -1))
+
   def _map_layers(self, f) -> "KVCache":
     """f (LayerCache -> LayerCache) applied to every layer."""
     layers = self.per_layer
@@ -209,8 +222,8 @@ class Attention(nn.Module):
   @nn.compact
   def __call__(self, x, cos, sin, masks, kv):
     """Attention of x over the cache kv (None: none) and x's own tokens, with
-    masks (cache mask or None, the new tokens' mask); returns (out, the new
-    tokens' LayerCache, None without a cache)."""
+    masks (cache mask or None, the new tokens' mask, the cache's filled slots or
+    None); returns (out, the new tokens' LayerCache, None without a cache)."""
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     b, t, _ = x.shape
     h, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -222,11 +235,19 @@ class Attention(nn.Module):
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
     new = LayerCache.of(k, v)
-    old_mask, new_mask = masks
+    old_mask, new_mask, filled = masks
     segments = [(*new.read(t, dtype), new_mask)]
-    if kv is not None and old_mask.shape[-1]:  # The cache is read, not written (see Decoder).
-      segments.insert(0, (*kv.read(old_mask.shape[-1], dtype), old_mask))
-    out = layers.dot_attention(q, segments)
+    block = cfg.attention_block
+    if block is None:
+      block = 128 if jax.default_backend() == "cpu" else 0
+    # The cache is read, not written (see Decoder).
+    if kv is not None and t > 1 and block:  # Blocks sliced from the whole cache: no copy.
+      out = layers.blocked_attention(q, (*kv.read(kv.size, dtype), old_mask), filled,
+                                     segments[0], block)
+    else:
+      if kv is not None and old_mask.shape[-1]:
+        segments.insert(0, (*kv.read(old_mask.shape[-1], dtype), old_mask))
+      out = layers.dot_attention(q, segments)
     out = layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d))
     return out, (None if kv is None else new)
 
@@ -345,7 +366,8 @@ class Decoder(nn.Module):
     # copied out of the cache at every decode step.
     reach = None if cache is None else cache.size - (t if t > 1 else 0)
     masks = (None if cache is None else cache.mask[:, None, :reach],
-             mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None])
+             mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None],
+             None if cache is None else cache.end)
     if cache is None:
       kv = None
       if positions is None:
