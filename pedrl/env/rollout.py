@@ -137,9 +137,9 @@ class _Side:
         live.remove(d)
     while live:
       longest = max(len(rows[d]) for d in live)
-      self.place(live, bucket(longest) + sp.max_new_tokens)
-      self.cache, room = sampler.make_room(self.cache, bucket(longest) + sp.max_new_tokens,
-                                           self.capacity)
+      need = bucket(longest) + sp.max_new_tokens
+      self.place(live, need)
+      self.cache, room = sampler.make_room(self.cache, need, self.capacity)
       top = max(self.lengths[d] for d in live)
       if (room >= longest + sp.max_new_tokens
           and top + longest + sp.max_new_tokens <= sampler.cfg.max_position_embeddings):

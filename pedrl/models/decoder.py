@@ -22,8 +22,9 @@ every call).
 Cost follows the filled slots. A call with a static `window` reads only the
 slots it can reach; a chunk of several new tokens (a prompt, a dialogue turn)
 goes through `layers.blocked_attention` on CPU (ModelConfig.attention_block),
-whose loops stop at the cache's filled slots (`end`, traced). Attention takes the cache's slots and the new tokens' keys and values as two
-segments under one softmax, and the new tokens are written into the cache once,
+whose loops stop at the cache's filled slots (`end`, traced). Attention takes
+the cache's slots and the new tokens' keys and values as two segments under
+one softmax, and the new tokens are written into the cache once,
 after the layer stack and after every read (the write depends on the hidden
 states, see `Decoder.__call__`). The cache is thus only read inside the layers
 and updated in place outside them: when one layer both wrote its slot and read

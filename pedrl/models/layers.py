@@ -67,9 +67,9 @@ def blocked_attention(q, cache, filled, new, block: int):
   online softmax, so every intermediate stays cache-sized, and the loops visit
   only what a query can see: the cache's first `filled` slots (a traced count:
   the cost follows the filled length, not the window) and the new tokens up to
-  its own block (causal). On XLA:CPU this runs a 192-token dialogue turn's
-  attention over a 704-slot cache ~3.5x faster than the whole matrix
-  (`python -m pedrl.bench.cache_size`).
+  its own block (causal). On XLA:CPU, in a microbenchmark on the 2-core machine,
+  a 192-token dialogue turn's attention over a 704-slot cache took 26 ms per
+  layer against 72 ms for the whole matrix (README, Benchmark).
 
   Args:
     q: [B, T, H, D] queries of the new tokens.
