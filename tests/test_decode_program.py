@@ -19,10 +19,10 @@ def test_decode_loop_holds_no_copy_of_the_cache(scan_layers, slots):
                     dtype="float32", scan_layers=scan_layers, pad_token_id=0)
   sampler = Sampler(build_model(cfg))
   params = random_params(cfg)
-  rows = np.random.default_rng(0).integers(1, 256, (batch, 300)).tolist()
+  rows = np.random.default_rng(0).integers(1, 256, (batch, 400)).tolist()
   cache = sampler.extend(params, sampler.new_cache(batch, slots), [r[:-1] for r in rows])
   text, window = hlo.decode_hlo(sampler, params, cache, [r[-1:] for r in rows], SamplingParams(32))
-  assert window == 512  # Prompts padded to 384 slots, plus 1 + 32: a 512-slot window.
+  assert window == 512  # Prompts padded to 448 slots, plus 1 + 32: a 512-slot window.
   # Anything as large as one layer's keys over the window counts.
   assert hlo.loop_copies(text, batch * kv_heads * head_dim * window) == []
 

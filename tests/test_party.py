@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pedrl import models
-from pedrl.engine import Sampler, SamplingParams, sequence_keys
+from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 from pedrl.env import party
 
 
@@ -46,8 +46,33 @@ def test_a_shared_opening_computed_once_samples_what_whole_prompts_do(testdata):
     out[share], cache = sampler.generate(params, rows, keys, sp, sampler.new_cache(3, 256))
     # The opening is in the cache once per row: 40 + own tokens + 12 sampled positions.
     np.testing.assert_array_equal(np.asarray(cache.pos), [40 + 3 + 12, 40 + 30 + 12, 40 + 1 + 12])
-    # Whole rows fill one 96-slot chunk; shared, the opening has its own 48 and the rest 32.
-    assert int(cache.end) == {0: 96, 32: 48 + 32}[share] + 12
+    # Whole rows fill one 96-slot chunk; shared, the opening's first 32 tokens (a bucket:
+    # no padding) fill their own chunk and the rest, 9 to 38 tokens, one of 48.
+    assert int(cache.end) == {0: 96, 32: 32 + 48}[share] + 12
+  np.testing.assert_array_equal(out[32].tokens, out[0].tokens)
+  np.testing.assert_allclose(out[32].logprobs, out[0].logprobs, atol=1e-5)
+
+
+def test_a_cache_sized_for_the_rows_still_shares_their_opening(testdata, monkeypatch):
+  """A dialogue's first cache holds just its turn (bucketed rows + new tokens), no
+  room for a padded opening: the opening, cut to a bucket, is still computed once."""
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  rng = np.random.default_rng(1)
+  prefix = rng.integers(1, cfg.vocab_size, 130).tolist()
+  rows = [prefix + rng.integers(1, cfg.vocab_size, n).tolist() for n in (10, 50)]
+  sp = SamplingParams(8, temperature=1.0, stop_token_ids=())
+  keys = sequence_keys(0, range(2))
+  widths = []
+  extend_shared = sampling._extend_shared
+  monkeypatch.setattr(sampling, "_extend_shared",
+                      lambda *a: widths.append(a[3].shape[1]) or extend_shared(*a))
+  out = {}
+  for share in (0, 32):
+    sampler = Sampler(model, share_prefix=share)
+    # 180 tokens: a 192 chunk; the opening padded to 192 would leave no room for the rest.
+    out[share], cache = sampler.generate(params, rows, keys, sp, sampler.new_cache(2, 192 + 8))
+    np.testing.assert_array_equal(np.asarray(cache.pos), [130 + 10 + 8, 130 + 50 + 8])
+  assert widths == [128]  # Shared once, its first 128 tokens; then 12 and 52 in a 64 chunk.
   np.testing.assert_array_equal(out[32].tokens, out[0].tokens)
   np.testing.assert_allclose(out[32].logprobs, out[0].logprobs, atol=1e-5)
 

@@ -38,7 +38,7 @@ from flax import struct
 from pedrl import sharding as sharding_lib
 from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
-from pedrl.engine.shapes import LENGTH_BUCKETS, bucket
+from pedrl.engine.shapes import CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below
 from pedrl.models.decoder import Decoder, KVCache
 from pedrl.streams import sequence_keys
 
@@ -162,17 +162,19 @@ class Sampler:
     tokenizer: optional; needed for stop strings and decoded texts.
     stop_strings: strings that end a row wherever they appear in its output.
     mesh: shard rows over (data, fsdp) and KV heads over tensor; None: one device.
-    length_buckets: allowed padded lengths of new-token chunks and caches.
+    length_buckets: allowed padded lengths of caches and the windows calls reach.
+    chunk_buckets: allowed padded lengths of new-token chunks.
     share_prefix: on a fresh cache, rows whose tokens open with the same
       share_prefix or more tokens (a system prompt's instructions, a problem's G
       rollouts) get that opening computed once and copied; 0: never.
   """
 
   def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
-               length_buckets=LENGTH_BUCKETS, share_prefix: int = 32):
+               length_buckets=LENGTH_BUCKETS, chunk_buckets=CHUNK_BUCKETS,
+               share_prefix: int = 32):
     self.model, self.cfg, self.tokenizer, self.mesh = model, model.cfg, tokenizer, mesh
     self.share_prefix = share_prefix
-    self.buckets = tuple(length_buckets)
+    self.buckets, self.chunk_buckets = tuple(length_buckets), tuple(chunk_buckets)
     self.stop_strings = tuple(stop_strings)
     self.pad_id = self.cfg.pad_token_id or 0
     self._warned_no_stops = False
@@ -226,7 +228,7 @@ class Sampler:
     rows = self._checked(rows, cache, need_token)
     b = cache.batch
     longest = max(r.size for r in rows)
-    t = bucket(max(longest, 1), self.buckets)
+    t = bucket(max(longest, 1), self.chunk_buckets)
     end, pos = int(cache.end), int(np.max(sharding_lib.to_host(cache.pos)))
     room = cache.size - end
     if longest + extra > room or t + extra > room:
@@ -279,7 +281,10 @@ class Sampler:
 
   def _shared_opening(self, params, cache, rows, extra: int):
     """(cache, rows): on a fresh cache, the rows' common opening (each row keeps a
-    token of its own) written once to every row and cut from the rows."""
+    token of its own), cut to a bucket's length, written once to every row and cut
+    from the rows. Cut rather than padded: padding would add masked slots a cache
+    sized for the rows (a dialogue's first turn) has no room for, and the
+    opening's last few tokens cost little more as part of every row's chunk."""
     if not self.share_prefix or len(rows) < 2 or int(cache.end) != 0:
       return cache, rows
     rows = self._checked(rows, cache, need_token=True)
@@ -287,17 +292,15 @@ class Sampler:
     for r in rows[1:]:
       differ = np.flatnonzero(r[:n] != rows[0][:n])
       n = int(differ[0]) if differ.size else n
-    if n < self.share_prefix:
+    t = bucket_below(n, self.chunk_buckets)
+    if n < self.share_prefix or t == 0:
       return cache, rows
-    t = bucket(n, self.buckets)
-    if t + max(r.size for r in rows) - n + extra > cache.size:  # No room for the padding.
-      return cache, rows
-    tokens = np.full((1, t), self.pad_id, np.int32)
-    mask = np.zeros((1, t), bool)
-    tokens[0, t - n:], mask[0, t - n:] = rows[0][:n], True
-    cache = _extend_shared(self.model, params, cache, self._replicated(tokens),
-                           self._replicated(mask), t)
-    return cache, [r[n:] for r in rows]
+    if t + bucket(max(r.size for r in rows) - t, self.chunk_buckets) + extra > cache.size:
+      return cache, rows  # The rest's chunk would not fit its bucketed width: one chunk.
+    tokens = self._replicated(rows[0][None, :t].astype(np.int32))
+    cache = _extend_shared(self.model, params, cache, tokens,
+                           self._replicated(np.ones((1, t), bool)), t)
+    return cache, [r[t:] for r in rows]
 
   def select_rows(self, cache, rows, batch: int | None = None):
     """The cache of rows `rows` (indices, may repeat), padded to `batch` rows

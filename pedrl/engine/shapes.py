@@ -6,6 +6,12 @@
 LENGTH_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
                   4096, 6144, 8192)
 
+# The sampler pads a chunk of new tokens (a prompt, a dialogue's next turn) to one
+# of these: finer between 128 and 1024, where prefill is matmul-bound and padding
+# costs what real tokens do. Chunk widths only: caches, windows and training
+# batches keep LENGTH_BUCKETS.
+CHUNK_BUCKETS = tuple(sorted(LENGTH_BUCKETS + (160, 224, 320, 448, 640, 896)))
+
 
 def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
   """The smallest bucket >= n."""
@@ -13,3 +19,11 @@ def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
     if b >= n:
       return b
   return -(-n // 1024) * 1024
+
+
+def bucket_below(n: int, buckets=LENGTH_BUCKETS) -> int:
+  """The largest bucket <= n (0 below the smallest): a length cut to a bucket
+  fills a chunk with no padding."""
+  if n > buckets[-1]:
+    return n // 1024 * 1024
+  return max((b for b in buckets if b <= n), default=0)
