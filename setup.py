@@ -64,6 +64,7 @@ setuptools.setup(
         "pyyaml",
         "sacrebleu>=2.4",
         "scikit-learn>=1.4",
+        "pydantic>=2.6",  # The agents' structured stages (CPA): declared reply schemas.
     ],
     extras_require={
         # torch is only the reference implementation in tests. 2.13.0 is pinned

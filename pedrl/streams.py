@@ -10,6 +10,7 @@ run that was resumed or not.
   POST_SOLVE  its attempts after one (dialogue uid, attempt)
   JUDGE       a local judge model's samples (request uid, round)
   REASONING   the tutor's answers to benchmark questions (question's index, 0)
+  AGENT       an agent's backbone calls, e.g. CPA's stages (instance uid, its call number)
 
 numpy streams: the train/test split's shuffle (seed), a problem's scenario and
 persona (seed, problem), the training data order (seed, epoch) and the order of
@@ -22,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DIALOGUE, PRE_SOLVE, POST_SOLVE, JUDGE, REASONING = 0, 1, 2, 3, 4
+DIALOGUE, PRE_SOLVE, POST_SOLVE, JUDGE, REASONING, AGENT = 0, 1, 2, 3, 4, 5
 
 
 def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:

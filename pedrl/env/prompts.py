@@ -2,7 +2,8 @@
 
 The tutor's and the student's prompts live in `pedrl/env/prompt_texts/`; the
 judges' and the UCO oracle's and level classifier's beside the rewards code that
-asks them, in `pedrl/rewards/prompt_texts/`. Both are searched by name.
+asks them, in `pedrl/rewards/prompt_texts/`; the agents' (CPA's stages, the
+prompting baselines) in `pedrl/agents/prompt_texts/`. All are searched by name.
 
 A prompt is rendered with its variables (missing ones are errors), then placed in
 a conversation that each model's own Hugging Face chat template turns into
@@ -14,7 +15,7 @@ import os
 import jinja2
 
 _PEDRL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts") for package in ("env", "rewards"))
+PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts") for package in ("env", "rewards", "agents"))
 
 # name -> where the paper gives it.
 SOURCES = {
@@ -38,6 +39,17 @@ SOURCES = {
     "judges/thinking_leakage": "paper 001, appendix A.3 (leakage judge)",
     "judges/thinking_helpfulness": "paper 001, appendix A.3 (helpfulness judge)",
     "judges/thinking_quality": "paper 001, appendix A.3 (thinking quality judge)",
+    # pedrl's own: paper 002 describes CPA's stages (section 3) and prints no prompt.
+    **{f"cpa/{stage}": f"pedrl, after paper 002 {where}" for stage, where in (
+        ("perceive", "section 3.4 (M1, eq. 5)"), ("generate", "algorithm 1 (GENERATE)"),
+        ("simulate", "algorithm 1 (SIMULATE)"), ("evaluate", "section 3.5 (EVALUATE)"),
+        ("revise", "algorithm 1 (REVISE)"), ("execute", "section 3.6 (M3, eq. 6)"),
+        ("monitor", "section 3.6 (eq. 7)"), ("finish", "section 3.7 (M4)"))},
+    # pedrl's wording of the baselines paper 002 compares with (section 4.3).
+    "baselines/cot": "pedrl, after Wei et al. 2022 (chain of thought)",
+    "baselines/plan_solve": "pedrl, after Wang et al. 2023 (Plan-and-Solve, its PS+ variant)",
+    "baselines/sot_outline": "pedrl, after Ning et al. 2023 (Skeleton-of-Thought, skeleton)",
+    "baselines/sot_expand": "pedrl, after Ning et al. 2023 (Skeleton-of-Thought, point expanding)",
 }
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIRS),

@@ -1,0 +1,84 @@
+"""The LLM an agent runs on: a local pedrl model or an OpenAI-compatible endpoint.
+
+An agent hands a backbone every conversation of a stage at once: a local model
+samples them in one batched engine call (chunks of `batch` rows), an endpoint
+gets them as concurrent requests (the client's `max_concurrency`). Each reply
+is a text, or the exception that ended an endpoint's retries (asking counts
+it). `usage` counts calls, tokens and, per stage, the calls made, so a run can
+report what an agent cost per instance.
+"""
+import collections
+
+from pedrl import streams
+from pedrl.engine.distribution import SamplingParams
+
+
+class Usage(collections.Counter):
+  """calls, prompt_tokens, completion_tokens, prompts_cut, and calls/<stage>."""
+
+  def add(self, stage: str, prompt_tokens: int, completion_tokens: int, cut: bool = False):
+    self["calls"] += 1
+    self[f"calls/{stage}"] += 1
+    self["prompt_tokens"] += prompt_tokens
+    self["completion_tokens"] += completion_tokens
+    self["prompts_cut"] += int(cut)
+
+
+class LocalBackbone:
+  """A pedrl Party (a local checkpoint or a training run's tutor) sampling replies.
+
+  Row i of a call draws from key (seed, AGENT, uids[i], steps[i]): the agent
+  numbers each instance's calls, so a reply does not depend on the batch it is
+  in. A conversation too long for the context with max_new_tokens is an error,
+  or with `truncate_prompts` (tiny models) cut at its start and counted.
+  """
+
+  def __init__(self, party, sampling: SamplingParams, seed: int = 0, batch: int = 64,
+               truncate_prompts: bool = False):
+    self.party, self.seed, self.batch = party, seed, batch
+    self.sampling = party.sampler.with_stops(sampling)
+    self.truncate_prompts = truncate_prompts
+    self.usage = Usage()
+
+  def _ids(self, conversation) -> tuple[list, bool]:
+    ids = self.party.chat.prompt_ids(conversation)
+    room = self.party.sampler.cfg.max_position_embeddings - self.sampling.max_new_tokens
+    if len(ids) <= room:
+      return ids, False
+    if not self.truncate_prompts:
+      raise ValueError(f"a backbone prompt of {len(ids)} tokens + max_new_tokens="
+                       f"{self.sampling.max_new_tokens} exceeds the model's context of "
+                       f"{self.party.sampler.cfg.max_position_embeddings}")
+    return ids[len(ids) - room:], True
+
+  def chat(self, conversations, stage: str, uids, steps) -> list:
+    texts = []
+    for lo in range(0, len(conversations), self.batch):
+      rows, cut = zip(*(self._ids(c) for c in conversations[lo:lo + self.batch]))
+      keys = streams.random_keys(self.seed, streams.AGENT, uids[lo:lo + self.batch],
+                                 steps[lo:lo + self.batch])
+      gen, _ = self.party.sampler.generate(self.party.params, list(rows), keys, self.sampling)
+      for i, (r, c) in enumerate(zip(rows, cut)):
+        self.usage.add(stage, len(r), int(gen.length[i]), c)
+      texts += gen.texts
+    return texts
+
+
+class EndpointBackbone:
+  """An OpenAI-compatible chat endpoint (pedrl.rewards.backends.OpenAIBackend, with the
+  agent's temperature, top_p and max_tokens): concurrent requests, retried by the client."""
+
+  def __init__(self, client):
+    self.client = client
+    self.usage = Usage()
+
+  def chat(self, conversations, stage: str, uids, steps) -> list:
+    del uids, steps  # The endpoint samples on its own.
+    out = []
+    for r in self.client.chat(conversations):
+      if isinstance(r, Exception):
+        out.append(r)
+        continue
+      self.usage.add(stage, r.prompt_tokens, r.completion_tokens)
+      out.append(r.text)
+    return out

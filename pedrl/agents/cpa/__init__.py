@@ -1,0 +1,1 @@
+"""CPA (paper 002): the metacognitive planning agent M1-M4."""

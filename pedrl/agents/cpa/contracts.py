@@ -1,0 +1,107 @@
+"""Task contracts (paper 002, table 1) for MathTutorBench's nine tasks, and M4's formatting.
+
+A contract names the deliverable and the constraints that the agent compiles
+into Γ_t = <goal, constraints> (eq. 7) when M1 gives none (no M1, or its reply
+unread), and that the monitor checks deterministically on the deliverable
+step: the violations of pedrl.eval.mathtutorbench.constraints (the rules BVR
+counts). Table 1's rows map to the benchmark's tasks: solution checking is
+solution_correctness, whose harness reads yes = "the solution has an error";
+scaffolding and instruction following are the four pedagogical tasks. Table 1
+asks one question of Socratic questioning; the benchmark's task scores a list
+of sub-questions against the reference's, so pedrl's contract asks for the
+list, one question per line (a decision, documented in the README).
+
+`format` is M4's deterministic part (section 3.7): the structured deliverables
+(an answer, a verdict, a step index) are cut to what the harness reads;
+guidance is returned as is (its minimal rewriting is an LLM call of the agent).
+None: nothing to format from (the agent counts a fallback).
+"""
+import dataclasses
+import re
+
+from pedrl.eval.mathtutorbench import constraints, scoring, tasks
+
+_NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Contract:
+  deliverable: str
+  constraints: tuple[str, ...]
+  kind: str  # answer, questions, verdict, step, guidance.
+
+
+_GUIDANCE = Contract(
+    "the tutor's next message to the student",
+    ("do not state the final answer or the full solution",
+     "ask at most one question", "at most two sentences",
+     "help the student find the next step themselves"), "guidance")
+CONTRACTS = {
+    "problem_solving": Contract("the final answer, a number",
+                                ("end with the final numeric answer",), "answer"),
+    "socratic_questioning": Contract(
+        "the sub-questions that lead to the solution, one per line",
+        ("every line is a question", "no line states the final answer"), "questions"),
+    "solution_correctness": Contract(
+        "a verdict: does the student's solution contain an error (Yes or No)",
+        ("answer strictly Yes (there is an error) or No (it is correct)",
+         "base it on a step of the solution"), "verdict"),
+    "mistake_location": Contract("the number of the first incorrect step",
+                                 ("an exact step number, 0 if no step is wrong",), "step"),
+    "mistake_correction": Contract(
+        "the corrected final answer of the student's solution, a number",
+        ("coherent with the correct preceding steps", "end with the final numeric answer"),
+        "answer"),
+    **{t: _GUIDANCE for t in tasks.PEDAGOGICAL},
+}
+
+
+def contract(task: str) -> Contract:
+  if task not in CONTRACTS:
+    raise ValueError(f"no CPA contract for task {task!r}; the tasks: {', '.join(CONTRACTS)}")
+  return CONTRACTS[task]
+
+
+def _last_number(text: str) -> str | None:
+  found = [n.rstrip(".,") for n in _NUMBER.findall(text)]
+  found = [n.replace(",", "") for n in found if n]
+  return found[-1] if found else None
+
+
+def _verdict(text: str) -> str | None:
+  """Yes (an error) or No (correct) from a verdict in words; the first cue wins."""
+  words = re.findall(r"[a-z]+", text.lower())
+  for w in words:
+    if w in ("incorrect", "wrong", "error", "errors", "mistake", "yes", "flawed"):
+      return "Yes"
+    if w in ("correct", "no", "right", "valid"):
+      return "No"
+  return None
+
+
+def format(task: str, text: str) -> str | None:
+  """y_t's structured part, as the harness reads it; None when `text` holds none."""
+  kind = contract(task).kind
+  text = (text or "").strip()
+  if kind == "answer":
+    n = _last_number(text)
+    return None if n is None else f"Final Answer: {n}"
+  if kind == "step":
+    m = re.search(r"\d+", text)
+    return None if m is None else m.group()
+  if kind == "verdict":
+    return _verdict(text)
+  if kind == "questions":
+    lines = [l.strip(" -*\t") for l in text.split("\n") if "?" in l]
+    return "\n".join(lines) or None
+  return text or None
+
+
+def rule_issues(task: str, text: str, example: dict) -> tuple[str, ...]:
+  """The deterministic checks of the contract on a would-be response (BVR's rules)."""
+  return constraints.violations(task, text, example)
+
+
+def parses(task: str, text: str) -> bool:
+  """Whether the harness's parser reads a structured answer from `text`."""
+  return scoring.parse(task, text) is not None

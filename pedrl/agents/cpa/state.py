@@ -1,0 +1,142 @@
+"""What CPA's stages answer (pydantic schemas) and what a turn leaves behind (trace, memory).
+
+Paper 002 names the artefacts but not their fields; these are pedrl's choices,
+each tied to the paper's symbol. Lists accept a lone string (a small model's
+frequent shortcut); every field but the essential ones has a default, so a
+reply that says little still reads.
+"""
+import dataclasses
+import typing
+
+import pydantic
+
+from pedrl.agents.structured import Schema
+
+
+def _as_list(value):
+  if value is None:
+    return []
+  return [value] if isinstance(value, (str, dict)) else value
+
+
+Texts = typing.Annotated[list[str], pydantic.BeforeValidator(_as_list)]
+
+
+class Summary(Schema):
+  """p̂_t (section 3.4): the instance rewritten in four parts."""
+  problem: str = ""
+  student_state: str = ""
+  deliverable: str = ""
+  constraints: str = ""
+
+
+class TaskState(Schema):
+  """M1's one call: A_t = <ctx, goal, bar, cst> (eq. 5), p̂_t and the evidence E_t."""
+  context: str
+  goal: str
+  success_criteria: str = ""
+  bottlenecks: Texts = []
+  constraints: Texts = []
+  summary: Summary = Summary()
+  evidence: Texts = []
+
+  def key(self) -> tuple:
+    """What re-synthesis watches (section 3.3): goal, bottlenecks and requirements."""
+    norm = lambda t: " ".join(str(t).lower().split())
+    return (norm(self.goal), tuple(map(norm, self.bottlenecks)), tuple(map(norm, self.constraints)))
+
+
+class Step(Schema):
+  role: str  # E.g. understand, verify, locate error, derive next action, compose guidance.
+  goal: str
+
+
+class Template(Schema):
+  """S_t (section 3.5): ordered step roles with step goals; `deliverable` is τ_t, the
+  1-based number of the step whose output becomes the response (out of range: the last)."""
+  steps: typing.Annotated[list[Step], pydantic.BeforeValidator(_as_list),
+                          pydantic.Field(min_length=1)]
+  deliverable: int = 0
+
+  def tau(self) -> int:
+    """τ_t as a 0-based index."""
+    return self.deliverable - 1 if 1 <= self.deliverable <= len(self.steps) else len(self.steps) - 1
+
+
+class Candidates(Schema):
+  """GENERATE's reply: K candidate templates."""
+  templates: typing.Annotated[list[Template], pydantic.BeforeValidator(_as_list),
+                              pydantic.Field(min_length=1)]
+
+
+class Simulation(Schema):
+  """SIMULATE's shadow trace C̃: a dry run of the first steps and the deliverable it
+  would give."""
+  steps: Texts = []
+  deliverable: str
+
+
+class Evaluation(Schema):
+  """EVALUATE's verifier: the four criteria of section 3.5 and what to change."""
+  feasibility: bool
+  coverage: bool
+  consistency: bool
+  economy: bool
+  feedback: str = ""
+
+  @property
+  def passed(self) -> bool:
+    return self.feasibility and self.coverage and self.consistency and self.economy
+
+
+class StepOutput(Schema):
+  """One executed step's intermediate result c_i (never shown to the user)."""
+  output: str
+
+
+class Check(Schema):
+  """The monitor's LLM check of (c_i, s_i) against the contract Γ_t."""
+  ok: bool
+  issue: str = ""
+
+
+class Reply(Schema):
+  """M4's guidance after minimal rewriting, and the baselines' final replies."""
+  response: str
+
+
+@dataclasses.dataclass
+class Memory:
+  """M_t = <A_t, S_t, k_t, τ_t, summary(C_t)> (section 3.3), carried to the next turn."""
+  state: TaskState | None
+  template: Template
+  pointer: int  # k_t: steps executed.
+  deliverable: int  # τ_t, 0-based.
+  summary: str  # summary(C_t): the step outputs, shortened.
+
+
+@dataclasses.dataclass
+class Trace:
+  """One instance's turn, every stage's artefact (JSON-able via `to_dict`)."""
+  task: str
+  uid: int
+  variant: str
+  state: dict | None = None  # A_t, p̂_t and E_t as M1 read them (None: no M1, or unread).
+  rounds: list = dataclasses.field(default_factory=list)  # M2: per round, its candidates.
+  revisions: list = dataclasses.field(default_factory=list)  # M2: each REVISE's template.
+  template: dict | None = None  # The S_t executed last.
+  passed: bool = False  # Whether S_t passed EVALUATE (False: the last revision, unchecked).
+  reused_template: bool = False  # A turn whose goal, bottleneck and requirements held.
+  steps: list = dataclasses.field(default_factory=list)  # M3: C_t with each Δ and repair.
+  repairs: int = 0
+  resyntheses: int = 0
+  deliverable: str = ""  # The output of step τ_t.
+  response: str = ""  # y_t.
+  fallbacks: dict = dataclasses.field(default_factory=dict)  # Stage -> stand-ins used.
+  calls: int = 0
+
+  def fallback(self, stage: str):
+    self.fallbacks[stage] = self.fallbacks.get(stage, 0) + 1
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)

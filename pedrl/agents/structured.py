@@ -1,0 +1,68 @@
+"""Stages that answer in JSON: a declared pydantic schema, lenient parsing, re-asking.
+
+A stage's reply is read as the first-to-last-brace object (markdown fences,
+single quotes and Python literals tolerated, keys lowercased), then validated
+against the stage's schema in pydantic's lax mode (numbers where strings are
+expected are converted, unknown keys ignored). A reply that does not validate
+is asked again with a short note naming the keys, through the same
+`pedrl.rewards.asking.ask` rounds the judges use; what is still unread after
+the rounds comes back as None, for the agent's explicit fallback, and is
+counted (`AskStats`: parse_failures, reasks, api_errors).
+"""
+import json
+
+import pydantic
+
+from pedrl.rewards import asking
+from pedrl.rewards.judging import json_object
+
+
+class Schema(pydantic.BaseModel):
+  """A stage's reply: lax, unknown keys ignored, numbers accepted as strings."""
+  model_config = pydantic.ConfigDict(extra="ignore", coerce_numbers_to_str=True)
+
+
+class AgentError(RuntimeError):
+  """A backbone that cannot answer at all (an endpoint down, a wrong reply count)."""
+
+
+def parse(text: str, schema: type[Schema]):
+  """`schema` read from `text`, or None."""
+  obj = json_object(text or "")
+  if obj is None:
+    return None
+  try:
+    return schema.model_validate(obj)
+  except pydantic.ValidationError:
+    return None
+
+
+def keys_note(schema: type[Schema]) -> str:
+  """The re-ask note: the reply could not be read, and the keys it must have."""
+  keys = ", ".join(json.dumps(k) for k in schema.model_fields)
+  return (f"Your reply could not be read. Answer again with one JSON object only, "
+          f"with the keys {keys}.")
+
+
+def ask(backbone, conversations, schema: type[Schema], stage: str, uids, steps,
+        rounds: int, stats: asking.AskStats) -> tuple[list, list]:
+  """(per conversation its reply read as `schema` or None after `rounds` rounds, and
+  its last reply's raw text: what a fallback may keep).
+
+  `steps[i]` numbers conversation i's call for its instance (the local backbone's
+  random stream); round r adds r * 1000 so a re-ask draws afresh."""
+  raw = [""] * len(conversations)
+
+  def complete(idx, round_):
+    convs = [conversations[i] if not round_ else
+             conversations[i] + [{"role": "user", "content": keys_note(schema)}] for i in idx]
+    out = backbone.chat(convs, stage, [uids[i] for i in idx],
+                        [steps[i] + 1000 * round_ for i in idx])
+    for i, text in zip(idx, out):
+      raw[i] = text if isinstance(text, str) else raw[i]
+    return out
+
+  got = asking.ask(list(range(len(conversations))), complete,
+                   lambda _, text: parse(text, schema), rounds, stats, who=f"agent {stage}",
+                   error=AgentError)
+  return got.answers, raw

@@ -1,0 +1,113 @@
+"""The BVR constraint checker on hand-written replies with hand-computed expectations, and
+on the human teacher turns of the real bridge data (when ../shared/data has it)."""
+import pytest
+
+from pedrl.eval.mathtutorbench import constraints, tasks
+
+REF = "Ignatius has 8 tires because 2 x 4 = 8\nHe has 1200 tires in all\n 1,200"
+HASHES = "How many spoons? ** 12+3=<<12+3=15>>15 spoons.\n#### 12"
+BRIDGE = {"question": "q", "reference_solution": REF, "dialog_history": "",
+          "conversation_json": [], "ground_truth_response": {"text": "", "user": "Teacher"}}
+
+
+def _tutor(response, reference=REF, task="scaffolding_generation"):
+  return constraints.violations(task, response, dict(BRIDGE, reference_solution=reference))
+
+
+def test_final_answer():
+  assert constraints.final_answer(REF) == "1200"  # The last number, its comma dropped.
+  assert constraints.final_answer(HASHES) == "12"  # The '####' line wins over later text.
+  assert constraints.final_answer("a = 3\n#### -5") == "-5"
+  assert constraints.final_answer("3 - 1 = 24-1") == "1"  # A '-' between numbers: no sign.
+  assert constraints.final_answer("N/A") is None
+  assert constraints.final_answer("#### five") is None
+  assert constraints.final_answer("x = 6/8\n 3/4") == "3/4"
+
+
+def test_empty_everywhere():
+  for task in tasks.TASKS:
+    assert constraints.violations(task, " \n\t", BRIDGE) == ("empty",)
+
+
+def test_states_answer_with_commas_and_whole_numbers():
+  assert _tutor("So the total is 1,200 tires.") == ("states_answer",)
+  assert _tutor("So the total is 1200.0 tires.") == ("states_answer",)
+  assert _tutor("You need 12,000 tires, or 120 or 1,2000.") == ()
+  assert _tutor("Is it 12?", reference=HASHES) == ("states_answer",)
+  assert _tutor("Check 120 and 3.12 and 12.5 again.", reference=HASHES) == ()
+  assert _tutor("What is 112 - 100?", reference=HASHES) == ()
+  assert _tutor("It is -12 degrees.", reference=HASHES) == ("states_answer",)  # Sign ignored.
+  assert _tutor("It is 3/5 of her age.", reference="#### 3") == ()  # A fraction: one number.
+  assert _tutor("Half, 0.75 or 1/2.", reference="#### 1/2") == ("states_answer",)
+  assert _tutor("Half or 0.75.", reference="#### 1/2") == ()
+  assert _tutor("Say 5 or 7.", reference="N/A") == ()  # No numeric answer: not checked.
+
+
+def test_several_questions():
+  assert _tutor("What is 2 x 4? And how many does the friend have?") == (
+      "several_questions",)
+  assert _tutor("Good start! How many tires does he have?") == ()
+  assert _tutor("Why?! Think.") == ()  # One question: '?!' closes it.
+  assert _tutor("Is 3.5 right? Or 4?") == ("several_questions",)
+  assert _tutor('He asked "why?"\nWhat now?') == ("several_questions",)
+
+
+def test_too_long():
+  assert constraints.sentences("It is 3.5 now. Look!\nThen\n\n:)") == [
+      "It is 3.5 now.", "Look!", "Then"]
+  three = "Good work. You found 8 tires. Now count the friend's."
+  for task in tasks.PEDAGOGICAL:
+    assert constraints.TASK_FILE_RULES[task].max_sentences == 2
+    assert _tutor(three, task=task) == ("too_long",)
+    assert _tutor("Good work. You found 8 tires.", task=task) == ()
+  assert _tutor("Is it 1200? Why? Explain.") == ("states_answer", "several_questions",
+                                                  "too_long")
+
+
+def test_one_question_facts():
+  assert [t for t in tasks.PEDAGOGICAL if constraints.TASK_FILE_RULES[t].one_question] == [
+      "pedagogy_following", "pedagogy_following_hard"]
+
+
+@pytest.mark.parametrize("task,readable,unreadable", [
+    ("problem_solving", "The answer is 42.", "I do not know."),
+    ("socratic_questioning", "How many tires? How many bikes?", "Count the tires."),
+    ("solution_correctness", "No, it is correct.", "Nothing is wrong; notably fine."),
+    ("solution_correctness", "YES", "yesterday"),
+    ("mistake_location", "Step 3", "None of them."),
+    ("mistake_correction", "Final Answer: 1,200", "Final Answer: twelve"),
+])
+def test_structured(task, readable, unreadable):
+  assert constraints.violations(task, readable, {}) == ()
+  assert constraints.violations(task, unreadable, {}) == ("unparsable",)
+
+
+def test_unknown_task():
+  with pytest.raises(tasks.TaskError):
+    constraints.violations("nope", "x", {})
+
+
+def test_rates():
+  rows = [("problem_solving", ()), ("problem_solving", ("unparsable",)),
+          ("scaffolding_generation", ("states_answer", "too_long")),
+          ("scaffolding_generation", ()), ("scaffolding_generation", ("too_long",)),
+          ("pedagogy_following", ("empty",))]
+  assert constraints.rates(rows) == {
+      "bvr": 4 / 6, "bvr/problem_solving": 1 / 2, "bvr/scaffolding_generation": 2 / 3,
+      "bvr/pedagogy_following": 1.0, "violations/empty": 1, "violations/states_answer": 1,
+      "violations/several_questions": 0, "violations/too_long": 2,
+      "violations/unparsable": 1, "checked": 6}
+  assert constraints.rates([])["checked"] == 0
+
+
+def test_human_teacher_turns(shared_data):
+  shared_data("mathtutorbench", "mathdial_bridge.json")
+  data = shared_data()
+  examples = tasks.examples("scaffolding_generation", data)
+  rows = []
+  for example in examples:
+    found = constraints.violations("scaffolding_generation",
+                                   example["ground_truth_response"]["text"], example)
+    assert isinstance(found, tuple) and set(found) <= set(constraints.RULES)
+    rows.append(("scaffolding_generation", found))
+  assert constraints.rates(rows)["checked"] == len(examples) > 0
