@@ -59,7 +59,7 @@ class LocalBackbone:
                                  steps[lo:lo + self.batch])
       gen, _ = self.party.sampler.generate(self.party.params, list(rows), keys, self.sampling)
       for i, (r, c) in enumerate(zip(rows, cut)):
-        self.usage.add(stage, len(r), int(gen.length[i]), c)
+        self.usage.add(stage, len(r), int(gen.lengths[i]), c)
       texts += gen.texts
     return texts
 

@@ -83,6 +83,7 @@ class BenchRecord:
   score: float | None = None  # Ped-RM on the response (pedagogical tasks).
   baseline_score: float | None = None  # Ped-RM on the human teacher's turn.
   context: dict | None = None  # The example's generations-file fields (pedagogical tasks).
+  trace: dict | None = None  # An agent's trace of the reply (pedrl.agents: CPA's stages).
   schema: int = SCHEMA_VERSION
 
   @property

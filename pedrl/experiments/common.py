@@ -35,7 +35,13 @@ EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeErro
 
 
 def define_flags(example_config: str, workdir_help: str):
-  """The flags every job takes: --config (a config file and variant), --workdir, --multihost."""
+  """The flags every job takes: --config (a config file and variant), --workdir, --multihost.
+  A job that builds on another's module (cpa on mathtutorbench) defines them again: the
+  flags stay, their help becomes the importing job's."""
+  if "config" in flags.FLAGS:
+    flags.FLAGS["config"].help = f"Config file, e.g. {example_config}."
+    flags.FLAGS["workdir"].help = workdir_help
+    return
   config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
   flags.DEFINE_string("workdir", None, workdir_help, required=True)
   flags.DEFINE_enum("multihost", "auto", distributed.MODES,

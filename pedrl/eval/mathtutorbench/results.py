@@ -58,7 +58,7 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
   """The harness's files in `workdir`, and results.md: the leaderboard table with one
   row, named `run`."""
   for task, rows in by_task(records).items():
-    rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "schema")}
+    rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "trace", "schema")}
                          for r in rows], os.path.join(workdir, f"responses-{task}.jsonl"),
                         mode="w")
     if task in tasks.PEDAGOGICAL:

@@ -2,8 +2,10 @@
 
 A policy is `policy(prompts, stop, uids) -> (replies, whether each prompt was
 cut)`: a local model on pedrl's engine (`ModelPolicy`) or an OpenAI-compatible
-endpoint (`EndpointPolicy`) now; the CPA agent and its prompting baselines
-(paper 002) plug in the same way. `answer` turns one batch of a task's
+endpoint (`EndpointPolicy`). A policy with `reads_examples = True` (an agent,
+`pedrl.agents.bench.AgentPolicy`: CPA and its prompting baselines, paper 002)
+is also passed `task=` and `examples=` (its contract's rules read the reference
+solution, as the prompt shows it) and returns a third list: a trace per reply. `answer` turns one batch of a task's
 examples into BenchRecords: the rendered prompts, the policy's replies as the
 harness keeps them, the harness's parse and, for the pedagogical tasks, the
 Ped-RM scores of the reply and of the human teacher's turn. The metrics are
@@ -134,7 +136,11 @@ def answer(task: str, t: tasks.TaskFile, examples, indices, batch: int, policy,
   order) put to `policy`; with a Ped-RM `rm`, the pedagogical tasks' replies and human
   teacher turns are scored (the win rate's inputs)."""
   prompts = [t.prompt(x) for x in examples]
-  replies, cut = policy(prompts, t.stop, list(indices))
+  traces = [None] * len(examples)
+  if getattr(policy, "reads_examples", False):
+    replies, cut, traces = policy(prompts, t.stop, list(indices), task=task, examples=examples)
+  else:
+    replies, cut = policy(prompts, t.stop, list(indices))
   predictions = [scoring.parse(task, r) for r in replies]
   pedagogical = task in tasks.PEDAGOGICAL
   scores = baselines = [None] * len(examples)
@@ -143,9 +149,9 @@ def answer(task: str, t: tasks.TaskFile, examples, indices, batch: int, policy,
   return [records_lib.BenchRecord(
       task=task, index=i, batch=batch, prompt=p, response=r, target=t.target(x),
       prediction=_json(y), prompt_cut=bool(c), score=a, baseline_score=b,
-      context=win_rate.context(x) if pedagogical else None)
-      for i, x, p, r, y, c, a, b in zip(indices, examples, prompts, replies, predictions, cut,
-                                        scores, baselines)]
+      context=win_rate.context(x) if pedagogical else None, trace=tr)
+      for i, x, p, r, y, c, a, b, tr in zip(indices, examples, prompts, replies, predictions, cut,
+                                            scores, baselines, traces)]
 
 
 def _json(value):

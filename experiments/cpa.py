@@ -1,0 +1,51 @@
+r"""CPA (paper 002): tables 2 and 3 on MathTutorBench, CPA's ablations and the prompting baselines.
+
+  python -m pedrl.experiments.cpa --config=experiments/cpa.py:tiny --workdir=/tmp/cpa
+  python -m pedrl.experiments.cpa --config=experiments/cpa.py:paper --workdir=/runs/cpa_7b \
+      --config.tutor.path=/ckpt/Qwen2.5-7B-Instruct --config.benchmark_dir=/src/mathtutorbench \
+      --config.data_dir=/data/mtb --config.pedrm.path=/models/Qwen2.5-1.5B-pedagogical-rewardmodel \
+      --config.pedrm.system_prompt_file=rm_system.txt
+
+Variants: `paper` (section 4.4: temperature 0.7, top-p 0.95, 1024 new tokens per
+call, K=3, J=3, 3-step dry runs, 2 repairs; seeds 42, 43, 44; every method) and
+`tiny` (the testdata backbone and classifier, 2 examples a task, 24 new tokens,
+seed 42, prompts cut to the tiny context; reads ../shared/data). The backbone is
+`tutor.path`, a training run (`tutor.workdir`) or an endpoint
+(`tutor.endpoint.model`, e.g. gpt-4o-2024-08-06 for CPA-GPT-4o). `agents.methods`
+picks the rows: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor, no_m4, cot,
+plan_solve, sot.
+"""
+from pedrl.agents.cpa.agent import CPASettings
+from pedrl.env import party
+from pedrl.eval import pedrm
+from pedrl.eval.mathtutorbench import runner
+from pedrl.eval.shards import ShardSettings, TutorRun
+from pedrl.experiments import settings, variants
+from pedrl.experiments.cpa import AgentRuns
+
+VARIANTS = dict(tiny=bool)
+
+
+def get_config(arg: str = "paper"):
+  v = variants.parse(arg, VARIANTS)
+  c = settings.section(settings.JobSettings, runner.BenchSettings)
+  c.mesh = settings.section(settings.MeshSettings)
+  c.tutor = settings.section(party.PartySettings, TutorRun, path=None, temperature=0.7, top_k=0,
+                             top_p=0.95, max_new_tokens=1024)
+  c.tutor.endpoint = settings.section(party.EndpointSettings)
+  c.eval = settings.section(ShardSettings)
+  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
+  c.cpa = settings.section(CPASettings)
+  c.agents = settings.section(AgentRuns)
+  if v.tiny:
+    c.scan_layers = False
+    c.tutor.path = "testdata/models/qwen2"
+    c.tutor.max_new_tokens = 24
+    c.update(benchmark_dir="../shared/data/mathtutorbench", data_dir="../shared/data",
+             limit=2, batch_examples=2, truncate_prompts=True)
+    c.agents.update(seeds="42", truncate_prompts=True)
+    c.cpa.update(rounds=2)
+    # The testdata classifier, with a stand-in system prompt written for pedrl.
+    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True,
+                   system_prompt_file="testdata/pedrm_system_prompt.txt")
+  return c

@@ -1,0 +1,45 @@
+"""Agents as MathTutorBench policies: CPA's table 3 variants and the table 2 baselines.
+
+`AgentPolicy` answers a batch of one task's prompts (rendered from the task
+file, as every policy gets them) with one agent run over all of them, so each
+stage is one batched backbone call; the task's stop strings cut the final
+replies as an endpoint would. Traces come back per reply and are stored in the
+BenchRecords (`pedrl.tools.show_trace` prints them).
+"""
+import dataclasses
+
+from pedrl.agents import baselines
+from pedrl.agents.cpa import agent as cpa
+from pedrl.engine import stops
+
+BASELINES = ("cot", "plan_solve", "sot")
+METHODS = ("cpa",) + tuple(v for v in cpa.ABLATIONS if v != "full") + BASELINES
+
+
+def build(method: str, backbone, settings: cpa.CPASettings):
+  """The agent of `method`: "cpa" (all modules), an ablation such as "no_m1", or a baseline."""
+  if method == "cpa":
+    return cpa.CPA(backbone, settings, "full")
+  if method in cpa.ABLATIONS:
+    return cpa.CPA(backbone, dataclasses.replace(settings, **cpa.ABLATIONS[method]), method)
+  if method in ("cot", "plan_solve"):
+    return baselines.Prompting(backbone, method, settings.rounds)
+  if method == "sot":
+    return baselines.SkeletonOfThought(backbone, rounds=settings.rounds)
+  raise ValueError(f"unknown agent method {method!r}; the methods: {', '.join(METHODS)}")
+
+
+class AgentPolicy:
+  """A MathTutorBench policy (pedrl.eval.mathtutorbench.runner) played by an agent."""
+  reads_examples = True
+
+  def __init__(self, agent):
+    self.agent = agent
+
+  def __call__(self, prompts, stop, uids, task: str, examples) -> tuple[list, list, list]:
+    instances = [cpa.Instance(int(u), task, p, dict(x))
+                 for u, p, x in zip(uids, prompts, examples)]
+    traces = self.agent.run(instances)
+    replies = [t.response[:stops.find_stop(t.response, tuple(stop))[0]].strip()
+               for t in traces]
+    return replies, [False] * len(replies), [t.to_dict() for t in traces]

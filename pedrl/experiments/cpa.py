@@ -1,0 +1,193 @@
+r"""CPA (paper 002) on MathTutorBench: table 2 (CPA and the prompting baselines on one
+backbone) and table 3 (CPA's ablations, the hard win rates and BVR).
+
+  python -m pedrl.experiments.cpa --config=experiments/cpa.py:tiny --workdir=/tmp/cpa
+
+Every method (`agents.methods`: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor,
+no_m4, cot, plan_solve, sot) and seed (`agents.seeds`, paper 002's 42, 43, 44)
+is one MathTutorBench job in WORKDIR/<method>/seed<seed> (sharded and resumed
+like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPolicy`
+over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
+or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
+standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
+the replies; `repair` the share of replies whose monitor repaired a step.
+WORKDIR/tables.md holds the tables; `python -m pedrl.tools.show_trace
+WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
+"""
+import dataclasses
+import os
+import time
+
+from absl import app, flags, logging
+import numpy as np
+
+from pedrl import cli
+from pedrl.agents import backbone as backbone_lib, bench as agent_bench
+from pedrl.agents.cpa.agent import CPASettings
+from pedrl.env import party as party_lib
+from pedrl.eval import pedrm as pedrm_lib, shards
+from pedrl.eval.mathtutorbench import constraints, results as results_lib, runner, tasks
+from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
+from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
+from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party)
+from pedrl.rl import checkpoint
+
+define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRuns:
+  methods: str = ",".join(agent_bench.METHODS)
+  seeds: str = "42,43,44"  # Paper 002 section 4.4.
+  truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
+
+  @property
+  def method_names(self) -> tuple:
+    names = tuple(m.strip() for m in self.methods.split(",") if m.strip())
+    for m in names:
+      if m not in agent_bench.METHODS:
+        raise ValueError(f"unknown method {m!r}; the methods: {', '.join(agent_bench.METHODS)}")
+    return names
+
+  @property
+  def seed_list(self) -> tuple:
+    return tuple(int(x) for x in self.seeds.split(",") if x.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(mtb.Settings):
+  cpa: CPASettings = CPASettings()
+  agents: AgentRuns = AgentRuns()
+
+
+def read(config) -> Settings:
+  r = settings_lib.Reader(config)
+  try:
+    out = Settings(r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
+                   r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
+                   r.read(party_lib.EndpointSettings, "tutor.endpoint"),
+                   r.read(runner.BenchSettings), r.read(pedrm_lib.PedRMSettings, "pedrm"),
+                   r.read(ShardSettings, "eval"), r.read(CPASettings, "cpa"),
+                   r.read(AgentRuns, "agents"))
+    r.check_all_read()
+    out.agents.method_names, out.agents.seed_list  # Checked now, before anything loads.
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  return out
+
+
+class AgentBench(mtb.Bench):
+  """The benchmark job of one method and seed; the backbone model is loaded once per
+  process and shared by every method (`loaded`)."""
+
+  def __init__(self, s: Settings, loaded_tasks: dict, method: str, models: dict):
+    self.s, self.method, self.models = s, method, models
+    self.files = {t: f for t, (f, _) in loaded_tasks.items()}
+    self.items = [(t, i, x) for t, (_, xs) in loaded_tasks.items() for i, x in enumerate(xs)]
+    self.sizes = [len(xs) for _, xs in loaded_tasks.values()]
+    self.batch_size = s.bench.batch_examples
+    self.policy = self.rm = None
+    self.client = models.get("client")
+
+  def load(self, mesh):
+    s = self.s
+    if self.client is not None:
+      backbone = backbone_lib.EndpointBackbone(self.client)
+    else:
+      if "party" not in self.models:
+        params = None
+        if s.run.workdir:
+          _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
+                                                     s.job.scan_layers, mesh)
+        self.models["party"] = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      backbone = backbone_lib.LocalBackbone(
+          self.models["party"], settings_lib.sampling(s.tutor), s.job.seed,
+          s.bench.batch_examples * 8, s.agents.truncate_prompts)
+    self.policy = agent_bench.AgentPolicy(agent_bench.build(self.method, backbone, s.cpa))
+    if "rm" not in self.models:
+      self.models["rm"] = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
+    self.rm = self.models["rm"]
+
+
+def trace_stats(records) -> dict:
+  """BVR overall and per task, the share of replies with a monitor repair, and stand-ins."""
+  rows = [(r.task, constraints.violations(r.task, r.response, r.context or {})) for r in records]
+  out = constraints.rates(rows)
+  traces = [r.trace or {} for r in records]
+  out["repair_share"] = float(np.mean([t.get("repairs", 0) > 0 for t in traces]))
+  out["fallbacks"] = int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces))
+  out["calls_per_instance"] = float(np.mean([t.get("calls", 0) for t in traces]))
+  return out
+
+
+def _cell(values) -> str:
+  values = [v for v in values if v is not None]
+  if not values:
+    return "–"
+  m = 100 * float(np.mean(values))
+  return f"{m:.1f}" if len(values) < 2 else f"{m:.1f} ± {100 * float(np.std(values)):.1f}"
+
+
+def tables(runs: dict) -> str:
+  """Table 2 (the nine numbers per method) and table 3 (per CPA variant: the hard
+  win rates, BVR, repair share), averaged over seeds: runs[method] = [(metrics, stats)]."""
+  head = ["method"] + [title for _, _, title in results_lib.COLUMNS]
+  lines = ["Table 2 (paper 002): MathTutorBench, percent, mean ± std over seeds", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for method, seeds in runs.items():
+    cells = [_cell([m.get(task, {}).get(metric) for m, _ in seeds])
+             for task, metric, _ in results_lib.COLUMNS]
+    lines.append("| " + " | ".join([method] + cells) + " |")
+  lines += ["", "Table 3 (paper 002): CPA's ablations (hard splits; BVR lower is better)", "",
+            "| variant | Scaff.† win | Inst.† win | BVR | monitor repair | fallbacks | calls/instance |",
+            "|---|---|---|---|---|---|---|"]
+  for method, seeds in runs.items():
+    if method in agent_bench.BASELINES:
+      continue
+    win = lambda t: _cell([m.get(t, {}).get("win_rate") for m, _ in seeds])
+    lines.append(f"| {method} | {win('scaffolding_generation_hard')} | "
+                 f"{win('pedagogy_following_hard')} | {_cell([x.get('bvr') for _, x in seeds])} | "
+                 f"{_cell([x['repair_share'] for _, x in seeds])} | "
+                 f"{sum(x['fallbacks'] for _, x in seeds)} | "
+                 f"{np.mean([x['calls_per_instance'] for _, x in seeds]):.1f} |")
+  return "\n".join(lines)
+
+
+@exits_cleanly
+def main(argv):
+  del argv
+  workdir = FLAGS.workdir
+  s = read(FLAGS.config)
+  s = mtb.resolve_run(s, workdir)
+  loaded = mtb.load_tasks(s.bench, s.pedrm)
+  if not (s.endpoint.model or s.tutor.path):
+    raise app.UsageError("give the backbone: --config.tutor.path (a Hugging Face directory), "
+                         "--config.tutor.workdir (a training run) or --config.tutor.endpoint.model")
+  start = time.perf_counter()
+  models = {}
+  if s.endpoint.model:  # Checked with one request before anything runs.
+    models["client"] = endpoint_party(s.tutor, s.endpoint, "CPA backbone").client
+  runs = {}
+  for method in s.agents.method_names:
+    for seed in s.agents.seed_list:
+      run_s = dataclasses.replace(s, job=dataclasses.replace(s.job, seed=seed))
+      where = os.path.join(workdir, method, f"seed{seed}")
+      protocol = {**mtb.protocol(run_s), "kind": "mathtutorbench", "method": method,
+                  "cpa": jsonable(s.cpa)}
+      metrics = sharded.run(AgentBench(run_s, loaded, method, models), protocol, where,
+                            s.shard, s.mesh, FLAGS.config)
+      if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
+        continue
+      records, _ = shards.merge(where)
+      runs.setdefault(method, []).append((metrics["tasks"], trace_stats(records)))
+      logging.info("%s seed %d: %s", method, seed, runs[method][-1][1])
+  text = tables(runs)
+  with open(os.path.join(workdir, "tables.md"), "w") as f:
+    f.write(text + "\n")
+  print(text)
+  print(f"seconds={time.perf_counter() - start:.1f}")
+
+
+if __name__ == "__main__":
+  cli.run(main)

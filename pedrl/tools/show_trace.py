@@ -1,0 +1,74 @@
+r"""Prints one agent trace of a MathTutorBench job (pedrl.experiments.cpa) readably.
+
+  python -m pedrl.tools.show_trace /tmp/cpa/cpa/seed42 --task=pedagogy_following --index=0
+
+The trace is the record's: M1's state, every round of candidate templates with
+their dry runs, evaluations and rule checks, the revisions, the executed
+template, each step's output with its checks and repairs, and the reply.
+"""
+import json
+
+from absl import app, flags
+
+from pedrl import cli
+from pedrl.eval import shards
+
+flags.DEFINE_string("task", None, "The task (default: the first task of the job).")
+flags.DEFINE_integer("index", 0, "The example's index in the task (the harness's order).")
+FLAGS = flags.FLAGS
+
+
+def _short(value, width: int = 160) -> str:
+  text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+  text = " ".join(text.split())
+  return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def render(record) -> str:
+  t = record.trace
+  lines = [f"{record.task} #{record.index} ({t['variant']}): {t['calls']} calls, "
+           f"fallbacks {t['fallbacks'] or 'none'}"]
+  if t.get("state"):
+    s = t["state"]
+    lines += ["M1 state:", f"  goal: {_short(s['goal'])}", f"  context: {_short(s['context'])}",
+              f"  bottlenecks: {_short(s['bottlenecks'])}",
+              f"  constraints: {_short(s['constraints'])}", f"  summary: {_short(s['summary'])}"]
+  for n, candidates in enumerate(t.get("rounds", [])):
+    lines.append(f"M2 round {n}:")
+    for c in candidates:
+      lines.append(f"  {'PASS' if c['passed'] else 'fail'} score {c['score']}: "
+                   f"{_short([st['role'] for st in c['template']['steps']])}"
+                   f" rules {c['rules'] or 'ok'}; {_short(c['feedback'], 100)}")
+  for n, r in enumerate(t.get("revisions", [])):
+    lines.append(f"M2 revision {n + 1}: {_short([st['role'] for st in r['steps']])}")
+  if t.get("template"):
+    lines.append(f"S_t ({'passed' if t['passed'] else 'unchecked'}"
+                 f"{', reused' if t.get('reused_template') else ''}), deliverable step "
+                 f"{t['template']['deliverable']}")
+  for n, s in enumerate(t.get("steps", []), 1):
+    lines.append(f"  step {n} [{s['role']}] {_short(s.get('goal', ''), 80)}")
+    lines.append(f"    -> {_short(s['output'])}")
+    for c in s.get("checks", []):
+      lines.append(f"    check: rules {c['rules'] or 'ok'}, llm {_short(c['llm'], 100)}")
+    if s.get("repairs"):
+      lines.append(f"    repairs: {s['repairs']}")
+  lines += [f"repairs {t.get('repairs', 0)}, re-syntheses {t.get('resyntheses', 0)}",
+            f"reply: {record.response}"]
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("usage: python -m pedrl.tools.show_trace WORKDIR --task=T --index=I")
+  records, _ = shards.merge(argv[1])
+  task = FLAGS.task or records[0].task
+  found = [r for r in records if r.task == task and r.index == FLAGS.index]
+  if not found:
+    raise app.UsageError(f"{argv[1]} has no record of task {task} at index {FLAGS.index}")
+  if found[0].trace is None:
+    raise app.UsageError(f"{argv[1]}: the record has no trace (not an agent's job)")
+  print(render(found[0]))
+
+
+if __name__ == "__main__":
+  cli.run(main)

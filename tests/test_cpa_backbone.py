@@ -1,0 +1,56 @@
+"""CPA, its ablations and the baselines on a real (tiny, random: garbage-answering)
+backbone over one example of every MathTutorBench task: each instance gets a reply,
+a trace and counted stand-ins."""
+import os
+
+import pytest
+
+from pedrl.agents import backbone, bench
+from pedrl.agents.cpa.agent import CPASettings, Instance
+from pedrl.engine.distribution import SamplingParams
+from pedrl.env import party
+from pedrl.eval.mathtutorbench import runner, tasks
+
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
+                      "shared", "data")
+
+
+@pytest.fixture(scope="module")
+def instances():
+  if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
+    pytest.skip("../shared/data/mathtutorbench not present")
+  out = []
+  for n, task in enumerate(tasks.TASKS):
+    t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), task)
+    x = tasks.examples(task, SHARED)[0]
+    out.append(Instance(n, task, t.prompt(x), x))
+  return out
+
+
+@pytest.fixture(scope="module")
+def tiny(testdata):
+  return party.load(testdata("qwen2"), SamplingParams(12), scan_layers=False)
+
+
+@pytest.mark.parametrize("method", bench.METHODS)
+def test_every_method_answers_every_task_on_a_garbage_backbone(method, instances, tiny):
+  b = backbone.LocalBackbone(tiny, SamplingParams(12, temperature=0.7, top_p=0.95), seed=42,
+                             truncate_prompts=True)
+  agent = bench.build(method, b, CPASettings(rounds=2))
+  traces = agent.run(instances)
+  assert [t.task for t in traces] == list(tasks.TASKS)
+  assert all(t.response.strip() for t in traces)
+  assert sum(sum(t.fallbacks.values()) for t in traces) > 0  # Garbage is counted, not hidden.
+  # Every backbone call is a stage's first ask of an instance, or a counted re-ask.
+  assert b.usage["calls"] == sum(t.calls for t in traces) + agent.stats["reasks"]
+  assert b.usage["prompts_cut"] > 0  # The tiny context cuts the task prompts, counted.
+
+
+def test_agent_policy_fills_bench_records_with_traces(instances, tiny):
+  b = backbone.LocalBackbone(tiny, SamplingParams(8), seed=42, truncate_prompts=True)
+  policy = bench.AgentPolicy(bench.build("cot", b, CPASettings(rounds=1)))
+  t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "pedagogy_following")
+  xs = tasks.examples("pedagogy_following", SHARED)[:2]
+  recs = runner.answer("pedagogy_following", t, xs, [0, 1], 0, policy)
+  assert [r.trace["variant"] for r in recs] == ["cot", "cot"]
+  assert all(r.prediction == r.response for r in recs)
