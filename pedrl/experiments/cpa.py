@@ -24,12 +24,11 @@ import numpy as np
 from pedrl import cli
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.agent import CPASettings
-from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib, shards
-from pedrl.eval.mathtutorbench import constraints, results as results_lib, runner, tasks
-from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
+from pedrl.eval.mathtutorbench import constraints, results as results_lib
+from pedrl.eval.shards import jsonable
 from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party)
+from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, load_party
 from pedrl.rl import checkpoint
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
@@ -64,12 +63,7 @@ class Settings(mtb.Settings):
 def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
-    out = Settings(r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
-                   r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
-                   r.read(party_lib.EndpointSettings, "tutor.endpoint"),
-                   r.read(runner.BenchSettings), r.read(pedrm_lib.PedRMSettings, "pedrm"),
-                   r.read(ShardSettings, "eval"), r.read(CPASettings, "cpa"),
-                   r.read(AgentRuns, "agents"))
+    out = Settings(*mtb.sections(r), r.read(CPASettings, "cpa"), r.read(AgentRuns, "agents"))
     r.check_all_read()
     out.agents.method_names, out.agents.seed_list  # Checked now, before anything loads.
   except ValueError as e:

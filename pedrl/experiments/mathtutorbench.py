@@ -48,15 +48,19 @@ class Settings:
   shard: ShardSettings
 
 
+def sections(r: settings_lib.Reader) -> tuple:
+  """Settings' fields, read from the config (pedrl.experiments.cpa reads more after them)."""
+  return (r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
+          r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
+          r.read(party_lib.EndpointSettings, "tutor.endpoint"), r.read(runner.BenchSettings),
+          r.read(pedrm_lib.PedRMSettings, "pedrm"), r.read(ShardSettings, "eval"))
+
+
 def read(config) -> Settings:
   """The config's settings; every key must be read."""
   r = settings_lib.Reader(config)
   try:
-    out = Settings(r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
-                   r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
-                   r.read(party_lib.EndpointSettings, "tutor.endpoint"),
-                   r.read(runner.BenchSettings), r.read(pedrm_lib.PedRMSettings, "pedrm"),
-                   r.read(ShardSettings, "eval"))
+    out = Settings(*sections(r))
     r.check_all_read()
   except ValueError as e:
     raise app.UsageError(str(e)) from None
