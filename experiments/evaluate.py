@@ -25,6 +25,7 @@ test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
 (an OpenAI-compatible endpoint; the student likewise). Shards: add
 --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
+from pedrl.agents.tutor import TutorAgentSettings
 from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
 from pedrl.eval import pedrm, reasoning, shards
@@ -39,7 +40,10 @@ def get_config(arg: str = "paper"):
   c.eval.pedrm = settings.section(pedrm.PedRMSettings)
   # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
   # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
-  c.tutor = settings.section(party.PartySettings, shards.TutorRun, **c.tutor.to_dict())
+  c.tutor = settings.section(party.PartySettings, shards.TutorRun, TutorAgentSettings,
+                             **c.tutor.to_dict())
+  # Or an agent over that model (or endpoint) as its backbone: --config.tutor.agent=cpa (paper
+  # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot).
   # Or an OpenAI-compatible endpoint: --config.tutor.endpoint.model=gpt-4o (and base_url,
   # api_key_env); the student likewise.
   c.tutor.endpoint = settings.section(party.EndpointSettings)
@@ -73,6 +77,7 @@ def get_config(arg: str = "paper"):
     c.eval.samples_per_problem = 2
     c.eval.bootstrap_resamples = 1000
     c.eval.pedrm.path = "testdata/models/qwen2_seqcls"
+    c.tutor.truncate_prompts = True  # An agent tutor's prompts overflow the tiny context.
     if v.protocol == "thinking":
       c.rollout.tutor_prompt = "thinking/tutor_general"  # Polya overflows the tiny context.
     if v.protocol == "reasoning":  # pedrl's own few-row files in the benchmarks' formats.

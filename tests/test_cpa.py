@@ -150,3 +150,33 @@ def test_a_turn_keeps_its_template_until_the_goal_changes():
   b.replies["m1"] = dict(STATE, goal="check the student's final answer")
   [t3] = cpa.run([inst(memory=memory)])
   assert not t3.reused_template and calls(b)["generate"] == 2
+
+
+def test_cpa_tutors_dialogues_and_keeps_its_template_across_turns(testdata):
+  from pedrl.agents.tutor import AgentTutor
+  from pedrl.engine.distribution import SamplingParams
+  from pedrl.env import dialogue, party, rollout
+  from pedrl.env.problems import Problem
+  b = Scripted()
+  tutor = AgentTutor(CPA(b))
+  student = party.load(testdata("qwen2"), SamplingParams(8), scan_layers=False)
+  problems = [Problem(id="p0", problem="What is 3 + 4?", answer="7"),
+              Problem(id="p1", problem="What is 5 * 6?", answer="30")]
+  settings = rollout.RolloutSettings(scenario=dialogue.GUIDED, max_turns=6)
+  out = rollout.run(problems, 2, tutor, student, settings)
+  # The turn limit is checked after tutor turns (paper 003's reference): 4 tutor turns.
+  assert [sum(m.role == dialogue.TUTOR for m in d.messages) for d in out] == [4] * 4
+  assert all(m.text == "What do you get if you count on from 3?" for d in out
+             for m in d.messages if m.role == dialogue.TUTOR)
+  # Four dialogues, four tutor turns each: the template of turn 1 serves turns 2 to 4
+  # (the state keeps its goal): each dialogue found its memory under its own view.
+  assert calls(b)["generate"] == 4 and calls(b)["m1"] == 16
+  assert [t.reused_template for t in tutor.traces] == [False] * 4 + [True] * 12
+  assert "Student: " in b.prompts["m1"][-1]  # The dialogue so far is the task input.
+
+
+def test_an_unknown_tutor_agent_is_refused_when_the_config_is_read():
+  from pedrl.agents.tutor import TutorAgentSettings
+  assert TutorAgentSettings("no_m2_sim").agent == "no_m2_sim"
+  with pytest.raises(ValueError, match="tutor.agent='cpa2' is not one of"):
+    TutorAgentSettings("cpa2")

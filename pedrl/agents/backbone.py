@@ -48,7 +48,8 @@ class LocalBackbone:
     if not self.truncate_prompts:
       raise ValueError(f"a backbone prompt of {len(ids)} tokens + max_new_tokens="
                        f"{self.sampling.max_new_tokens} exceeds the model's context of "
-                       f"{self.party.sampler.cfg.max_position_embeddings}")
+                       f"{self.party.sampler.cfg.max_position_embeddings} (truncate_prompts "
+                       f"cuts its start: tiny models only)")
     return ids[len(ids) - room:], True
 
   def chat(self, conversations, stage: str, uids, steps) -> list:

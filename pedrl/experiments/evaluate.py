@@ -22,7 +22,9 @@ import numpy as np
 from absl import app, flags, logging
 
 from pedrl import cli, distributed, streams
-from pedrl.env import rollout, solving
+from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
+from pedrl.agents.cpa.agent import CPASettings
+from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
 from pedrl.eval.shards import jsonable
@@ -50,6 +52,8 @@ def protocol(s) -> dict:
   models = workdir_lib.identity(s, "evaluate")
   tutor = {**jsonable(s.tutor), **jsonable(s.tutor_run), **_endpoint(s.tutor_endpoint),
            **models["tutor"]}
+  if s.tutor_agent.agent:  # Only when set: earlier runs' protocols stay the same.
+    tutor["agent"] = {**jsonable(s.tutor_agent), "cpa": jsonable(CPASettings())}
   common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
             "tutor": tutor}
   if s.reasoning.names:
@@ -146,6 +150,15 @@ class Tutoring:
   def load(self, mesh):
     s = self.s
     self.tutor = self.tutor or load_tutor(s, mesh)
+    if s.tutor_agent.agent:  # The model (or endpoint) becomes the agent's backbone.
+      backbone = (backbone_lib.EndpointBackbone(self.tutor.client)
+                  if isinstance(self.tutor, party_lib.EndpointParty) else
+                  backbone_lib.LocalBackbone(self.tutor, settings_lib.sampling(s.tutor),
+                                             s.job.seed,
+                                             truncate_prompts=s.tutor_agent.truncate_prompts))
+      self.tutor = agent_tutor.AgentTutor(
+          agent_bench.build(s.tutor_agent.agent, backbone, CPASettings()),
+          max_new_tokens=s.tutor.max_new_tokens)
     if self.student is None:
       self.student = load_party(s.student, mesh, s.job.scan_layers)
       self.solver = solver_party(self.student, s.solve)
@@ -231,6 +244,9 @@ def main(argv):
   s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True), workdir)
   e = s.evaluation
   task_type = Reasoning if s.reasoning.names else Tutoring
+  if s.tutor_agent.agent and task_type is Reasoning:
+    raise app.UsageError("tutor.agent plays the tutor in dialogues; the reasoning benchmarks "
+                         "ask the model itself (leave tutor.agent empty)")
   check_paths(s, dialogues=task_type is Tutoring)
   if s.pedrm.path and task_type is Tutoring:
     pedrm_lib.check(s.pedrm)

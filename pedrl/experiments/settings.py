@@ -15,6 +15,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from pedrl import sharding
+from pedrl.agents import tutor as agent_tutor
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
@@ -203,6 +204,7 @@ class RunSettings:
   pedrm: pedrm_lib.PedRMSettings | None = None
   tutor_run: shards.TutorRun | None = None
   tutor_endpoint: party.EndpointSettings | None = None
+  tutor_agent: agent_tutor.TutorAgentSettings | None = None
   student_endpoint: party.EndpointSettings | None = None
   reasoning: reasoning_lib.ReasoningSettings | None = None
 
@@ -245,6 +247,7 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
                pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
                tutor_run=read.read(shards.TutorRun, "tutor"),
                tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
+               tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
                student_endpoint=read.read(party.EndpointSettings, "student.endpoint"),
                reasoning=read.read(reasoning_lib.ReasoningSettings, "eval.reasoning"))
   read.check_all_read()

@@ -11,6 +11,11 @@ asks one question of Socratic questioning; the benchmark's task scores a list
 of sub-questions against the reference's, so pedrl's contract asks for the
 list, one question per line (a decision, documented in the README).
 
+"tutoring" is the contract of a tutor in pedrl's dialogues (`pedrl.agents.tutor`):
+guidance without the benchmark's two-sentence rule; its rules are the empty
+reply, more than one question, and, where the example gives the problem's
+`answer`, stating it.
+
 `format` is M4's deterministic part (section 3.7): the structured deliverables
 (an answer, a verdict, a step index) are cut to what the harness reads;
 guidance is returned as is (its minimal rewriting is an LLM call of the agent).
@@ -19,7 +24,7 @@ None: nothing to format from (the agent counts a fallback).
 import dataclasses
 import re
 
-from pedrl.eval.mathtutorbench import constraints, scoring, tasks
+from pedrl.eval.mathtutorbench import constraints, tasks
 
 _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
 
@@ -53,6 +58,10 @@ CONTRACTS = {
         ("coherent with the correct preceding steps", "end with the final numeric answer"),
         "answer"),
     **{t: _GUIDANCE for t in tasks.PEDAGOGICAL},
+    "tutoring": Contract(
+        "the tutor's next message in the dialogue",
+        ("do not state the final answer or the full solution", "ask at most one question",
+         "help the student find the next step themselves"), "guidance"),
 }
 
 
@@ -99,9 +108,12 @@ def format(task: str, text: str) -> str | None:
 
 def rule_issues(task: str, text: str, example: dict) -> tuple[str, ...]:
   """The deterministic checks of the contract on a would-be response (BVR's rules)."""
-  return constraints.violations(task, text, example)
-
-
-def parses(task: str, text: str) -> bool:
-  """Whether the harness's parser reads a structured answer from `text`."""
-  return scoring.parse(task, text) is not None
+  if task != "tutoring":
+    return constraints.violations(task, text, example)
+  if not text.strip():
+    return ("empty",)
+  answer = constraints.final_answer(str(example.get("answer") or ""))
+  out = ["states_answer"] if answer is not None and constraints.states_answer(text, answer) else []
+  if sum(map(constraints.is_question, constraints.sentences(text))) > 1:
+    out.append("several_questions")
+  return tuple(out)

@@ -1,0 +1,81 @@
+"""An agent as the tutor of pedrl's dialogues (beyond paper 002, which evaluates single turns).
+
+`AgentTutor` takes the tutor's side in `pedrl.env.rollout.run` the way an
+endpoint does (`replies(conversations, what)`): each turn, every live
+dialogue's view (the tutor's system prompt and the messages so far) becomes one
+instance of the "tutoring" contract, all of them one agent run. CPA's memory
+M_t is carried from a dialogue's turn to its next: it is stored under the view
+the reply completes and found again under the next view minus the student's
+new message, so G rollouts of one problem keep their own memories once their
+replies differ. The reply's token counts are not known per dialogue (the
+backbone counts calls in aggregate): the rollout's token limit does not apply
+to this side, as for an endpoint that reports no usage.
+"""
+import dataclasses
+import hashlib
+import json
+import typing
+
+from pedrl.agents import bench
+from pedrl.agents.cpa import agent as cpa
+
+TASK = "tutoring"
+
+
+@dataclasses.dataclass(frozen=True)
+class TutorAgentSettings:
+  """The evaluation config's `tutor.agent`: "" (the model answers itself) or an agent
+  over it as backbone: cpa, a table 3 ablation (no_m1, ...), cot, plan_solve or sot."""
+  agent: str = ""
+  truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
+
+  def __post_init__(self):
+    if self.agent and self.agent not in bench.METHODS:
+      raise ValueError(f"tutor.agent={self.agent!r} is not one of: {', '.join(bench.METHODS)}")
+
+
+class Reply(typing.NamedTuple):
+  """The endpoint reply's fields that `rollout.run` reads."""
+  text: str
+  finish_reason: str
+  prompt_tokens: int = 0
+  completion_tokens: int = 0
+
+
+def _key(messages) -> str:
+  return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def transcript(conversation) -> str:
+  """The tutor's view as the agent's task input: the system prompt, then the turns."""
+  who = {"user": "Student", "assistant": "Tutor"}
+  parts = [m["content"] if m["role"] == "system" else f"{who.get(m['role'], m['role'])}: "
+           f"{m['content']}" for m in conversation]
+  return "\n\n".join(parts)
+
+
+class AgentTutor:
+  """A tutor side played by an agent (CPA, an ablation or a baseline)."""
+
+  def __init__(self, agent, max_new_tokens: int = 0):
+    self.agent, self.max_new_tokens = agent, max_new_tokens
+    self.memories: dict[str, cpa.Memory] = {}
+    self.traces: list = []  # Every turn's trace, in order (for a caller that keeps them).
+    self._uid = 0
+
+  def replies(self, conversations, what: str) -> list[Reply]:
+    del what
+    instances = []
+    for conv in conversations:
+      memory = self.memories.get(_key(conv[:-1])) if len(conv) > 1 else None
+      instances.append(cpa.Instance(self._uid, TASK, transcript(conv), {}, memory))
+      self._uid += 1
+    traces = self.agent.run(instances)
+    self.traces += traces
+    out = []
+    for conv, t in zip(conversations, traces):
+      if t.template is not None:  # CPA's: its memory for the dialogue's next turn.
+        self.memories[_key(conv + [{"role": "assistant", "content": t.response}])] = (
+            cpa.CPA.memory(t))
+      out.append(Reply(t.response, "stop"))
+    return out
