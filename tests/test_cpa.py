@@ -180,3 +180,16 @@ def test_an_unknown_tutor_agent_is_refused_when_the_config_is_read():
   assert TutorAgentSettings("no_m2_sim").agent == "no_m2_sim"
   with pytest.raises(ValueError, match="tutor.agent='cpa2' is not one of"):
     TutorAgentSettings("cpa2")
+
+
+def test_tables_average_seeds_with_their_spread():
+  from pedrl.experiments import cpa as job
+  stats = lambda bvr: dict(bvr=bvr, repair_share=0.5, fallbacks=2, calls_per_instance=10.0,
+                           tokens_per_instance=100.0, seconds_per_instance=1.0)
+  runs = {"cpa": [({"pedagogy_following_hard": {"win_rate": 0.4}}, stats(0.1)),
+                  ({"pedagogy_following_hard": {"win_rate": 0.6}}, stats(0.3))],
+          "cot": [({"problem_solving": {"accuracy_strict-match": 0.25}}, stats(0.2))]}
+  text = job.tables(runs)
+  # Mean ± population std over the two seeds: 50 ± 10 and 20 ± 10, in percent.
+  assert "| cpa | – | 50.0 ± 10.0 | 20.0 ± 10.0 | 50.0 ± 0.0 | 4 | 10.0 | 100 | 1.00 |" in text
+  assert "| cot | 25.0 | – |" in text

@@ -16,6 +16,10 @@ from pedrl.engine.distribution import SamplingParams
 class Usage(collections.Counter):
   """calls, prompt_tokens, completion_tokens, prompts_cut, and calls/<stage>."""
 
+  @property
+  def stats(self):  # What pedrl.experiments.sharded.api_counts reads from a client.
+    return self
+
   def add(self, stage: str, prompt_tokens: int, completion_tokens: int, cut: bool = False):
     self["calls"] += 1
     self[f"calls/{stage}"] += 1

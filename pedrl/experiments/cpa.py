@@ -84,6 +84,10 @@ class AgentBench(mtb.Bench):
     self.policy = self.rm = None
     self.client = models.get("client")
 
+  def run(self, j: int, idx, counts) -> list:
+    with sharded.api_counts(counts, backbone=self.usage):
+      return super().run(j, idx, counts)
+
   def load(self, mesh):
     s = self.s
     if self.client is not None:
@@ -98,20 +102,27 @@ class AgentBench(mtb.Bench):
       backbone = backbone_lib.LocalBackbone(
           self.models["party"], settings_lib.sampling(s.tutor), s.job.seed,
           s.bench.batch_examples * 8, s.agents.truncate_prompts)
+    self.usage = backbone.usage
     self.policy = agent_bench.AgentPolicy(agent_bench.build(self.method, backbone, s.cpa))
     if "rm" not in self.models:
       self.models["rm"] = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
     self.rm = self.models["rm"]
 
 
-def trace_stats(records) -> dict:
-  """BVR overall and per task, the share of replies with a monitor repair, and stand-ins."""
+def trace_stats(records, counts: dict) -> dict:
+  """BVR overall and per task, the share of replies with a monitor repair, stand-ins, and
+  per instance the backbone's calls and tokens and the seconds (shards' counts)."""
   rows = [(r.task, constraints.violations(r.task, r.response, r.context or {})) for r in records]
   out = constraints.rates(rows)
   traces = [r.trace or {} for r in records]
   out["repair_share"] = float(np.mean([t.get("repairs", 0) > 0 for t in traces]))
   out["fallbacks"] = int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces))
-  out["calls_per_instance"] = float(np.mean([t.get("calls", 0) for t in traces]))
+  n = max(len(records), 1)
+  out["calls_per_instance"] = counts.get("backbone/calls", 0) / n
+  out["tokens_per_instance"] = (counts.get("backbone/prompt_tokens", 0)
+                                + counts.get("backbone/completion_tokens", 0)) / n
+  out["seconds_per_instance"] = sum(v for k, v in counts.items()
+                                    if k.startswith("seconds/") and k != "seconds/load") / n
   return out
 
 
@@ -133,18 +144,18 @@ def tables(runs: dict) -> str:
     cells = [_cell([m.get(task, {}).get(metric) for m, _ in seeds])
              for task, metric, _ in results_lib.COLUMNS]
     lines.append("| " + " | ".join([method] + cells) + " |")
-  lines += ["", "Table 3 (paper 002): CPA's ablations (hard splits; BVR lower is better)", "",
-            "| variant | Scaff.† win | Inst.† win | BVR | monitor repair | fallbacks | calls/instance |",
-            "|---|---|---|---|---|---|---|"]
+  lines += ["", "Table 3 (paper 002): CPA's ablations (hard splits; BVR lower is better), and "
+            "what each method cost per instance", "",
+            "| method | Scaff.† win | Inst.† win | BVR | monitor repair | stand-ins | calls | "
+            "tokens | seconds |", "|---|---|---|---|---|---|---|---|---|"]
   for method, seeds in runs.items():
-    if method in agent_bench.BASELINES:
-      continue
     win = lambda t: _cell([m.get(t, {}).get("win_rate") for m, _ in seeds])
+    mean = lambda k: np.mean([x[k] for _, x in seeds])
     lines.append(f"| {method} | {win('scaffolding_generation_hard')} | "
                  f"{win('pedagogy_following_hard')} | {_cell([x.get('bvr') for _, x in seeds])} | "
                  f"{_cell([x['repair_share'] for _, x in seeds])} | "
-                 f"{sum(x['fallbacks'] for _, x in seeds)} | "
-                 f"{np.mean([x['calls_per_instance'] for _, x in seeds]):.1f} |")
+                 f"{sum(x['fallbacks'] for _, x in seeds)} | {mean('calls_per_instance'):.1f} | "
+                 f"{mean('tokens_per_instance'):.0f} | {mean('seconds_per_instance'):.2f} |")
   return "\n".join(lines)
 
 
@@ -174,7 +185,8 @@ def main(argv):
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue
       records, _ = shards.merge(where)
-      runs.setdefault(method, []).append((metrics["tasks"], trace_stats(records)))
+      runs.setdefault(method, []).append((metrics["tasks"],
+                                          trace_stats(records, metrics["counts"])))
       logging.info("%s seed %d: %s", method, seed, runs[method][-1][1])
   text = tables(runs)
   with open(os.path.join(workdir, "tables.md"), "w") as f:
