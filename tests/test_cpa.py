@@ -29,14 +29,14 @@ class Scripted:
                     repair={"output": "Count on from 3, four times."}, monitor={"ok": True},
                     finish={"response": "What do you get if you count on from 3?"})
     self.replies = {**defaults, **replies}
-    self.usage = Usage()
+    self.stats = Usage()
     self.prompts = {}
 
   def chat(self, conversations, stage, uids, steps):
     out = []
     for c in conversations:
-      n = self.usage[f"calls/{stage}"]
-      self.usage.add(stage, 1, 1)
+      n = self.stats[f"calls/{stage}"]
+      self.stats.add(stage, 1, 1)
       self.prompts.setdefault(stage, []).append(c[0]["content"])
       r = self.replies[stage]
       r = r(c[0]["content"], n) if callable(r) else r
@@ -50,7 +50,7 @@ def inst(uid=0, task="scaffolding_generation", memory=None):
 
 
 def calls(backbone):
-  return {k[6:]: v for k, v in backbone.usage.items() if k.startswith("calls/")}
+  return {k[6:]: v for k, v in backbone.stats.items() if k.startswith("calls/")}
 
 
 def test_the_first_passing_candidate_is_chosen_and_nothing_is_revised():
@@ -77,7 +77,7 @@ def test_a_dry_run_covers_at_most_three_steps():
   b = Scripted(generate={"templates": [long]})
   [t] = CPA(b).run([inst()])
   assert all("first 3 steps" in p for p in b.prompts["simulate"])
-  assert all(len(c["simulation"]["steps"]) <= 3 for r in t.rounds for c in r)
+  assert all(len(c.simulation["steps"]) <= 3 for r in t.rounds for c in r)
 
 
 def test_the_monitor_repairs_twice_then_resynthesizes_once():
@@ -86,7 +86,7 @@ def test_the_monitor_repairs_twice_then_resynthesizes_once():
   # Step 1 fails its check, is repaired twice, still fails: back to M2, then again.
   assert t.resyntheses == 1 and t.repairs == 4
   assert calls(b)["generate"] == 2 and calls(b)["repair"] == 4
-  assert [s["repairs"] for s in t.steps] == [2]
+  assert [s.repairs for s in t.steps] == [2]
   assert t.response  # The output stands, flagged by the counts.
 
 
@@ -94,9 +94,9 @@ def test_a_rule_violation_at_the_deliverable_step_is_repaired():
   # The executed hint states the answer (7): the contract's rules flag it.
   b = Scripted(execute={"output": "The answer is 7."}, finish=lambda p, n: {"response": p[-60:]})
   [t] = CPA(b).run([inst()])
-  checks = t.steps[2]["checks"]
-  assert checks[0]["rules"] and "states_answer" in checks[0]["rules"]
-  assert t.steps[2]["repairs"] == 1 and t.steps[2]["output"].startswith("Count on")
+  checks = t.steps[2].checks
+  assert checks[0].rules and "states_answer" in checks[0].rules
+  assert t.steps[2].repairs == 1 and t.steps[2].output.startswith("Count on")
 
 
 @pytest.mark.parametrize("variant,removed", [
@@ -137,7 +137,7 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
     ("scaffolding_generation", " What comes next? ", "What comes next?"),
 ])
 def test_m4_formats_structured_deliverables(task, text, out):
-  assert contracts.format(task, text) == out
+  assert contracts.formatted(task, text) == out
 
 
 def test_a_turn_keeps_its_template_until_the_goal_changes():

@@ -42,8 +42,8 @@ def test_every_method_answers_every_task_on_a_garbage_backbone(method, instances
   assert all(t.response.strip() for t in traces)
   assert sum(sum(t.fallbacks.values()) for t in traces) > 0  # Garbage is counted, not hidden.
   # Every backbone call is a stage's first ask of an instance, or a counted re-ask.
-  assert b.usage["calls"] == sum(t.calls for t in traces) + agent.stats["reasks"]
-  assert b.usage["prompts_cut"] > 0  # The tiny context cuts the task prompts, counted.
+  assert b.stats["calls"] == sum(t.calls for t in traces) + agent.stats["reasks"]
+  assert b.stats["prompts_cut"] > 0  # The tiny context cuts the task prompts, counted.
 
 
 def test_agent_policy_fills_bench_records_with_traces(instances, tiny):

@@ -4,21 +4,19 @@ An agent hands a backbone every conversation of a stage at once: a local model
 samples them in one batched engine call (chunks of `batch` rows), an endpoint
 gets them as concurrent requests (the client's `max_concurrency`). Each reply
 is a text, or the exception that ended an endpoint's retries (asking counts
-it). `usage` counts calls, tokens and, per stage, the calls made, so a run can
-report what an agent cost per instance.
+it). `stats` counts calls, tokens and, per stage, the calls made (named as API
+clients name their counters, which jobs sum per shard), so a run can report what
+an agent cost per instance.
 """
 import collections
 
 from pedrl import streams
 from pedrl.engine.distribution import SamplingParams
+from pedrl.env import party as party_lib
 
 
 class Usage(collections.Counter):
   """calls, prompt_tokens, completion_tokens, prompts_cut, and calls/<stage>."""
-
-  @property
-  def stats(self):  # What pedrl.experiments.sharded.api_counts reads from a client.
-    return self
 
   def add(self, stage: str, prompt_tokens: int, completion_tokens: int, cut: bool = False):
     self["calls"] += 1
@@ -42,19 +40,12 @@ class LocalBackbone:
     self.party, self.seed, self.batch = party, seed, batch
     self.sampling = party.sampler.with_stops(sampling)
     self.truncate_prompts = truncate_prompts
-    self.usage = Usage()
+    self.stats = Usage()
 
   def _ids(self, conversation) -> tuple[list, bool]:
-    ids = self.party.chat.prompt_ids(conversation)
-    room = self.party.sampler.cfg.max_position_embeddings - self.sampling.max_new_tokens
-    if len(ids) <= room:
-      return ids, False
-    if not self.truncate_prompts:
-      raise ValueError(f"a backbone prompt of {len(ids)} tokens + max_new_tokens="
-                       f"{self.sampling.max_new_tokens} exceeds the model's context of "
-                       f"{self.party.sampler.cfg.max_position_embeddings} (truncate_prompts "
-                       f"cuts its start: tiny models only)")
-    return ids[len(ids) - room:], True
+    return party_lib.fit_context(self.party, self.party.chat.prompt_ids(conversation),
+                                 self.sampling.max_new_tokens, self.truncate_prompts,
+                                 "a backbone prompt")
 
   def chat(self, conversations, stage: str, uids, steps) -> list:
     texts = []
@@ -64,7 +55,7 @@ class LocalBackbone:
                                  steps[lo:lo + self.batch])
       gen, _ = self.party.sampler.generate(self.party.params, list(rows), keys, self.sampling)
       for i, (r, c) in enumerate(zip(rows, cut)):
-        self.usage.add(stage, len(r), int(gen.lengths[i]), c)
+        self.stats.add(stage, len(r), int(gen.lengths[i]), c)
       texts += gen.texts
     return texts
 
@@ -75,7 +66,7 @@ class EndpointBackbone:
 
   def __init__(self, client):
     self.client = client
-    self.usage = Usage()
+    self.stats = Usage()
 
   def chat(self, conversations, stage: str, uids, steps) -> list:
     del uids, steps  # The endpoint samples on its own.
@@ -84,6 +75,6 @@ class EndpointBackbone:
       if isinstance(r, Exception):
         out.append(r)
         continue
-      self.usage.add(stage, r.prompt_tokens, r.completion_tokens)
+      self.stats.add(stage, r.prompt_tokens, r.completion_tokens)
       out.append(r.text)
     return out

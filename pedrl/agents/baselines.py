@@ -11,8 +11,8 @@ after the rounds falls back to its raw text (counted in `Trace.fallbacks`).
 import pydantic
 
 from pedrl.agents import structured
-from pedrl.agents.cpa.state import Texts, Trace
-from pedrl.env import prompts
+from pedrl.agents.structured import user_turn
+from pedrl.agents.cpa.state import StepRecord, Texts, Trace
 from pedrl.rewards import asking
 
 
@@ -38,16 +38,14 @@ class Prompting:
     self.stats = asking.AskStats()
 
   def run(self, instances) -> list[Trace]:
-    convs = [[{"role": "user", "content": prompts.render(f"baselines/{self.method}",
-                                                         task_input=i.text)}]
-             for i in instances]
+    convs = [user_turn(f"baselines/{self.method}", task_input=i.text) for i in instances]
     got, raw = structured.ask(self.backbone, convs, _Final, self.method,
                               [i.uid for i in instances], [0] * len(instances), self.rounds,
                               self.stats)
     traces = []
     for inst, g, text in zip(instances, got, raw):
       t = Trace(inst.task, inst.uid, self.method, calls=1)
-      t.steps = [{"role": self.method, "output": text}]
+      t.steps = [StepRecord(self.method, "reason, then reply", text)]
       if g is None:
         t.fallback(self.method)
       t.response = g.response.strip() if g else text.strip()
@@ -66,21 +64,19 @@ class SkeletonOfThought:
   def run(self, instances) -> list[Trace]:
     uids = [i.uid for i in instances]
     got, raw = structured.ask(self.backbone, [
-        [{"role": "user", "content": prompts.render("baselines/sot_outline", task_input=i.text,
-                                                    points=self.points)}] for i in instances],
-        _Outline, "sot_outline", uids, [0] * len(instances), self.rounds, self.stats)
+        user_turn("baselines/sot_outline", task_input=i.text, points=self.points)
+        for i in instances], _Outline, "sot_outline", uids, [0] * len(instances), self.rounds, self.stats)
     traces, jobs = [], []
     for inst, g, text in zip(instances, got, raw):
       t = Trace(inst.task, inst.uid, self.method, calls=1)
       if g is None:
         t.fallback("sot_outline")
       points = list(g.points[:self.points]) if g else [text.strip() or "the reply"]
-      t.steps = [{"role": "outline", "output": "\n".join(points)}]
+      t.steps = [StepRecord("outline", "the reply's skeleton", "\n".join(points))]
       jobs += [(len(traces), inst, points, k) for k in range(len(points))]
       traces.append(t)
     texts, raw = structured.ask(self.backbone, [
-        [{"role": "user", "content": prompts.render("baselines/sot_expand", task_input=inst.text,
-                                                    points=points, index=k)}]
+        user_turn("baselines/sot_expand", task_input=inst.text, points=points, index=k)
         for _, inst, points, k in jobs], _Point, "sot_expand", [inst.uid for _, inst, _, _ in jobs],
         [1 + k for _, _, _, k in jobs], self.rounds, self.stats)
     parts = [[] for _ in traces]
@@ -90,6 +86,6 @@ class SkeletonOfThought:
         traces[n].fallback("sot_expand")
       parts[n].append((g.text if g else text).strip())
     for t, p in zip(traces, parts):
-      t.steps.append({"role": "expand", "output": "\n".join(p)})
+      t.steps.append(StepRecord("expand", "each point in a sentence or two", "\n".join(p)))
       t.response = " ".join(x for x in p if x)
     return traces

@@ -13,6 +13,7 @@ import json
 
 import pydantic
 
+from pedrl.env import prompts
 from pedrl.rewards import asking
 from pedrl.rewards.judging import json_object
 
@@ -24,6 +25,11 @@ class Schema(pydantic.BaseModel):
 
 class AgentError(RuntimeError):
   """A backbone that cannot answer at all (an endpoint down, a wrong reply count)."""
+
+
+def user_turn(prompt: str, **variables) -> list[dict]:
+  """A stage's conversation: one user message, the prompt `prompt` (pedrl.env.prompts)."""
+  return [{"role": "user", "content": prompts.render(prompt, **variables)}]
 
 
 def parse(text: str, schema: type[Schema]):

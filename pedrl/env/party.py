@@ -68,6 +68,21 @@ class Party:
   sampling: SamplingParams
 
 
+def fit_context(party: "Party", ids: list, max_new_tokens: int, truncate: bool,
+                what: str = "a prompt") -> tuple[list, bool]:
+  """(ids, cut): `ids` leaving max_new_tokens of the party's context free, as they are
+  or, with `truncate` (tiny models), cut at their start; else a ValueError."""
+  context = party.sampler.cfg.max_position_embeddings
+  room = context - max_new_tokens
+  if len(ids) <= room:
+    return ids, False
+  if not truncate:
+    raise ValueError(f"{what} of {len(ids)} tokens + max_new_tokens={max_new_tokens} exceeds "
+                     f"the model's context of {context} (truncate_prompts cuts its start: "
+                     "tiny models only)")
+  return ids[len(ids) - room:], True
+
+
 def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = True,
          template_kwargs=None, stop_strings=(), params=None, **runtime) -> Party:
   """A party from a Hugging Face checkpoint directory (config, safetensors and a

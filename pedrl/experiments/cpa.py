@@ -76,16 +76,15 @@ class AgentBench(mtb.Bench):
   process and shared by every method (`loaded`)."""
 
   def __init__(self, s: Settings, loaded_tasks: dict, method: str, models: dict):
-    self.s, self.method, self.models = s, method, models
-    self.files = {t: f for t, (f, _) in loaded_tasks.items()}
-    self.items = [(t, i, x) for t, (_, xs) in loaded_tasks.items() for i, x in enumerate(xs)]
-    self.sizes = [len(xs) for _, xs in loaded_tasks.values()]
-    self.batch_size = s.bench.batch_examples
-    self.policy = self.rm = None
-    self.client = models.get("client")
+    self.method, self.models = method, models
+    super().__init__(s, loaded_tasks)
+
+  def connect(self):
+    """The backbone endpoint, checked once by main and shared by every method."""
+    self.client = self.models["client"]
 
   def run(self, j: int, idx, counts) -> list:
-    with sharded.api_counts(counts, backbone=self.usage):
+    with sharded.api_counts(counts, backbone=self.backbone):
       return super().run(j, idx, counts)
 
   def load(self, mesh):
@@ -101,8 +100,8 @@ class AgentBench(mtb.Bench):
         self.models["party"] = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
       backbone = backbone_lib.LocalBackbone(
           self.models["party"], settings_lib.sampling(s.tutor), s.job.seed,
-          s.bench.batch_examples * 8, s.agents.truncate_prompts)
-    self.usage = backbone.usage
+          truncate_prompts=s.agents.truncate_prompts)
+    self.backbone = backbone
     self.policy = agent_bench.AgentPolicy(agent_bench.build(self.method, backbone, s.cpa))
     if "rm" not in self.models:
       self.models["rm"] = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None

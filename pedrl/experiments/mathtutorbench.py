@@ -125,10 +125,15 @@ class Bench:
     self.batch_size = s.bench.batch_examples
     self.policy = self.client = self.rm = None
     if s.endpoint.model:  # Checked now, with one request, before anything loads.
-      side = dataclasses.replace(s.tutor, temperature=s.bench.temperature, top_p=1.0, top_k=0)
-      self.client = endpoint_party(side, s.endpoint, "model under test",
-                                   max_new_tokens=s.bench.max_new_tokens).client
-      self.policy = runner.EndpointPolicy(self.client, s.bench)
+      self.connect()
+
+  def connect(self):
+    """The endpoint under test, answering as the harness asks (greedy, its token budget)."""
+    s = self.s
+    side = dataclasses.replace(s.tutor, temperature=s.bench.temperature, top_p=1.0, top_k=0)
+    self.client = endpoint_party(side, s.endpoint, "model under test",
+                                 max_new_tokens=s.bench.max_new_tokens).client
+    self.policy = runner.EndpointPolicy(self.client, s.bench)
 
   def load(self, mesh):
     s = self.s

@@ -31,10 +31,11 @@ import dataclasses
 import json
 
 from pedrl.agents import structured
+from pedrl.agents.structured import user_turn
 from pedrl.agents.cpa import contracts
-from pedrl.agents.cpa.state import (Candidates, Check, Evaluation, Memory, Reply, Simulation,
-                                    Step, StepOutput, TaskState, Template, Trace)
-from pedrl.env import prompts
+from pedrl.agents.cpa.state import (Candidate, Candidates, Check, Evaluation, Memory, Reply,
+                                    Simulation, Step, StepCheck, StepOutput, StepRecord,
+                                    TaskState, Template, Trace)
 from pedrl.rewards import asking
 
 
@@ -112,10 +113,6 @@ class _Work:
     return self.state.goal if self.state else self.contract.deliverable
 
 
-def _chat(name: str, **variables) -> list[dict]:
-  return [{"role": "user", "content": prompts.render(name, **variables)}]
-
-
 class CPA:
   """Runs turns of many instances on one backbone (`pedrl.agents.backbone`)."""
 
@@ -145,7 +142,7 @@ class CPA:
     """(A_t, p̂_t, E_t) in one call per instance (eq. 1, 5)."""
     if not self.s.m1:
       return
-    out = self._ask(works, [_chat("cpa/perceive", **w.view()) for w in works], TaskState, "m1")
+    out = self._ask(works, [user_turn("cpa/perceive", **w.view()) for w in works], TaskState, "m1")
     for w, state in zip(works, out):
       w.state = state
       w.trace.state = state.model_dump() if state else None
@@ -154,7 +151,7 @@ class CPA:
 
   def synthesize(self, works):
     """S_t for each work by algorithm 1: generate, then simulate-evaluate-revise."""
-    cands = self._ask(works, [_chat("cpa/generate", k=self.s.k if self.s.m2_loop else 1,
+    cands = self._ask(works, [user_turn("cpa/generate", k=self.s.k if self.s.m2_loop else 1,
                                     max_steps=self.s.max_steps, **w.view()) for w in works],
                       Candidates, "generate")
     pool = {}
@@ -175,19 +172,19 @@ class CPA:
       revise = []
       for w in open_:
         results = verdicts[id(w)]
-        w.trace.rounds.append([r for _, r in results])
-        first = next((t for t, r in zip(pool[id(w)], results) if r[1]["passed"]), None)
+        w.trace.rounds.append([c for _, c in results])
+        first = next((t for t, c in results if c.passed), None)
         if first is not None:
           self._choose(w, first, passed=True)
         else:
-          best = max(range(len(results)), key=lambda i: results[i][1]["score"])
-          pool[id(w)] = [pool[id(w)][best]]
-          revise.append((w, results[best][1]))
+          best, checked = max(results, key=lambda tc: tc[1].score)
+          pool[id(w)] = [best]
+          revise.append((w, checked))
       if not revise:
         return
       revised = self._ask([w for w, _ in revise], [
-          _chat("cpa/revise", template=pool[id(w)][0], feedback=r["feedback"], **w.view())
-          for w, r in revise], Template, "revise")
+          user_turn("cpa/revise", template=pool[id(w)][0], feedback=c.feedback, **w.view())
+          for w, c in revise], Template, "revise")
       for (w, _), t in zip(revise, revised):
         if t is not None:
           pool[id(w)] = [self._cut(t)]
@@ -201,35 +198,34 @@ class CPA:
     return Template(steps=t.steps[:self.s.max_steps], deliverable=tau + 1)
 
   def _check(self, works, pool) -> dict:
-    """Per work, per candidate: (candidate, its record): dry run (up to sim_steps
-    steps), verifier, and the contract's rules on the dry run's deliverable."""
+    """Per work, per template of its pool: (template, Candidate): dry run (up to
+    sim_steps steps), verifier, and the contract's rules on the dry run's deliverable."""
     flat = [(w, t) for w in works for t in pool[id(w)]]
     sims = [None] * len(flat)
     if self.s.m2_sim:
       sims = self._ask([w for w, _ in flat], [
-          _chat("cpa/simulate", template=t, steps=min(self.s.sim_steps, len(t.steps)),
+          user_turn("cpa/simulate", template=t, steps=min(self.s.sim_steps, len(t.steps)),
                 **w.view()) for w, t in flat], Simulation, "simulate")
     sims = [s.model_copy(update={"steps": s.steps[:self.s.sim_steps]}) if s else None
             for s in sims]  # A dry run longer than asked is cut to its first sim_steps.
     rules = [self._rules(w, s.deliverable) if s else () for (w, _), s in zip(flat, sims)]
     evals = self._ask([w for w, _ in flat], [
-        _chat("cpa/evaluate", template=t, simulation=s, rules=r, **w.view())
+        user_turn("cpa/evaluate", template=t, simulation=s, rules=r, **w.view())
         for (w, t), s, r in zip(flat, sims, rules)], Evaluation, "evaluate")
     out = {id(w): [] for w in works}
     for (w, t), s, r, e in zip(flat, sims, rules, evals):
       criteria = (e.feasibility, e.coverage, e.consistency, e.economy) if e else (False,) * 4
       feedback = "; ".join(filter(None, [e.feedback if e else "",
                                          *(f"rule check failed: {x}" for x in r)]))
-      out[id(w)].append((t, {
-          "template": t.model_dump(), "simulation": s.model_dump() if s else None,
-          "evaluation": e.model_dump() if e else None, "rules": list(r),
-          "passed": bool(e and e.passed and not r), "score": sum(criteria) - len(r),
-          "feedback": feedback or "the plan does not reach the deliverable"}))
+      out[id(w)].append((t, Candidate(
+          t.model_dump(), s.model_dump() if s else None, e.model_dump() if e else None, list(r),
+          passed=bool(e and e.passed and not r), score=sum(criteria) - len(r),
+          feedback=feedback or "the plan does not reach the deliverable")))
     return out
 
   def _rules(self, w, text: str) -> tuple:
     """The contract's deterministic checks on a would-be deliverable, as M4 would emit it."""
-    shown = contracts.format(w.inst.task, text)
+    shown = contracts.formatted(w.inst.task, text)
     return contracts.rule_issues(w.inst.task, shown or "", w.inst.example)
 
   def _choose(self, w, t: Template, passed: bool):
@@ -251,8 +247,7 @@ class CPA:
         return
       outs = self._step(live, i, {})
       for w, o in zip(live, outs):
-        w.trace.steps.append({"role": w.template.steps[i].role, "goal": w.template.steps[i].goal,
-                              "output": o, "checks": [], "repairs": 0})
+        w.trace.steps.append(StepRecord(w.template.steps[i].role, w.template.steps[i].goal, o))
       issues = self._monitor(live, i, outs)
       for r in range(self.s.max_repairs + 1):
         bad = [(w, o, x) for w, o, x in zip(live, outs, issues) if x]
@@ -265,9 +260,9 @@ class CPA:
         ws = [w for w, _, _ in bad]
         fixed = self._step(ws, i, {id(w): x for w, _, x in bad})
         for w, o in zip(ws, fixed):
-          w.trace.steps[i]["repairs"] += 1
+          w.trace.steps[i].repairs += 1
           w.trace.repairs += 1
-          w.trace.steps[i]["output"] = o
+          w.trace.steps[i].output = o
         new = self._monitor(ws, i, fixed)
         at = {id(w): (o, x) for w, o, x in zip(ws, fixed, new)}
         outs = [at.get(id(w), (o, None))[0] for w, o in zip(live, outs)]
@@ -280,7 +275,7 @@ class CPA:
     convs = []
     for w in works:
       final = i == w.template.tau()
-      convs.append(_chat("cpa/execute", template=w.template, done=w.outputs, index=i,
+      convs.append(user_turn("cpa/execute", template=w.template, done=w.outputs, index=i,
                          step=w.template.steps[i], final=final, issue=issues.get(id(w)),
                          **w.view()))
     got, texts = self._ask(works, convs, StepOutput, "repair" if issues else "execute",
@@ -299,14 +294,13 @@ class CPA:
     llm = [None] * len(works)
     if self.s.monitor_llm:
       llm = self._ask(works, [
-          _chat("cpa/monitor", goal=w.goal(), constraints="; ".join(w.constraints()),
+          user_turn("cpa/monitor", goal=w.goal(), constraints="; ".join(w.constraints()),
                 step=w.template.steps[i], output=o, final=i == w.template.tau(),
                 deliverable=w.contract.deliverable) for w, o in zip(works, outs)], Check, "monitor")
     out = []
     for w, o, rule, check in zip(works, outs, issues, llm):
       issue = rule or (None if check is None or check.ok else check.issue or "the check failed")
-      w.trace.steps[i]["checks"].append({"rules": rule, "llm": check.model_dump() if check
-                                         else None})
+      w.trace.steps[i].checks.append(StepCheck(rule, check.model_dump() if check else None))
       out.append(issue)
     return out
 
@@ -324,13 +318,13 @@ class CPA:
       return
     guide = [w for w in works if w.contract.kind == "guidance"]
     drafts = {id(w): w.trace.deliverable for w in works}
-    rewritten = self._ask(guide, [_chat("cpa/finish", draft=drafts[id(w)], **w.view())
+    rewritten = self._ask(guide, [user_turn("cpa/finish", draft=drafts[id(w)], **w.view())
                                   for w in guide], Reply, "finish")
     for w, r in zip(guide, rewritten):
       if r is not None and r.response.strip():
         drafts[id(w)] = r.response.strip()
     for w in works:
-      y = contracts.format(w.inst.task, drafts[id(w)])
+      y = contracts.formatted(w.inst.task, drafts[id(w)])
       if y is None:
         w.trace.fallback("format")
         y = drafts[id(w)]
@@ -369,7 +363,7 @@ class CPA:
     """M_t after a turn, for the instance's next turn."""
     state = TaskState.model_validate(trace.state) if trace.state else None
     t = Template.model_validate(trace.template)
-    summary = " | ".join(s["output"][:200] for s in trace.steps)
+    summary = " | ".join(s.output[:200] for s in trace.steps)
     return Memory(state, t, len(trace.steps), t.tau(), summary)
 
 

@@ -16,7 +16,7 @@ guidance without the benchmark's two-sentence rule; its rules are the empty
 reply, more than one question, and, where the example gives the problem's
 `answer`, stating it.
 
-`format` is M4's deterministic part (section 3.7): the structured deliverables
+`formatted` is M4's deterministic part (section 3.7): the structured deliverables
 (an answer, a verdict, a step index) are cut to what the harness reads;
 guidance is returned as is (its minimal rewriting is an LLM call of the agent).
 None: nothing to format from (the agent counts a fallback).
@@ -24,10 +24,7 @@ None: nothing to format from (the agent counts a fallback).
 import dataclasses
 import re
 
-from pedrl.eval.mathtutorbench import constraints, tasks
-
-_NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
-
+from pedrl.eval.mathtutorbench import constraints, scoring, tasks
 
 @dataclasses.dataclass(frozen=True)
 class Contract:
@@ -71,10 +68,13 @@ def contract(task: str) -> Contract:
   return CONTRACTS[task]
 
 
-def _last_number(text: str) -> str | None:
-  found = [n.rstrip(".,") for n in _NUMBER.findall(text)]
-  found = [n.replace(",", "") for n in found if n]
-  return found[-1] if found else None
+def _number(text: str) -> str | None:
+  """The answer the harness would read (after "Final Answer:", else the last number,
+  commas dropped), written back as a plain number."""
+  value = scoring.parse_final_answer(text)
+  if value is None:
+    return None
+  return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _verdict(text: str) -> str | None:
@@ -88,12 +88,12 @@ def _verdict(text: str) -> str | None:
   return None
 
 
-def format(task: str, text: str) -> str | None:
+def formatted(task: str, text: str) -> str | None:
   """y_t's structured part, as the harness reads it; None when `text` holds none."""
   kind = contract(task).kind
   text = (text or "").strip()
   if kind == "answer":
-    n = _last_number(text)
+    n = _number(text)
     return None if n is None else f"Final Answer: {n}"
   if kind == "step":
     m = re.search(r"\d+", text)
@@ -110,10 +110,5 @@ def rule_issues(task: str, text: str, example: dict) -> tuple[str, ...]:
   """The deterministic checks of the contract on a would-be response (BVR's rules)."""
   if task != "tutoring":
     return constraints.violations(task, text, example)
-  if not text.strip():
-    return ("empty",)
   answer = constraints.final_answer(str(example.get("answer") or ""))
-  out = ["states_answer"] if answer is not None and constraints.states_answer(text, answer) else []
-  if sum(map(constraints.is_question, constraints.sentences(text))) > 1:
-    out.append("several_questions")
-  return tuple(out)
+  return constraints.guidance_violations(text, answer, None)

@@ -116,18 +116,47 @@ class Memory:
 
 
 @dataclasses.dataclass
+class Candidate:
+  """One template as an M2 round checked it (the pydantic artefacts as dumped)."""
+  template: dict
+  simulation: dict | None  # The dry run C̃; None: no M2-sim, or unread.
+  evaluation: dict | None  # The verifier's Evaluation; None: unread (the candidate fails).
+  rules: list  # The contract's rule issues of the dry run's deliverable.
+  passed: bool
+  score: int  # Criteria met minus rule issues: REVISE works on the round's best.
+  feedback: str  # What REVISE is told.
+
+
+@dataclasses.dataclass
+class StepCheck:
+  """One monitoring of a step's output against Γ_t."""
+  rules: str | None  # The contract's rule issue; None: none (or not the deliverable step).
+  llm: dict | None  # The monitor's Check; None: not asked, or unread.
+
+
+@dataclasses.dataclass
+class StepRecord:
+  """c_i of the trace C_t: a step of S_t, its (last) output, each check, its repairs."""
+  role: str
+  goal: str
+  output: str
+  checks: list[StepCheck] = dataclasses.field(default_factory=list)
+  repairs: int = 0
+
+
+@dataclasses.dataclass
 class Trace:
   """One instance's turn, every stage's artefact (JSON-able via `to_dict`)."""
   task: str
   uid: int
   variant: str
   state: dict | None = None  # A_t, p̂_t and E_t as M1 read them (None: no M1, or unread).
-  rounds: list = dataclasses.field(default_factory=list)  # M2: per round, its candidates.
+  rounds: list[list[Candidate]] = dataclasses.field(default_factory=list)  # M2, per round.
   revisions: list = dataclasses.field(default_factory=list)  # M2: each REVISE's template.
   template: dict | None = None  # The S_t executed last.
   passed: bool = False  # Whether S_t passed EVALUATE (False: the last revision, unchecked).
   reused_template: bool = False  # A turn whose goal, bottleneck and requirements held.
-  steps: list = dataclasses.field(default_factory=list)  # M3: C_t with each Δ and repair.
+  steps: list[StepRecord] = dataclasses.field(default_factory=list)  # M3: C_t, Δ, repairs.
   repairs: int = 0
   resyntheses: int = 0
   deliverable: str = ""  # The output of step τ_t.

@@ -116,15 +116,24 @@ def violations(task: str, response: str, example: dict) -> tuple[str, ...]:
     return ("empty",)
   if task not in tasks.PEDAGOGICAL:
     return () if _READABLE[task](response) else ("unparsable",)
+  return guidance_violations(response, final_answer(example["reference_solution"]),
+                             TASK_FILE_RULES[task].max_sentences)
+
+
+def guidance_violations(response: str, answer: str | None,
+                        max_sentences: int | None) -> tuple[str, ...]:
+  """A tutoring reply's rules: empty, stating `answer` (None: unchecked), more than one
+  question, more than `max_sentences` sentences (None: no cap). The benchmark's tutoring
+  tasks and a tutor in pedrl's dialogues (pedrl.agents.cpa.contracts) both use them."""
+  if not response.strip():
+    return ("empty",)
   out = []
-  answer = final_answer(example["reference_solution"])
   if answer is not None and states_answer(response, answer):
     out.append("states_answer")
   split = sentences(response)
   if sum(map(is_question, split)) > 1:
     out.append("several_questions")
-  cap = TASK_FILE_RULES[task].max_sentences
-  if cap is not None and len(split) > cap:
+  if max_sentences is not None and len(split) > max_sentences:
     out.append("too_long")
   return tuple(out)
 

@@ -81,14 +81,7 @@ class ModelPolicy:
     # tokens (Llama's BOS; none for Qwen).
     ids = (chat.prompt_ids([{"role": "system", "content": prompt}]) if self.s.mode == "chat"
            else list(chat.tokenizer(prompt)["input_ids"]))
-    room = self.party.sampler.cfg.max_position_embeddings - self.s.max_new_tokens
-    if len(ids) <= room:
-      return ids, False
-    if not self.s.truncate_prompts:
-      raise ValueError(f"a prompt of {len(ids)} tokens + max_new_tokens={self.s.max_new_tokens} "
-                       f"exceeds the model's context of "
-                       f"{self.party.sampler.cfg.max_position_embeddings}")
-    return ids[len(ids) - room:], True
+    return party.fit_context(self.party, ids, self.s.max_new_tokens, self.s.truncate_prompts)
 
   def __call__(self, prompts, stop, uids) -> tuple[list, list]:
     """(replies, whether each prompt was cut)."""
