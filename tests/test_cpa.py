@@ -57,7 +57,7 @@ def test_the_first_passing_candidate_is_chosen_and_nothing_is_revised():
   b = Scripted(evaluate=lambda p, n: GOOD if n == 1 else BAD,  # Candidate 2 of 3 passes.
                generate={"templates": [dict(TEMPLATE, deliverable=i) for i in (1, 2, 3)]})
   [t] = CPA(b).run([inst()])
-  assert t.passed and t.template["deliverable"] == 2 and t.revisions == []
+  assert t.passed and t.template.deliverable == 2 and t.revisions == []
   assert (calls(b)["generate"], calls(b)["simulate"], calls(b)["evaluate"]) == (1, 3, 3)
   assert "revise" not in calls(b)
 
@@ -77,26 +77,32 @@ def test_a_dry_run_covers_at_most_three_steps():
   b = Scripted(generate={"templates": [long]})
   [t] = CPA(b).run([inst()])
   assert all("first 3 steps" in p for p in b.prompts["simulate"])
-  assert all(len(c.simulation["steps"]) <= 3 for r in t.rounds for c in r)
+  assert all(len(c.simulation.steps) <= 3 for r in t.rounds for c in r)
 
 
 def test_the_monitor_repairs_twice_then_resynthesizes_once():
   b = Scripted(monitor={"ok": False, "issue": "skips the check"})
   [t] = CPA(b, agent.CPASettings(max_repairs=2, max_resyntheses=1)).run([inst()])
-  # Step 1 fails its check, is repaired twice, still fails: back to M2, then again.
-  assert t.resyntheses == 1 and t.repairs == 4
-  assert calls(b)["generate"] == 2 and calls(b)["repair"] == 4
-  assert [s.repairs for s in t.steps] == [2]
-  assert t.response  # The output stands, flagged by the counts.
+  # Step 1 fails its check, is repaired twice, still fails: back to M2, told why.
+  assert t.resyntheses == 1 and calls(b)["generate"] == 2
+  assert "skips the check" in b.prompts["generate"][1] and "skips" not in b.prompts["generate"][0]
+  assert [[s.repairs for s in e] for e in t.abandoned] == [[2]]  # The first execution, kept.
+  # No re-synthesis left: every step still fails, stands, and execution reaches τ.
+  assert [s.repairs for s in t.steps] == [2, 2, 2] and t.unresolved == [0, 1, 2]
+  assert t.repairs == 2 + 6 and calls(b)["repair"] == 8
+  assert t.deliverable == t.steps[2].output and t.response == b.replies["finish"]["response"]
 
 
 def test_a_rule_violation_at_the_deliverable_step_is_repaired():
   # The executed hint states the answer (7): the contract's rules flag it.
-  b = Scripted(execute={"output": "The answer is 7."}, finish=lambda p, n: {"response": p[-60:]})
+  b = Scripted(execute={"output": "The answer is 7."})
   [t] = CPA(b).run([inst()])
   checks = t.steps[2].checks
   assert checks[0].rules and "states_answer" in checks[0].rules
   assert t.steps[2].repairs == 1 and t.steps[2].output.startswith("Count on")
+  # Notes before the deliverable may state the answer: the rules check step τ only.
+  assert [s.repairs for s in t.steps[:2]] == [0, 0] and t.steps[0].checks[0].rules is None
+  assert t.unresolved == [] and t.response == b.replies["finish"]["response"]
 
 
 @pytest.mark.parametrize("variant,removed", [
@@ -108,8 +114,49 @@ def test_each_ablation_removes_exactly_its_stage(variant, removed):
   CPA(ablated, agent.settings_for(variant), variant).run([inst(0), inst(1)])
   expected = {k: v for k, v in calls(full).items() if k not in removed}
   if variant == "no_m2_loop":  # One template is asked for, never checked.
-    assert "k=1" not in ablated.prompts["generate"][0] and "Propose 1 " in ablated.prompts["generate"][0]
+    assert "Propose 1 " in ablated.prompts["generate"][0]
   assert calls(ablated) == expected
+
+
+def test_without_m4_the_deliverable_step_is_the_reply_as_written():
+  # τ is step 2 of 3: the reply is step 2's output, not the last step's, and unformatted.
+  template = dict(TEMPLATE, deliverable=2)
+  outputs = lambda p, n: {"output": f"output {n % 3 + 1}: the total is 12"}
+  full, ablated = (Scripted(generate={"templates": [template]}, execute=outputs)
+                   for _ in range(2))
+  [t] = CPA(ablated, agent.settings_for("no_m4"), "no_m4").run([inst(task="problem_solving")])
+  assert t.response == "output 2: the total is 12"
+  [t] = CPA(full).run([inst(task="problem_solving")])
+  assert t.response == "Final Answer: 12"
+
+
+def test_the_contract_and_m1_both_constrain_and_the_task_reaches_every_stage():
+  b = Scripted()
+  [t] = CPA(b).run([inst(task="solution_correctness")])
+  monitor = b.prompts["monitor"][-1]
+  # Γ_t: the contract's constraints, then M1's; the goal with its success criteria.
+  assert "answer strictly Yes" in monitor and "no answer" in monitor
+  for stage in ("generate", "simulate", "evaluate", "execute"):
+    assert "I am stuck on 3 + 4" in b.prompts[stage][0], stage  # The task as given.
+  b = Scripted()
+  CPA(b, agent.CPASettings(show_input=False)).run([inst()])
+  assert all("I am stuck" not in b.prompts[s][0] for s in ("generate", "execute"))
+  assert "I am stuck" in b.prompts["m1"][0]
+
+
+def test_a_structured_deliverable_the_harness_cannot_read_is_unparsable_not_empty():
+  b = Scripted(execute={"output": "I cannot tell."}, repair={"output": "I cannot tell."},
+               simulate={"steps": ["a"], "deliverable": "unclear"})
+  [t] = CPA(b, agent.CPASettings(max_resyntheses=0)).run([inst(task="mistake_location")])
+  assert t.steps[2].checks[0].rules == "breaks: unparsable"
+  assert all(c.rules == ["unparsable"] for c in t.rounds[0])
+  assert t.unresolved == [2] and t.fallbacks["format"] == 1
+
+
+def test_a_rewrite_that_breaks_a_rule_keeps_the_draft():
+  b = Scripted(finish={"response": "The answer is 7."})
+  [t] = CPA(b).run([inst()])
+  assert t.response == "Count on from 3." and t.fallbacks == {"finish": 1}
 
 
 def test_garbage_replies_fall_back_and_every_instance_still_answers():
@@ -119,7 +166,7 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
   traces = CPA(b, agent.CPASettings(rounds=2)).run([inst(0), inst(1, "problem_solving")])
   for t in traces:
     assert t.fallbacks["m1"] == 1 and t.fallbacks["generate"] == 1 + t.resyntheses
-    assert t.template == agent.FALLBACK_TEMPLATE.model_dump()
+    assert t.template == agent.FALLBACK_TEMPLATE
     assert t.response == "no json here"  # The raw text stands in, counted, flagged.
     assert t.fallbacks["execute"] >= 1
     assert t.fallbacks.get("format", 0) == (t.task == "problem_solving")  # No number in it.
@@ -132,6 +179,10 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
     ("mistake_location", "The error is in step 3, not 4.", "3"),
     ("solution_correctness", "The solution is incorrect in step 2.", "Yes"),
     ("solution_correctness", "Every step is correct.", "No"),
+    ("solution_correctness", "Does the solution contain an error? No.", "No"),
+    ("solution_correctness", "The solution is not correct.", "Yes"),
+    ("solution_correctness", "There is no error in any step.", "No"),
+    ("solution_correctness", "It isn't right: step 2 adds wrongly.", "Yes"),
     ("socratic_questioning", "- How many eggs?\nnote\n- What is left?", "How many eggs?\nWhat is left?"),
     ("problem_solving", "no number here", None),
     ("scaffolding_generation", " What comes next? ", "What comes next?"),
@@ -145,11 +196,27 @@ def test_a_turn_keeps_its_template_until_the_goal_changes():
   cpa = CPA(b)
   [t1] = cpa.run([inst()])
   memory = CPA.memory(t1)
+  assert memory.passed and memory.template == t1.template and memory.pointer == 3
+  # Turn 2: M1 sees M_{t-1} and reads the same state: the template is reused.
   [t2] = cpa.run([inst(memory=memory)])
-  assert t2.reused_template and calls(b)["generate"] == 1
-  b.replies["m1"] = dict(STATE, goal="check the student's final answer")
+  assert t2.reused_template and t2.passed and calls(b)["generate"] == 1
+  assert "The previous turn" in b.prompts["m1"][1] and "Count on from 3." in b.prompts["m1"][1]
+  # M1 words the state differently but says nothing changed: reused as well.
+  b.replies["m1"] = dict(STATE, goal="help with the next step", changed=False)
   [t3] = cpa.run([inst(memory=memory)])
-  assert not t3.reused_template and calls(b)["generate"] == 2
+  assert t3.reused_template and calls(b)["generate"] == 1
+  b.replies["m1"] = dict(STATE, goal="check the student's final answer", changed=True)
+  [t4] = cpa.run([inst(memory=memory)])
+  assert not t4.reused_template and calls(b)["generate"] == 2
+
+
+def test_templates_are_read_one_by_one_and_cut_around_the_deliverable():
+  from pedrl.agents.cpa.state import Candidates, Template
+  got = Candidates.model_validate({"templates": [{"steps": []}, {"steps": ["understand", "hint"]}]})
+  assert [[s.role for s in t.steps] for t in got.templates] == [["understand", "hint"]]
+  long = Template.model_validate({"steps": [f"s{i}" for i in range(8)], "deliverable": 8})
+  cut = CPA(Scripted(), agent.CPASettings(max_steps=3))._cut(long)
+  assert [s.role for s in cut.steps] == ["s0", "s1", "s7"] and cut.tau() == 2
 
 
 def test_cpa_tutors_dialogues_and_keeps_its_template_across_turns(testdata):
@@ -184,12 +251,32 @@ def test_an_unknown_tutor_agent_is_refused_when_the_config_is_read():
 
 def test_tables_average_seeds_with_their_spread():
   from pedrl.experiments import cpa as job
-  stats = lambda bvr: dict(bvr=bvr, repair_share=0.5, fallbacks=2, calls_per_instance=10.0,
-                           tokens_per_instance=100.0, seconds_per_instance=1.0)
-  runs = {"cpa": [({"pedagogy_following_hard": {"win_rate": 0.4}}, stats(0.1)),
-                  ({"pedagogy_following_hard": {"win_rate": 0.6}}, stats(0.3))],
-          "cot": [({"problem_solving": {"accuracy_strict-match": 0.25}}, stats(0.2))]}
+  stats = lambda bvr, hard: dict(bvr=bvr, bvr_hard=hard, repair_share=0.5, fallbacks=2,
+                                 calls_per_instance=10.0, tokens_per_instance=100.0,
+                                 seconds_per_instance=1.0)
+  runs = {"cpa": [job.SeedRun({"pedagogy_following_hard": {"win_rate": 0.4}}, stats(0.1, 0.3)),
+                  job.SeedRun({"pedagogy_following_hard": {"win_rate": 0.6}}, stats(0.3, 0.5))],
+          "cot": [job.SeedRun({"problem_solving": {"accuracy_strict-match": 0.25}},
+                              stats(0.2, 0.2))]}
   text = job.tables(runs)
-  # Mean ± population std over the two seeds: 50 ± 10 and 20 ± 10, in percent.
-  assert "| cpa | – | 50.0 ± 10.0 | 20.0 ± 10.0 | 50.0 ± 0.0 | 4 | 10.0 | 100 | 1.00 |" in text
+  # Mean ± population std over the two seeds, in percent: 50 ± 10, BVR† 40 ± 10, BVR 20 ± 10.
+  assert ("| cpa | – | 50.0 ± 10.0 | 40.0 ± 10.0 | 20.0 ± 10.0 | 50.0 ± 0.0 | 4 | 10.0 | 100 "
+          "| 1.00 |") in text
   assert "| cot | 25.0 | – |" in text
+
+
+def test_trace_stats_count_bvr_on_the_hard_splits_apart():
+  from pedrl.eval.records import BenchRecord
+  from pedrl.experiments import cpa as job
+  ref = {"reference_solution": "3 + 4 = 7\n#### 7"}
+  rec = lambda task, response, trace: BenchRecord(task, 0, 0, "", response, None, None,
+                                                  context=ref, trace=trace)
+  records = [rec("scaffolding_generation_hard", "The answer is 7.", {"repairs": 1}),
+             rec("pedagogy_following_hard", "What is 3 + 4?", {"repairs": 0}),
+             rec("scaffolding_generation", "It is 7. Done. Really.", {"fallbacks": {"m1": 2}}),
+             rec("problem_solving", "no number", {})]
+  out = job.trace_stats(records, {"backbone/calls": 8, "seconds/answer": 2.0})
+  # Hard splits: 1 of 2 breaks a rule (states 7); all four: 3 of 4 (7, too long, unparsable).
+  assert out["bvr_hard"] == 0.5 and out["bvr"] == 0.75
+  assert out["repair_share"] == 0.25 and out["fallbacks"] == 2
+  assert out["calls_per_instance"] == 2 and out["seconds_per_instance"] == 0.5

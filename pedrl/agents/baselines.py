@@ -12,6 +12,7 @@ import pydantic
 
 from pedrl.agents import structured
 from pedrl.agents.structured import user_turn
+from pedrl.agents.cpa import contracts
 from pedrl.agents.cpa.state import StepRecord, Texts, Trace
 from pedrl.rewards import asking
 
@@ -87,5 +88,7 @@ class SkeletonOfThought:
       parts[n].append((g.text if g else text).strip())
     for t, p in zip(traces, parts):
       t.steps.append(StepRecord("expand", "each point in a sentence or two", "\n".join(p)))
-      t.response = " ".join(x for x in p if x)
+      # A list of sub-questions stays one per line, as the benchmark reads it.
+      sep = "\n" if contracts.contract(t.task).kind == "questions" else " "
+      t.response = sep.join(x for x in p if x)
     return traces

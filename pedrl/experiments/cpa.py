@@ -10,7 +10,7 @@ like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPol
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
 standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
-the replies; `repair` the share of replies whose monitor repaired a step.
+the replies, BVR† on the two hard splits (paper 002 reports it there); `repair` the share of replies whose monitor repaired a step.
 WORKDIR/tables.md holds the tables; `python -m pedrl.tools.show_trace
 WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 """
@@ -108,11 +108,25 @@ class AgentBench(mtb.Bench):
     self.rm = self.models["rm"]
 
 
+HARD = ("scaffolding_generation_hard", "pedagogy_following_hard")  # Table 3's † splits.
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRun:
+  """One method's job at one seed: the benchmark's metrics per task and `trace_stats`."""
+  tasks: dict
+  stats: dict
+
+
 def trace_stats(records, counts: dict) -> dict:
-  """BVR overall and per task, the share of replies with a monitor repair, stand-ins, and
-  per instance the backbone's calls and tokens and the seconds (shards' counts)."""
+  """BVR overall, on the hard splits (table 3's BVR†) and per task, the share of replies
+  with a monitor repair, stand-ins, and per instance the backbone's calls and tokens and
+  the seconds (shards' counts)."""
   rows = [(r.task, constraints.violations(r.task, r.response, r.context or {})) for r in records]
   out = constraints.rates(rows)
+  hard = constraints.rates(row for row in rows if row[0] in HARD)
+  if "bvr" in hard:
+    out["bvr_hard"] = hard["bvr"]
   traces = [r.trace or {} for r in records]
   out["repair_share"] = float(np.mean([t.get("repairs", 0) > 0 for t in traces]))
   out["fallbacks"] = int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces))
@@ -133,27 +147,27 @@ def _cell(values) -> str:
   return f"{m:.1f}" if len(values) < 2 else f"{m:.1f} ± {100 * float(np.std(values)):.1f}"
 
 
-def tables(runs: dict) -> str:
+def tables(runs: dict[str, list[SeedRun]]) -> str:
   """Table 2 (the nine numbers per method) and table 3 (per CPA variant: the hard
-  win rates, BVR, repair share), averaged over seeds: runs[method] = [(metrics, stats)]."""
+  win rates, BVR on them and overall, repair share), averaged over seeds."""
   head = ["method"] + [title for _, _, title in results_lib.COLUMNS]
   lines = ["Table 2 (paper 002): MathTutorBench, percent, mean ± std over seeds", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for method, seeds in runs.items():
-    cells = [_cell([m.get(task, {}).get(metric) for m, _ in seeds])
+    cells = [_cell([r.tasks.get(task, {}).get(metric) for r in seeds])
              for task, metric, _ in results_lib.COLUMNS]
     lines.append("| " + " | ".join([method] + cells) + " |")
   lines += ["", "Table 3 (paper 002): CPA's ablations (hard splits; BVR lower is better), and "
             "what each method cost per instance", "",
-            "| method | Scaff.† win | Inst.† win | BVR | monitor repair | stand-ins | calls | "
-            "tokens | seconds |", "|---|---|---|---|---|---|---|---|---|"]
+            "| method | Scaff.† win | Inst.† win | BVR† | BVR (all tasks) | monitor repair | "
+            "stand-ins | calls | tokens | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
   for method, seeds in runs.items():
-    win = lambda t: _cell([m.get(t, {}).get("win_rate") for m, _ in seeds])
-    mean = lambda k: np.mean([x[k] for _, x in seeds])
-    lines.append(f"| {method} | {win('scaffolding_generation_hard')} | "
-                 f"{win('pedagogy_following_hard')} | {_cell([x.get('bvr') for _, x in seeds])} | "
-                 f"{_cell([x['repair_share'] for _, x in seeds])} | "
-                 f"{sum(x['fallbacks'] for _, x in seeds)} | {mean('calls_per_instance'):.1f} | "
+    win = lambda t: _cell([r.tasks.get(t, {}).get("win_rate") for r in seeds])
+    stat = lambda k: _cell([r.stats.get(k) for r in seeds])
+    mean = lambda k: np.mean([r.stats[k] for r in seeds])
+    lines.append(f"| {method} | {win(HARD[0])} | {win(HARD[1])} | {stat('bvr_hard')} | "
+                 f"{stat('bvr')} | {stat('repair_share')} | "
+                 f"{sum(r.stats['fallbacks'] for r in seeds)} | {mean('calls_per_instance'):.1f} | "
                  f"{mean('tokens_per_instance'):.0f} | {mean('seconds_per_instance'):.2f} |")
   return "\n".join(lines)
 
@@ -184,9 +198,9 @@ def main(argv):
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue
       records, _ = shards.merge(where)
-      runs.setdefault(method, []).append((metrics["tasks"],
-                                          trace_stats(records, metrics["counts"])))
-      logging.info("%s seed %d: %s", method, seed, runs[method][-1][1])
+      runs.setdefault(method, []).append(SeedRun(metrics["tasks"],
+                                                 trace_stats(records, metrics["counts"])))
+      logging.info("%s seed %d: %s", method, seed, runs[method][-1].stats)
   text = tables(runs)
   with open(os.path.join(workdir, "tables.md"), "w") as f:
     f.write(text + "\n")

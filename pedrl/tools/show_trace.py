@@ -24,6 +24,18 @@ def _short(value, width: int = 160) -> str:
   return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _steps(steps) -> list[str]:
+  lines = []
+  for n, s in enumerate(steps, 1):
+    lines.append(f"  step {n} [{s['role']}] {_short(s.get('goal', ''), 80)}")
+    lines.append(f"    -> {_short(s['output'])}")
+    for c in s.get("checks", []):
+      lines.append(f"    check: rules {c['rules'] or 'ok'}, llm {_short(c['llm'], 100)}")
+    if s.get("repairs"):
+      lines.append(f"    repairs: {s['repairs']}")
+  return lines
+
+
 def render(record) -> str:
   t = record.trace
   lines = [f"{record.task} #{record.index} ({t['variant']}): {t['calls']} calls, "
@@ -42,16 +54,19 @@ def render(record) -> str:
   for n, r in enumerate(t.get("revisions", [])):
     lines.append(f"M2 revision {n + 1}: {_short([st['role'] for st in r['steps']])}")
   if t.get("template"):
+    steps, d = t["template"]["steps"], t["template"]["deliverable"]
     lines.append(f"S_t ({'passed' if t['passed'] else 'unchecked'}"
                  f"{', reused' if t.get('reused_template') else ''}), deliverable step "
-                 f"{t['template']['deliverable']}")
-  for n, s in enumerate(t.get("steps", []), 1):
-    lines.append(f"  step {n} [{s['role']}] {_short(s.get('goal', ''), 80)}")
-    lines.append(f"    -> {_short(s['output'])}")
-    for c in s.get("checks", []):
-      lines.append(f"    check: rules {c['rules'] or 'ok'}, llm {_short(c['llm'], 100)}")
-    if s.get("repairs"):
-      lines.append(f"    repairs: {s['repairs']}")
+                 f"{d if 1 <= d <= len(steps) else len(steps)}")
+  for n, steps in enumerate(t.get("abandoned", []), 1):
+    lines.append(f"execution {n}, given up for a re-synthesis:")
+    lines += _steps(steps)
+  if t.get("abandoned"):
+    lines.append("execution after re-synthesis:")
+  lines += _steps(t.get("steps", []))
+  if t.get("unresolved"):
+    lines.append(f"still failing after repairs (kept): steps "
+                 f"{', '.join(str(i + 1) for i in t['unresolved'])}")
   lines += [f"repairs {t.get('repairs', 0)}, re-syntheses {t.get('resyntheses', 0)}",
             f"reply: {record.response}"]
   return "\n".join(lines)
@@ -61,6 +76,8 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError("usage: python -m pedrl.tools.show_trace WORKDIR --task=T --index=I")
   records, _ = shards.merge(argv[1])
+  if not records:
+    raise app.UsageError(f"{argv[1]} holds no records (is it WORKDIR/<method>/seed<seed>?)")
   task = FLAGS.task or records[0].task
   found = [r for r in records if r.task == task and r.index == FLAGS.index]
   if not found:

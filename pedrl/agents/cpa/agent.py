@@ -14,8 +14,9 @@ answers garbage still yields a response for every instance):
   evaluate  the candidate fails with no feedback
   revise    the template is kept
   execute   the step's output is the reply's raw text (the monitor then judges it)
+  repair    the same, for a repaired output
   monitor   the step passes the LLM check (the rule checks still apply)
-  finish    M4 keeps the draft as it is
+  finish    M4 keeps the draft as it is (also when the rewrite breaks a rule the draft keeps)
   format    a structured deliverable holds nothing the harness reads: y_t is the draft
 
 Where paper 002 leaves a choice open, pedrl decides (CPASettings documents each):
@@ -24,8 +25,13 @@ K and returns the first that passes; later rounds revise the best one (most
 criteria met) and evaluate it; after J revisions the last one is executed
 unchecked, as algorithm 1's S^(J). The monitor checks every step with the
 LLM verifier and the deliverable step also with the contract's rules; a step
-still failing after `max_repairs` repairs sends the instance back to M2
-(at most `max_resyntheses` times, then the output stands, flagged).
+still failing after `max_repairs` repairs sends the instance back to M2, told
+why (at most `max_resyntheses` times; after that the step's output stands,
+listed in `Trace.unresolved`, and execution goes on to the deliverable).
+Γ_t's constraints are the contract's and M1's together. M2 and M3 see the task
+as given beside A_t and p̂_t (`show_input`; the paper conditions them on A_t and
+p̂_t alone, and a small backbone's summary drops the numbers and the student's
+steps that the tasks need).
 """
 import dataclasses
 import json
@@ -50,12 +56,13 @@ class CPASettings:
   max_steps: int = 6  # Steps of a template kept (longer ones are cut, the deliverable kept).
   rounds: int = 3  # Tries per structured reply (the first, then re-asks).
   monitor_llm: bool = True  # The monitor's LLM check of each step (rules always run).
+  show_input: bool = True  # M2 and M3 also see the task as given (False: A_t and p̂_t only).
   # Table 3's ablations: each False removes its module.
   m1: bool = True  # False: no state; the task contract stands in for A_t.
   m2_loop: bool = True  # False: one template, generated once, never evaluated or revised.
-  m2_sim: bool = True  # False: EVALUATE judges the template without a dry run.
+  m2_sim: bool = True  # False: EVALUATE judges the template without a dry run (and its rules).
   m3_monitor: bool = True  # False: no checks, no repairs, no re-synthesis.
-  m4: bool = True  # False: y_t is the last step's output as it is.
+  m4: bool = True  # False: y_t is the deliverable step's output as it is.
 
   def __post_init__(self):
     for name in ("k", "sim_steps", "max_steps", "rounds"):
@@ -90,27 +97,37 @@ class Instance:
 class _Work:
   """An instance's running state through the stages."""
 
-  def __init__(self, inst: Instance, variant: str):
+  def __init__(self, inst: Instance, variant: str, show_input: bool):
     self.inst, self.contract = inst, contracts.contract(inst.task)
+    self.show_input = show_input
     self.trace = Trace(inst.task, inst.uid, variant)
     self.state: TaskState | None = None
+    self.pool: list[Template] = []  # M2's templates under evaluation.
     self.template: Template | None = None
     self.outputs: list[str] = []
     self.failed = False  # A step failed its repairs: back to M2.
+    self.issue: str | None = None  # Why, told to GENERATE.
 
   def view(self) -> dict:
     """The variables every stage prompt shares."""
-    c = self.contract
-    return dict(task_input=self.inst.text, state=self.state, deliverable=c.deliverable,
-                constraints="; ".join(self.constraints()))
+    shown = self.state is None or self.show_input
+    return dict(task_input=self.inst.text if shown else "", state=self.state,
+                deliverable=self.contract.deliverable, constraints="; ".join(self.constraints()))
 
   def constraints(self) -> list[str]:
-    """Γ_t's constraints (eq. 7): the state's, else the contract's."""
-    return list(self.state.constraints) if self.state and self.state.constraints else list(
-        self.contract.constraints)
+    """Γ_t's constraints (eq. 7): the contract's, then M1's that it lacks."""
+    out = list(self.contract.constraints)
+    for c in self.state.constraints if self.state else ():
+      if c.strip() and c not in out:
+        out.append(c)
+    return out
 
   def goal(self) -> str:
-    return self.state.goal if self.state else self.contract.deliverable
+    """Γ_t's goal (eq. 7): the turn objective with its success criteria."""
+    if self.state is None:
+      return self.contract.deliverable
+    return " ".join(filter(None, [self.state.goal, self.state.success_criteria and
+                                  f"(success: {self.state.success_criteria})"]))
 
 
 class CPA:
@@ -120,11 +137,11 @@ class CPA:
     self.backbone, self.s, self.variant = backbone, settings, variant
     self.stats = asking.AskStats()
 
-  def _ask(self, works, convs, schema, stage: str, raw: bool = False) -> list:
-    """One structured stage for `works` (a work may appear more than once); with
-    `raw`, also the last reply texts."""
+  def _asked(self, works, convs, schema, stage: str) -> tuple[list, list]:
+    """One structured stage for `works` (a work may appear more than once): each
+    reply read as `schema` or None (a stand-in, counted), and the last raw texts."""
     if not works:
-      return ([], []) if raw else []
+      return [], []
     steps = []
     for w in works:  # Each instance numbers its own calls: its random stream.
       steps.append(w.trace.calls)
@@ -134,78 +151,79 @@ class CPA:
     for w, a in zip(works, out):
       if a is None:
         w.trace.fallback(stage)
-    return (out, texts) if raw else out
+    return out, texts
+
+  def _ask(self, works, convs, schema, stage: str) -> list:
+    return self._asked(works, convs, schema, stage)[0]
 
   # -- M1 -----------------------------------------------------------------------------------
 
   def perceive(self, works):
-    """(A_t, p̂_t, E_t) in one call per instance (eq. 1, 5)."""
+    """(A_t, p̂_t, E_t) in one call per instance (eq. 1, 5), given M_{t-1}."""
     if not self.s.m1:
       return
-    out = self._ask(works, [user_turn("cpa/perceive", **w.view()) for w in works], TaskState, "m1")
-    for w, state in zip(works, out):
-      w.state = state
-      w.trace.state = state.model_dump() if state else None
+    convs = []
+    for w in works:
+      m = w.inst.memory
+      convs.append(user_turn("cpa/perceive", memory=m if m and m.state else None, **w.view()))
+    for w, state in zip(works, self._ask(works, convs, TaskState, "m1")):
+      w.state = w.trace.state = state
 
   # -- M2 -----------------------------------------------------------------------------------
 
   def synthesize(self, works):
     """S_t for each work by algorithm 1: generate, then simulate-evaluate-revise."""
-    cands = self._ask(works, [user_turn("cpa/generate", k=self.s.k if self.s.m2_loop else 1,
-                                    max_steps=self.s.max_steps, **w.view()) for w in works],
+    k = self.s.k if self.s.m2_loop else 1
+    cands = self._ask(works, [user_turn("cpa/generate", k=k, max_steps=self.s.max_steps,
+                                        issue=w.issue, **w.view()) for w in works],
                       Candidates, "generate")
-    pool = {}
     for w, c in zip(works, cands):
-      kept = [self._cut(t) for t in c.templates[:self.s.k if self.s.m2_loop else 1]] if c else []
-      pool[id(w)] = kept or [FALLBACK_TEMPLATE]
+      w.pool = [self._cut(t) for t in c.templates[:k]] if c else [FALLBACK_TEMPLATE]
     if not self.s.m2_loop:
       for w in works:
-        self._choose(w, pool[id(w)][0], passed=False)
+        self._choose(w, w.pool[0], passed=False)
       return
     open_ = list(works)
-    for j in range(self.s.j + 1):
-      if j == self.s.j:  # Algorithm 1 returns S^(J) after J revisions, unchecked.
-        for w in open_:
-          self._choose(w, pool[id(w)][0], passed=False)
-        return
-      verdicts = self._check(open_, pool)
+    for _ in range(self.s.j):
       revise = []
-      for w in open_:
-        results = verdicts[id(w)]
-        w.trace.rounds.append([c for _, c in results])
-        first = next((t for t, c in results if c.passed), None)
+      for w, checked in zip(open_, self._check(open_)):
+        w.trace.rounds.append(checked)
+        first = next((c for c in checked if c.passed), None)
         if first is not None:
-          self._choose(w, first, passed=True)
+          self._choose(w, first.template, passed=True)
         else:
-          best, checked = max(results, key=lambda tc: tc[1].score)
-          pool[id(w)] = [best]
-          revise.append((w, checked))
+          revise.append((w, max(checked, key=lambda c: c.score)))
       if not revise:
         return
       revised = self._ask([w for w, _ in revise], [
-          user_turn("cpa/revise", template=pool[id(w)][0], feedback=c.feedback, **w.view())
-          for w, c in revise], Template, "revise")
-      for (w, _), t in zip(revise, revised):
-        if t is not None:
-          pool[id(w)] = [self._cut(t)]
-        w.trace.revisions.append(pool[id(w)][0].model_dump())
+          user_turn("cpa/revise", template=best.template, feedback=best.feedback, **w.view())
+          for w, best in revise], Template, "revise")
+      for (w, best), t in zip(revise, revised):
+        w.pool = [best.template if t is None else self._cut(t)]
+        w.trace.revisions.append(w.pool[0])
       open_ = [w for w, _ in revise]
+    for w in open_:  # Algorithm 1 returns S^(J) after J revisions, unchecked.
+      self._choose(w, w.pool[0], passed=False)
 
   def _cut(self, t: Template) -> Template:
+    """At most max_steps steps, the deliverable step among them."""
     if len(t.steps) <= self.s.max_steps:
       return t
-    tau = min(t.tau(), self.s.max_steps - 1)
-    return Template(steps=t.steps[:self.s.max_steps], deliverable=tau + 1)
+    tau = t.tau()
+    if tau < self.s.max_steps:
+      return Template(steps=t.steps[:self.s.max_steps], deliverable=tau + 1)
+    return Template(steps=t.steps[:self.s.max_steps - 1] + [t.steps[tau]],
+                    deliverable=self.s.max_steps)
 
-  def _check(self, works, pool) -> dict:
-    """Per work, per template of its pool: (template, Candidate): dry run (up to
-    sim_steps steps), verifier, and the contract's rules on the dry run's deliverable."""
-    flat = [(w, t) for w in works for t in pool[id(w)]]
+  def _check(self, works) -> list[list[Candidate]]:
+    """Per work, its pool's templates checked: dry run (up to sim_steps steps), the
+    verifier, and the contract's rules on the dry run's deliverable."""
+    flat = [(w, t) for w in works for t in w.pool]
     sims = [None] * len(flat)
     if self.s.m2_sim:
       sims = self._ask([w for w, _ in flat], [
           user_turn("cpa/simulate", template=t, steps=min(self.s.sim_steps, len(t.steps)),
-                **w.view()) for w, t in flat], Simulation, "simulate")
+                    **w.view()) for w, t in flat], Simulation, "simulate")
     sims = [s.model_copy(update={"steps": s.steps[:self.s.sim_steps]}) if s else None
             for s in sims]  # A dry run longer than asked is cut to its first sim_steps.
     rules = [self._rules(w, s.deliverable) if s else () for (w, _), s in zip(flat, sims)]
@@ -217,111 +235,118 @@ class CPA:
       criteria = (e.feasibility, e.coverage, e.consistency, e.economy) if e else (False,) * 4
       feedback = "; ".join(filter(None, [e.feedback if e else "",
                                          *(f"rule check failed: {x}" for x in r)]))
-      out[id(w)].append((t, Candidate(
-          t.model_dump(), s.model_dump() if s else None, e.model_dump() if e else None, list(r),
-          passed=bool(e and e.passed and not r), score=sum(criteria) - len(r),
-          feedback=feedback or "the plan does not reach the deliverable")))
-    return out
+      out[id(w)].append(Candidate(
+          t, s, e, list(r), passed=bool(e and e.passed and not r), score=sum(criteria) - len(r),
+          feedback=feedback or "the plan does not reach the deliverable"))
+    return [out[id(w)] for w in works]
 
   def _rules(self, w, text: str) -> tuple:
-    """The contract's deterministic checks on a would-be deliverable, as M4 would emit it."""
+    """The contract's deterministic checks on a would-be deliverable, as M4 would emit it
+    (a structured one M4 cannot read is checked as written: unparsable)."""
     shown = contracts.formatted(w.inst.task, text)
-    return contracts.rule_issues(w.inst.task, shown or "", w.inst.example)
+    return contracts.rule_issues(w.inst.task, text if shown is None else shown, w.inst.example)
 
   def _choose(self, w, t: Template, passed: bool):
-    w.template, w.trace.passed = t, passed
-    w.trace.template = t.model_dump()
+    w.template = w.trace.template = t
+    w.trace.passed = passed
 
   # -- M3 -----------------------------------------------------------------------------------
 
   def execute(self, works):
-    """C_t step by step for all works at once; each step is checked against Γ_t and
-    repaired up to max_repairs times; works whose step still fails are marked."""
+    """C_t step by step for all works at once. Each step is checked against Γ_t and
+    repaired up to max_repairs times; a step still failing marks its work for
+    re-synthesis while it has one left, else stands, listed as unresolved."""
     for w in works:
-      w.outputs, w.failed = [], False
-      w.trace.steps = []
+      if w.trace.steps:
+        w.trace.abandoned.append(w.trace.steps)
+      w.outputs, w.failed, w.trace.steps = [], False, []
     i = 0
-    while True:
-      live = [w for w in works if not w.failed and i < len(w.template.steps)]
-      if not live:
-        return
-      outs = self._step(live, i, {})
+    while live := [w for w in works if not w.failed and i < len(w.template.steps)]:
+      outs = self._step(live, i, [None] * len(live))
       for w, o in zip(live, outs):
         w.trace.steps.append(StepRecord(w.template.steps[i].role, w.template.steps[i].goal, o))
       issues = self._monitor(live, i, outs)
-      for r in range(self.s.max_repairs + 1):
-        bad = [(w, o, x) for w, o, x in zip(live, outs, issues) if x]
-        if not bad:
+      todo = [n for n, x in enumerate(issues) if x]  # Indices into live still failing.
+      for _ in range(self.s.max_repairs):
+        if not todo:
           break
-        if r == self.s.max_repairs:
-          for w, _, _ in bad:
-            w.failed = True
-          break
-        ws = [w for w, _, _ in bad]
-        fixed = self._step(ws, i, {id(w): x for w, _, x in bad})
-        for w, o in zip(ws, fixed):
+        ws = [live[n] for n in todo]
+        fixed = self._step(ws, i, [issues[n] for n in todo])
+        for n, w, o in zip(todo, ws, fixed):
+          outs[n] = w.trace.steps[i].output = o
           w.trace.steps[i].repairs += 1
           w.trace.repairs += 1
-          w.trace.steps[i].output = o
-        new = self._monitor(ws, i, fixed)
-        at = {id(w): (o, x) for w, o, x in zip(ws, fixed, new)}
-        outs = [at.get(id(w), (o, None))[0] for w, o in zip(live, outs)]
-        issues = [at[id(w)][1] if id(w) in at else None for w in live]
+        for n, x in zip(todo, self._monitor(ws, i, fixed)):
+          issues[n] = x
+        todo = [n for n in todo if issues[n]]
+      for n in todo:
+        w = live[n]
+        if w.trace.resyntheses < self.s.max_resyntheses:
+          w.failed, w.issue = True, f"step {i + 1} [{w.template.steps[i].role}]: {issues[n]}"
+        else:
+          w.trace.unresolved.append(i)
       for w, o in zip(live, outs):
-        w.outputs.append(o)
+        if not w.failed:
+          w.outputs.append(o)
       i += 1
 
-  def _step(self, works, i: int, issues: dict) -> list[str]:
-    convs = []
-    for w in works:
-      final = i == w.template.tau()
-      convs.append(user_turn("cpa/execute", template=w.template, done=w.outputs, index=i,
-                         step=w.template.steps[i], final=final, issue=issues.get(id(w)),
-                         **w.view()))
-    got, texts = self._ask(works, convs, StepOutput, "repair" if issues else "execute",
-                           raw=True)
+  def _step(self, works, i: int, issues: list) -> list[str]:
+    """Step i's output per work; an issue asks for a repair of the previous output."""
+    convs = [user_turn("cpa/execute", template=w.template, done=w.outputs, index=i,
+                       step=w.template.steps[i], final=i == w.template.tau(), issue=x,
+                       **w.view()) for w, x in zip(works, issues)]
+    got, texts = self._asked(works, convs, StepOutput, "repair" if any(issues) else "execute")
     return [g.output.strip() if g else t.strip() for g, t in zip(got, texts)]
 
   def _monitor(self, works, i: int, outs) -> list:
-    """Δ per work: None when step i's output meets the contract, else the issue."""
+    """Δ per work: None when step i's output meets the contract, else the issue. The
+    rules apply to the deliverable step; the LLM check to every step."""
     if not self.s.m3_monitor:
       return [None] * len(works)
-    issues = []
+    rules = []
     for w, o in zip(works, outs):
-      rules = self._rules(w, o) if i == w.template.tau() else ()
-      issues.append(None if o and not rules else
-                    "the output is empty" if not o else "breaks: " + ", ".join(rules))
+      broken = self._rules(w, o) if o and i == w.template.tau() else ()
+      if not o:
+        rules.append("the output is empty")
+      else:
+        rules.append("breaks: " + ", ".join(broken) if broken else None)
     llm = [None] * len(works)
     if self.s.monitor_llm:
       llm = self._ask(works, [
           user_turn("cpa/monitor", goal=w.goal(), constraints="; ".join(w.constraints()),
-                step=w.template.steps[i], output=o, final=i == w.template.tau(),
-                deliverable=w.contract.deliverable) for w, o in zip(works, outs)], Check, "monitor")
+                    step=w.template.steps[i], output=o, final=i == w.template.tau(),
+                    deliverable=w.contract.deliverable) for w, o in zip(works, outs)],
+          Check, "monitor")
     out = []
-    for w, o, rule, check in zip(works, outs, issues, llm):
-      issue = rule or (None if check is None or check.ok else check.issue or "the check failed")
-      w.trace.steps[i].checks.append(StepCheck(rule, check.model_dump() if check else None))
-      out.append(issue)
+    for w, rule, check in zip(works, rules, llm):
+      w.trace.steps[i].checks.append(StepCheck(rule, check))
+      if rule is None and check is not None and not check.ok:
+        rule = check.issue or "the check failed"
+      out.append(rule)
     return out
 
   # -- M4 -----------------------------------------------------------------------------------
 
   def derive(self, works):
     """y_t from the deliverable step: structured ones formatted, guidance rewritten
-    minimally (one call), then formatted (eq. 8)."""
+    minimally (one call, kept only if it breaks no rule the draft keeps), then
+    formatted (eq. 8)."""
     for w in works:
-      tau = min(w.template.tau(), len(w.outputs) - 1)
-      w.trace.deliverable = w.outputs[tau] if w.outputs else ""
-    if not self.s.m4:  # Direct output: the last step's text as it is.
+      w.trace.deliverable = w.outputs[w.template.tau()]
+    if not self.s.m4:  # Direct output: the deliverable step's text as it is.
       for w in works:
-        w.trace.response = w.outputs[-1] if w.outputs else ""
+        w.trace.response = w.trace.deliverable
       return
-    guide = [w for w in works if w.contract.kind == "guidance"]
     drafts = {id(w): w.trace.deliverable for w in works}
+    guide = [w for w in works if w.contract.kind == "guidance"]
     rewritten = self._ask(guide, [user_turn("cpa/finish", draft=drafts[id(w)], **w.view())
                                   for w in guide], Reply, "finish")
     for w, r in zip(guide, rewritten):
-      if r is not None and r.response.strip():
+      if r is None or not r.response.strip():
+        continue
+      if len(self._rules(w, r.response)) > len(self._rules(w, drafts[id(w)])):
+        w.trace.fallback("finish")  # The rewrite broke a rule the draft keeps.
+      else:
         drafts[id(w)] = r.response.strip()
     for w in works:
       y = contracts.formatted(w.inst.task, drafts[id(w)])
@@ -334,37 +359,41 @@ class CPA:
 
   def run(self, instances) -> list[Trace]:
     """One turn of every instance; Trace per instance (its `response` is y_t)."""
-    works = [_Work(inst, self.variant) for inst in instances]
+    works = [_Work(inst, self.variant, self.s.show_input) for inst in instances]
     self.perceive(works)
     fresh = []
     for w in works:
-      m = w.inst.memory
-      if m is not None and w.state is not None and m.state is not None and (
-          m.state.key() == w.state.key()):
-        self._choose(w, m.template, passed=True)
+      if self._unchanged(w):
+        self._choose(w, w.inst.memory.template, passed=w.inst.memory.passed)
         w.trace.reused_template = True
       else:
         fresh.append(w)
     self.synthesize(fresh)
     self.execute(works)
-    for _ in range(self.s.max_resyntheses if self.s.m3_monitor else 0):
-      again = [w for w in works if w.failed]
-      if not again:
-        break
+    while again := [w for w in works if w.failed]:  # At most max_resyntheses rounds.
       for w in again:
         w.trace.resyntheses += 1
+        w.trace.reused_template = False
       self.synthesize(again)
       self.execute(again)
     self.derive(works)
     return [w.trace for w in works]
 
   @staticmethod
+  def _unchanged(w) -> bool:
+    """Section 3.3: the last turn's template serves this one when its goal, bottlenecks
+    and requirements held: M1 says so, or they read the same."""
+    m = w.inst.memory
+    if m is None or m.state is None or w.state is None:
+      return False
+    return not w.state.changed or m.state.key() == w.state.key()
+
+  @staticmethod
   def memory(trace: Trace) -> Memory:
     """M_t after a turn, for the instance's next turn."""
-    state = TaskState.model_validate(trace.state) if trace.state else None
-    t = Template.model_validate(trace.template)
     summary = " | ".join(s.output[:200] for s in trace.steps)
-    return Memory(state, t, len(trace.steps), t.tau(), summary)
+    return Memory(trace.state, trace.template, len(trace.steps), trace.template.tau(), summary,
+                  trace.passed)
 
 
 def settings_for(variant: str, **overrides) -> CPASettings:

@@ -77,14 +77,25 @@ def _number(text: str) -> str | None:
   return str(int(value)) if value.is_integer() else repr(value)
 
 
+_ERROR = {"incorrect", "wrong", "error", "errors", "mistake", "mistakes", "flawed", "invalid"}
+_CORRECT = {"correct", "right", "valid", "accurate"}
+_NEGATIONS = {"not", "no", "t", "never", "without", "nothing"}  # "isn't" reads as isn, t.
+
+
 def _verdict(text: str) -> str | None:
-  """Yes (an error) or No (correct) from a verdict in words; the first cue wins."""
+  """Yes (an error) or No (correct) from a verdict in words: a Yes or No that opens or
+  closes the text (after an echoed question: "Is there an error? No."), else the first
+  cue word, flipped by a negation just before it ("not correct", "no error")."""
   words = re.findall(r"[a-z]+", text.lower())
-  for w in words:
-    if w in ("incorrect", "wrong", "error", "errors", "mistake", "yes", "flawed"):
-      return "Yes"
-    if w in ("correct", "no", "right", "valid"):
-      return "No"
+  for w in (words[:1] + words[-1:]):
+    if w in ("yes", "no"):
+      return w.title()
+  for i, w in enumerate(words):
+    if w in _ERROR or w in _CORRECT:
+      error = w in _ERROR
+      if any(x in _NEGATIONS for x in words[max(i - 2, 0):i]):
+        error = not error
+      return "Yes" if error else "No"
   return None
 
 

@@ -22,6 +22,11 @@ def _as_list(value):
 Texts = typing.Annotated[list[str], pydantic.BeforeValidator(_as_list)]
 
 
+def _as_steps(value):
+  """Steps; one written as a bare string (a small model's shortcut) is its role and goal."""
+  return [{"role": v, "goal": v} if isinstance(v, str) else v for v in _as_list(value)]
+
+
 class Summary(Schema):
   """p̂_t (section 3.4): the instance rewritten in four parts."""
   problem: str = ""
@@ -39,6 +44,9 @@ class TaskState(Schema):
   constraints: Texts = []
   summary: Summary = Summary()
   evidence: Texts = []
+  # Section 3.3, asked of M1 when it is given M_{t-1}: did the goal, a bottleneck or a
+  # requirement change since the last turn? Unread or absent: changed (re-synthesize).
+  changed: bool = True
 
   def key(self) -> tuple:
     """What re-synthesis watches (section 3.3): goal, bottlenecks and requirements."""
@@ -54,7 +62,7 @@ class Step(Schema):
 class Template(Schema):
   """S_t (section 3.5): ordered step roles with step goals; `deliverable` is τ_t, the
   1-based number of the step whose output becomes the response (out of range: the last)."""
-  steps: typing.Annotated[list[Step], pydantic.BeforeValidator(_as_list),
+  steps: typing.Annotated[list[Step], pydantic.BeforeValidator(_as_steps),
                           pydantic.Field(min_length=1)]
   deliverable: int = 0
 
@@ -63,9 +71,20 @@ class Template(Schema):
     return self.deliverable - 1 if 1 <= self.deliverable <= len(self.steps) else len(self.steps) - 1
 
 
+def _readable_templates(value):
+  """The candidates that validate; one malformed template does not discard the others."""
+  out = []
+  for t in _as_list(value):
+    try:
+      out.append(Template.model_validate(t))
+    except pydantic.ValidationError:
+      continue
+  return out
+
+
 class Candidates(Schema):
-  """GENERATE's reply: K candidate templates."""
-  templates: typing.Annotated[list[Template], pydantic.BeforeValidator(_as_list),
+  """GENERATE's reply: K candidate templates (at least one readable)."""
+  templates: typing.Annotated[list[Template], pydantic.BeforeValidator(_readable_templates),
                               pydantic.Field(min_length=1)]
 
 
@@ -113,14 +132,15 @@ class Memory:
   pointer: int  # k_t: steps executed.
   deliverable: int  # τ_t, 0-based.
   summary: str  # summary(C_t): the step outputs, shortened.
+  passed: bool = False  # Whether S_t passed EVALUATE when it was synthesized.
 
 
 @dataclasses.dataclass
 class Candidate:
-  """One template as an M2 round checked it (the pydantic artefacts as dumped)."""
-  template: dict
-  simulation: dict | None  # The dry run C̃; None: no M2-sim, or unread.
-  evaluation: dict | None  # The verifier's Evaluation; None: unread (the candidate fails).
+  """One template as an M2 round checked it."""
+  template: Template
+  simulation: Simulation | None  # The dry run C̃; None: no M2-sim, or unread.
+  evaluation: Evaluation | None  # The verifier's reply; None: unread (the candidate fails).
   rules: list  # The contract's rule issues of the dry run's deliverable.
   passed: bool
   score: int  # Criteria met minus rule issues: REVISE works on the round's best.
@@ -131,7 +151,7 @@ class Candidate:
 class StepCheck:
   """One monitoring of a step's output against Γ_t."""
   rules: str | None  # The contract's rule issue; None: none (or not the deliverable step).
-  llm: dict | None  # The monitor's Check; None: not asked, or unread.
+  llm: Check | None  # The monitor's reply; None: not asked, or unread.
 
 
 @dataclasses.dataclass
@@ -150,13 +170,16 @@ class Trace:
   task: str
   uid: int
   variant: str
-  state: dict | None = None  # A_t, p̂_t and E_t as M1 read them (None: no M1, or unread).
+  state: TaskState | None = None  # A_t, p̂_t and E_t as M1 read them (None: no M1, or unread).
   rounds: list[list[Candidate]] = dataclasses.field(default_factory=list)  # M2, per round.
-  revisions: list = dataclasses.field(default_factory=list)  # M2: each REVISE's template.
-  template: dict | None = None  # The S_t executed last.
+  revisions: list[Template] = dataclasses.field(default_factory=list)  # Each REVISE's template.
+  template: Template | None = None  # The S_t executed last.
   passed: bool = False  # Whether S_t passed EVALUATE (False: the last revision, unchecked).
   reused_template: bool = False  # A turn whose goal, bottleneck and requirements held.
   steps: list[StepRecord] = dataclasses.field(default_factory=list)  # M3: C_t, Δ, repairs.
+  # Executions given up for a re-synthesis, in order (their last step is the one that failed).
+  abandoned: list[list[StepRecord]] = dataclasses.field(default_factory=list)
+  unresolved: list[int] = dataclasses.field(default_factory=list)  # Steps kept failing (0-based).
   repairs: int = 0
   resyntheses: int = 0
   deliverable: str = ""  # The output of step τ_t.
@@ -168,4 +191,17 @@ class Trace:
     self.fallbacks[stage] = self.fallbacks.get(stage, 0) + 1
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    return _plain(self)
+
+
+def _plain(x):
+  """JSON-able: dataclasses and pydantic models as dicts, recursively."""
+  if isinstance(x, pydantic.BaseModel):
+    return x.model_dump()
+  if dataclasses.is_dataclass(x):
+    return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+  if isinstance(x, (list, tuple)):
+    return [_plain(v) for v in x]
+  if isinstance(x, dict):
+    return {k: _plain(v) for k, v in x.items()}
+  return x
