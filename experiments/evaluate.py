@@ -25,6 +25,7 @@ test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
 (an OpenAI-compatible endpoint; the student likewise). Shards: add
 --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
+from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.tutor import TutorAgentSettings
 from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
@@ -43,7 +44,9 @@ def get_config(arg: str = "paper"):
   c.tutor = settings.section(party.PartySettings, shards.TutorRun, TutorAgentSettings,
                              **c.tutor.to_dict())
   # Or an agent over that model (or endpoint) as its backbone: --config.tutor.agent=cpa (paper
-  # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot).
+  # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot), with
+  # CPA's numbers in tutor.cpa (section 4.4's; e.g. --config.tutor.cpa.max_resyntheses=2).
+  c.tutor.cpa = settings.section(CPASettings)
   # Or an OpenAI-compatible endpoint: --config.tutor.endpoint.model=gpt-4o (and base_url,
   # api_key_env); the student likewise.
   c.tutor.endpoint = settings.section(party.EndpointSettings)

@@ -9,10 +9,13 @@ from jobs import ROOT
 from pedrl.experiments import settings
 
 
-def _settings(variant):
+def _settings(variant, **tutor):
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
   fv(["test", f"--config={os.path.join(ROOT, 'experiments', 'evaluate.py')}:{variant}"])
+  for key, value in tutor.items():  # As --config.tutor.KEY=VALUE would set them.
+    section, _, leaf = key.rpartition("__")
+    (fv.config.tutor[section] if section else fv.config.tutor)[leaf] = value
   return settings.read_settings(fv.config, evaluation=True)  # UnreadKeys if any is unread.
 
 
@@ -46,3 +49,11 @@ def test_reasoning_protocol():
   r = _settings("tiny,reasoning").reasoning  # Paper 003 table 3 and its LightEval sampling.
   assert r.names == ("gsm8k", "math500", "mmlu")
   assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)
+
+
+def test_an_agent_tutor_takes_its_cpa_numbers_from_the_config():
+  s = _settings("tiny", agent="cpa", cpa__max_resyntheses=2)
+  assert s.tutor_agent.agent == "cpa" and s.tutor_cpa.max_resyntheses == 2
+  assert (s.tutor_cpa.k, s.tutor_cpa.j, s.tutor_cpa.sim_steps) == (3, 3, 3)  # Paper 002 §4.4.
+  with pytest.raises(ValueError, match="tutor.cpa.*k=0 must be at least 1"):
+    _settings("tiny", cpa__k=0)

@@ -23,7 +23,6 @@ from absl import app, flags, logging
 
 from pedrl import cli, distributed, streams
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
-from pedrl.agents.cpa.agent import CPASettings
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
@@ -53,7 +52,7 @@ def protocol(s) -> dict:
   tutor = {**jsonable(s.tutor), **jsonable(s.tutor_run), **_endpoint(s.tutor_endpoint),
            **models["tutor"]}
   if s.tutor_agent.agent:  # Only when set: earlier runs' protocols stay the same.
-    tutor["agent"] = {**jsonable(s.tutor_agent), "cpa": jsonable(CPASettings())}
+    tutor["agent"] = {**jsonable(s.tutor_agent), "cpa": jsonable(s.tutor_cpa)}
   common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
             "tutor": tutor}
   if s.reasoning.names:
@@ -157,7 +156,7 @@ class Tutoring:
                                              s.job.seed,
                                              truncate_prompts=s.tutor_agent.truncate_prompts))
       self.tutor = agent_tutor.AgentTutor(
-          agent_bench.build(s.tutor_agent.agent, backbone, CPASettings()),
+          agent_bench.build(s.tutor_agent.agent, backbone, s.tutor_cpa),
           max_new_tokens=s.tutor.max_new_tokens)
     if self.student is None:
       self.student = load_party(s.student, mesh, s.job.scan_layers)

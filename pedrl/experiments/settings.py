@@ -16,6 +16,7 @@ from ml_collections import config_dict
 
 from pedrl import sharding
 from pedrl.agents import tutor as agent_tutor
+from pedrl.agents.cpa.agent import CPASettings
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
@@ -205,6 +206,7 @@ class RunSettings:
   tutor_run: shards.TutorRun | None = None
   tutor_endpoint: party.EndpointSettings | None = None
   tutor_agent: agent_tutor.TutorAgentSettings | None = None
+  tutor_cpa: CPASettings | None = None  # The agent tutor's CPA numbers (`tutor.cpa`).
   student_endpoint: party.EndpointSettings | None = None
   reasoning: reasoning_lib.ReasoningSettings | None = None
 
@@ -248,6 +250,8 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
                tutor_run=read.read(shards.TutorRun, "tutor"),
                tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
                tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
+               tutor_cpa=(read.read(CPASettings, "tutor.cpa") if "cpa" in config.tutor
+                          else CPASettings()),
                student_endpoint=read.read(party.EndpointSettings, "student.endpoint"),
                reasoning=read.read(reasoning_lib.ReasoningSettings, "eval.reasoning"))
   read.check_all_read()
