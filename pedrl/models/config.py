@@ -67,7 +67,7 @@ class ModelConfig:
   scan_layers: bool = True
   # Attention of a multi-token chunk on a KV cache (prefill, a dialogue turn) in
   # blocks of this many queries and keys (layers.blocked_attention); 0: the whole
-  # score matrix at once; None: 128 on CPU, 0 on accelerators (the blocked loops
+  # score matrix at once; None: 256 on CPU, 0 on accelerators (the blocked loops
   # are measured on XLA:CPU only).
   attention_block: int | None = None
   # The checkpoint's own config.json, kept to write it back on export.

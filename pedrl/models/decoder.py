@@ -240,7 +240,7 @@ class Attention(nn.Module):
     segments = [(*new.read(t, dtype), new_mask)]
     block = cfg.attention_block
     if block is None:
-      block = 128 if jax.default_backend() == "cpu" else 0
+      block = 256 if jax.default_backend() == "cpu" else 0
     # The cache is read, not written (see Decoder).
     if kv is not None and t > 1 and block:  # Blocks sliced from the whole cache: no copy.
       out = layers.blocked_attention(q, (*kv.read(kv.size, dtype), old_mask), filled,
