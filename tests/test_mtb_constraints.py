@@ -111,3 +111,8 @@ def test_human_teacher_turns(shared_data):
     assert isinstance(found, tuple) and set(found) <= set(constraints.RULES)
     rows.append(("scaffolding_generation", found))
   assert constraints.rates(rows)["checked"] == len(examples) > 0
+  # Read by hand: 0 one question; 3 two questions in one '?' sentence; 5 two sentences (the
+  # cap); 7 stops before "32" (the answer); 8 and 11 three lines ending in the answer.
+  by_hand = {0: (), 3: (), 5: (), 7: (), 8: ("states_answer", "too_long"),
+             11: ("states_answer", "too_long")}
+  assert {i: rows[i][1] for i in by_hand} == by_hand
