@@ -1,0 +1,40 @@
+"""The CPA job (paper 002's tables 2 and 3) end to end on the testdata backbone, and
+show_trace on what it wrote."""
+import os
+import re
+import subprocess
+
+import pytest
+
+import jobs
+from pedrl.eval import shards
+from pedrl.eval.mathtutorbench import tasks
+from pedrl.tools import show_trace
+
+SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
+
+
+def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
+  if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
+    pytest.skip("../shared/data/mathtutorbench not present")
+  r = subprocess.run(jobs.cmd("cpa", tmp_path, "--config.agents.methods=cpa,cot",
+                              "--config.limit=1"),
+                     cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+  table = (tmp_path / "tables.md").read_text()
+  assert table.strip() in r.stdout
+  two, three = table.split("Table 3")
+  for method in ("cpa", "cot"):
+    # Table 2: nine percentages; table 3: two win rates, BVR† and BVR, repair share (percent
+    # or – where a seed has none), then stand-ins, calls, tokens, seconds per instance.
+    row = re.search(rf"^\| {method} \|(.*)\|$", two, re.M).group(1).split("|")
+    assert len(row) == 9 and all(re.fullmatch(r" \d+\.\d ", c) for c in row), row
+    row = re.search(rf"^\| {method} \|(.*)\|$", three, re.M).group(1).split("|")
+    assert len(row) == 9 and all(re.fullmatch(r" (\d+(\.\d+)?|–) ", c) for c in row), row
+  records, _ = shards.merge(str(tmp_path / "cpa" / "seed42"))
+  assert sorted(r.task for r in records) == sorted(tasks.TASKS)  # One example a task.
+  for rec in records:
+    assert rec.trace["variant"] == "full" and rec.trace["template"]["steps"]
+    assert rec.response.strip() or rec.trace["response"].strip(), rec.task
+  text = show_trace.render(next(r for r in records if r.task == "pedagogy_following"))
+  assert text.startswith("pedagogy_following #0 (full)") and "S_t (" in text and "reply:" in text
