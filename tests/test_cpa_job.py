@@ -3,13 +3,13 @@ show_trace on what it wrote."""
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 import jobs
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import tasks
-from pedrl.tools import show_trace
 
 SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
 
@@ -36,5 +36,10 @@ def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
   for rec in records:
     assert rec.trace["variant"] == "full" and rec.trace["template"]["steps"]
     assert rec.response.strip() or rec.trace["response"].strip(), rec.task
-  text = show_trace.render(next(r for r in records if r.task == "pedagogy_following"))
+  shown = subprocess.run(  # A subprocess: the tool's flags are its own.
+      [sys.executable, "-m", "pedrl.tools.show_trace", str(tmp_path / "cpa" / "seed42"),
+       "--task=pedagogy_following", "--index=0"],
+      cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=120)
+  assert shown.returncode == 0, shown.stderr[-2000:]
+  text = shown.stdout
   assert text.startswith("pedagogy_following #0 (full)") and "S_t (" in text and "reply:" in text
