@@ -16,11 +16,7 @@ picks the rows: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor, no_m4, cot,
 plan_solve, sot.
 """
 from pedrl.agents.cpa.agent import CPASettings
-from pedrl.env import party
-from pedrl.eval import pedrm
-from pedrl.eval.mathtutorbench import runner
-from pedrl.eval.shards import ShardSettings, TutorRun
-from pedrl.experiments import settings, variants
+from pedrl.experiments import base_config, settings, variants
 from pedrl.experiments.cpa import AgentRuns
 
 VARIANTS = dict(tiny=bool)
@@ -28,24 +24,13 @@ VARIANTS = dict(tiny=bool)
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
-  c = settings.section(settings.JobSettings, runner.BenchSettings)
-  c.mesh = settings.section(settings.MeshSettings)
-  c.tutor = settings.section(party.PartySettings, TutorRun, path=None, temperature=0.7, top_k=0,
-                             top_p=0.95, max_new_tokens=1024)
-  c.tutor.endpoint = settings.section(party.EndpointSettings)
-  c.eval = settings.section(ShardSettings)
-  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
+  # Paper 002 section 4.4's decoding for every backbone call.
+  c = base_config.bench_config(v.tiny, temperature=0.7, top_p=0.95, max_new_tokens=1024)
   c.cpa = settings.section(CPASettings)
   c.agents = settings.section(AgentRuns)
   if v.tiny:
-    c.scan_layers = False
-    c.tutor.path = "testdata/models/qwen2"
     c.tutor.max_new_tokens = 24
-    c.update(benchmark_dir="../shared/data/mathtutorbench", data_dir="../shared/data",
-             limit=2, batch_examples=2, truncate_prompts=True)
+    c.update(limit=2, batch_examples=2)
     c.agents.update(seeds="42", truncate_prompts=True)
     c.cpa.update(rounds=2)
-    # The testdata classifier, with a stand-in system prompt written for pedrl.
-    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True,
-                   system_prompt_file="testdata/pedrm_system_prompt.txt")
   return c

@@ -1,8 +1,11 @@
-"""The part of every config that runs dialogues: models, problems, dialogue rules,
-solve attempts and rewards (the rollout job's whole config; the training
-configs add their `rl` section). Defaults are paper 003's.
+"""The parts configs share: `dialogue_config`, the part of every config that runs
+dialogues (models, problems, dialogue rules, solve attempts and rewards: the
+rollout job's whole config; the training configs add their `rl` section; defaults
+are paper 003's), and `bench_config`, the part of every MathTutorBench job's.
 """
 from pedrl.env import party, problems, rollout, solving
+from pedrl.eval import pedrm, shards
+from pedrl.eval.mathtutorbench import runner
 from pedrl.experiments import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
 
@@ -55,4 +58,28 @@ def dialogue_config(variant: str = "paper"):
     c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
   if v.tiny_uco:
     c.rewards.components = "uco:1,template:1"
+  return c
+
+
+def bench_config(tiny: bool, **tutor_sampling):
+  """The part of a MathTutorBench job's config (the benchmark job's and CPA's): the job,
+  the harness's settings, the model under test or backbone with `tutor_sampling`
+  (temperature, top_p, max_new_tokens), shards and Ped-RM; `tiny` points them at the
+  testdata tutor and classifier and ../shared/data, prompts cut to the tiny context."""
+  c = settings.section(settings.JobSettings, runner.BenchSettings)
+  c.mesh = settings.section(settings.MeshSettings)
+  c.tutor = settings.section(party.PartySettings, shards.TutorRun, path=None, top_k=0,
+                             **tutor_sampling)
+  c.tutor.endpoint = settings.section(party.EndpointSettings)
+  c.eval = settings.section(shards.ShardSettings)
+  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
+  if tiny:
+    c.scan_layers = False
+    c.tutor.path = "testdata/models/qwen2"
+    c.update(benchmark_dir="../shared/data/mathtutorbench", data_dir="../shared/data",
+             truncate_prompts=True)
+    # The testdata classifier, with a stand-in system prompt written for pedrl (the real
+    # run's is the benchmark's, given by path).
+    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True,
+                   system_prompt_file="testdata/pedrm_system_prompt.txt")
   return c
