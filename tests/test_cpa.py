@@ -251,9 +251,9 @@ def test_an_unknown_tutor_agent_is_refused_when_the_config_is_read():
 
 def test_tables_average_seeds_with_their_spread():
   from pedrl.experiments import cpa as job
-  stats = lambda bvr, hard: dict(bvr=bvr, bvr_hard=hard, repair_share=0.5, fallbacks=2,
-                                 calls_per_instance=10.0, tokens_per_instance=100.0,
-                                 seconds_per_instance=1.0)
+  stats = lambda bvr, hard: job.TraceStats(bvr=bvr, bvr_hard=hard, rates={}, repair_share=0.5,
+                                           fallbacks=2, calls_per_instance=10.0,
+                                           tokens_per_instance=100.0, seconds_per_instance=1.0)
   runs = {"cpa": [job.SeedRun({"pedagogy_following_hard": {"win_rate": 0.4}}, stats(0.1, 0.3)),
                   job.SeedRun({"pedagogy_following_hard": {"win_rate": 0.6}}, stats(0.3, 0.5))],
           "cot": [job.SeedRun({"problem_solving": {"accuracy_strict-match": 0.25}},
@@ -277,6 +277,6 @@ def test_trace_stats_count_bvr_on_the_hard_splits_apart():
              rec("problem_solving", "no number", {})]
   out = job.trace_stats(records, {"backbone/calls": 8, "seconds/answer": 2.0})
   # Hard splits: 1 of 2 breaks a rule (states 7); all four: 3 of 4 (7, too long, unparsable).
-  assert out["bvr_hard"] == 0.5 and out["bvr"] == 0.75
-  assert out["repair_share"] == 0.25 and out["fallbacks"] == 2
-  assert out["calls_per_instance"] == 2 and out["seconds_per_instance"] == 0.5
+  assert out.bvr_hard == 0.5 and out.bvr == 0.75
+  assert out.repair_share == 0.25 and out.fallbacks == 2
+  assert out.calls_per_instance == 2 and out.seconds_per_instance == 0.5

@@ -112,31 +112,44 @@ HARD = ("scaffolding_generation_hard", "pedagogy_following_hard")  # Table 3's �
 
 
 @dataclasses.dataclass(frozen=True)
+class TraceStats:
+  """Table 3's numbers of one method's job at one seed (`trace_stats`)."""
+  bvr: float | None  # Share of replies breaking a rule, all tasks (None: no replies).
+  bvr_hard: float | None  # The same on the hard splits (table 3's BVR†).
+  rates: dict  # constraints.rates: BVR per task and replies per rule broken.
+  repair_share: float  # Share of replies whose monitor repaired a step.
+  fallbacks: int  # Stand-ins for unread stage replies, over all replies.
+  calls_per_instance: float
+  tokens_per_instance: float
+  seconds_per_instance: float
+
+
+@dataclasses.dataclass(frozen=True)
 class SeedRun:
   """One method's job at one seed: the benchmark's metrics per task and `trace_stats`."""
   tasks: dict
-  stats: dict
+  stats: TraceStats
 
 
-def trace_stats(records, counts: dict) -> dict:
-  """BVR overall, on the hard splits (table 3's BVR†) and per task, the share of replies
-  with a monitor repair, stand-ins, and per instance the backbone's calls and tokens and
-  the seconds (shards' counts)."""
+def trace_stats(records, counts: dict) -> TraceStats:
+  """BVR overall, on the hard splits and per task, the share of replies with a monitor
+  repair, stand-ins, and per instance the backbone's calls and tokens and the seconds
+  (shards' counts)."""
   rows = [(r.task, constraints.violations(r.task, r.response, r.context or {})) for r in records]
-  out = constraints.rates(rows)
-  hard = constraints.rates(row for row in rows if row[0] in HARD)
-  if "bvr" in hard:
-    out["bvr_hard"] = hard["bvr"]
+  rates = constraints.rates(rows)
   traces = [r.trace or {} for r in records]
-  out["repair_share"] = float(np.mean([t.get("repairs", 0) > 0 for t in traces]))
-  out["fallbacks"] = int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces))
   n = max(len(records), 1)
-  out["calls_per_instance"] = counts.get("backbone/calls", 0) / n
-  out["tokens_per_instance"] = (counts.get("backbone/prompt_tokens", 0)
-                                + counts.get("backbone/completion_tokens", 0)) / n
-  out["seconds_per_instance"] = sum(v for k, v in counts.items()
-                                    if k.startswith("seconds/") and k != "seconds/load") / n
-  return out
+  return TraceStats(
+      bvr=rates.get("bvr"),
+      bvr_hard=constraints.rates(row for row in rows if row[0] in HARD).get("bvr"),
+      rates=rates,
+      repair_share=float(np.mean([t.get("repairs", 0) > 0 for t in traces])),
+      fallbacks=int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces)),
+      calls_per_instance=counts.get("backbone/calls", 0) / n,
+      tokens_per_instance=(counts.get("backbone/prompt_tokens", 0)
+                           + counts.get("backbone/completion_tokens", 0)) / n,
+      seconds_per_instance=sum(v for k, v in counts.items()
+                               if k.startswith("seconds/") and k != "seconds/load") / n)
 
 
 def _cell(values) -> str:
@@ -163,11 +176,11 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
             "stand-ins | calls | tokens | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
   for method, seeds in runs.items():
     win = lambda t: _cell([r.tasks.get(t, {}).get("win_rate") for r in seeds])
-    stat = lambda k: _cell([r.stats.get(k) for r in seeds])
-    mean = lambda k: np.mean([r.stats[k] for r in seeds])
+    stat = lambda k: _cell([getattr(r.stats, k) for r in seeds])
+    mean = lambda k: np.mean([getattr(r.stats, k) for r in seeds])
     lines.append(f"| {method} | {win(HARD[0])} | {win(HARD[1])} | {stat('bvr_hard')} | "
                  f"{stat('bvr')} | {stat('repair_share')} | "
-                 f"{sum(r.stats['fallbacks'] for r in seeds)} | {mean('calls_per_instance'):.1f} | "
+                 f"{sum(r.stats.fallbacks for r in seeds)} | {mean('calls_per_instance'):.1f} | "
                  f"{mean('tokens_per_instance'):.0f} | {mean('seconds_per_instance'):.2f} |")
   return "\n".join(lines)
 

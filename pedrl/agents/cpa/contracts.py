@@ -112,7 +112,7 @@ def formatted(task: str, text: str) -> str | None:
   if kind == "verdict":
     return _verdict(text)
   if kind == "questions":
-    lines = [l.strip(" -*\t") for l in text.split("\n") if "?" in l]
+    lines = [line.strip("-* \t") for line in scoring.parse_lines(text) if "?" in line]
     return "\n".join(lines) or None
   return text or None
 
