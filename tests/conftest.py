@@ -31,3 +31,9 @@ def shared_data():
       pytest.skip(f"{path} not present")
     return path
   return get
+
+
+def pytest_configure(config):
+  # `pytest -m "not job"` is the quick tier for editing; .ci/run runs everything.
+  config.addinivalue_line(
+      "markers", "job: starts a pedrl job, a subprocess or a server (slow tier)")
