@@ -112,6 +112,9 @@ def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(sft_run, tmp_pat
   assert r.returncode == 0, r.stderr[-3000:]
   status = json.loads((tmp_path / "eval" / "shards" / "status-00000-of-00001.json").read_text())
   assert status["protocol"]["tutor"]["step"] == 6 and "n_dialogues=2" in r.stdout
+  from pedrl.tools import report  # Its row is named as paper 003's tables name it.
+  (name,) = report.report([str(tmp_path / "eval")], str(tmp_path / "report"))
+  assert name.endswith("(eval) [SFT tutor: run step 6]"), name
 
 
 @pytest.mark.job
