@@ -1,6 +1,7 @@
 """CPA's control flow (paper 002, algorithm 1 and section 3.6) on a scripted backbone:
 canned replies per stage, calls counted per stage."""
 import json
+import os
 
 import pytest
 
@@ -183,7 +184,8 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
     ("solution_correctness", "The solution is not correct.", "Yes"),
     ("solution_correctness", "There is no error in any step.", "No"),
     ("solution_correctness", "It isn't right: step 2 adds wrongly.", "Yes"),
-    ("socratic_questioning", "- How many eggs?\nnote\n- What is left?", "How many eggs?\nWhat is left?"),
+    ("socratic_questioning", "- How many eggs?\nnote\n- What is left?", "How many eggs? What is left?"),
+    ("socratic_questioning", "1. How many eggs?\n2) What is\tleft? Then add.", "How many eggs? What is\tleft?"),
     ("problem_solving", "no number here", None),
     ("scaffolding_generation", " What comes next? ", "What comes next?"),
 ])
@@ -280,3 +282,39 @@ def test_trace_stats_count_bvr_on_the_hard_splits_apart():
   assert out.bvr_hard == 0.5 and out.bvr == 0.75
   assert out.repair_share == 0.25 and out.fallbacks == 2
   assert out.calls_per_instance == 2 and out.seconds_per_instance == 0.5
+
+
+# -- Socratic questions on one line -------------------------------------------------------------
+
+QUESTIONS = ("How many eggs does Janet sell?", "How much does she make every day?")
+
+
+@pytest.mark.parametrize("method", ["cpa", "no_m1", "no_m2_loop", "no_m2_sim", "no_m3_monitor",
+                                    "no_m4", "sot"])
+def test_every_socratic_question_reaches_the_scored_response(method, shared_data):
+  """The socratic task end to end (its task file: "a list of questions on one line", stop at
+  a line break): every question the agent wrote is in the one line the harness scores,
+  and the BLEU is the harness's rule applied by hand to that line."""
+  import sacrebleu
+  from pedrl.agents import bench
+  from pedrl.eval.mathtutorbench import results, runner, tasks
+  configs, data = shared_data("mathtutorbench", "configs"), shared_data()
+  t = tasks.read_task(os.path.dirname(configs), "socratic_questioning")
+  xs = tasks.examples("socratic_questioning", data)[:2]
+  # The deliverable as a backbone often writes it, one per line; without M4 nothing formats
+  # it, so there the backbone writes what the contract asks: one line.
+  written = " ".join(QUESTIONS) if method == "no_m4" else "- " + "\n- ".join(QUESTIONS)
+  b = Scripted(execute={"output": written}, sot_outline={"points": ["eggs sold", "earnings"]},
+               sot_expand=lambda p, n: {"text": QUESTIONS[n % 2].replace(" does", "\ndoes")})
+  recs = runner.answer("socratic_questioning", t, xs, [0, 1], 0,
+                       bench.AgentPolicy(bench.build(method, b, agent.CPASettings())))
+  line = " ".join(QUESTIONS)
+  for r in recs:
+    assert r.response == line and r.prediction == [line]  # parse_lines: the harness's lines.
+  if method != "sot":
+    assert "all on one line" in b.prompts["execute"][-1]  # The contract asks for one line.
+  refs = [[l.split(" ** ")[0] for l in x["answer"].split("\n") if len(l.split(" ** ")) == 2]
+          for x in xs]
+  by_hand = sum(sacrebleu.sentence_bleu(line, r).score for r in refs) / 2 / 100
+  got = results.metrics(recs)["socratic_questioning"]
+  assert got["bleu"] == pytest.approx(by_hand) and got["avg_questions"] == 1.0
