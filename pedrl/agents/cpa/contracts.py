@@ -3,8 +3,11 @@
 A contract names the deliverable and the constraints that the agent compiles
 into Γ_t = <goal, constraints> (eq. 7) when M1 gives none (no M1, or its reply
 unread), and that the monitor checks deterministically on the deliverable
-step: the violations of pedrl.eval.mathtutorbench.constraints (the rules BVR
-counts). Table 1's rows map to the benchmark's tasks: solution checking is
+step: the rules of pedrl.eval.mathtutorbench.constraints (the rules BVR
+counts), with one difference: the agent never sees the reference solution (no
+tutoring prompt shows it), so "states_answer" is judged against the answer the
+agent derived itself (CPA's solve stage) or not at all, where BVR reads the
+reference. Table 1's rows map to the benchmark's tasks: solution checking is
 solution_correctness, whose harness reads yes = "the solution has an error";
 scaffolding and instruction following are the four pedagogical tasks. Table 1
 asks one question of Socratic questioning; the benchmark's task scores a list
@@ -14,8 +17,7 @@ contract asks for the list on one line (a decision, documented in the docs).
 
 "tutoring" is the contract of a tutor in pedrl's dialogues (`pedrl.agents.tutor`):
 guidance without the benchmark's two-sentence rule; its rules are the empty
-reply, more than one question, and, where the example gives the problem's
-`answer`, stating it.
+reply, more than one question, and stating the answer the agent derived.
 
 `formatted` is M4's deterministic part (section 3.7): the structured deliverables
 (an answer, a verdict, a step index) are cut to what the harness reads, the
@@ -131,9 +133,9 @@ def one_line(text: str) -> str | None:
   return " ".join(q for q in found if q) or None
 
 
-def rule_issues(task: str, text: str, example: dict) -> tuple[str, ...]:
-  """The deterministic checks of the contract on a would-be response (BVR's rules)."""
+def rule_issues(task: str, text: str, answer: str | None) -> tuple[str, ...]:
+  """The deterministic checks of the contract on a would-be response: BVR's rules, a
+  leak judged against `answer`, the agent's own final answer (None: not checked)."""
   if task != "tutoring":
-    return constraints.violations(task, text, example)
-  answer = constraints.final_answer(str(example.get("answer") or ""))
+    return constraints.rules(task, text, answer)
   return constraints.guidance_violations(text, answer, None)
