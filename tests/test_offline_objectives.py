@@ -200,3 +200,31 @@ def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
   for k in want_m:
     assert got_m[k] == pytest.approx(want_m[k], rel=1e-4, abs=1e-6), k
   assert want_m["pairs"] == got_m["pairs"] == 3  # Each pair once, whatever the filler rows.
+
+
+# -- Bad input, before any model loads ---------------------------------------------------------
+
+def test_offline_jobs_refuse_bad_input_in_one_line_before_loading(tmp_path, testdata, monkeypatch):
+  import json
+  from absl import app
+  from pedrl import paths
+  from pedrl.env import party
+  from pedrl.experiments import offline, sft as sft_job
+  monkeypatch.setattr(party, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+  data = tmp_path / "data"
+  data.mkdir()
+  (data / "config.json").write_text(json.dumps({"tutor": {"path": testdata("qwen2")}}))
+  (data / "accepted.jsonl").write_text("")
+  cases = [({"data.workdir": str(tmp_path / "none")}, "has no accepted.jsonl"),
+           ({"tutor.path": testdata("llama3")}, "its token ids are another tokenizer's"),
+           ({"train.lr": float("nan")}, "--config.train.lr=nan: must be a finite number > 0"),
+           ({"train.tokens": "some"}, "tokens 'some' is not one of ('tutor', 'all')"),
+           ({}, "holds no items: nothing to train on")]
+  for overrides, message in cases:
+    c = paths.load_config("sft.py", "tiny")
+    c.data.workdir = str(data)
+    for key, value in overrides.items():
+      section, name = key.split(".")
+      c[section][name] = value
+    with pytest.raises(app.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+      offline.build(c, sft_job.SFT(), str(tmp_path / "run"))

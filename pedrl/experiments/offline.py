@@ -23,7 +23,6 @@ pedrl.serve and pedrl.tools.export read it as a GRPO run
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import sys
 import time
@@ -39,8 +38,8 @@ from pedrl.env import party as party_lib
 from pedrl.experiments import metrics as metrics_lib, settings as settings_lib
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (check_optimizer, define_flags, exit_on_signal,
-                                      exits_cleanly, value_check)
-from pedrl.rl import checkpoint, loop, update
+                                      exits_cleanly, finite, value_check)
+from pedrl.rl import checkpoint, loop
 from pedrl.tokenizer import load_tokenizer
 
 define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
@@ -87,7 +86,7 @@ def _check_train(run: settings_lib.OfflineRunSettings) -> None:
                                                    values["warmup_steps"]),
        "warmup_fraction", "in [0, 1), and 0 when warmup_steps is given")
   if "beta" in values:
-    need(values["beta"] > 0 and math.isfinite(values["beta"]), "beta", "a finite number > 0")
+    need(finite(values["beta"]) and values["beta"] > 0, "beta", "a finite number > 0")
 
 
 def data_tutor(data_dir: str) -> str:

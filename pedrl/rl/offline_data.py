@@ -257,6 +257,8 @@ def tutor_sequences(path: str, uids, **options) -> dict:
   (a file of every rollout's token ids and log-probs is never held whole); `options`
   go to `sequence`. RecordError for a uid the file does not hold."""
   want, out = set(uids), {}
+  if not want:
+    return out
   try:
     f = open(path, encoding="utf-8")
   except OSError as e:
