@@ -75,7 +75,7 @@ def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
           "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
           "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
           "rewards": jsonable(s.rewards),
-          "judges": judges_protocol(s) if s.rewards.needs_judges else None}
+          "judges": judges_protocol(s)}  # `read` made sure the rewards use them.
 
 
 class ScoredRollouts:

@@ -53,7 +53,7 @@ class Loop:
   """The shared part of a training run; `run()` trains to `steps` (settings.steps).
 
   settings: has steps, save_every, max_bad_steps and seed (TrainSettings for GRPO,
-  pedrl.experiments.offline.OfflineSettings for SFT and MDPO). objective: the
+  pedrl.experiments.settings.OfflineSettings for SFT and MDPO). objective: the
   update's (pedrl.rl.objective). The trained params are the tutor party's
   (`self.tutor.params`): GRPO's sampler reads them, the update replaces them (its
   input buffers are donated). A subclass implements `data_meta`, `train_step` and
