@@ -296,6 +296,78 @@ def test_solve_rate_buckets_and_the_dataset_table():
   assert "| Total | 19 |" in data_views.dataset_table(train, test)
 
 
+def _config(variant, **overrides):
+  from absl import flags
+  from ml_collections import config_flags
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["test", f"--config={os.path.join(jobs.ROOT, 'experiments', 'analyze.py')}:{variant}"])
+  for key, value in overrides.items():
+    section, _, leaf = key.rpartition("__")
+    (fv.config[section] if section else fv.config)[leaf] = value
+  return fv.config
+
+
+def test_the_configs_read_completely_and_carry_the_papers_settings():
+  from absl import app
+  from pedrl.experiments import analyze
+  paper = analyze.read(_config("paper"))  # Every key read (else a UsageError).
+  (first,) = paper.labellers  # Section 4.2: GPT-5-mini, one labeller.
+  assert (first.openai["model"], first.openai["max_tokens_field"]) == (
+      "gpt-5-mini", "max_completion_tokens")
+  assert first.label.names == ("codebook", "schoenfeld") and first.openai["temperature"] == 1.0
+  assert paper.analysis.comparisons == significance.PAPER_COMPARISONS
+  assert paper.analysis.columns == "NoThink,Think*,Ped.*"  # Tables 4 and 11's columns.
+  tiny = analyze.read(_config("tiny"))
+  assert [(x.role, x.label.backend) for x in tiny.labellers] == [("label", "rule"),
+                                                                 ("label2", "local")]
+  with pytest.raises(app.UsageError, match="--config.label: rounds"):
+    analyze.read(_config("tiny", label__rounds=0))
+  with pytest.raises(app.UsageError, match="thinking_unit"):
+    analyze.read(_config("tiny", thinking_unit="word"))
+  with pytest.raises(app.UsageError, match="label2.local.path"):
+    analyze.read(_config("tiny", **{"label2.local__path": "/nowhere"}))
+
+
+def _training_run(workdir, g, rewards, seconds, r_sol):
+  """A training workdir's metrics.jsonl (as the trainer writes its rows) and dialogues."""
+  os.makedirs(workdir)
+  with open(workdir / "metrics.jsonl", "w") as f:
+    for step, (r, (a, b)) in enumerate(zip(rewards, seconds), 1):
+      f.write(json.dumps({"step": step, "reward/total": r, "seconds/rollout": a,
+                          "seconds/update": b, "time": 1e9 + step, "loss": 0.1}) + "\n")
+  with open(workdir / "dialogues.jsonl", "w") as f:
+    for step, rates in enumerate(r_sol, 1):
+      for x in rates:
+        f.write(json.dumps({"step": step, "r_sol": x}) + "\n")
+  return f"{g}={workdir}"
+
+
+def test_the_rollout_sweep_reads_the_runs_and_draws_paper_000_fig_3(tmp_path):
+  runs = [_training_run(tmp_path / "g2", 2, [-1.0, -0.5], [(3.0, 1.0), (2.0, 2.0)],
+                        [[0.0, 0.5], [1.0, 1.0]]),
+          _training_run(tmp_path / "g4", 4, [-0.8, -0.2], [(6.0, 2.0), (5.0, 3.0)],
+                        [[0.25], [0.5, 0.75]])]
+  os.makedirs(tmp_path / "e4")
+  (tmp_path / "e4" / "metrics.json").write_text(json.dumps(
+      {"delta_solve_rate": 0.2, "delta_solve_rate_ci": [0.1, 0.3], "leak_rate": 0.25}))
+  v = data_views.ViewSettings(sweep=",".join(reversed(runs)), sweep_evals=f"4={tmp_path / 'e4'}")
+  got = data_views.read_sweep(v)
+  assert [r.group_size for r in got] == [2, 4]  # In G order, whatever the order given.
+  assert got[0].seconds == [4.0, 4.0] and got[1].seconds == [8.0, 8.0]
+  assert got[0].solve == [0.25, 1.0] and got[1].solve == [0.25, 0.625]
+  assert got[1].evaluation["leak_rate"] == 0.25 and got[0].evaluation == {}
+  table = data_views.sweep_table(got)
+  assert "| 2 | 2 | 0.002 | -0.500 | – |" in table and "| 4 | 2 | 0.004 | -0.200 | 0.200 |" in table
+  plt = pytest.importorskip("matplotlib.pyplot")
+  fig = data_views.sweep_figure(plt, got, "test")
+  titles = [ax.get_title() for ax in fig.axes]
+  assert "wall seconds per step" in titles and "Δ solve rate (evaluation)" in titles
+  plt.close(fig)
+  with pytest.raises(AnalysisError, match="metrics.jsonl does not exist"):
+    data_views.read_sweep(data_views.ViewSettings(sweep=f"8={tmp_path / 'none'}"))
+
+
 # -- The job -------------------------------------------------------------------------------
 
 NOTHINK = [  # Praise-heavy, no thinking.
