@@ -273,7 +273,7 @@ def test_units_sampling_and_the_shard_split():
 def test_runs_and_bad_workdirs_are_named(tmp_path):
   assert responses.parse_runs("NoThink=/a, Ped. Think Reward=/b") == {
       "NoThink": "/a", "Ped. Think Reward": "/b"}
-  for bad, why in (("A", "NAME=WORKDIR"), ("A=/x,A=/y", "named twice")):
+  for bad, why in (("A", "runs: 'A' is not NAME=WORKDIR"), ("A=/x,A=/y", "named twice")):
     with pytest.raises(AnalysisError, match=why):
       responses.parse_runs(bad)
   with pytest.raises(AnalysisError, match="no eval_dialogues.jsonl"):
@@ -366,6 +366,8 @@ def test_the_rollout_sweep_reads_the_runs_and_draws_paper_000_fig_3(tmp_path):
   plt.close(fig)
   with pytest.raises(AnalysisError, match="metrics.jsonl does not exist"):
     data_views.read_sweep(data_views.ViewSettings(sweep=f"8={tmp_path / 'none'}"))
+  with pytest.raises(AnalysisError, match="views.sweep: 'G8' is not a group size"):
+    data_views.read_sweep(data_views.ViewSettings(sweep=f"G8={tmp_path / 'g2'}"))
 
 
 # -- The job -------------------------------------------------------------------------------

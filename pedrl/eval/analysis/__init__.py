@@ -14,3 +14,20 @@ The job is pedrl.experiments.analyze.
 
 class AnalysisError(ValueError):
   """An input the analysis cannot use (names the file, condition or setting)."""
+
+
+def parse_named(text: str, sep: str, flag: str, value: str) -> dict:
+  """{name: value text} of 'NAME=VALUE<sep>NAME=VALUE' (names may hold spaces and dots);
+  AnalysisError naming --config.<flag> for an item that is no NAME=VALUE or a name
+  given twice."""
+  out = {}
+  for item in (s.strip() for s in (text or "").split(sep)):
+    if not item:
+      continue
+    name, eq, rest = (x.strip() for x in item.partition("="))
+    if not eq or not name or not rest:
+      raise AnalysisError(f"--config.{flag}: {item!r} is not NAME={value}")
+    if name in out:
+      raise AnalysisError(f"--config.{flag}: {name!r} is named twice")
+    out[name] = rest
+  return out

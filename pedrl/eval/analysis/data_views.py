@@ -176,9 +176,11 @@ SOLVE_KEYS = ("reward/r_sol",)  # A run whose reward has r_sol logs it; else dia
 
 def read_sweep(v: ViewSettings) -> list:
   """The sweep's runs in G order; AnalysisError naming a run without steps."""
-  evals = {int(k): w for k, w in parse_runs(v.sweep_evals).items()} if v.sweep_evals else {}
+  evals = {_g(k, "views.sweep_evals"): w
+           for k, w in parse_runs(v.sweep_evals, "views.sweep_evals").items()}
   out = []
-  for g, workdir in sorted(((int(k), w) for k, w in parse_runs(v.sweep).items())):
+  for g, workdir in sorted((_g(k, "views.sweep"), w)
+                           for k, w in parse_runs(v.sweep, "views.sweep").items()):
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
       raise AnalysisError(f"views.sweep: {path} does not exist (a training workdir)")
@@ -200,6 +202,12 @@ def read_sweep(v: ViewSettings) -> list:
         [sum(x for k, x in r.items() if k.startswith("seconds/") and isinstance(x, (int, float)))
          for r in rows], evaluation))
   return out
+
+
+def _g(name: str, flag: str) -> int:
+  if not name.isdigit():
+    raise AnalysisError(f"--config.{flag}: {name!r} is not a group size G (2, 4, …)")
+  return int(name)
 
 
 def _step_solve_rates(path: str, steps) -> list:

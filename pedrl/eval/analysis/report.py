@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from pedrl.figures import pyplot
 from pedrl.eval.analysis import significance, summary as summary_lib
 from pedrl.eval.analysis.codebook import SHORT
 from pedrl.eval.analysis.labelling import PHASES
@@ -137,16 +138,6 @@ def reliability_table(rows: list) -> str:
 
 
 # -- Figures -------------------------------------------------------------------------------
-
-def pyplot():
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    raise ImportError('the analysis figures need matplotlib: pip install "pedrl[plot]"') from None
-  return plt
-
 
 def _colors(plt, names) -> dict:
   palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -11,7 +11,7 @@ import os
 
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.eval import records as records_lib, shards
-from pedrl.eval.analysis import AnalysisError
+from pedrl.eval.analysis import AnalysisError, parse_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,19 +23,9 @@ class Response:
   thinking: str
 
 
-def parse_runs(text: str) -> dict:
-  """{condition: workdir} of 'NAME=DIR,NAME=DIR' (names may hold spaces and dots)."""
-  out = {}
-  for item in (s.strip() for s in (text or "").split(",")):
-    if not item:
-      continue
-    name, eq, path = (x.strip() for x in item.partition("="))
-    if not eq or not name or not path:
-      raise AnalysisError(f"--config.runs: {item!r} is not NAME=WORKDIR")
-    if name in out:
-      raise AnalysisError(f"--config.runs: the condition {name!r} is named twice")
-    out[name] = path
-  return out
+def parse_runs(text: str, flag: str = "runs") -> dict:
+  """{condition: workdir} of 'NAME=DIR,NAME=DIR'."""
+  return parse_named(text, ",", flag, "WORKDIR")
 
 
 def dialogues(workdir: str) -> list:

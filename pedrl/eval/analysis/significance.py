@@ -35,7 +35,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 from scipy.stats import contingency
 
-from pedrl.eval.analysis import AnalysisError
+from pedrl.eval.analysis import AnalysisError, parse_named
 from pedrl.eval.analysis.codebook import OTHER, TABLE4
 from pedrl.eval.analysis.labelling import PHASES
 
@@ -85,14 +85,8 @@ def chi_square(table) -> ChiSquare:
 def parse_groups(text: str) -> dict:
   """{group: (condition, ...)} of 'NAME=A+B; NAME=C+D'."""
   out = {}
-  for item in (s.strip() for s in (text or "").split(";")):
-    if not item:
-      continue
-    name, eq, members = (x.strip() for x in item.partition("="))
-    parts = tuple(m.strip() for m in members.split("+") if m.strip())
-    if not eq or not name or not parts:
-      raise AnalysisError(f"--config.groups: {item!r} is not NAME=CONDITION+CONDITION")
-    out[name] = parts
+  for name, members in parse_named(text, ";", "groups", "CONDITION+CONDITION").items():
+    out[name] = tuple(m.strip() for m in members.split("+") if m.strip())
   return out
 
 
