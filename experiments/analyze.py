@@ -52,6 +52,6 @@ def get_config(arg: str = "paper"):
     c.label2.update(backend="local", schemes="codebook", rounds=2, batch_units=64,
                     codebook_prompt="testdata/analysis/codebook_tiny.jinja")
     c.label2.local.update(path="testdata/models/qwen2", temperature=1.0, max_new_tokens=12)
-    c.views.update(problems="testdata/problems/bigmath_sample.jsonl", filter=False, n_train=20,
+    c.views.update(problems_path="testdata/problems/bigmath_sample.jsonl", filter=False, n_train=20,
                    n_test=5)
   return c

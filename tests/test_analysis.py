@@ -287,7 +287,7 @@ def test_solve_rate_buckets_and_the_dataset_table():
   counts = data_views.bucket_counts([0.0, 0.01, 0.05, 0.1, 0.6, 0.7], edges)
   assert dict(counts) == {"<1%": 1, "1-10%": 2, "10-20%": 1, "20-60%": 1, ">60%": 1}
   path = os.path.join(jobs.ROOT, "testdata", "problems", "bigmath_sample.jsonl")
-  v = data_views.ViewSettings(problems=path, filter=False, n_train=20, n_test=5)
+  v = data_views.ViewSettings(problems_path=path, filter=False, n_train=20, n_test=5)
   train, test = data_views.split_problems(v, seed=0)
   rows = data_views.by_source(train)
   assert sum(r[1] for r in rows) == len(train) and rows[0][0] == "Orca_math"

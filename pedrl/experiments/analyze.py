@@ -17,7 +17,7 @@ WORKDIR/analysis.md and WORKDIR/analysis.json. Sharded: with
 of the texts; a shard that finds every label there writes the report (rerun
 any shard once all have finished). A rerun, or a run with another condition
 added, labels only texts the cache lacks. `--config.sample=N` labels a seeded
-subset of N units per condition and scheme. `--config.views.problems=FILE`
+subset of N units per condition and scheme. `--config.views.problems_path=FILE`
 adds paper 003's table 1 and fig. 3, `--config.views.sweep='2=W2,4=W4,…'` paper
 000's fig. 3; either runs without `runs`.
 """
@@ -346,7 +346,7 @@ def transcripts(s: Settings, workdir: str) -> list:
   """Labels this shard's texts; the report's paths once every label is there, else []."""
   conditions = responses_lib.parse_runs(s.analysis.runs)
   responses = {c: responses_lib.load(c, w) for c, w in conditions.items()}
-  codebook = codebook_lib.load(s.analysis.codebook or codebook_lib.PAPER_CODEBOOK)
+  codebook = codebook_lib.load(s.analysis.codebook_file or codebook_lib.PAPER_CODEBOOK)
   significance.parse_groups(s.analysis.groups)  # Malformed settings fail before labelling.
   significance.parse_comparisons(s.analysis.comparisons)
   per_response = {c: [text_lib.response_stats(r.visible, r.thinking) for r in rs]
@@ -375,20 +375,20 @@ def views(s: Settings, workdir: str) -> list:
   v, tables, figs = s.views, {}, {}
   plt = report.pyplot() if s.analysis.figures else None
   footer = f"pedrl data views, {time.strftime('%Y-%m-%d')}"
-  if v.problems:
+  if v.problems_path:
     train, test = data_views.split_problems(v, s.analysis.seed)
     tables["dataset"] = ("Paper 003 table 1: the problems by source, with the student's "
                          "pre-dialogue solve rate", data_views.dataset_table(train, test))
-    if v.solve_rates:
-      rates, what = {"measured": list(data_views.measured_rates(v.solve_rates).values())}, (
-          f"measured in {v.solve_rates}")
+    if v.solve_rates_workdir:
+      rates, what = {"measured": list(data_views.measured_rates(v.solve_rates_workdir).values())}, (
+          f"measured in {v.solve_rates_workdir}")
     else:
       rates = {"train": [p.solve_rate for p in train if p.solve_rate is not None],
                "test": [p.solve_rate for p in test if p.solve_rate is not None]}
       what = "the file's llama8b_solve_rate"
     if not any(rates.values()):
-      raise AnalysisError(f"{v.problems}: no solve rates for fig. 3 (no llama8b_solve_rate "
-                          "field; give --config.views.solve_rates=EVAL_WORKDIR)")
+      raise AnalysisError(f"{v.problems_path}: no solve rates for fig. 3 (no llama8b_solve_rate "
+                          "field; give --config.views.solve_rates_workdir=EVAL_WORKDIR)")
     if plt:
       figs["solve_rates"] = data_views.solve_rate_figure(plt, rates, v.edges, what, footer)
   if v.sweep:
@@ -405,9 +405,9 @@ def main(argv):
   del argv
   workdir = FLAGS.workdir
   s = read(FLAGS.config)
-  if not (s.analysis.runs or s.views.problems or s.views.sweep):
+  if not (s.analysis.runs or s.views.problems_path or s.views.sweep):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
-                         "rollout workdirs), --config.views.problems=FILE or "
+                         "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
   workdir_lib.refuse_checkpoint(workdir)
   os.makedirs(workdir, exist_ok=True)
@@ -416,7 +416,7 @@ def main(argv):
   try:
     if s.analysis.runs:
       paths += transcripts(s, workdir)
-    if s.views.problems or s.views.sweep:
+    if s.views.problems_path or s.views.sweep:
       paths += views(s, workdir)
   except (AnalysisError, labelling.LabelError, ImportError) as e:  # One line, no traceback.
     raise app.UsageError(str(e)) from None

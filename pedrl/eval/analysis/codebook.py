@@ -6,7 +6,7 @@ in the table's order; the labeller answers with a number because two names
 occur twice ("Strategy selection" under Strategy Exploration and Immediate
 Decision Making, "Structuring" under Subject Matter Knowledge and Extension of
 Understanding). A user's own codebook in the same layout can replace it
-(`--config.label.codebook=FILE`).
+(`--config.codebook_file=FILE`).
 """
 import collections
 import dataclasses

@@ -2,7 +2,7 @@
 
 003 table 1: the problems of the training and test splits by source (BigMath's
 `source` field), with their count and mean pre-dialogue solve rate (%); the
-split is the jobs' own (pedrl.env.problems.split, the paper's filter first if
+split is the jobs' own (pedrl.env.problems_path.split, the paper's filter first if
 set), so the table describes what training and evaluation run on.
 
 003 fig. 3: the problems by pre-dialogue solve-rate bucket (1-10%, 10-20%, …
@@ -39,11 +39,11 @@ BUCKETS = "0.01,0.1,0.2,0.3,0.4,0.5,0.6"  # Paper 003 section 5.2: solve rates o
 @dataclasses.dataclass(frozen=True)
 class ViewSettings:
   """The config's `views` section: what to draw besides the transcript analysis."""
-  problems: str = ""  # A BigMath-style problems file: 003 table 1 and fig. 3.
+  problems_path: str = ""  # A BigMath-style problems file: 003 table 1 and fig. 3.
   filter: bool = True  # Paper 003's filter before the split (one number, 1-60% solve rate).
   n_train: int = problems_lib.ProblemSettings.n_train
   n_test: int = problems_lib.ProblemSettings.n_test
-  solve_rates: str = ""  # An evaluation workdir: fig. 3 from its measured pre-dialogue rates.
+  solve_rates_workdir: str = ""  # An evaluation workdir: fig. 3 from its measured rates.
   buckets: str = BUCKETS  # Bucket edges of fig. 3, ascending.
   sweep: str = ""  # 000 fig. 3: 'G=TRAINING_WORKDIR,...' (e.g. '2=/runs/g2,4=/runs/g4').
   sweep_evals: str = ""  # The same runs' evaluation workdirs: 'G=EVAL_WORKDIR,...'.
@@ -77,15 +77,15 @@ def by_source(problems) -> list:
 
 def split_problems(v: ViewSettings, seed: int):
   """(train, test) of the file, as the jobs split it."""
-  rows, report = problems_lib.load_bigmath(v.problems)
+  rows, report = problems_lib.load_bigmath(v.problems_path)
   if v.filter:
     rows = problems_lib.paper_filter(rows)
   if not rows:
-    raise AnalysisError(f"{v.problems}: no problems ({report.summary()}, filter={v.filter})")
+    raise AnalysisError(f"{v.problems_path}: no problems ({report.summary()}, filter={v.filter})")
   try:
     return problems_lib.split(rows, v.n_train, v.n_test, seed)
   except problems_lib.DataError as e:
-    raise AnalysisError(f"{v.problems}: {e} (views.n_test={v.n_test})") from None
+    raise AnalysisError(f"{v.problems_path}: {e} (views.n_test={v.n_test})") from None
 
 
 def dataset_table(train, test) -> str:
@@ -140,7 +140,7 @@ def solve_rate_figure(plt, sets: dict, edges, what: str, footer: str):
   """Fig. 3: problems per solve-rate bucket, one bar group per set (train, test)."""
   fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
   counts = {name: bucket_counts(r, edges) for name, r in sets.items() if len(r)}
-  labels = list(dict.fromkeys(k for c in counts.values() for k in c))
+  labels = list(bucket_counts([x for r in sets.values() for x in r], edges))  # In rate order.
   width = 0.8 / max(len(counts), 1)
   for j, (name, c) in enumerate(counts.items()):
     n = sum(c.values())
@@ -254,6 +254,7 @@ def sweep_figure(plt, runs: list, footer: str):
                 label=f"G={r.group_size}")
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("step", fontsize=8)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=7, frameon=False)
@@ -264,6 +265,7 @@ def sweep_figure(plt, runs: list, footer: str):
   ax.bar(range(len(gs)), hours, color=[color[g] for g in gs])
   for x, h in enumerate(hours):
     ax.text(x, h, f"{h:.2g} h", ha="center", va="bottom", fontsize=7)
+  ax.set_ylim(0, max(hours) * 1.15 or 1)
   ax.set_xticks(range(len(gs)), [f"G={g}" for g in gs], fontsize=7)
   ax.set_title("training time (sum of step seconds)", fontsize=9)
   ax.tick_params(labelsize=7)

@@ -75,7 +75,8 @@ def category_table(result, cols, codebook, confidence: float) -> str:
   per = {col.name: summary_lib.column_shares(result, col, codebook.categories,
                                              codebook.category_of, confidence)
          for col in cols}
-  rows = [[SHORT.get(k, k), *(_pct(per[col.name][k].value) + "%" for col in cols)]
+  cell = lambda x: _pct(x) + ("%" if not math.isnan(x) else "")
+  rows = [[SHORT.get(k, k), *(cell(per[col.name][k].value) for col in cols)]
           for k in codebook.categories]
   return markdown(["Category", *(col.name for col in cols)], rows)
 
@@ -202,8 +203,11 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
         ax.plot(pos, v.mean(), "o", color="black", ms=3.5, zorder=5)
   ax.set_xticks([i * 3 + 0.5 for i in range(len(conds))], conds, rotation=20, ha="right",
                 fontsize=7)
-  ax.set_title("math words / words per response (%): plain box visible, hatched thinking",
-               fontsize=9)
+  from matplotlib.patches import Patch
+  ax.legend(handles=[Patch(facecolor="0.75", edgecolor="0.4", label="visible"),
+                     Patch(facecolor="white", edgecolor="0.4", hatch="//", label="thinking")],
+            fontsize=7, frameon=False)
+  ax.set_title("math words / words per response (%)", fontsize=9)
   ax.set_ylabel("%", fontsize=8)
   ax.tick_params(labelsize=7)
   ax.grid(alpha=0.3, axis="y")

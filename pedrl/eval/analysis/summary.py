@@ -26,7 +26,7 @@ class AnalysisSettings:
   groups: str = significance.PAPER_GROUPS  # 'NAME=A+B; …' (Think*, Ped.* in tables 4, 8, 11).
   columns: str = "NoThink,Think*,Ped.*"  # Tables 4 and 11 (""): one per condition.
   comparisons: str = significance.PAPER_COMPARISONS  # Table 8's, as pedrl reads them.
-  codebook: str = ""  # A codebook file in codebook.tsv's layout; "": paper 001's table 5.
+  codebook_file: str = ""  # In codebook.tsv's layout; "": paper 001's table 5.
   thinking_unit: str = "sentence"  # Schoenfeld units: sentence | paragraph.
   total: str = "sum"  # Tables 3 and 9's Total and Unique: sum | pooled (text.py).
   sample: int = 0  # > 0: label a seeded subset of this many units per condition and scheme.
