@@ -27,7 +27,7 @@ from pedrl.experiments import base_config, rl_config, variants
 # Paper 000: the tutor opens (guided) with table XII's teacher and student prompts.
 UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prompt="uco/student")
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
-                no_progress=bool, rollouts=int, tiny=bool)
+                no_progress=bool, tiny=bool, rollouts=int)
 ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
 
 
