@@ -145,6 +145,15 @@ def test_comparisons_groups_and_contingency_tables():
   assert levels[-1] == "Other" and table.tolist() == [[0, 0, 4, 0, 0], [2, 0, 3, 0, 0]]
   with pytest.raises(AnalysisError, match="names no analysed condition"):
     significance.members("Think*", groups, list(labels))
+  # In the job, such a comparison is reported as not run; columns fall back to conditions.
+  result = summary.SchemeResult("codebook", labels, {c: {} for c in labels})
+  (t,) = summary.run_tests(comps[2:3], {"codebook": result}, groups, CODEBOOK)
+  assert t.result is None and "'Think*' names no analysed condition" in t.skipped
+  (t,) = summary.run_tests(comps[3:4], {"codebook": result}, groups, CODEBOOK)
+  assert t.result.chi2 == pytest.approx(significance.chi_square([[3, 1], [1, 4]]).chi2)
+  assert [c.name for c in summary.columns("NoThink,Think*,Ped.*", list(labels), groups)] == [
+      "NoThink", "Ped.*"]
+  assert [c.name for c in summary.columns("Think*", ["A", "B"], groups)] == ["A", "B"]
   for bad in ("Praise: A vs B", "Praise: A versus B: code=Praise", "P: A vs B: codes"):
     with pytest.raises(AnalysisError, match="--config.comparisons"):
       significance.parse_comparisons(bad)

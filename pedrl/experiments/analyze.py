@@ -88,7 +88,6 @@ def read(config) -> Settings:
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
                    r.read(ShardSettings, "eval"), r.read(data_views.ViewSettings, "views"),
                    tuple(x for x in labellers if x.label.backend))
-    out.views.edges  # Checked now.
     r.check_all_read()
   except ValueError as e:
     raise app.UsageError(str(e)) from None
@@ -198,7 +197,7 @@ def results_of(job: Job, units: dict, cache: dict) -> summary_lib.SchemeResult:
   return summary_lib.SchemeResult(job.scheme, labels, causes)
 
 
-def reliability(jobs: list, caches: dict, units: dict, results: dict) -> list:
+def reliability(jobs: list, caches: dict, results: dict) -> list:
   """A row per labeller and scheme (reliability.md), κ of the second against the first."""
   rows = []
   for job in jobs:
@@ -233,13 +232,14 @@ def write_report(s: Settings, workdir: str, conditions: dict, responses: dict,
   stats = summary_lib.response_summary(per_response, a.total)
   tables = {"response_statistics": ("Tables 3 and 9: words per response", report.response_table(
       stats))}
-  tests, cols, top = [], [], []
+  cols, top = [], []
   if "codebook" in first:
     cols = summary_lib.columns(a.columns, list(conditions), groups)
     skipped = [c.strip() for c in a.columns.split(",") if c.strip()
                and c.strip() not in [x.name for x in cols]]
     if skipped:
-      logging.warning("columns %s left out: not all of their conditions are analysed", skipped)
+      logging.warning("columns %s left out: not all of their conditions are analysed; "
+                      "columns: %s", skipped, [x.name for x in cols])
     top = summary_lib.top_codes(first["codebook"], cols, codebook, a.top_codes, a.confidence)
     tables["major_categories"] = ("Table 4: major categories (sentence level, %)",
                                   report.category_table(first["codebook"], cols, codebook,
@@ -251,19 +251,12 @@ def write_report(s: Settings, workdir: str, conditions: dict, responses: dict,
     phases = summary_lib.phase_shares(first["schoenfeld"], a.confidence)
     tables["schoenfeld_phases"] = ("Table 10: Schoenfeld phases of the thinking (%)",
                                    report.phase_table(phases, first["schoenfeld"]))
-  comparisons = significance.parse_comparisons(a.comparisons)
-  tests = []
-  for comp in comparisons:  # A side naming no analysed condition is reported, not fatal.
-    try:
-      for side in (comp.left, comp.right):
-        significance.members(side, groups, list(conditions))
-      tests += summary_lib.run_tests([comp], first, groups, codebook)
-    except AnalysisError as e:
-      tests.append(summary_lib.TestResult(comp, [], [], None, str(e)))
+  tests = summary_lib.run_tests(significance.parse_comparisons(a.comparisons), first, groups,
+                                codebook)
   tables["chi_square"] = ("Table 8: χ² tests between conditions", report.chi_square_table(tests))
   tables["shares"] = (f"Every share with its {a.confidence:.0%} Wilson interval",
                       report.shares_table(first, codebook, a.confidence))
-  rel = reliability(jobs, caches, units, results)
+  rel = reliability(jobs, caches, results)
   tables["reliability"] = ("Labeller reliability: failures (never filled in) and Cohen's κ",
                            report.reliability_table(rel))
   paths = _write_tables(workdir, tables, "Transcript analysis (paper 001 section 4)",
@@ -272,7 +265,7 @@ def write_report(s: Settings, workdir: str, conditions: dict, responses: dict,
     plt = report.pyplot()
     footer = report.footer_text(s.labellers[0].describe(),
                                 sum(len(v) for v in per_response.values()))
-    colors = report._colors(plt, list(conditions))
+    colors = report.condition_colors(plt, list(conditions))
     figs = report.response_figures(plt, per_response, stats, colors, a.confidence, footer)
     if phases:
       figs["schoenfeld_phases"] = report.phase_figure(plt, phases, footer, a.confidence)
@@ -317,7 +310,8 @@ def _shares_json(first: dict, codebook, confidence: float) -> dict:
                "codes": ([c.id for c in codebook.codes], lambda x: x)} if scheme == "codebook"
               else {"phases": (labelling.PHASES, lambda x: x)})
     out[scheme] = {name: {c: {str(k): dataclasses.asdict(v) for k, v in
-                              r.shares(c, ks, by, confidence).items() if v.count}
+                              r.shares(c, ks, by, confidence).items()
+                              if v.count or name != "codes"}
                           for c in r.labels} for name, (ks, by) in levels.items()}
     out[scheme]["failures"] = {c: dict(v) for c, v in r.causes.items()}
   return out

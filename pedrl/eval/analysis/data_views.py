@@ -48,6 +48,9 @@ class ViewSettings:
   sweep: str = ""  # 000 fig. 3: 'G=TRAINING_WORKDIR,...' (e.g. '2=/runs/g2,4=/runs/g4').
   sweep_evals: str = ""  # The same runs' evaluation workdirs: 'G=EVAL_WORKDIR,...'.
 
+  def __post_init__(self):
+    self.edges  # A bad `buckets` fails when the config is read.
+
   @property
   def edges(self) -> list:
     try:

@@ -140,7 +140,7 @@ def reliability_table(rows: list) -> str:
 
 # -- Figures -------------------------------------------------------------------------------
 
-def _colors(plt, names) -> dict:
+def condition_colors(plt, names) -> dict:
   palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   return {n: palette[i % len(palette)] for i, n in enumerate(names)}
 
@@ -275,7 +275,7 @@ def _grouped_bars(ax, labels, cols, values, colors, horizontal=False):
 
 def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
                      confidence: float) -> dict:
-  colors = _colors(plt, [c.name for c in cols])
+  colors = condition_colors(plt, [c.name for c in cols])
   fig, ax = plt.subplots(figsize=(11, 4), layout="constrained")
   cats = list(codebook.categories)
   per = {col.name: summary_lib.column_shares(result, col, cats, codebook.category_of,
@@ -306,7 +306,7 @@ def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
   fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
   praise = codebook.code("Praise").id
   conds = list(result.labels)
-  ccolors = _colors(plt, conds)
+  ccolors = condition_colors(plt, conds)
   ax.axhspan(100 * PRAISE_BAND[0], 100 * PRAISE_BAND[1], color="0.85", zorder=0,
              label="5-8%: the level paper 001 calls effective")
   for i, c in enumerate(conds):

@@ -74,15 +74,12 @@ class Column:
 
 
 def columns(spec: str, conditions, groups: dict) -> list:
-  """The columns `spec` names ('NoThink,Think*,Ped.*'), or one per condition if empty; a
-  group whose conditions are not all analysed is left out (logged by the caller)."""
-  names = [s.strip() for s in spec.split(",") if s.strip()] or list(conditions)
-  out = []
-  for name in names:
-    found = groups.get(name, (name,))
-    if all(c in conditions for c in found):
-      out.append(Column(name, found))
-  return out
+  """The columns `spec` names ('NoThink,Think*,Ped.*') whose conditions are all analysed
+  (the caller logs the others); one per condition if `spec` is empty or none is left."""
+  names = [s.strip() for s in spec.split(",") if s.strip()]
+  out = [Column(n, groups.get(n, (n,))) for n in names
+         if all(c in conditions for c in groups.get(n, (n,)))]
+  return out or [Column(c, (c,)) for c in conditions]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,19 +127,21 @@ class TestResult:
 
 
 def run_tests(comparisons, results: dict, groups: dict, codebook) -> list:
-  """Each comparison's χ² test, or why it could not run."""
+  """Each comparison's χ² test, or why it could not run (a scheme not labelled, a side
+  naming no analysed condition, too few counts): reported in the table, not fatal."""
   out = []
   for comp in comparisons:
     result = results.get(comp.scheme)
     if result is None:
       out.append(TestResult(comp, [], [], None, f"the {comp.scheme} scheme was not labelled"))
       continue
-    table, levels = significance.contingency_table(comp, result.labelled_all(), groups,
-                                                   codebook)
+    table, levels = [], []
     try:
+      table, levels = significance.contingency_table(comp, result.labelled_all(), groups,
+                                                     codebook)
       out.append(TestResult(comp, table.tolist(), levels, significance.chi_square(table)))
     except significance.AnalysisError as e:
-      out.append(TestResult(comp, table.tolist(), levels, None, str(e)))
+      out.append(TestResult(comp, np.asarray(table).tolist(), levels, None, str(e)))
   return out
 
 
