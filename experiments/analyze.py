@@ -4,7 +4,7 @@ of papers 003 (table 1, fig. 3) and 000 (fig. 3).
   python -m pedrl.experiments.analyze --config=experiments/analyze.py:tiny --workdir=/tmp/analysis \
       --config.runs='A=/tmp/eval_a,B=/tmp/eval_b'
   python -m pedrl.experiments.analyze --config=experiments/analyze.py:paper --workdir=/runs/analysis \
-      --config.runs='NoThink=/runs/e0,Think NoReward=/runs/e1,Think Reward=/runs/e2,Ped. Think NoReward=/runs/e3,Ped. Think Reward=/runs/e4'
+      --config.runs='NoThink=/e/0,Think NoReward=/e/1,Think Reward=/e/2,Ped. Think NoReward=/e/3,Ped. Think Reward=/e/4'
 
 Variants: `paper` (paper 001 section 4.2: GPT-5-mini labels every visible
 sentence with table 5's codes and every thinking sentence with a Schoenfeld

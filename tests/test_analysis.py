@@ -102,7 +102,8 @@ def test_chi_square_and_cramers_v_equal_the_hand_formulas_and_scipy():
   assert (got.chi2, got.p, got.df) == pytest.approx((ref.statistic, ref.pvalue, ref.dof))
   # 2×2: φ = (ad − bc) / sqrt(row and column sums), and χ² = n φ² (no Yates correction).
   phi = significance.chi_square([[30, 10], [20, 40]])
-  assert phi.effect_name == "φ" and phi.effect == pytest.approx(1000 / math.sqrt(40 * 60 * 50 * 50))
+  assert phi.effect_name == "φ"
+  assert phi.effect == pytest.approx(1000 / math.sqrt(40 * 60 * 50 * 50))
   assert phi.chi2 == pytest.approx(100 * phi.effect ** 2)
   yates = scipy_stats.chi2_contingency([[30, 10], [20, 40]]).statistic  # Scipy's 2×2 default.
   assert yates < phi.chi2 - 1  # The corrected statistic would break χ² = n φ².
@@ -367,7 +368,8 @@ def test_the_rollout_sweep_reads_the_runs_and_draws_paper_000_fig_3(tmp_path):
   assert got[0].solve == [0.25, 1.0] and got[1].solve == [0.25, 0.625]
   assert got[1].evaluation["leak_rate"] == 0.25 and got[0].evaluation == {}
   table = data_views.sweep_table(got)
-  assert "| 2 | 2 | 0.002 | -0.500 | – |" in table and "| 4 | 2 | 0.004 | -0.200 | 0.200 |" in table
+  assert "| 2 | 2 | 0.002 | -0.500 | – |" in table
+  assert "| 4 | 2 | 0.004 | -0.200 | 0.200 |" in table
   plt = pytest.importorskip("matplotlib.pyplot")
   fig = data_views.sweep_figure(plt, got, "test")
   titles = [ax.get_title() for ax in fig.axes]

@@ -14,8 +14,9 @@ student's measured pre-dialogue rate per problem (the mean over its records).
 000 fig. 3: the rollouts-per-problem sweep (G = 2 … 8 on 100 training
 problems; `experiments/uco.py:rollouts=G`). From each run's metrics.jsonl: the
 step's mean reward and the students' post-dialogue solve rate (`reward/r_sol`,
-or the mean r_sol of the step's dialogues in dialogues.jsonl), against the step; the step's wall time (the sum of its seconds/…
-entries: rollout, rewards, update) and the run's cumulative hours; and, given an
+or the mean r_sol of the step's dialogues in dialogues.jsonl) against the step;
+the step's wall time (the sum of its seconds/… entries: rollout, rewards,
+update) and the run's cumulative hours; and, given an
 evaluation workdir per run, its Δ solve rate, leak rate and Ped-RM with their
 intervals against G, the panels of the paper's figure.
 """
