@@ -41,7 +41,7 @@ setuptools.setup(
     description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
-    package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},
+    package_data={"pedrl": ["**/*.txt", "**/*.jinja", "**/*.tsv"]},  # .tsv: the codebook.
     install_requires=[
         "jax>=0.6",
         "flax>=0.10",

@@ -17,7 +17,9 @@ prompt with thinking, judged by GPT-4o-mini with the thinking-quality judge),
 10 turns; a Qwen2.5-14B-Instruct student by path), `reasoning` (003 table 3,
 000 table IX: GSM8K 4-shot, MATH500 0-shot, MMLU 5-shot on the tutor alone,
 from local files: --config.eval.reasoning.{gsm8k,math500,mmlu}_path=...,
-optionally gsm8k_shots_path= the train file) and `tiny` (the testdata
+optionally gsm8k_shots_path= the train file), `wbeb` (001 table 2: accuracy per
+category of a WBEB-shaped multiple-choice JSONL, --config.eval.reasoning.wbeb_path=...;
+see pedrl.eval.reasoning) and `tiny` (the testdata
 models, rule judges, the testdata classifier as Ped-RM, 4 problems; under 2
 minutes on a CPU; combines with a protocol: `tiny,thinking`). The tutor under
 test: --config.tutor.path (a Hugging Face directory), --config.tutor.workdir
@@ -31,7 +33,7 @@ from pedrl.env import party
 from pedrl.experiments import base_config, settings, variants
 from pedrl.eval import pedrm, reasoning, shards
 
-VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco", "reasoning"), tiny=bool)
+VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco", "reasoning", "wbeb"), tiny=bool)
 
 
 def get_config(arg: str = "paper"):
@@ -75,6 +77,11 @@ def get_config(arg: str = "paper"):
     # Paper 003 table 3 (MMLU 5-shot, GSM8K 4-shot, MATH500 0-shot), 000 table IX: the tutor
     # alone, at the reference's LightEval sampling (temperature 0.6, top-p 0.95).
     c.eval.reasoning.benchmarks = "gsm8k,math500,mmlu"
+  if v.protocol == "wbeb":
+    # Paper 001 table 2: WBEB's multiple-choice accuracy per category on the thinking tutor.
+    # WBEB is not published with the paper: --config.eval.reasoning.wbeb_path=FILE.jsonl.
+    c.eval.reasoning.benchmarks = "wbeb"
+    c.rollout.thinking = True
   if v.tiny:
     c.batch_problems = 2
     c.eval.samples_per_problem = 2
@@ -88,4 +95,7 @@ def get_config(arg: str = "paper"):
           gsm8k_path="testdata/reasoning/gsm8k_sample.jsonl",
           math500_path="testdata/reasoning/math500_sample.jsonl",
           mmlu_path="testdata/reasoning/mmlu", max_new_tokens=24, batch_examples=6)
+    if v.protocol == "wbeb":  # pedrl's own eight questions in WBEB's shape.
+      c.eval.reasoning.update(wbeb_path="testdata/reasoning/wbeb_sample.jsonl",
+                              max_new_tokens=24, batch_examples=4)
   return c

@@ -16,16 +16,19 @@ tutor (the state starts with its a_0) and use table XII's teacher and student
 prompts. Ablations as variants (comma-separated, they combine): `no_scaffold`,
 `no_progress` (table III), `lam=0.1` … `lam=0.9` (table V), `alpha=1.0` …
 `alpha=3.0` (table VI), `delta=0.5` … `delta=0.9` (table VII), `c=0.1` … `c=0.5`
-(table VIII); the older `lam0.3` still parses. `tiny`: the testdata models, the
-offline reference oracle (`--config.rewards.uco.oracle=reference`, fixed
-templates) and the testdata BERT embedder, 3 steps on a CPU.
+(table VIII), `rollouts=2` … `rollouts=8` (fig. 3: G rollouts per problem on a
+training set of 100 problems; `pedrl.experiments.analyze --config.views.sweep`
+draws the figure from the runs); the older `lam0.3` still parses. `tiny`: the
+testdata models, the offline reference oracle (`--config.rewards.uco.oracle=reference`,
+fixed templates) and the testdata BERT embedder, 3 steps on a CPU.
 """
 from pedrl.experiments import base_config, rl_config, variants
 
 # Paper 000: the tutor opens (guided) with table XII's teacher and student prompts.
 UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prompt="uco/student")
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
-                no_progress=bool, tiny=bool)
+                no_progress=bool, tiny=bool, rollouts=int)
+ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
 
 
 def get_config(arg: str = "paper"):
@@ -54,4 +57,9 @@ def get_config(arg: str = "paper"):
     c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
     c.problems.split = "all"
     rl_config.tiny(c)
+  if v.rollouts is not None:  # Fig. 3: G = 2 … 8 rollouts per problem on 100 problems (tiny too).
+    if v.rollouts < 2:
+      raise ValueError(f"rollouts={v.rollouts}: GRPO compares at least 2 rollouts per problem")
+    c.group_size = v.rollouts
+    c.problems.n_train = ROLLOUT_SWEEP_PROBLEMS
   return c

@@ -20,7 +20,7 @@ def _settings(variant, **tutor):
 
 
 @pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "tiny",
-                                     "tiny,thinking", "tiny,uco", "tiny,reasoning"])
+                                     "tiny,thinking", "tiny,uco", "tiny,reasoning", "tiny,wbeb"])
 def test_every_variant_reads_completely(variant):
   s = _settings(variant)
   assert s.evaluation.shard == 0 and s.evaluation.num_shards == 1
@@ -49,6 +49,13 @@ def test_reasoning_protocol():
   r = _settings("tiny,reasoning").reasoning  # Paper 003 table 3 and its LightEval sampling.
   assert r.names == ("gsm8k", "math500", "mmlu")
   assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)
+
+
+def test_wbeb_protocol():
+  with pytest.raises(ValueError, match="wbeb needs its data"):
+    _settings("wbeb")  # WBEB is not public with paper 001: the user's file, by path.
+  s = _settings("tiny,wbeb")  # Paper 001 table 2: the thinking tutor, multiple choice.
+  assert s.reasoning.names == ("wbeb",) and s.rollout.thinking
 
 
 def test_an_agent_tutor_takes_its_cpa_numbers_from_the_config():

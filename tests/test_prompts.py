@@ -7,9 +7,10 @@ from pedrl.env import prompts
 from pedrl.tokenizer import load_tokenizer
 
 
-# The agents' prompts take other variables; tests/test_cpa.py renders every one of them.
+# The agents' and the labellers' prompts take other variables; tests/test_cpa.py and
+# tests/test_analysis.py render every one of them.
 @pytest.mark.parametrize("name", sorted(n for n in prompts.SOURCES
-                                        if not n.startswith(("cpa/", "baselines/"))))
+                                        if not n.startswith(("cpa/", "baselines/", "analysis/"))))
 def test_every_prompt_renders_with_its_variables(name):
   text = prompts.render(name, problem="What is 7 * 8?", conversation="Teacher: Hi.\nStudent: Hello.",
                         thinking="Turn 1: ask about units.", answer="56", message="Hm.")

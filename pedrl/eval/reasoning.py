@@ -1,4 +1,5 @@
-"""Reasoning preservation: GSM8K, MATH500 and MMLU on the tutor (paper 003 table 3, 000 table IX).
+"""Reasoning preservation: GSM8K, MATH500 and MMLU on the tutor (paper 003 table 3, 000 table IX);
+multiple-choice benchmarks shaped like WBEB (paper 001 table 2).
 
 A tutor trained to withhold answers must still solve problems itself. Paper
 003 reports MMLU (5-shot), GSM8K (4-shot) and MATH500 (0-shot), run through
@@ -17,6 +18,13 @@ the same benchmarks on the tutor's own chat template, from local files:
   rows question, A, B, C, D, answer) from a local copy; 5 shots of the same
   subject as user/assistant turns; graded by the first standalone A-D letter
   after the last "answer is"/"Answer:", or a reply that opens with a bare letter.
+- WBEB (paper 001 table 2: subject knowledge, pedagogical knowledge, essay
+  scoring, decision making, all multiple-choice accuracy; its data is not
+  public with the paper): any JSONL of multiple-choice questions, one a line,
+  `question`, `options` (a list, or an object letter -> text), `answer` (the
+  letter, the option's index from 0, or its text) and `category`; 0-shot, the
+  options lettered A, B, … and the instruction naming the category; graded as
+  MMLU over the question's own letters. Accuracy per category and overall.
 
 Every grader reads the visible reply (`chat.visible_text`: thinking removed).
 
@@ -36,10 +44,12 @@ from pedrl.env.problems import DataError
 from pedrl.eval import metrics
 from pedrl.eval.mathtutorbench import scoring
 
-BENCHMARKS = ("gsm8k", "math500", "mmlu")
+BENCHMARKS = ("gsm8k", "math500", "mmlu", "wbeb")
 MATH_INSTRUCTION = "Solve the problem step by step and write the final answer as \\boxed{answer}."
 MMLU_INSTRUCTION = ("Answer the multiple-choice question about {subject}. End your reply with "
                     "'The answer is X', X being one of A, B, C or D.")
+CHOICE_INSTRUCTION = ("Answer the multiple-choice question ({category}). End your reply with "
+                      "'The answer is X', X being one of {letters}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +62,7 @@ class ReasoningSettings:
   math500_path: str | None = None  # MATH500 test JSONL (problem, answer).
   mmlu_path: str | None = None  # A directory with dev/ and test/ CSVs.
   mmlu_shots: int = 5  # Paper 003 table 3.
+  wbeb_path: str | None = None  # Multiple-choice JSONL (question, options, answer, category).
   temperature: float = 0.6  # The reference's LightEval runs; 0: greedy.
   top_p: float = 0.95
   max_new_tokens: int = 2048
@@ -79,6 +90,8 @@ class Example:
   id: str
   chat: tuple  # The messages sent: shots, then the question.
   target: str
+  category: str = ""  # A multiple-choice benchmark's category (WBEB's SK, PK, AES, DM).
+  options: int = 4  # A multiple-choice question's options (its letters A, B, …).
 
 
 def _gsm8k_shot(row: dict) -> list[dict]:
@@ -148,7 +161,55 @@ def mmlu(s: ReasoningSettings) -> list[Example]:
   return out
 
 
-LOADERS = {"gsm8k": gsm8k, "math500": math500, "mmlu": mmlu}
+def _letters(n: int) -> str:
+  return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n]
+
+
+def choice_row(row: dict, where: str) -> tuple[str, list, str, str]:
+  """(question, options, the answer's letter, category) of a multiple-choice row;
+  DataError naming `where` when a field is missing or the answer is no option."""
+  question, options, answer = row.get("question"), row.get("options"), row.get("answer")
+  category = row.get("category")
+  if isinstance(options, dict):
+    keys = sorted(options)
+    if "".join(keys) != _letters(len(keys)):
+      raise DataError(f"{where}: options keys {keys} are not A, B, … in order")
+    options = [options[k] for k in keys]
+  if not isinstance(question, str) or not question.strip():
+    raise DataError(f"{where}: no question")
+  if not isinstance(options, list) or not 2 <= len(options) <= 26 or not all(
+      isinstance(o, str) and o.strip() for o in options):
+    raise DataError(f"{where}: options must be 2 to 26 texts (a list or an object A, B, …)")
+  if not isinstance(category, str) or not category.strip():
+    raise DataError(f"{where}: no category")
+  letters = _letters(len(options))
+  if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(options):
+    letter = letters[answer]
+  elif isinstance(answer, str) and answer.strip().upper() in letters and len(answer.strip()) == 1:
+    letter = answer.strip().upper()
+  elif isinstance(answer, str) and answer.strip() in options:
+    letter = letters[options.index(answer.strip())]
+  else:
+    raise DataError(f"{where}: answer {answer!r} is neither a letter of {letters}, an index "
+                    "from 0 nor one of the options")
+  return question.strip(), options, letter, category.strip()
+
+
+def wbeb(s: ReasoningSettings) -> list[Example]:
+  out = []
+  for i, row in enumerate(problems.json_rows(s.wbeb_path)):
+    question, options, letter, category = choice_row(row, f"{s.wbeb_path}, row {i + 1}")
+    letters = _letters(len(options))
+    instruction = CHOICE_INSTRUCTION.format(category=category,
+                                            letters=", ".join(letters[:-1]) + " or " + letters[-1])
+    body = question + "\n" + "\n".join(f"{x}. {o}" for x, o in zip(letters, options))
+    out.append(Example("wbeb", str(row.get("id", f"wbeb/{i}")), (
+        {"role": "user", "content": f"{instruction}\n\n{body}"},), letter, category,
+        len(options)))
+  return out
+
+
+LOADERS = {"gsm8k": gsm8k, "math500": math500, "mmlu": mmlu, "wbeb": wbeb}
 
 
 def examples(s: ReasoningSettings) -> list[Example]:
@@ -162,20 +223,23 @@ def examples(s: ReasoningSettings) -> list[Example]:
 
 # -- Grading -------------------------------------------------------------------------------
 
-def mmlu_letter(text: str) -> str | None:
-  """The letter after the last "answer is" / "Answer:"; without one, a reply that opens
-  with a bare letter ("B", "B.", "(B)"); else None ("A quick check" is no answer)."""
+def mmlu_letter(text: str, letters: str = "ABCD") -> str | None:
+  """The letter (of `letters`) after the last "answer is" / "Answer:"; without one, a
+  reply that opens with a bare letter ("B", "B.", "(B)"); else None ("A quick check" is
+  no answer)."""
   parts = re.split(r"answer is|answer:", text, flags=re.I)
   if len(parts) > 1:
-    m = re.search(r"(?<![A-Za-z])([ABCD])(?![A-Za-z])", parts[-1])
+    m = re.search(rf"(?<![A-Za-z])([{letters}])(?![A-Za-z])", parts[-1])
   else:
-    m = re.match(r"\s*\(?([ABCD])(?:[.):]|\s*$)", text)
+    m = re.match(rf"\s*\(?([{letters}])(?:[.):]|\s*$)", text)
   return m.group(1) if m else None
 
 
-def grade(benchmark: str, reply: str, target: str) -> tuple[str | None, bool]:
-  """(what was read from the reply, whether it is correct). Only the visible reply is
-  read: a number or letter inside <think> is not an answer."""
+def grade(benchmark: str, reply: str, target: str,
+          options: int = 4) -> tuple[str | None, bool]:
+  """(what was read from the reply, whether it is correct); `options`: a multiple-choice
+  question's count. Only the visible reply is read: a number or letter inside <think> is
+  not an answer."""
   reply = chat.visible_text(reply)
   if benchmark == "gsm8k":  # MathTutorBench's problem-solving rule, commas removed first.
     got = scoring.parse_number(reply.replace(",", ""))
@@ -183,18 +247,23 @@ def grade(benchmark: str, reply: str, target: str) -> tuple[str | None, bool]:
   if benchmark == "math500":
     got = answers.last_boxed(reply)
     return got, answers.is_correct(got, target)
-  got = mmlu_letter(reply)
+  got = mmlu_letter(reply, _letters(options))
   return got, got == target
 
 
 def accuracy(records, seed: int, resamples: int, confidence: float) -> dict:
-  """Per benchmark: accuracy, its bootstrap interval over examples, and the count."""
+  """Per benchmark, and per category of a multiple-choice one (as `wbeb/<category>`):
+  accuracy, its bootstrap interval over examples, and the count."""
+  groups = {}
+  for r in records:
+    groups.setdefault(r.benchmark, []).append(float(r.correct))
+    if getattr(r, "category", ""):
+      groups.setdefault(f"{r.benchmark}/{r.category}", []).append(float(r.correct))
   out = {}
-  for name in BENCHMARKS:
-    xs = [float(r.correct) for r in records if r.benchmark == name]
-    if xs:
-      out[f"{name}_accuracy"] = float(np.mean(xs))
-      out[f"{name}_accuracy_ci"] = list(metrics.bootstrap_interval(xs, seed, resamples,
-                                                                   confidence))
-      out[f"{name}_n"] = len(xs)
+  for name in [b for b in BENCHMARKS if b in groups] + sorted(g for g in groups if "/" in g):
+    xs = groups[name]
+    out[f"{name}_accuracy"] = float(np.mean(xs))
+    out[f"{name}_accuracy_ci"] = list(metrics.bootstrap_interval(xs, seed, resamples,
+                                                                 confidence))
+    out[f"{name}_n"] = len(xs)
   return out

@@ -215,9 +215,9 @@ class Reasoning:
     tick(counts, "seconds/answers", clock)
     out = []
     for x, (reply,) in zip(batch, texts):
-      extracted, correct = reasoning.grade(x.benchmark, reply, x.target)
+      extracted, correct = reasoning.grade(x.benchmark, reply, x.target, x.options)
       out.append(records_lib.ReasoningRecord(x.benchmark, x.id, j, reply, extracted, x.target,
-                                             bool(correct)))
+                                             bool(correct), x.category))
     return out
 
   @staticmethod
@@ -262,6 +262,7 @@ def summary_keys(metrics: dict) -> list[str]:
   names = ("n_problems", "n_dialogues", "pre_solve_rate", "post_solve_rate", "delta_solve_rate",
            "leak_rate", "leak_any_rate", "helpful_rate", "thinking_score", "pedrm_micro",
            "pedrm_macro", "n_examples") + tuple(f"{b}_accuracy" for b in reasoning.BENCHMARKS)
+  names += tuple(sorted(k for k in metrics if k.startswith("wbeb/") and k.endswith("_accuracy")))
   return [k for n in names for k in (n, f"{n}_ci") if k in metrics]
 
 
