@@ -67,6 +67,20 @@ def render(name: str, **variables) -> str:
     raise ValueError(f"prompt {name!r} ({SOURCES[name]}): {e.message}") from None
 
 
+def render_file(path: str, **variables) -> str:
+  """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
+  which pedrl does not ship), with its variables; one missing is an error naming the file."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      template = _ENV.from_string(f.read())
+  except OSError as e:
+    raise ValueError(f"prompt file {path!r}: {e.strerror}") from None
+  try:
+    return template.render(**variables).strip()
+  except jinja2.UndefinedError as e:
+    raise ValueError(f"prompt file {path!r}: {e.message}") from None
+
+
 def chat_ids(tokenizer, messages, add_generation_prompt: bool = True) -> list[int]:
   """Token ids of `messages` ([{"role", "content"}]) in the tokenizer's own chat template."""
   if not getattr(tokenizer, "chat_template", None):
