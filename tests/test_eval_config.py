@@ -4,21 +4,19 @@ import importlib.util
 import os
 
 from absl import flags
-from ml_collections import config_flags
 import pytest
 
+import jobs
 from jobs import ROOT
 from pedrl.experiments import conditions, settings
 
 
 def _settings(variant, **tutor):
-  fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
-  fv(["test", f"--config={os.path.join(ROOT, 'experiments', 'evaluate.py')}:{variant}"])
+  c = jobs.config("evaluate", variant)
   for key, value in tutor.items():  # As --config.tutor.KEY=VALUE would set them.
     section, _, leaf = key.rpartition("__")
-    (fv.config.tutor[section] if section else fv.config.tutor)[leaf] = value
-  return settings.read_settings(fv.config, evaluation=True)  # UnreadKeys if any is unread.
+    (c.tutor[section] if section else c.tutor)[leaf] = value
+  return settings.read_settings(c, evaluation=True)  # UnreadKeys if any is unread.
 
 
 @pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "uco_003",
@@ -56,18 +54,12 @@ REFERENCE_EVALUATION = [
 ]
 
 
-def _get(s, name):
-  for key in name.split("."):
-    s = s[key] if isinstance(s, dict) else getattr(s, key)
-  return s
-
-
 @pytest.mark.parametrize("variant", ["pedagogical_rl", "pedagogical_rl,think", "thinking",
                                      "uco", "uco_003"])
 def test_tutoring_protocols_sample_as_the_reference_evaluation(variant):
   s = _settings(variant)
-  wrong = [(n, _get(s, n), want, where) for n, want, where in REFERENCE_EVALUATION
-           if _get(s, n) != want]
+  wrong = [(n, jobs.setting(s, n), want, where) for n, want, where in REFERENCE_EVALUATION
+           if jobs.setting(s, n) != want]
   assert not wrong, "\n".join(f"{variant}: {n} = {got!r}, reference: {want!r} ({where})"
                                for n, got, want, where in wrong)
   # The split of a raw pool (problems.split=test) is training's (seed 0), not the eval seed's.
@@ -103,10 +95,7 @@ def test_paper_protocols():
 
 
 def _training(config, variant):
-  fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
-  fv(["test", f"--config={os.path.join(ROOT, 'experiments', config)}.py:{variant}"])
-  return settings.read_settings(fv.config, training=True)
+  return settings.read_settings(jobs.config(config, variant), training=True)
 
 
 def _module(config):

@@ -4,10 +4,9 @@ differences-table row it cites exists."""
 import os
 import re
 
-from absl import flags
-from ml_collections import config_flags
 import pytest
 
+import jobs
 from jobs import ROOT
 from pedrl.experiments import settings
 
@@ -32,18 +31,16 @@ def _commands():
 
 
 def _read(job, variant):
-  fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
-  fv(["test", f"--config={os.path.join(ROOT, 'experiments', job)}.py:{variant}"])
+  c = jobs.config(job, variant)
   if job == "evaluate" and "reasoning" in variant:  # Data paths are the user's to give.
     data = os.path.join(ROOT, "testdata", "reasoning")
-    fv.config.eval.reasoning.update(gsm8k_path=f"{data}/gsm8k_sample.jsonl",
+    c.eval.reasoning.update(gsm8k_path=f"{data}/gsm8k_sample.jsonl",
                                     math500_path=f"{data}/math500_sample.jsonl",
                                     mmlu_path=f"{data}/mmlu")
   if job in ("mathtutorbench", "cpa"):  # Their jobs read their own sections.
     from pedrl.experiments import cpa, mathtutorbench
-    return {"mathtutorbench": mathtutorbench, "cpa": cpa}[job].read(fv.config)
-  return settings.read_settings(fv.config, training=job not in ("evaluate", "rollout"),
+    return {"mathtutorbench": mathtutorbench, "cpa": cpa}[job].read(c)
+  return settings.read_settings(c, training=job not in ("evaluate", "rollout"),
                                 evaluation=job == "evaluate")
 
 
