@@ -3,11 +3,13 @@ r"""Evaluating a tutor: the tables of papers 003 (table 2), 001 (table 1) and 00
   python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:tiny --workdir=/tmp/eval
   python -m pedrl.experiments.evaluate --config=experiments/evaluate.py:pedagogical_rl --workdir=/runs/eval_ped \
       --config.tutor.path=/ckpt/tutor --config.student.path=/ckpt/Llama-3.1-8B-Instruct \
-      --config.problems.path=/data/bigmath.jsonl --config.eval.pedrm.path=/ckpt/pedagogical-rewardmodel \
+      --config.problems.path=/data/big_math_rl_verified_filtered_test.jsonl \
+      --config.eval.pedrm.path=/ckpt/pedagogical-rewardmodel \
+      --config.eval.pedrm.system_prompt_file=/data/pedrm_system_prompt.txt \
       --config.rewards.openai.base_url=http://judge:8000/v1
   python -m pedrl.tools.report /runs/eval_ped /runs/eval_base
 
-Protocols (the first item of the variant; `paper` is `pedagogical_rl`):
+Protocols (`paper` is `pedagogical_rl`):
 - `pedagogical_rl`: paper 003 table 2 (and 000 table I's baselines): the published test
   split (rd211/Big-Math-RL-Verified-Filtered `test`, 500 rows as given), one dialogue each,
   K = 8 attempts before and after, the leakage and helpfulness judges on an evaluation judge

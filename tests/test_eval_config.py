@@ -1,6 +1,7 @@
 """The evaluation config's variants: every key read, the papers' protocol values, and each
 training variant's evaluation twin."""
 import importlib.util
+import json
 import os
 
 from absl import flags
@@ -144,3 +145,17 @@ def test_an_agent_tutor_takes_its_cpa_numbers_from_the_config():
   assert (s.tutor_cpa.k, s.tutor_cpa.j, s.tutor_cpa.sim_steps) == (3, 3, 3)  # Paper 002 §4.4.
   with pytest.raises(ValueError, match="tutor.cpa.*k=0 must be at least 1"):
     _settings("tiny", cpa__k=0)
+
+
+def test_a_run_trained_in_other_dialogues_is_told_apart():
+  # What the evaluation job logs when --config.tutor.workdir names a run trained otherwise:
+  # its WORKDIR/config.json (the config as JSON) against the evaluation's settings.
+  trained = json.loads(jobs.config("thinking", "no_think").to_json_best_effort())
+  assert conditions.differences(trained, _settings("thinking,condition=no_think")) == []
+  diffs = conditions.differences(trained, _settings("thinking"))  # Polya, thinking, 4096.
+  assert any(d.startswith("rollout.tutor_prompt: trained 'thinking/tutor_general'")
+             for d in diffs)
+  assert "tutor.max_new_tokens: trained 1024, here 4096" in diffs
+  del trained["rollout"]["thinking"]  # A key an older run did not record: not compared.
+  assert not any("rollout.thinking" in d for d in conditions.differences(
+      trained, _settings("thinking")))

@@ -11,6 +11,7 @@ names the evaluation variant of a run, and a test checks that the two configs' d
 settings are equal for every training variant.
 """
 import dataclasses
+import json
 
 # Paper 001 section 2.5, table 1: thinking, tutor prompt, thinking reward; its method first.
 THINKING = {
@@ -68,3 +69,20 @@ def dialogue_settings(s) -> dict:
   rollout = {k: v for k, v in dataclasses.asdict(s.rollout).items() if k != "seed"}
   return {"rollout": rollout, "tutor.max_new_tokens": s.tutor.max_new_tokens,
           "student.max_new_tokens": s.student.max_new_tokens}
+
+
+def differences(trained_config: dict, s) -> list[str]:
+  """The dialogue settings in which a training run (its WORKDIR/config.json, as a dict)
+  and the run settings `s` differ, as "key: trained X, here Y"; keys one side lacks
+  (a run made before the key existed) are not compared."""
+  ours = dialogue_settings(s)
+  theirs = {"rollout": trained_config.get("rollout", {}),
+            **{k: trained_config.get(k.split(".")[0], {}).get(k.split(".")[1])
+               for k in ours if k != "rollout"}}
+  norm = lambda v: json.loads(json.dumps(v))  # Tuples as the JSON file holds them.
+  out = [f"rollout.{k}: trained {theirs['rollout'][k]!r}, here {v!r}"
+         for k, v in norm(ours["rollout"]).items()
+         if k in theirs["rollout"] and theirs["rollout"][k] != v]
+  out += [f"{k}: trained {theirs[k]!r}, here {ours[k]!r}" for k in ours
+          if k != "rollout" and theirs[k] is not None and theirs[k] != ours[k]]
+  return out
