@@ -44,7 +44,8 @@ SOURCES = {
         ("perceive", "section 3.4 (M1, eq. 5)"), ("generate", "algorithm 1 (GENERATE)"),
         ("simulate", "algorithm 1 (SIMULATE)"), ("evaluate", "section 3.5 (EVALUATE)"),
         ("revise", "algorithm 1 (REVISE)"), ("execute", "section 3.6 (M3, eq. 6)"),
-        ("monitor", "section 3.6 (eq. 7)"), ("finish", "section 3.7 (M4)"))},
+        ("monitor", "section 3.6 (eq. 7)"), ("finish", "section 3.7 (M4)"),
+        ("solve", "section 3.6 (the answer a 'no direct answer' check needs; not in the paper)"))},
     # pedrl's wording of the baselines paper 002 compares with (section 4.3).
     "baselines/cot": "pedrl, after Wei et al. 2022 (chain of thought)",
     "baselines/plan_solve": "pedrl, after Wang et al. 2023 (Plan-and-Solve, its PS+ variant)",
