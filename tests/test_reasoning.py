@@ -128,6 +128,23 @@ def test_accuracy_per_benchmark_with_intervals():
   assert m["math500_accuracy"] == 0.0 and "mmlu_accuracy" not in m
 
 
+def test_mmlu_averages_subjects_as_lighteval():
+  # LightEval reports MMLU as mmlu:_average, the mean of the mmlu:<subject> tasks' accuracies
+  # (logging/info_loggers.py, MetricsLogger.aggregate). Two subjects: 3 of 4 and 0 of 1.
+  rec = lambda subject, i, ok: records_lib.ReasoningRecord("mmlu", f"mmlu/{subject}/{i}", 0, "",
+                                                           None, "A", ok)
+  rs = [rec("anatomy", 0, True), rec("anatomy", 1, True), rec("anatomy", 2, True),
+        rec("anatomy", 3, False), rec("astronomy", 0, False)]
+  m = reasoning.accuracy(rs, seed=0, resamples=500, confidence=0.95)
+  assert m["mmlu_accuracy"] == pytest.approx((0.75 + 0.0) / 2)  # Not 3 / 5.
+  assert m["mmlu_question_accuracy"] == pytest.approx(3 / 5)
+  assert (m["mmlu_n"], m["mmlu_subjects"]) == (5, 2)
+  q = reasoning.accuracy(rs, seed=0, resamples=500, confidence=0.95, mmlu_average="question")
+  assert q["mmlu_accuracy"] == pytest.approx(3 / 5)
+  with pytest.raises(ValueError, match="mmlu_average 'x' is not one of"):
+    settings(mmlu_average="x")
+
+
 def test_real_files(shared_data):
   real = settings(gsm8k_path=shared_data("gsm8k", "test.jsonl"),
                   math500_path=shared_data("math500", "test.jsonl"), benchmarks="gsm8k,math500")

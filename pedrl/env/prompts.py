@@ -75,18 +75,19 @@ def render(name: str, **variables) -> str:
 
 
 def render_file(path: str, **variables) -> str:
-  """A prompt file of the user's (Jinja text, as the named prompts) with its variables."""
+  """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
+  which pedrl does not ship), with its variables; one missing is an error naming the file."""
   try:
     with open(path, encoding="utf-8") as f:
       template = _ENV.from_string(f.read())
   except OSError as e:
-    raise ValueError(f"prompt file {path}: cannot read it ({e.strerror})") from None
+    raise ValueError(f"prompt file {path!r}: {e.strerror}") from None
   except jinja2.TemplateSyntaxError as e:
-    raise ValueError(f"prompt file {path}, line {e.lineno}: {e.message}") from None
+    raise ValueError(f"prompt file {path!r}, line {e.lineno}: {e.message}") from None
   try:
     return template.render(**variables).strip()
   except jinja2.UndefinedError as e:
-    raise ValueError(f"prompt file {path}: {e.message}") from None
+    raise ValueError(f"prompt file {path!r}: {e.message}") from None
 
 
 def chat_ids(tokenizer, messages, add_generation_prompt: bool = True) -> list[int]:

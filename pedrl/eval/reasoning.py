@@ -15,7 +15,9 @@ the same benchmarks on the tutor's own chat template, from local files:
 - MATH500: 0-shot, the problem and an instruction to box the final answer;
   graded by math-verify on the last \\boxed{} (pedrl.env.answers).
 - MMLU: Hendrycks' CSV layout (`dev/*_dev.csv` for shots, `test/*_test.csv`;
-  rows question, A, B, C, D, answer) from a local copy; 5 shots of the same
+  rows question, A, B, C, D, answer) from a local copy, or a TFDS split in the
+  Hugging Face layout (question, subject, choices, answer; the shots from the
+  same dataset's `dev` split); 5 shots of the same
   subject as user/assistant turns; graded by the first standalone A-D letter
   after the last "answer is"/"Answer:", or a reply that opens with a bare letter.
 - WBEB (paper 001 table 2: subject knowledge, pedagogical knowledge, essay
@@ -26,11 +28,16 @@ the same benchmarks on the tutor's own chat template, from local files:
   options lettered A, B, … and the instruction naming the category; graded as
   MMLU over the question's own letters. Accuracy per category and overall.
 
+Every benchmark's data is a local file or a TFDS source (pedrl.env.sources), read
+through the same loaders. MMLU's number is the mean of its subjects' accuracies, as
+LightEval reports it (`mmlu_average`).
+
 Every grader reads the visible reply (`chat.visible_text`: thinking removed).
 
 The instruction wordings are pedrl's own (documented, fixed: changing them
 changes the numbers).
 """
+import collections
 import csv
 import dataclasses
 import os
@@ -39,12 +46,13 @@ import re
 import numpy as np
 from absl import logging
 
-from pedrl.env import answers, chat, problems
+from pedrl.env import answers, chat, problems, sources
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
 from pedrl.eval.mathtutorbench import scoring
 
 BENCHMARKS = ("gsm8k", "math500", "mmlu", "wbeb")
+MMLU_AVERAGES = ("subject", "question")
 MATH_INSTRUCTION = "Solve the problem step by step and write the final answer as \\boxed{answer}."
 MMLU_INSTRUCTION = ("Answer the multiple-choice question about {subject}. End your reply with "
                     "'The answer is X', X being one of A, B, C or D.")
@@ -56,13 +64,18 @@ CHOICE_INSTRUCTION = ("Answer the multiple-choice question ({category}). End you
 class ReasoningSettings:
   """The config's `eval.reasoning` section. benchmarks "": the tutoring protocol runs."""
   benchmarks: str = ""  # Comma-separated, of BENCHMARKS (e.g. "gsm8k,math500,mmlu").
+  # Each benchmark's data: a file (or directory, MMLU) or a tfds:NAME[/CONFIG]:SPLIT source.
   gsm8k_path: str | None = None  # GSM8K test JSONL (question, answer).
   gsm8k_shots_path: str | None = None  # GSM8K train JSONL for the shots.
   gsm8k_shots: int = 4  # Paper 003 table 3.
   math500_path: str | None = None  # MATH500 test JSONL (problem, answer).
-  mmlu_path: str | None = None  # A directory with dev/ and test/ CSVs.
+  mmlu_path: str | None = None  # A directory with dev/ and test/ CSVs, or a TFDS test split.
   mmlu_shots: int = 5  # Paper 003 table 3.
   wbeb_path: str | None = None  # Multiple-choice JSONL (question, options, answer, category).
+  # MMLU's number: the mean of its subjects' accuracies, as LightEval reports it (its
+  # info_loggers.MetricsLogger.aggregate averages the mmlu:<subject> tasks into
+  # mmlu:_average), or the share of all questions ("question").
+  mmlu_average: str = "subject"
   temperature: float = 0.6  # The reference's LightEval runs; 0: greedy.
   top_p: float = 0.95
   max_new_tokens: int = 2048
@@ -76,6 +89,8 @@ class ReasoningSettings:
   def __post_init__(self):
     if self.batch_examples < 1:
       raise ValueError("batch_examples must be positive")
+    if self.mmlu_average not in MMLU_AVERAGES:
+      raise ValueError(f"mmlu_average {self.mmlu_average!r} is not one of {MMLU_AVERAGES}")
     for name in self.names:
       if name not in BENCHMARKS:
         raise ValueError(f"benchmark {name!r} is not one of {BENCHMARKS}")
@@ -103,9 +118,9 @@ def _gsm8k_shot(row: dict) -> list[dict]:
 
 
 def gsm8k(s: ReasoningSettings) -> list[Example]:
-  rows = problems.json_rows(s.gsm8k_path)
+  rows = sources.json_rows(s.gsm8k_path)
   if s.gsm8k_shots_path:
-    shots = problems.json_rows(s.gsm8k_shots_path)[:s.gsm8k_shots]
+    shots = sources.json_rows(s.gsm8k_shots_path)[:s.gsm8k_shots]
   else:
     shots, rows = rows[:s.gsm8k_shots], rows[s.gsm8k_shots:]
     logging.warning("no gsm8k_shots_path: the first %d test rows are the shots, not scored",
@@ -119,7 +134,7 @@ def gsm8k(s: ReasoningSettings) -> list[Example]:
 def math500(s: ReasoningSettings) -> list[Example]:
   return [Example("math500", row.get("unique_id") or f"math500/{i}", (
       {"role": "user", "content": f"{row['problem']}\n\n{MATH_INSTRUCTION}"},), row["answer"])
-      for i, row in enumerate(problems.json_rows(s.math500_path))]
+      for i, row in enumerate(sources.json_rows(s.math500_path))]
 
 
 def _mmlu_rows(path: str) -> list[list[str]]:
@@ -135,29 +150,56 @@ def _mmlu_question(r: list[str]) -> str:
   return r[0] + "\n" + "\n".join(f"{x}. {o}" for x, o in zip("ABCD", r[1:5]))
 
 
+def _mmlu_tfds(source: str) -> dict[str, list[list[str]]]:
+  """{subject: rows} of a TFDS MMLU split (the Hugging Face layout: question, subject,
+  choices, answer as 0-3 or a letter), rows as Hendrycks' CSV has them, in order."""
+  out = {}
+  for n, row in enumerate(sources.json_rows(source), 1):
+    answer, choices = row.get("answer"), row.get("choices")
+    letter = "ABCD"[answer] if isinstance(answer, int) and 0 <= answer < 4 else answer
+    if (not isinstance(row.get("question"), str) or not row.get("subject")
+        or not isinstance(choices, list) or len(choices) != 4 or letter not in tuple("ABCD")):
+      raise DataError(f"{source}, row {n}: not an MMLU row (question, subject, 4 choices, "
+                      "answer)")
+    out.setdefault(row["subject"], []).append([row["question"], *map(str, choices), letter])
+  return out
+
+
+def _mmlu_csv(path: str, kind: str) -> dict[str, list[list[str]]]:
+  """{subject: rows} of Hendrycks' layout: PATH/{kind}/<subject>_{kind}.csv."""
+  folder = os.path.join(path, kind)
+  if not os.path.isdir(folder):
+    raise DataError(f"{path}: no {kind}/ directory of *_{kind}.csv files (MMLU's layout)")
+  suffix = f"_{kind}.csv"
+  return {name[:-len(suffix)]: _mmlu_rows(os.path.join(folder, name))
+          for name in sorted(os.listdir(folder)) if name.endswith(suffix)}
+
+
 def mmlu(s: ReasoningSettings) -> list[Example]:
-  test_dir = os.path.join(s.mmlu_path, "test")
-  if not os.path.isdir(test_dir):
-    raise DataError(f"{s.mmlu_path}: no test/ directory of *_test.csv files (MMLU's layout)")
+  """MMLU's test questions with `mmlu_shots` dev rows of the same subject before each, from
+  Hendrycks' CSV directory or a TFDS split (its shots from the same dataset's `dev` split)."""
+  spec = sources.tfds_split(s.mmlu_path)
+  if spec:
+    tests, dev_source = _mmlu_tfds(s.mmlu_path), f"{sources.TFDS_PREFIX}{spec.name}:dev"
+    devs = _mmlu_tfds(dev_source)
+  else:
+    tests, dev_source = _mmlu_csv(s.mmlu_path, "test"), os.path.join(s.mmlu_path, "dev")
+    devs = _mmlu_csv(s.mmlu_path, "dev") if os.path.isdir(dev_source) else {}
   out = []
-  for name in sorted(os.listdir(test_dir)):
-    if not name.endswith("_test.csv"):
-      continue
-    subject = name[:-len("_test.csv")]
-    dev = os.path.join(s.mmlu_path, "dev", f"{subject}_dev.csv")
-    shots = _mmlu_rows(dev)[:s.mmlu_shots] if os.path.exists(dev) else []
+  for subject, rows in sorted(tests.items()):
+    shots = devs.get(subject, [])[:s.mmlu_shots]
     if len(shots) < s.mmlu_shots:
-      raise DataError(f"{dev}: {len(shots)} dev rows for {s.mmlu_shots} shots")
-    topic = subject.replace("_", " ")
-    instruction = MMLU_INSTRUCTION.format(subject=topic)
+      raise DataError(f"{dev_source}: {len(shots)} dev rows of {subject} for {s.mmlu_shots} "
+                      "shots")
+    instruction = MMLU_INSTRUCTION.format(subject=subject.replace("_", " "))
     context = [m for r in shots for m in (
         {"role": "user", "content": f"{instruction}\n\n{_mmlu_question(r)}"},
         {"role": "assistant", "content": f"The answer is {r[5].strip()}."})]
-    for i, r in enumerate(_mmlu_rows(os.path.join(test_dir, name))):
+    for i, r in enumerate(rows):
       out.append(Example("mmlu", f"mmlu/{subject}/{i}", tuple(context + [
           {"role": "user", "content": f"{instruction}\n\n{_mmlu_question(r)}"}]), r[5].strip()))
   if not out:
-    raise DataError(f"{test_dir}: no *_test.csv files")
+    raise DataError(f"{s.mmlu_path}: no MMLU test questions")
   return out
 
 
@@ -197,7 +239,7 @@ def choice_row(row: dict, where: str) -> tuple[str, list, str, str]:
 
 def wbeb(s: ReasoningSettings) -> list[Example]:
   out = []
-  for i, row in enumerate(problems.json_rows(s.wbeb_path)):
+  for i, row in enumerate(sources.json_rows(s.wbeb_path)):
     question, options, letter, category = choice_row(row, f"{s.wbeb_path}, row {i + 1}")
     letters = _letters(len(options))
     instruction = CHOICE_INSTRUCTION.format(category=category,
@@ -251,19 +293,31 @@ def grade(benchmark: str, reply: str, target: str,
   return got, got == target
 
 
-def accuracy(records, seed: int, resamples: int, confidence: float) -> dict:
+def accuracy(records, seed: int, resamples: int, confidence: float,
+             mmlu_average: str = "subject") -> dict:
   """Per benchmark, and per category of a multiple-choice one (as `wbeb/<category>`):
-  accuracy, its bootstrap interval over examples, and the count."""
-  groups = {}
+  accuracy, its bootstrap interval, and the count. Over questions, but MMLU's by
+  `mmlu_average`: "subject" is the mean of the subjects' accuracies (LightEval's
+  mmlu:_average), its interval resampling subjects; the share of all MMLU questions is
+  also given (`mmlu_question_accuracy`)."""
+  groups = collections.defaultdict(list)
   for r in records:
-    groups.setdefault(r.benchmark, []).append(float(r.correct))
+    groups[r.benchmark].append(r)
     if getattr(r, "category", ""):
-      groups.setdefault(f"{r.benchmark}/{r.category}", []).append(float(r.correct))
+      groups[f"{r.benchmark}/{r.category}"].append(r)
   out = {}
   for name in [b for b in BENCHMARKS if b in groups] + sorted(g for g in groups if "/" in g):
-    xs = groups[name]
+    mine = groups[name]
+    xs = [float(r.correct) for r in mine]
+    if name == "mmlu" and mmlu_average == "subject":
+      out["mmlu_question_accuracy"] = float(np.mean(xs))
+      by_subject = collections.defaultdict(list)
+      for r in mine:  # Ids are mmlu/<subject>/<row>.
+        by_subject[r.example_id.split("/")[1]].append(float(r.correct))
+      xs = [float(np.mean(v)) for v in by_subject.values()]
+      out["mmlu_subjects"] = len(xs)
     out[f"{name}_accuracy"] = float(np.mean(xs))
     out[f"{name}_accuracy_ci"] = list(metrics.bootstrap_interval(xs, seed, resamples,
                                                                  confidence))
-    out[f"{name}_n"] = len(xs)
+    out[f"{name}_n"] = len(mine)
   return out
