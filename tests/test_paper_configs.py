@@ -11,6 +11,7 @@ from absl import app, flags
 from ml_collections import config_flags
 import pytest
 
+import jobs
 from jobs import ROOT
 from pedrl.env import problems
 from pedrl.experiments import common, settings, train
@@ -18,10 +19,7 @@ from pedrl.rewards import oracle, template
 
 
 def _config(arg):
-  fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
-  fv(["test", f"--config={os.path.join(ROOT, 'experiments', arg)}"])
-  return fv.config
+  return jobs.config(*arg.split(".py:"))
 
 
 def _settings(arg):
