@@ -9,8 +9,8 @@ The data workdir is pedrl.experiments.baseline_data's (experiments/baselines.py)
 the tutor, and the frozen reference, is the one that made it unless
 --config.tutor.path names another. Variants: `paper` (A.3: batch 32, learning
 rate 2e-7, 1 epoch, "all settings follow the original MDPO paper": β = 0.1 and
-a cosine schedule with 3% warm-up, Xiong et al. 2025) and `tiny` (the testdata
-tutor on a CPU, a few steps over the tiny pairs).
+a cosine schedule with 3% warm-up, pedrl's reading of Xiong et al. 2025) and
+`tiny` (the testdata tutor on a CPU, a few steps over the tiny pairs).
 """
 from pedrl.experiments import base_config, variants
 from pedrl.rl import dpo
@@ -20,8 +20,11 @@ VARIANTS = dict(tiny=bool)
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
-  # Paper 003 A.3: batch 32, lr 2e-7, 1 epoch. Xiong et al. 2025 (M-DPO): η = 0.1
-  # (DPOObjective.beta), cosine decay after a linear warm-up over 3% of the updates.
+  # Paper 003 A.3: batch 32, lr 2e-7, 1 epoch, the rest "as the MDPO paper". pedrl's
+  # reading of Xiong et al. 2025 (M-DPO), not yet checked against its text: η = 0.1
+  # (DPOObjective.beta; also the default of TRL's DPOTrainer, which the M-DPO code adapts,
+  # per its README) and cosine decay after a linear warm-up over 3% of the updates
+  # (train.beta, train.warmup_fraction).
   c = base_config.offline_config(dpo.DPOObjective, batch=32, epochs=1, lr=2e-7,
                                  lr_schedule="cosine", warmup_fraction=0.03)
   if v.tiny:
