@@ -11,8 +11,8 @@ Splits: `train` / `test` are pedrl's deterministic split of a raw pool (paper
 003's filter first, by default); `all` the rows loaded; `published` a test
 split as it was released (rd211/Big-Math-RL-Verified-Filtered's `test`, 500
 rows, what the reference's eval.py evaluates): read as given, in order, no
-filter, no de-duplication, no reshuffle, its first `n_test` rows; a file that
-is not that shape is an error naming it.
+filter, no reshuffle, exactly `n_test` rows, each problem once; a file that is
+not that shape is an error naming it.
 """
 import dataclasses
 import hashlib
@@ -50,7 +50,7 @@ class ProblemSettings:
   filter: bool = True  # Paper 003: one numeric answer, Llama-8B solve rate in [0.01, 0.60].
   split: str = "test"  # One of SPLITS (paper 003: 10,000 train / 500 test).
   n_train: int = 10_000
-  n_test: int = 500  # Also the rows the published split takes (eval.py's max_val_examples).
+  n_test: int = 500  # Also the rows the published split has (eval.py's max_val_examples).
   limit: int = 0  # > 0: only the first `limit` problems of the split.
   # The seed of the train/test split; None: the job's seed. An evaluation must split as its
   # training run did (the training configs' seed is 0), whatever seed it samples with.
@@ -157,14 +157,21 @@ def _published(row: dict) -> Problem:
 
 
 def load_published(path: str, n: int = 500):
-  """The released test split as given: its first `n` rows in order, every one a BigMath row
-  with the dataset's fields; DataError naming the source when it has fewer rows or a bad
-  one (nothing is skipped, filtered, de-duplicated or reordered)."""
+  """The released test split as given: its `n` rows in order, every one a BigMath row with
+  the dataset's fields; DataError naming the source when it has another number of rows
+  (another file: rd211's `train` split has 10,000), a bad row, or a problem twice (records
+  key a dialogue by its problem). Nothing is skipped, filtered or reordered."""
   rows, report = _load(path, _published, "fatal")
-  if len(rows) < n:
+  if len(rows) != n:
     raise DataError(f"{path}: {len(rows)} rows, but the published test split has {n} "
-                    "(problems.n_test); is this the released test split?")
-  return rows[:n], report
+                    "(problems.n_test); is this the released test split? (fewer problems: "
+                    "problems.limit)")
+  first = {}
+  for number, p in enumerate(rows, 1):
+    if first.setdefault(p.id, number) != number:
+      raise DataError(f"{path}: row {number} repeats row {first[p.id]}'s problem (id {p.id}): "
+                      "an evaluation keys its dialogues by problem")
+  return rows, report
 
 
 def load_gsm8k(path: str, on_error: str = "skip"):
