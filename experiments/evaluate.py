@@ -35,8 +35,9 @@ Ped-RM, 4 problems of the testdata published-split sample; under 2 minutes on a 
 Every tutoring protocol samples as paper 003's reference evaluation does (eth-lre/
 PedagogicalRL @ bae10cd, config/eval.py and config/eval/*.yaml; `reference_evaluation`
 below). The tutor under test: --config.tutor.path (a Hugging Face directory),
---config.tutor.workdir [--config.tutor.step] (a pedrl training run) or
---config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
+--config.tutor.workdir [--config.tutor.step] (a pedrl training run; the evaluation stops
+with one line if any of its problems is one the run trained on, pedrl.experiments.trained_on)
+or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.cpa.agent import CPASettings

@@ -106,7 +106,18 @@ def jax_leaves(tree):
 
 
 @pytest.mark.job
-def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(sft_run, tmp_path):
+def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(data, sft_run, tmp_path):
+  # The run's training problems are its data's: the subset the dialogues were sampled on.
+  from pedrl.env import problems
+  from pedrl.experiments import trained_on
+  record = trained_on.read(str(sft_run))
+  assert record == trained_on.read(str(data[0])) and len(record.ids) == 4
+  pool = problems.load(problems.ProblemSettings(path="testdata/problems/bigmath_sample.jsonl",
+                                                split="all", filter=False))[0]
+  assert record.ids < {p.id for p in pool[:8]}  # baselines.py:tiny's 8 rows.
+  with pytest.raises(problems.DataError, match=f"4 of the 25 problems of pool are training "
+                                               f"problems of {sft_run}"):
+    trained_on.check_disjoint(str(sft_run), pool, "pool")
   r = _run("evaluate", tmp_path / "eval", f"--config.tutor.workdir={sft_run}",
            "--config.problems.limit=2", "--config.eval.samples_per_problem=1")
   assert r.returncode == 0, r.stderr[-3000:]

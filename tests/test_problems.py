@@ -128,8 +128,36 @@ def test_published_split_is_read_as_given(tmp_path):
     P.load(_published(path=write("bare.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}])))
 
 
+def test_published_train_split_is_the_file_as_given(tmp_path):
+  """The released training split (rd211's `train`): every row, in order, duplicates and rows
+  the filter would drop included, nothing held out (pedrl's `train` split of the same file
+  would hold out n_test of them and de-duplicate)."""
+  rows = [{"problem": f"What is {i} + 2?", "answer": str(i + 2), "source": "orca_math",
+           "domain": ["Mathematics -> Arithmetic"], "llama8b_solve_rate": 0.3}
+          for i in range(12)]
+  rows[2] = dict(rows[2], llama8b_solve_rate=0.95)  # Outside [0.01, 0.60].
+  rows[5] = rows[4]  # The same problem twice.
+  path = tmp_path / "train.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  given = dict(path=str(path), split="published_train", filter=False, on_error="fatal")
+  got, report = P.load(P.ProblemSettings(**given), seed=3)
+  assert [p.problem for p in got] == [r["problem"] for r in rows]
+  assert report.rows == 12 and not report.skipped
+  assert [p.problem for p in P.load(P.ProblemSettings(**given, limit=3))[0]] == [
+      r["problem"] for r in rows[:3]]
+  own, _ = P.load(P.ProblemSettings(path=str(path), split="train", n_test=4), seed=3)
+  assert len(own) == 6  # 12 rows, one twice, one filtered out, 4 held out.
+  with pytest.raises(ValueError, match="split='published_train' reads a released split as "
+                                       "given: it needs format='bigmath', filter=False"):
+    P.ProblemSettings(path=str(path), split="published_train")
+  path.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}) + "\n")
+  with pytest.raises(P.DataError, match="train.jsonl: row 1: not a row of the published split"):
+    P.load(P.ProblemSettings(**given))
+
+
 def test_published_split_settings_refuse_what_they_would_ignore():
-  with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
+  with pytest.raises(ValueError, match="split='published' reads a released split as given: it "
+                                       "needs format='bigmath', filter=False and on_error"):
     _published(filter=True)
   with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
     _published(on_error="skip")

@@ -17,6 +17,8 @@ the workdir's last writes
   WORKDIR/pairs.jsonl       preference pairs (pedrl.rl.offline_data.PreferencePair)
   WORKDIR/accepted.jsonl    accepted dialogues, deduplicated (AcceptedDialogue)
   WORKDIR/summary.json      the counts, also printed (key=value)
+  WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
+                            (pedrl.experiments.trained_on)
 
 with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
 ties dropped; accepted = every judge accepted, one per problem and tutor text.
@@ -34,7 +36,8 @@ from pedrl import cli, distributed, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.shards import jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.experiments import settings as settings_lib, sharded, trained_on
+from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exits_cleanly, judges_protocol, load_party, load_problems,
                                       read_settings, solver_party)
@@ -126,6 +129,7 @@ class ScoredRollouts:
     summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
     shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    trained_on.record(workdir, self.items, self.s.problems.path)
     return summary
 
 
