@@ -236,6 +236,25 @@ def test_a_labeller_returning_garbage_is_counted_not_filled():
   assert (praise.count, praise.n) == (2, 2)  # Failures are in no share's denominator.
 
 
+def test_a_label_beats_an_earlier_failure_whichever_shard_file_holds_them(tmp_path):
+  """A failure under 2 shards, retried and labelled under 3: the label's file sorts first
+  (shard-00000-of-00003 < shard-00001-of-00002), yet the cache gives the label."""
+  store = labelling.LabelStore(str(tmp_path))
+  text_ = "Let's add the two numbers."
+  k = labelling.key(text_)
+  store.append([labelling.LabelRow(k, text_, None, "parse_failures", "lorem")], 1, 2)
+  store.append([labelling.LabelRow(k, text_, 50)], 0, 3)
+  assert sorted(os.listdir(tmp_path)) == ["shard-00000-of-00003.jsonl",
+                                          "shard-00001-of-00002.jsonl"]
+  cache = store.read()
+  assert (cache[k].label, cache[k].cause) == (50, None)
+  assert labelling.pending([text_], cache, labelling.shard_of(k, 3), 3,
+                           retry_failures=True) == []
+  # Within one file the later row wins: a relabelled text keeps its newest label.
+  store.append([labelling.LabelRow(k, text_, 12)], 0, 3)
+  assert store.read()[k].label == 12
+
+
 def test_an_openai_labeller_sends_max_completion_tokens_and_counts_failures(monkeypatch):
   monkeypatch.setenv("PEDRL_TEST_LABEL_KEY", "sk-test-not-a-secret")
   monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
