@@ -309,6 +309,26 @@ def test_runs_and_bad_workdirs_are_named(tmp_path):
     responses.load("A", str(tmp_path))
 
 
+def test_a_baseline_data_workdir_gives_its_dialogues_and_no_evaluation(tmp_path):
+  """baseline_data shards as the evaluations do (kind `baselines`) and writes dialogues.jsonl:
+  the analysis reads that file; the report refuses the workdir with one line."""
+  from pedrl.env import dialogue as dialogue_lib
+  from pedrl.eval import shards
+  from pedrl.tools import report
+  workdir = tmp_path / "baselines"
+  status = {"protocol": {"kind": "baselines", "num_shards": 1}, "finished": True}
+  shards.write_json(shards.status_path(str(workdir), 0, 1), status)
+  (workdir / "shards" / "records-00000-of-00001.jsonl").write_text("")
+  d = Dialogue(problem_id="p0", problem="What is 12 + 30?", answer="42", scenario="guided",
+               rollout=0, messages=[Message(TUTOR, "Great job! What is 12 + 30?"),
+                                    Message(STUDENT, "42")])
+  dialogue_lib.save_jsonl([d], str(workdir / "dialogues.jsonl"), mode="w")
+  assert [r.visible for r in responses.load("A", str(workdir))] == ["Great job! What is 12 + 30?"]
+  with pytest.raises(shards.ShardError, match=rf"{workdir}: not an evaluation workdir \(its "
+                                              r"shards are a 'baselines' job's"):
+    report.report([str(workdir)], str(tmp_path / "out"))
+
+
 # -- Data views --------------------------------------------------------------------------------
 
 def test_solve_rate_buckets_and_the_dataset_table():
