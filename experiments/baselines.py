@@ -26,6 +26,9 @@ def get_config(arg: str = "paper"):
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   base_config.released_training_split(c)
   c.baselines = settings.section(settings.BaselineDataSettings)
+  # A.3 ranks a pair by r(D) but names no λ: pedrl scores with the reward of table 2's
+  # default run, r_sol + soft penalty λ = 0.75 + the template rewards (RewardSettings'
+  # defaults; --config.rewards.lam, --config.rewards.components to change).
   if not v.tiny:  # Section 5.4: the training judge is a local Qwen2.5-14B-Instruct.
     c.rewards.judge_backend = "local"
     c.rollout.thinking = False  # The untrained Qwen2.5 tutor of table 2's SFT and MDPO rows.

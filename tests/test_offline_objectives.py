@@ -149,6 +149,24 @@ def test_accepted_dialogues_are_deduplicated_by_tutor_text_within_a_problem():
                                        accepted=2, duplicates=2)  # Same tutor text in each.
 
 
+def test_the_sft_set_from_pairs_keeps_accepted_dialogues_in_a_pair_once():
+  """sft_source=pairs: group 0's accepted dialogues 0, 2 and 3 are each in pairs (1 is a
+  judge's reject); group 1's rewards all tie, so it has no pair and gives none."""
+  texts = lambda u: ("Hi", f"Step {u}?")  # Distinct tutor texts: no duplicates by text.
+  d = lambda u, r, ped=1.0: _dialogue(u, r, r_ped=ped, tutor=texts(u), problem=f"p{u // 4}")
+  dialogues = [d(0, 1.0), d(1, 0.5, ped=0.0), d(2, 0.2), d(3, 1.0),  # 0 and 3 tie.
+               d(4, 0.7), d(5, 0.7), d(6, 0.7), d(7, 0.7, ped=0.0)]  # All tie: no pair.
+  pairs, every, _ = offline_data.build(dialogues, group_size=4)
+  assert {(p.chosen, p.rejected) for p in pairs} == {(0, 1), (0, 2), (1, 2), (3, 1), (3, 2)}
+  assert [a.uid for a in every] == [0, 2, 3, 4, 5, 6]  # Every accepted dialogue.
+  _, from_pairs, counts = offline_data.build(dialogues, group_size=4, sft_source="pairs")
+  # Accepted (not 1) and in a pair, each once though 0, 2 and 3 are in several; none of
+  # group 1, whose rewards all tie.
+  assert [a.uid for a in from_pairs] == [0, 2, 3] and counts.accepted == 3
+  with pytest.raises(ValueError, match="sft_source='chosen' is not one of"):
+    offline_data.build(dialogues, group_size=4, sft_source="chosen")
+
+
 def test_thinking_mask_covers_a_turn_up_to_its_last_think_close(testdata):
   from pedrl.tokenizer import load_tokenizer
   tok = load_tokenizer(testdata("qwen2"))

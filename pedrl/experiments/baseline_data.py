@@ -21,7 +21,8 @@ the workdir's last writes
                             (pedrl.experiments.trained_on)
 
 with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
-ties dropped; accepted = every judge accepted, one per problem and tutor text.
+ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
+dialogue, or with baselines.sft_source=pairs of those in pairs).
 """
 import dataclasses
 import json
@@ -122,7 +123,8 @@ class ScoredRollouts:
     """Writes the dialogues, pairs, accepted dialogues and summary of every shard."""
     records, _, counts = shards.gather(workdir, offline_data.ScoredDialogue)
     dialogues = [r.dialogue for r in records]
-    pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin)
+    pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin,
+                                                  self.b.sft_source)
     dialogue_lib.save_jsonl(dialogues, os.path.join(workdir, offline_data.DIALOGUES), mode="w")
     offline_data.save(pairs, os.path.join(workdir, offline_data.PAIRS))
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
