@@ -139,6 +139,9 @@ def test_reasoning_protocol():
   r = _settings("tiny,reasoning").reasoning  # Paper 003 table 3 and its LightEval sampling.
   assert r.names == ("gsm8k", "math500", "mmlu")
   assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)
+  # The reference README's LightEval command: max_new_tokens:8192 (tiny cuts it to 24).
+  paper = jobs.config("evaluate", "reasoning").eval.reasoning
+  assert (paper.max_new_tokens, paper.temperature, paper.top_p) == (8192, 0.6, 0.95)
 
 
 def test_wbeb_protocol():
