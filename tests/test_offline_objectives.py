@@ -146,7 +146,23 @@ def test_accepted_dialogues_are_deduplicated_by_tutor_text_within_a_problem():
   pairs, accepted, counts = offline_data.build(group, group_size=2)
   assert [(p.group, p.chosen, p.rejected) for p in pairs] == [(0, 0, 1)]
   assert counts == offline_data.Counts(problems=2, dialogues=4, dropped=0, pairs=1, ties=1,
-                                       accepted=2, duplicates=2)  # Same tutor text in each.
+                                       accepted=2, duplicates=2, filled=0)  # Same tutor text.
+
+
+def test_a_decision_a_failure_policy_filled_in_accepts_no_dialogue():
+  """on_judge_failure=accept fills an unparsed judge's decision with OK (Verdict.filled):
+  r_ped = 1, yet no judge accepted it; it stays out of the SFT set, counted."""
+  judged = _dialogue(0, 0.5)
+  judged.judgement = Verdict(decisions={"leakage": [True, True], "helpfulness": [True, True]},
+                             scores={}, r_ped=1.0,
+                             filled={"leakage": [False, False], "helpfulness": [False, False]})
+  filled = _dialogue(1, 0.5, tutor=("Hi", "How?"))
+  filled.judgement = Verdict(decisions={"leakage": [True, True], "helpfulness": [True, True]},
+                             scores={}, r_ped=1.0,
+                             filled={"leakage": [False, True], "helpfulness": [False, False]})
+  assert offline_data.is_accepted(judged) and not offline_data.is_accepted(filled)
+  _, accepted, counts = offline_data.build([judged, filled], group_size=2)
+  assert [a.uid for a in accepted] == [0] and (counts.accepted, counts.filled) == (1, 1)
 
 
 def test_the_sft_set_from_pairs_keeps_accepted_dialogues_in_a_pair_once():

@@ -11,7 +11,9 @@ reward and make no pair. Pairs are listed by group, then by the two dialogues'
 rollout indices.
 
 Accepted dialogues (SFT): those every pedagogical judge accepted (r_ped = 1),
-deduplicated by tutor text: within a problem, dialogues whose tutor turns are
+each decision a judge's own (a value a judge failure policy filled in,
+on_judge_failure=accept, is no judge's acceptance: such dialogues are left out and
+counted), deduplicated by tutor text: within a problem, dialogues whose tutor turns are
 the same texts, as sampled (thinking included, whitespace at their ends
 stripped), are one; the first by uid is kept and carries the number dropped.
 The same tutor text under another problem is not a duplicate: its context differs.
@@ -92,6 +94,7 @@ class Counts:
   ties: int  # Pairs of a group whose rewards do not differ by more than min_margin.
   accepted: int  # After deduplication.
   duplicates: int  # Accepted dialogues removed as duplicates.
+  filled: int  # r_ped = 1 with a decision a judge failure policy filled in: left out.
 
 
 def _reward(d: Dialogue) -> float | None:
@@ -114,10 +117,21 @@ def group_pairs(group, group_number: int, min_margin: float = 0.0) -> tuple[list
   return pairs, ties
 
 
-def is_accepted(d: Dialogue) -> bool:
-  """Every pedagogical judge accepted it (paper 003 eq. 3: r_ped = 1)."""
+def _passes(d: Dialogue) -> bool:
+  """r_ped = 1 (paper 003 eq. 3), however its decisions came about."""
   return (not d.dropped and d.judgement is not None and d.judgement.r_ped is not None
           and d.judgement.r_ped >= 1.0)
+
+
+def has_filled_decision(d: Dialogue) -> bool:
+  """A decision of the dialogue's verdict was filled in by a judge failure policy."""
+  v = d.judgement
+  return v is not None and any(any(v.filled.get(name, ())) for name in v.decisions)
+
+
+def is_accepted(d: Dialogue) -> bool:
+  """Every pedagogical judge accepted it (r_ped = 1), each by its own reply."""
+  return _passes(d) and not has_filled_decision(d)
 
 
 def tutor_text(d: Dialogue) -> tuple:
@@ -164,7 +178,8 @@ def build(dialogues, group_size: int, min_margin: float = 0.0,
     duplicates += n
   counts = Counts(problems=len(groups), dialogues=len(dialogues),
                   dropped=sum(d.dropped for d in dialogues), pairs=len(pairs), ties=ties,
-                  accepted=len(accepted), duplicates=duplicates)
+                  accepted=len(accepted), duplicates=duplicates,
+                  filled=sum(_passes(d) and has_filled_decision(d) for d in dialogues))
   return pairs, accepted, counts
 
 
