@@ -100,6 +100,27 @@ def test_sft_killed_and_resumed_ends_with_the_uninterrupted_weights(data, sft_ru
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.job
+def test_sft_resumed_with_another_length_is_refused(data, sft_run, tmp_path):
+  """The run's length sets its cosine schedule: a resume with other epochs or steps would
+  jump along it. One line, before any step (in process, on a copy of the 3-epoch run)."""
+  import shutil
+  from pedrl import paths
+  from pedrl.experiments import offline, sft as sft_job
+  from pedrl.rl import checkpoint
+  run = tmp_path / "run"
+  shutil.copytree(sft_run, run)
+  for key, value in (("epochs", 4), ("steps", 8)):
+    c = paths.load_config("sft.py", "tiny")
+    c.data.workdir = str(data[0])
+    c.train[key] = value
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=rf"the run was started with {key}={3 if key == 'epochs' else 0}, "
+                             rf"this config has {value}; resuming would change its data order "
+                             r"or schedule"):
+      offline.build(c, sft_job.SFT(), str(run))
+
+
 def jax_leaves(tree):
   import jax
   return [np.asarray(x) for x in jax.tree.leaves(tree)]

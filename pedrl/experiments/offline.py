@@ -148,7 +148,10 @@ class OfflineTrainer(loop.Loop):
     self.ref_params = jax.tree.map(jnp.copy, tutor.params) if method.reference else None
 
   def data_meta(self) -> dict:
-    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id}
+    # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
+    # and warm-up over every update): a resume with others would jump along it.
+    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id,
+            "epochs": self.s.epochs, "steps": self.s.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
