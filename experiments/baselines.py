@@ -25,6 +25,9 @@ def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   base_config.released_training_split(c)
+  # pedrl's own split of a pool (problems.split=train) is the training configs' (seed 0),
+  # whatever --config.seed draws the 30%.
+  c.problems.split_seed = 0
   c.baselines = settings.section(settings.BaselineDataSettings)
   # A.3 ranks a pair by r(D) but names no λ: pedrl scores with the reward of table 2's
   # default run, r_sol + soft penalty λ = 0.75 + the template rewards (RewardSettings'

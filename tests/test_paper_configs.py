@@ -232,6 +232,8 @@ def test_paper_003_baselines_data_sft_and_mdpo():
       ("b.fraction", 0.3, "A.3: we sample 30% of the full dataset"),
       ("s.job.group_size", 8, "A.3: 8 rollouts (conversations) per problem"),
       ("s.problems.split", "published_train", "A.3: of the training problems (5.2's, released)"),
+      # pedrl's own split (problems.split=train) as the RL runs', whatever seed draws the 30%.
+      ("s.problems.split_seed", 0, "pedrl: the training configs' split seed"),
       ("b.min_margin", 0.0, "A.3: pairs with r(D_acc) > r(D_rej)"),
       ("s.rewards.components", "r_sol:1,pedagogy:1,template:1", "scored with the rewards, eq. 4"),
       ("s.judging.judge_backend", "local", "5.4: the training judge, Qwen2.5-14B-Instruct"),
