@@ -113,12 +113,26 @@ def test_chi_square_and_cramers_v_equal_the_hand_formulas_and_scipy():
     significance.chi_square([[0, 5], [0, 7]])
 
 
-def test_table_8_praise_nothink_vs_ped_is_recovered_from_the_papers_numbers():
-  """Paper 001: praise is 11.76% of NoThink's sentences and 5.78% of Ped.*'s (table 11);
-  table 8 reports χ²(1) = 1114.37, φ = .098. It gives no per-condition counts: the n its
-  row implies is χ² / φ² = 116,032, and its two numbers agree when NoThink holds 23.33% of
-  those sentences (27,071; φ depends on that split alone). The table built from them must
-  give the paper's χ² and φ."""
+def test_table_8_is_pearsons_chi_square_without_yates_correction():
+  """Table 8's 2×2 comparisons by hand on a small table, where Pearson's χ² and Yates'
+  corrected one differ by a third: n (ad − bc)² / (row and column sums) = 20·50² / 9900 =
+  5.0505, Yates' n (|ad − bc| − n/2)² / … = 20·40² / 9900 = 3.2323; φ = 50 / √9900; the
+  χ²(1) p-value erfc(√(χ²/2)) (0.0246; Yates' would be 0.0720)."""
+  got = significance.chi_square([[8, 2], [3, 7]])
+  assert got.chi2 == pytest.approx(50_000 / 9_900, rel=1e-9)
+  assert abs(got.chi2 - 32_000 / 9_900) > 1.8  # Not the corrected statistic.
+  assert got.effect == pytest.approx(50 / math.sqrt(9_900), rel=1e-9) and got.effect_name == "φ"
+  assert got.p == pytest.approx(math.erfc(math.sqrt(50_000 / 9_900 / 2)), rel=1e-9)
+  assert got.df == 1 and got.n == 20
+
+
+def test_table_8_praise_nothink_vs_ped_is_consistent_with_the_papers_numbers():
+  """A consistency check, not a proof of the statistic (the n and split below are fitted to
+  the paper's χ² and φ, and Yates' correction moves χ² at this n by 3e-4 only): paper 001
+  gives praise as 11.76% of NoThink's sentences and 5.78% of Ped.*'s (table 11), and table
+  8 χ²(1) = 1114.37, φ = .098, without counts. The n its row implies is χ² / φ² = 116,032;
+  its two numbers agree when NoThink holds 23.33% of those sentences (27,071; φ depends on
+  that split alone). The table built from them gives the paper's χ² and φ."""
   n_nothink, n_ped = 27_071, 88_961
   praise = [round(0.1176 * n_nothink), round(0.0578 * n_ped)]
   table = [[praise[0], n_nothink - praise[0]], [praise[1], n_ped - praise[1]]]
