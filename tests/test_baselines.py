@@ -51,14 +51,33 @@ def test_baseline_data_writes_typed_pairs_and_accepted_dialogues(data):
   pairs = offline_data.load(str(workdir / "pairs.jsonl"), offline_data.PreferencePair)
   accepted = offline_data.load(str(workdir / "accepted.jsonl"), offline_data.AcceptedDialogue)
   assert (len(pairs), len(accepted)) == (summary["pairs"], summary["accepted"])
-  # The sets are what the rules make of the dialogues written, each with its rewards.
-  want = offline_data.build(list(dialogues.values()), group_size=2)
-  assert (pairs, accepted) == want[:2] and summary["ties"] == want[2].ties
-  for p in pairs:
-    chosen, rejected = dialogues[p.chosen], dialogues[p.rejected]
-    assert chosen.rewards.total == p.chosen_reward > p.rejected_reward == rejected.rewards.total
-    assert chosen.uid // 2 == rejected.uid // 2 == p.group and chosen.problem_id == p.problem_id
-  assert all(dialogues[a.uid].judgement.r_ped == 1.0 for a in accepted)
+  # The sets, derived here from A.3's rules and the dialogues written (not by
+  # offline_data.build): G = 2, so a problem (uids 2g, 2g + 1) gives one pair when its two
+  # rewards differ, the higher chosen, else a tie; the accepted ones are those every judge
+  # accepted by its own reply, one per problem and tutor text.
+  groups = {}
+  for d in dialogues.values():
+    groups.setdefault(d.uid // 2, []).append(d)
+  assert sorted(groups) == [0, 1, 2, 3] and all(len(g) == 2 for g in groups.values())
+  want_pairs, ties = [], 0
+  for g, (a, b) in sorted(groups.items()):
+    assert a.problem_id == b.problem_id and not (a.dropped or b.dropped)
+    if a.rewards.total == b.rewards.total:
+      ties += 1
+      continue
+    win, lose = sorted((a, b), key=lambda d: -d.rewards.total)
+    want_pairs.append((a.problem_id, g, win.uid, lose.uid, win.rewards.total, lose.rewards.total))
+  assert [(p.problem_id, p.group, p.chosen, p.rejected, p.chosen_reward, p.rejected_reward)
+          for p in pairs] == want_pairs and summary["ties"] == ties
+  seen, want_accepted = set(), []
+  for d in sorted(dialogues.values(), key=lambda d: d.uid):
+    v = d.judgement
+    own = all(x is False for name in v.decisions for x in v.filled.get(name, []))
+    text_ = (d.problem_id, tuple(m.raw.strip() for m in d.messages if m.role == "tutor"))
+    if v.r_ped == 1.0 and own and text_ not in seen:
+      seen.add(text_)
+      want_accepted.append((d.uid, d.rewards.total))
+  assert [(a.uid, a.reward) for a in accepted] == want_accepted
 
 
 @pytest.mark.job
