@@ -1,6 +1,7 @@
 """The offline baselines' pieces against independent references: the DPO loss and gradient
 by hand, SFT's loss against transformers, the pairs and the deduplication of hand-made
-groups, the thinking mask against the tokenizer, and a DPO step on 8 devices against one."""
+groups, the thinking mask against the tokenizer, and a DPO and an SFT step on 8 devices
+against one."""
 import math
 
 import jax
@@ -212,19 +213,17 @@ def _pairs(model, params):
                    lambda t, a: logp(t, a) - shift(t.shape[0]))
 
 
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
-def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
-  """DPO's pair rows ([N, 2, T], filler pairs marked invalid) through the shared update;
-  SFT's rows are GRPO's tutor sequences, whose mesh step test_grpo compares."""
+def _mesh_step_equals_one_device_step(model, params, batch, objective,
+                                     mesh=dict(data=1, fsdp=2, tensor=4)) -> tuple:
+  """One update of `batch` on one device and on a mesh of 8 (by default 2 FSDP × 4 tensor
+  shards): the same weights; (metrics on one device, on the mesh)."""
   from pedrl import sharding
-  model, params = tiny
-  batch, objective = _pairs(model, params), dpo.DPOObjective(beta=0.1, micro_batch=1)
   # A large eps keeps Adam's first step linear in the gradient (see test_grpo).
   opt = update.make_optimizer(update.lr_schedule(1e-3, "cosine", 10), eps=1.0)
   start = jax.tree.map(jnp.copy, params)
   want, _, want_m = update.train_step(model, start, update.init_optimizer(opt, start), opt,
                                       batch, objective)
-  mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)  # 2 micro-batches of 2, one row filled.
+  mesh = sharding.make_mesh(**mesh)
   start = jax.device_put(jax.tree.map(jnp.copy, params), sharding.param_shardings(params, mesh))
   got, _, got_m = update.train_step(model, start, update.init_optimizer(opt, start), opt, batch,
                                     objective, mesh)
@@ -233,7 +232,29 @@ def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
   assert not bool(want_m["skipped"]) and want_m["grad_norm"] > 0
   for k in want_m:
     assert got_m[k] == pytest.approx(want_m[k], rel=1e-4, abs=1e-6), k
+  return want_m, got_m
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
+  """DPO's pair rows ([N, 2, T], filler pairs marked invalid) through the shared update."""
+  model, params = tiny  # On 2 FSDP shards: 2 micro-batches of 2 pairs, one pair filled.
+  want_m, got_m = _mesh_step_equals_one_device_step(
+      model, params, _pairs(model, params), dpo.DPOObjective(beta=0.1, micro_batch=1))
   assert want_m["pairs"] == got_m["pairs"] == 3  # Each pair once, whatever the filler rows.
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_an_sft_step_on_the_mesh_equals_the_single_device_step(tiny):
+  """SFT's sequence rows (3 of different lengths, filler rows with no counted token) and
+  its per-token mean, whose divisor is the whole batch's count on every shard; on 8 batch
+  shards (2 data × 4 FSDP), which compiles faster than a tensor-parallel mesh."""
+  model, params = tiny
+  batch = batch_lib.from_sequences(_sequences())
+  want_m, got_m = _mesh_step_equals_one_device_step(model, params, batch,
+                                                    sft.SFTObjective(micro_batch=2),
+                                                    dict(data=2, fsdp=4, tensor=1))
+  assert want_m["tutor_tokens"] == got_m["tutor_tokens"] == batch.loss_mask.sum()
 
 
 # -- Bad input, before any model loads ---------------------------------------------------------
