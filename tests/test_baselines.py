@@ -184,3 +184,23 @@ def test_mdpo_raises_the_margin_and_accuracy_on_its_pairs(data, tmp_path):
   assert last["rewards/margins"] > 0.5 and last["rewards/accuracies"] == 1.0
   assert last["loss"] < first["loss"] and last["rewards/chosen"] > last["rewards/rejected"]
   assert f"rewards/accuracies={last['rewards/accuracies']}" in r.stdout
+  # Resumed (in process), the run continues from its last checkpoint's weights, with the
+  # frozen reference still the initial tutor's, not the restored ones (MDPO's own state
+  # on resume; a kill at any step goes through the loop SFT's kill test covers).
+  from pedrl import models, paths
+  from pedrl.experiments import mdpo as mdpo_job, offline
+  from pedrl.rl import checkpoint
+  c = paths.load_config("mdpo.py", "tiny")
+  c.data.workdir = str(data[0])
+  trainer, writer, ckpt = offline.build(c, mdpo_job.MDPO(), str(workdir))
+  writer.close()
+  ckpt.close()
+  _, _, saved, step = checkpoint.trained_tutor(str(workdir), scan_layers=False)
+  _, _, initial = models.load(offline.data_tutor(str(data[0])), scan_layers=False)
+  assert trainer.step == step == 4
+  leaves = lambda tree: [np.asarray(x, np.float32) for x in jax_leaves(tree)]
+  for ref, first, now, kept in zip(leaves(trainer.ref_params), leaves(initial),
+                                   leaves(trainer.params), leaves(saved)):
+    np.testing.assert_array_equal(ref, first)
+    np.testing.assert_array_equal(now, kept)
+  assert any(not np.array_equal(a, b) for a, b in zip(leaves(saved), leaves(initial)))
