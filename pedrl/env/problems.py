@@ -28,7 +28,7 @@ import sympy
 
 from pedrl import streams
 from pedrl.env import answers, sources
-from pedrl.env.sources import DataError, json_rows, read_rows  # noqa: F401 (re-exported)
+from pedrl.env.sources import DataError, read_rows
 
 ON_ERROR = ("skip", "fatal")
 FORMATS = ("bigmath", "gsm8k", "math500")
