@@ -41,7 +41,7 @@ from pedrl.experiments import settings as settings_lib, sharded, trained_on
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exits_cleanly, judges_protocol, load_party, load_problems,
-                                      read_settings, solver_party)
+                                      read_settings, rollout_protocol, solver_party)
 from pedrl.experiments.sharded import tick
 from pedrl.rl import offline_data
 
@@ -76,7 +76,7 @@ def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
           "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
           "tutor": {**jsonable(s.tutor), **models["tutor"]},
           "student": {**jsonable(s.student), **models["student"]},
-          "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
+          "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
           "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
           "rewards": jsonable(s.rewards),
           "judges": judges_protocol(s)}  # `read` made sure the rewards use them.

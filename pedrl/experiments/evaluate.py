@@ -32,8 +32,8 @@ from pedrl.experiments import conditions, settings as settings_lib, sharded, tra
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
                                       exits_cleanly, judge_panel, judges_protocol, load_party,
-                                      load_problems, read_settings, solver_party,
-                                      tutor_checkpoint)
+                                      load_problems, read_settings, rollout_protocol,
+                                      solver_party, tutor_checkpoint)
 from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
@@ -60,7 +60,7 @@ def protocol(s) -> dict:
   return {
       "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
       "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
-      "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
       "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
       "judges": judges_protocol(s),
       "pedrm": jsonable(s.pedrm),
