@@ -1,6 +1,7 @@
 """Paper 001's transcript analysis: statistics counted by hand, χ² and effect sizes against
 hand formulas and scipy, table 8's φ from the paper's own numbers, the labeller's parse,
 failures and cache, and the job on evaluation workdirs of hand-written dialogues."""
+import dataclasses
 import json
 import math
 import os
@@ -12,7 +13,7 @@ from scipy import stats as scipy_stats
 
 import jobs
 from chat_server import ChatServer
-from pedrl.env import prompts
+from pedrl.env import problems, prompts
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.eval import records as records_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views, labelling,
@@ -351,7 +352,13 @@ def test_solve_rate_buckets_and_the_dataset_table():
   assert dict(counts) == {"<1%": 1, "1-10%": 2, "10-20%": 1, "20-60%": 1, ">60%": 1}
   path = os.path.join(jobs.ROOT, "testdata", "problems", "bigmath_sample.jsonl")
   v = data_views.ViewSettings(problems_path=path, filter=False, n_train=20, n_test=5)
-  train, test = data_views.split_problems(v, seed=0)
+  train, test = data_views.split_problems(v)
+  # The jobs' split (problems.split=train/test, the training configs' split seed 0), whatever
+  # seed the analysis samples sentences with; views.split_seed moves it.
+  pool = dict(path=path, filter=False, n_train=20, n_test=5, split_seed=0)
+  assert (train, test) == tuple(problems.load(problems.ProblemSettings(split=s, **pool),
+                                              seed=7)[0] for s in ("train", "test"))
+  assert data_views.split_problems(dataclasses.replace(v, split_seed=1))[1] != test
   rows = data_views.by_source(train)
   assert sum(r[1] for r in rows) == len(train) and rows[0][0] == "Orca_math"
   orca = [p.solve_rate for p in train if p.source == "orca_math"]

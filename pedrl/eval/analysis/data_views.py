@@ -44,6 +44,9 @@ class ViewSettings:
   filter: bool = True  # Paper 003's filter before the split (one number, 1-60% solve rate).
   n_train: int = problems_lib.ProblemSettings.n_train
   n_test: int = problems_lib.ProblemSettings.n_test
+  # The split's seed: the training configs' (0), so the views show the problems the jobs
+  # split off; not analysis.seed, which draws the sentences to label.
+  split_seed: int = 0
   solve_rates_workdir: str = ""  # An evaluation workdir: fig. 3 from its measured rates.
   buckets: str = BUCKETS  # Bucket edges of fig. 3, ascending.
   sweep: str = ""  # 000 fig. 3: 'G=TRAINING_WORKDIR,...' (e.g. '2=/runs/g2,4=/runs/g4').
@@ -79,15 +82,15 @@ def by_source(problems) -> list:
   return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
-def split_problems(v: ViewSettings, seed: int):
-  """(train, test) of the file, as the jobs split it."""
+def split_problems(v: ViewSettings):
+  """(train, test) of the file, as the jobs split it (views.split_seed)."""
   rows, report = problems_lib.load_bigmath(v.problems_path)
   if v.filter:
     rows = problems_lib.paper_filter(rows)
   if not rows:
     raise AnalysisError(f"{v.problems_path}: no problems ({report.summary()}, filter={v.filter})")
   try:
-    return problems_lib.split(rows, v.n_train, v.n_test, seed)
+    return problems_lib.split(rows, v.n_train, v.n_test, v.split_seed)
   except problems_lib.DataError as e:
     raise AnalysisError(f"{v.problems_path}: {e} (views.n_test={v.n_test})") from None
 
