@@ -17,7 +17,6 @@
 import os
 import sys
 
-import jax
 from absl import app, flags
 
 from pedrl import logs, paths
@@ -43,6 +42,8 @@ def _flag_error(e: Exception) -> str:
   lines = [line.strip() for line in str(e).splitlines() if line.strip()]
   if len(lines) > 1 and lines[0].startswith("flag --"):  # "flag --config=…: ValueError: why"
     return f"{lines[0].split(': ')[0][5:]}: {lines[-1].split(': ', 1)[-1]}"
+  if len(lines) == 1 and lines[0].startswith("flags "):  # "flags a=1, b=2: why" (validators)
+    return lines[0].split(": ", 1)[-1]
   return " ".join(lines)
 
 
@@ -113,7 +114,12 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _exit(message: str):
-  print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
+  fail(f"{message} (--helpshort lists the flags)")
+
+
+def fail(message: str):
+  """Ends the command with one `error: …` line and exit code 1 (a mistake main finds)."""
+  print(f"error: {message}", file=sys.stderr)
   sys.exit(1)
 
 
@@ -137,6 +143,7 @@ def use_compilation_cache(directory: str) -> None:
   of its start."""
   if directory in ("", "off"):
     return
+  import jax  # Here, not at the top: a command's flags are checked before JAX loads.
   jax.config.update("jax_compilation_cache_dir", directory)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
