@@ -16,7 +16,7 @@ sequence's prompt + sampled tokens at most); three programs act on it:
   it away (`running`): aborted, or ended by a stop string, which the host matches
   on the text.
 - compact: each row cut to its first `keep` tokens, then its filled slots moved
-  to the front (`KVCache.compact`).
+  to the front (`KVCache.compact` of the window that holds them all).
 
 Every program's shapes come from `ProgramSet`: rows R, admission rows A, chunk
 lengths T and decode windows W (the cache's first slots a decode call reads,
@@ -81,9 +81,11 @@ class ProgramSet:
 
   @property
   def admit_rows(self) -> tuple:
-    """A: 1, 4, 16, ... below R, then R (prefill costs what its rows hold)."""
+    """A: 1, 4, 16, ... up to R / 8, then R. A prefill costs what its rows hold, but
+    gathering A rows of the cache and scattering them back costs about what all R rows
+    in place do once A nears R / 4 (XLA:CPU, `python -m pedrl.bench.serve`)."""
     out, n = [], 1
-    while n < self.rows:
+    while n * 8 <= self.rows:
       out.append(n)
       n *= 4
     return tuple(out) + (self.rows,)
@@ -103,8 +105,8 @@ class ProgramSet:
 
   @property
   def count(self) -> int:
-    """Programs `warmup` compiles (admit, decode, compact)."""
-    return len(self.admit_rows) * len(self.chunks) + len(self.windows) + 1
+    """Programs `warmup` compiles (admit, decode and compact)."""
+    return len(self.admit_rows) * len(self.chunks) + 2 * len(self.windows)
 
 
 @struct.dataclass
@@ -146,20 +148,25 @@ def _key(words, index):
 
 
 @functools.partial(compiler.jit, static_argnums=(0,), donate_argnums=(2,))
-def _admit(model: Decoder, params, slots: Slots, rows, keep, tokens, mask, words, index,
+def _admit(model: Decoder, params, slots: Slots, rows, new, keep, tokens, mask, words, index,
            sampling: RowSampling, budget):
-  """Rows `rows` (A, may repeat with equal entries) cut to their first `keep` tokens,
-  then extended by tokens/mask [A, T]; their logits, keys, settings set."""
-  part = slots.cache.take(rows)
+  """Rows `rows` ([A]; repeats carry equal values) cut to their first `keep` tokens, then
+  extended by tokens/mask [A, T]; their logits, keys and settings set. With A = R the
+  rows are 0..R-1 in place and only those marked `new` change (no gather or scatter of
+  the cache: on XLA:CPU they copy it)."""
+  full = rows.shape[0] == slots.live.shape[0]
+  part = slots.cache if full else slots.cache.take(rows)
   kept = part.mask & (jnp.cumsum(part.mask, axis=1) <= keep[:, None])
-  part = part.replace(mask=kept, pos=keep.astype(jnp.int32))
+  part = part.replace(mask=kept, pos=jnp.where(new, keep, part.pos).astype(jnp.int32))
   logits, part = next_token_logits(model, params, tokens, mask, part)
-  keys = jax.vmap(_key)(words, index)
-  put = lambda a, b: a.at[rows].set(b)
+  keys = jax.random.key_data(jax.vmap(_key)(words, index))
+  if full:
+    put = lambda a, b: jnp.where(new.reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
+  else:
+    put = lambda a, b: a.at[rows].set(b)
   return Slots(
-      cache=slots.cache.put(rows, part), logits=put(slots.logits, logits),
-      key_words=put(slots.key_words, jax.random.key_data(keys)),
-      sampling=jax.tree.map(put, slots.sampling, sampling),
+      cache=part if full else slots.cache.put(rows, part), logits=put(slots.logits, logits),
+      key_words=put(slots.key_words, keys), sampling=jax.tree.map(put, slots.sampling, sampling),
       count=put(slots.count, jnp.zeros_like(rows)), budget=put(slots.budget, budget),
       live=put(slots.live, jnp.ones(rows.shape, bool)))
 
@@ -190,13 +197,16 @@ def _decode(model: Decoder, params, slots: Slots, running, stop_ids, steps: int,
   return slots, out, i
 
 
-@functools.partial(compiler.jit, donate_argnums=(0,))
-def _compact(slots: Slots, keep):
-  """Each row cut to its first keep[r] tokens (and stopped if cut), then compacted."""
+@functools.partial(compiler.jit, static_argnums=(2,), donate_argnums=(0,))
+def _compact(slots: Slots, keep, window: int):
+  """Each row cut to its first keep[r] tokens (and stopped if cut), then its tokens
+  moved to the front of the first `window` slots (which hold all of them)."""
   cache = slots.cache
   mask = cache.mask & (jnp.cumsum(cache.mask, axis=1) <= keep[:, None])
   cut = jnp.sum(cache.mask, axis=1) > keep
-  return slots.replace(cache=cache.replace(mask=mask).compact(), live=slots.live & ~cut)
+  cache = cache.replace(mask=mask)
+  return slots.replace(cache=cache.with_head(cache.head(window).compact()),
+                       live=slots.live & ~cut)
 
 
 class SlotDecoder:
@@ -256,22 +266,31 @@ class SlotDecoder:
     p = self.programs
     self.room(t)
     a = p.fit(len(group), p.admit_rows)
-    group = group + [group[0]] * (a - len(group))  # Filler: the first again, same values.
+    new = np.ones(a, bool)
+    if a == p.rows:  # Every row in place: the admitted ones marked new, the others kept.
+      by_row = {x.row: x for x in group}
+      new = np.array([r in by_row for r in range(a)])
+      group = [by_row.get(r) or dataclasses.replace(group[0], row=r, keep=p.slots, tokens=[])
+               for r in range(a)]
+    else:  # Filler: the first again, with the same values.
+      group = group + [group[0]] * (a - len(group))
     tokens = np.full((a, t), self.pad_id, np.int32)
     mask = np.zeros((a, t), bool)
     for i, x in enumerate(group):
-      tokens[i, t - len(x.tokens):], mask[i, t - len(x.tokens):] = x.tokens, True
+      if x.tokens:
+        tokens[i, t - len(x.tokens):], mask[i, t - len(x.tokens):] = x.tokens, True
     field = lambda name, dtype: np.asarray([getattr(x, name) for x in group], dtype)
     self.slots = _admit(
-        self.model, self.params, self.slots, field("row", np.int32), field("keep", np.int32),
-        tokens, mask, np.asarray([seed_words(x.seed) for x in group], np.uint32),
-        field("index", np.uint32),
+        self.model, self.params, self.slots, field("row", np.int32), new,
+        field("keep", np.int32), tokens, mask,
+        np.asarray([seed_words(x.seed) for x in group], np.uint32), field("index", np.uint32),
         RowSampling.of(field("temperature", np.float32), field("top_k", np.int32),
                        field("top_p", np.float32)), field("budget", np.int32))
     self.end += t
-    for x in group:
-      self.history[x.row] = self.history[x.row][:x.keep] + list(x.tokens)
-      self.busy[x.row] = True
+    for x, is_new in zip(group, new):
+      if is_new:
+        self.history[x.row] = self.history[x.row][:x.keep] + list(x.tokens)
+        self.busy[x.row] = True
 
   def release(self, rows):
     """Rows whose sequences ended (or were abandoned): they stop decoding and are free."""
@@ -295,10 +314,11 @@ class SlotDecoder:
     return out
 
   def _keep(self) -> np.ndarray:
-    """Tokens each row keeps in a compaction: a busy row all; a free row as many as
-    the longest busy row holds, so that its cached prefix never widens the window."""
+    """Tokens each row keeps in a compaction: a busy row all; a free row as many as the
+    longest busy row holds (its cached prefix never widens the window), or half a
+    sequence's limit if that is more (a shared opening outlives an idle spell)."""
     lengths = np.array([len(h) for h in self.history])
-    span = lengths[self.busy].max(initial=0)
+    span = max(lengths[self.busy].max(initial=0), self.programs.max_len // 2)
     return np.where(self.busy, lengths, np.minimum(lengths, span))
 
   def _kept(self, keep) -> int:
@@ -308,7 +328,8 @@ class SlotDecoder:
     """Cuts row r to its first keep[r] cached tokens (default `_keep`) and moves every
     row's tokens to the front of the cache."""
     keep = self._keep() if keep is None else np.minimum(keep, [len(h) for h in self.history])
-    self.slots = _compact(self.slots, np.asarray(keep, np.int32))
+    self.slots = _compact(self.slots, np.asarray(keep, np.int32),
+                          self.programs.fit(max(self.end, 1), self.programs.windows))
     self.history = [h[:k] for h, k in zip(self.history, keep)]
     self.end = self._kept(keep)
     self.compactions += 1
@@ -351,7 +372,8 @@ class SlotDecoder:
                                    self.stop_ids, p.steps, w)
       np.asarray(out)
       tick(f"decode {p.rows}x{w}")
-    self.compact(empty)
-    self.compactions = 0
-    tick("compact")
+    for w in p.windows:
+      self.slots = _compact(self.slots, empty.astype(np.int32), w)
+      tick(f"compact {p.rows}x{w}")
+    self.end, self.compactions = 0, 0
     return time.perf_counter() - start

@@ -292,11 +292,11 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
     vectors, used = await encoder.embed(req.input)
     encode = ((lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode())
               if req.encoding_format == "base64" else (lambda v: v.tolist()))
-    return CreateEmbeddingResponse(
+    return CreateEmbeddingResponse(  # base64 strings where the type says floats.
         object="list", model=settings.served_name,
         data=[Embedding.model_construct(object="embedding", index=i, embedding=encode(v))
               for i, v in enumerate(vectors)],
-        usage={"prompt_tokens": used, "total_tokens": used}).model_dump()
+        usage={"prompt_tokens": used, "total_tokens": used}).model_dump(warnings=False)
 
   @app.post("/tokenize")
   async def tokenize(req: protocol.TokenizeRequest):
