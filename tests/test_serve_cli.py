@@ -35,7 +35,8 @@ def taken_port():
     (["--workdir=/tmp/nope"], "--workdir=/tmp/nope is not a directory"),
     ([f"--model={jobs.ROOT}"], "has no config.json"),
     ([], "give --model=DIR or --workdir=RUN"),
-    ([f"--model={MODEL}", "--api_key_env=PEDRL_NO_SUCH_KEY"], "$PEDRL_NO_SUCH_KEY is empty or unset"),
+    ([f"--model={MODEL}", "--api_key_env=PEDRL_NO_SUCH_KEY"],
+     "$PEDRL_NO_SUCH_KEY is empty or unset"),
     ([f"--model={MODEL}", "--port=70000"], "not an integer in the range [0, 65535]"),
     ([f"--model={MODEL}", "--host=no.such.host.invalid"], "--host=no.such.host.invalid"),
 ])

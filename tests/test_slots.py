@@ -20,9 +20,9 @@ def _shared(a, b) -> int:
 
 
 def _run(decoder, prompts) -> tuple[list, list]:
-  """Greedy BUDGET tokens per prompt (or up to EOS), one admission per decode call (so sequences join
-  at different steps), each into the free row that shares most of its opening; the
-  tokens and how many were reused, per prompt."""
+  """Greedy BUDGET tokens per prompt (or up to EOS), one admission per decode call (so
+  sequences join at different steps), each into the free row that shares most of its
+  opening; the tokens and how many were reused, per prompt."""
   waiting, rows = collections.deque(range(len(prompts))), {}
   out, kept = [[] for _ in prompts], [0] * len(prompts)
   while waiting or rows:

@@ -107,9 +107,10 @@ class _Channel:
 
 
 def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
-             metrics: Metrics | None = None) -> fastapi.FastAPI:
-  """The API for one model: its backend (a Scheduler for a decoder, an Encoder for an
-  encoder), tokenizer and chat format (None: no chat)."""
+             metrics: Metrics | None = None) -> Gate:
+  """The API for one model (an ASGI app: the FastAPI routes behind the Gate): its backend
+  (a Scheduler for a decoder, an Encoder for an encoder), tokenizer and chat format
+  (None: no chat)."""
   metrics = metrics or getattr(backend, "metrics", None) or Metrics()
   app = fastapi.FastAPI(title="pedrl", version="1", redoc_url=None)
   generator = backend if isinstance(backend, Scheduler) else None
@@ -135,7 +136,8 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
     errors = e.errors()
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
-      return _error(APIError(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error')}"))
+      why = first.get("ctx", {}).get("error")
+      return _error(APIError(400, f"the body is not valid JSON: {why}"))
     where = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
     message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ())[1:]) or 'body'}: "
                         f"{_reason(err)}" for err in errors[:5])
@@ -148,8 +150,9 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
 
   def need(what, kind: str):
     if what is None:
-      raise APIError(400, f"this server's model is {'an encoder' if generator is None else 'a decoder'}"
-                     f": it does not serve {kind}", code="model_not_supported")
+      model = "an encoder" if generator is None else "a decoder"
+      raise APIError(400, f"this server's model is {model}: it does not serve {kind}",
+                     code="model_not_supported")
 
   def check_ids(ids, param: str = "prompt"):
     if any(not p for p in ids):
@@ -261,11 +264,8 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
     common = sampling(req)
     prompt = await _render(chat, req.messages)
     check_ids([prompt], "messages")
-    if req.limit():
-      check_room(len(prompt), req.limit())
-    else:
-      check_room(len(prompt), 1)
-    limit = req.limit() or max(1, min(settings.max_tokens, context - len(prompt)))
+    check_room(len(prompt), req.limit() or 1)
+    limit = req.limit() or min(settings.max_tokens, context - len(prompt))
     sequences = [Sequence(prompt=prompt, max_tokens=limit, index=j, **common)
                  for j in range(req.n)]
     channel = await submit(sequences)

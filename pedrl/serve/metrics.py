@@ -14,7 +14,7 @@ One registry per server (tests run several in one process). The names:
   pedrl_compactions_total                KV cache compactions
   pedrl_aborted_sequences_total          sequences dropped because their client left
   pedrl_engine_failures_total            engine calls that raised (their requests got 500)
-  pedrl_programs_compiled_total          programs JAX compiled or loaded in this process
+  pedrl_programs_compiled                programs JAX compiled or loaded in this process
   pedrl_programs_compiled_after_warmup   of those, after the server's warm-up (0 expected)
 """
 import threading

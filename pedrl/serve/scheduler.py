@@ -119,7 +119,7 @@ class Scheduler:
     self.waiting = collections.deque()  # (job, sequence), in arrival order.
     self.rows = [None] * engine.programs.rows  # (job, sequence) per busy row.
     self.scoring = []  # (job, sequence) ended, waiting for their log-probs.
-    self._open = {}  # Job -> sequences not yet ended.
+    self._compactions = 0  # The decoder's count at the last look (for the metric).
     self._thread = threading.Thread(target=self._loop, name="pedrl-engine", daemon=True)
     self._thread.start()
 
@@ -160,7 +160,6 @@ class Scheduler:
       pass
     for kind, job in messages:
       if kind == "submit" and not job.cancelled:
-        self._open[job] = set(job.sequences)
         self.waiting.extend((job, s) for s in job.sequences)
       elif kind == "submit":
         self._dequeued(len(job.sequences))
@@ -183,7 +182,7 @@ class Scheduler:
       self.rows[r] = None
     self.engine.decoder.release(rows)
     self.scoring = [x for x in self.scoring if x[0] is not job]
-    if self._open.pop(job, None) is not None and aborted:
+    if aborted:
       self.metrics.aborted.inc(len(waiting) + len(rows))
     self.metrics.running.set(sum(map(bool, self.rows)))
 
@@ -237,8 +236,7 @@ class Scheduler:
     self.metrics.steps.inc(int((out >= 0).any(axis=0).sum()))
     self.metrics.generated.inc(int(new))
     self.metrics.rate.set(new / max(time.perf_counter() - start, 1e-9))
-    self.metrics.compactions.inc(self.engine.decoder.compactions -
-                                 getattr(self, "_compactions", 0))
+    self.metrics.compactions.inc(max(self.engine.decoder.compactions - self._compactions, 0))
     self._compactions = self.engine.decoder.compactions
     changed = collections.defaultdict(list)
     for r in np.flatnonzero((out >= 0).any(axis=1)):
@@ -252,8 +250,7 @@ class Scheduler:
         changed[job].append(seq)
     self.metrics.running.set(sum(map(bool, self.rows)))
     for job, seqs in changed.items():
-      if job in self._open or not job.cancelled:
-        job.notify(seqs)
+      job.notify(seqs)
 
   def _extend(self, seq: Sequence, new: list[int]):
     """Appends a row's new tokens; ends the sequence at a stop token, its limit or a
@@ -288,13 +285,7 @@ class Scheduler:
     done; the job is notified (by the caller when `notify` is False)."""
     if seq.logprobs is not None and seq.alternatives is None:
       self.scoring.append((job, seq))
-      return
-    open_ = self._open.get(job)
-    if open_ is not None:
-      open_.discard(seq)
-      if not open_:
-        del self._open[job]
-    if notify and not job.cancelled:
+    elif notify and not job.cancelled:
       job.notify([seq])
 
   def _score(self):
