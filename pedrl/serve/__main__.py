@@ -28,8 +28,8 @@ flags.DEFINE_string("api_key_env", None, "Environment variable holding the API k
 flags.DEFINE_integer("max_num_seqs", 32, "Sequences decoded at once (rows of the batch).",
                      lower_bound=1)
 flags.DEFINE_integer("max_model_len", None, "Prompt + sampled tokens of a sequence at most "
-                     "(default: the model's context); the KV cache holds 2x this per row.",
-                     lower_bound=2)
+                     "(default: the model's context, at most 4096); the KV cache holds 2x "
+                     "this per row.", lower_bound=2)
 flags.DEFINE_integer("decode_steps", 8, "Decode steps per engine call: how often new requests "
                      "join and finished or abandoned rows leave.", lower_bound=1)
 flags.DEFINE_integer("max_queue", 256, "Sequences waiting for a row at most; more get 503 + "

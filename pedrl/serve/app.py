@@ -370,15 +370,17 @@ async def _stream(channel: _Channel, generator: Scheduler, render, include_usage
       generator.abort(channel.job)
 
 
+def _chunks(kind, prefix: str, obj: str, settings: ServeSettings):
+  """chunk(choices, usage=None): a stream's chunks as dicts, all with one id and time."""
+  cid, created = f"{prefix}-{uuid.uuid4().hex}", int(time.time())
+  return lambda choices, usage=None: kind(
+      id=cid, object=obj, created=created, model=settings.served_name, choices=choices,
+      usage=usage).model_dump(exclude_none=True)
+
+
 def _completion_events(channel, generator, settings: ServeSettings, echo: list,
                        include_usage: bool):
-  cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-  started = set()
-
-  def chunk(choices, usage=None) -> dict:
-    return Completion(id=cid, object="text_completion", created=created,
-                      model=settings.served_name, choices=choices,
-                      usage=usage).model_dump(exclude_none=True)
+  chunk, started = _chunks(Completion, "cmpl", "text_completion", settings), set()
 
   def render(i, s, new):
     if i not in started:
@@ -392,14 +394,9 @@ def _completion_events(channel, generator, settings: ServeSettings, echo: list,
 
 
 def _chat_events(channel, generator, settings: ServeSettings, include_usage: bool):
-  cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+  chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings)
   split = settings.reasoning == "split"
   started, shown = set(), {}
-
-  def chunk(choices, usage=None) -> dict:
-    return ChatCompletionChunk(id=cid, object="chat.completion.chunk", created=created,
-                               model=settings.served_name, choices=choices,
-                               usage=usage).model_dump(exclude_none=True)
 
   def render(i, s, new):
     if i not in started:

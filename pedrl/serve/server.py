@@ -9,6 +9,7 @@ import threading
 import time
 
 from absl import logging
+import jax
 
 from pedrl import models
 from pedrl.engine import slots as slots_lib
@@ -25,13 +26,16 @@ from pedrl.serve.sockets import bind, url_of
 from pedrl.tokenizer import load_tokenizer
 
 ENCODER_TYPES = ("bert", "xlm-roberta")
+DEFAULT_MAX_LEN = 4096  # A 32k context's cache for 32 rows would not fit a GPU's memory.
 
 
 @dataclasses.dataclass
 class Options:
   """How a server runs its model (the flags of `python -m pedrl.serve`)."""
   max_num_seqs: int = 32  # Rows decoded at once.
-  max_model_len: int | None = None  # Prompt + sampled tokens per sequence (default: the context).
+  # Prompt + sampled tokens per sequence; default: the model's context, at most
+  # DEFAULT_MAX_LEN (every row's cache holds twice this many tokens).
+  max_model_len: int | None = None
   decode_steps: int = 8  # Decode steps between two looks at the queue and the clients.
   max_queue: int = 256  # Sequences waiting for a row; more: 503 + Retry-After.
   prefix_caching: bool = True  # Rows reuse a cached prompt opening.
@@ -87,9 +91,12 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
       raise ValueError(f"--max_model_len={options.max_model_len} exceeds the model's context "
                        f"of {context} tokens")
     programs = slots_lib.ProgramSet(rows=options.max_num_seqs,
-                                    max_len=options.max_model_len or context,
+                                    max_len=options.max_model_len or min(context, DEFAULT_MAX_LEN),
                                     steps=options.decode_steps)
     engine = Engine(model, params, tokenizer, programs)
+    cache = sum(x.nbytes for x in jax.tree.leaves(engine.decoder.slots.cache))
+    logging.info("KV cache: %d rows x %d slots (%.2f GiB); sequences of up to %d tokens",
+                 programs.rows, programs.slots, cache / 2**30, programs.max_len)
     if options.warmup:
       seconds = engine.warmup(progress)
       logging.info("warm-up: %d programs in %.1f s", programs.count + len(engine.score_widths),
