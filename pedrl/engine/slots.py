@@ -12,9 +12,9 @@ sequence's prompt + sampled tokens at most); three programs act on it:
   T tokens (T from a few buckets).
 - decode: up to K steps of every live row at once, each row with its own
   temperature, top-k, top-p (`distribution.RowSampling`), key and token budget;
-  a row stops at an end-of-sequence token or its budget, or when the host takes
-  it away (`running`): aborted, or ended by a stop string, which the host matches
-  on the text.
+  a row stops at an end-of-sequence token or its budget, or when the host
+  releases it: aborted, or ended by a stop string, which the host matches on the
+  text.
 - compact: each row cut to its first `keep` tokens, then its filled slots moved
   to the front (`KVCache.compact` of the window that holds them all).
 
