@@ -32,6 +32,15 @@ from pedrl.experiments import base_config, settings, variants
 from pedrl.eval import pedrm, reasoning, shards
 
 VARIANTS = dict(protocol=("pedagogical_rl", "thinking", "uco", "reasoning"), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "the pedagogical_rl protocol",
+    "pedagogical_rl": "paper 003 table 2: 500 test problems, K 8 attempts, Gemma-3-27B judges, Ped-RM",
+    "thinking": "paper 001 table 1: Polya prompt with thinking, GPT-4o-mini judges",
+    "uco": "paper 000 table I: 003's protocol, dialogues of at most 10 tutor turns",
+    "reasoning": "003 table 3, 000 table IX: GSM8K, MATH500, MMLU on the tutor alone",
+    "tiny": "the testdata models, rule judges and classifier as Ped-RM; combines with a protocol",
+}
 
 
 def get_config(arg: str = "paper"):

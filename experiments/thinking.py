@@ -36,6 +36,16 @@ CONDITIONS = {  # thinking, tutor prompt, thinking reward; the paper's method fi
     "ped_think_no_reward": (True, "thinking/tutor_polya", False),
 }
 VARIANTS = dict(condition=tuple(CONDITIONS), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 001's method, ped_think_reward (B 16, G 8, λ_ped 0.75, λ_think 0.3, θ 0.6)",
+    "ped_think_reward": "section 2.5: Polya prompt, thinking, with the thinking reward (the paper's method)",
+    "ped_think_no_reward": "section 2.5: Polya prompt, thinking, no thinking reward",
+    "think_reward": "section 2.5: general prompt, thinking, with the thinking reward",
+    "think_no_reward": "section 2.5: general prompt, thinking, no thinking reward",
+    "no_think": "section 2.5: thinking off, general prompt, r_sol + r_ped",
+    "tiny": "a condition on the testdata models with rule judges and the general prompt; 3 steps",
+}
 THINKING_TURN_TOKENS, THINKING_CONVERSATION_TOKENS = 4096, 32768  # See the docstring.
 
 
