@@ -33,6 +33,7 @@ PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
 NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ in tests.
+DOCS = ["mkdocs-material>=9.5"]  # The site in docs/ (mkdocs.yml); .ci/run builds it.
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
@@ -79,5 +80,6 @@ setuptools.setup(
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
+        "docs": DOCS,
     },
 )
