@@ -1,8 +1,9 @@
 """The `python -m pedrl…` commands the documentation shows, and a check that each still parses.
 
 `commands(root)` reads README.md and docs/*.md (and the files they include with
-`--8<--`), takes every fenced code block that is not Python, and returns each
-`python -m pedrl.…` command in it (continuation lines joined, comments, `...`
+`--8<--`), takes every fenced code block that is not Python and every inline code
+span that starts with `python -m pedrl`, and returns each `python -m pedrl.…`
+command in them (continuation lines joined, comments, `...`
 placeholders and [optional] brackets dropped). `check(commands)` groups them by
 module and, per module, runs this file as a worker: it imports the module once
 as `python -m` would, with `pedrl.cli.run` held back (its flags are then defined,
@@ -28,6 +29,7 @@ import tempfile
 RUN = ("pedrl.tools.configs",)  # Run as shown: no model, under a second.
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 SNIPPET = re.compile(r'^\s*--8<--\s+"([^":]+)')
+INLINE = re.compile(r"`(python -m pedrl[^`]*)`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,36 +42,47 @@ class Command:
     return f"{self.where}: python -m {self.module} {shlex.join(self.args)}".strip()
 
 
-def _code_lines(path: str, root: str, seen: set):
-  """(line number, line) of the non-Python fenced blocks of a file and of its snippets."""
+def _code(path: str, root: str, seen: set):
+  """(where, text) of each line of the non-Python fenced blocks of a file, and of each inline
+  code span outside them that starts with `python -m pedrl`; the same for included files."""
   seen.add(os.path.abspath(path))
+  name = os.path.relpath(path, root)
   fence, language = None, ""
   with open(path) as f:
-    for number, line in enumerate(f, 1):
-      m = FENCE.match(line)
-      if m and (fence is None or m.group(1).startswith(fence)):
-        fence, language = (m.group(1), m.group(2).lower()) if fence is None else (None, "")
-        continue
-      snippet = SNIPPET.match(line)
-      if snippet and fence is None:
-        included = os.path.join(root, snippet.group(1))
-        if os.path.abspath(included) not in seen and os.path.exists(included):
-          yield from _code_lines(included, root, seen)
-      elif fence is not None and language not in ("python", "py", "pycon"):
-        yield os.path.relpath(path, root), number, line.rstrip("\n")
+    lines = f.read().split("\n")
+  prose = []  # (number, line) outside fences: inline spans may cross line breaks.
+  for number, line in enumerate(lines + [""], 1):
+    m = FENCE.match(line)
+    if m and (fence is None or m.group(1).startswith(fence)):
+      fence, language = (m.group(1), m.group(2).lower()) if fence is None else (None, "")
+      continue
+    if fence is not None:
+      if language not in ("python", "py", "pycon"):
+        yield f"{name}:{number}", line
+      continue
+    snippet = SNIPPET.match(line)
+    if snippet:
+      included = os.path.join(root, snippet.group(1))
+      if os.path.abspath(included) not in seen and os.path.exists(included):
+        yield from _code(included, root, seen)
+    prose.append((number, line))
+  text = "\n".join(line for _, line in prose)
+  for span in INLINE.finditer(text):
+    number = prose[text.count("\n", 0, span.start())][0]
+    yield f"{name}:{number}", " ".join(span.group(1).split())
 
 
 def commands(root: str) -> list[Command]:
-  """Every `python -m pedrl…` command in the fenced code blocks of the docs under `root`."""
+  """Every `python -m pedrl…` command in the docs under `root` (see the module docstring)."""
   files = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
   found, seen = [], set()
   for path in files:
     pending = None  # A command continued with a trailing backslash.
-    for name, number, line in _code_lines(path, root, seen):
+    for where, line in _code(path, root, seen):
       if pending:
         where, text = pending[0], pending[1] + " " + line.strip()
       else:
-        where, text = f"{name}:{number}", line.strip()
+        text = line.strip()
       if text.endswith("\\"):
         pending = (where, text[:-1])
         continue

@@ -11,11 +11,11 @@ import jobs
 MAIN_JOB = ("pedrl.experiments.uco", ("--config=experiments/uco.py:tiny", "--workdir=/tmp/pedrl_uco"))
 
 
-def test_commands_are_read_from_fenced_blocks_and_included_files(tmp_path):
+def test_commands_are_read_from_code_blocks_inline_code_and_included_files(tmp_path):
   (tmp_path / "docs").mkdir()
   (tmp_path / "NOTES.md").write_text("```bash\npython -m pedrl.tools.plot /runs/a\n```\n")
   (tmp_path / "README.md").write_text(
-      "Inline `python -m pedrl.tools.nothing` is prose.\n\n"
+      "Inline `python -m pedrl.tools.report\n/runs/a --out=/r` spans lines; `pedrl.x` is no command.\n\n"
       "```bash\n"
       "pip install -e . && python -m pedrl.experiments.uco --config=experiments/uco.py:tiny \\\n"
       "  --workdir=/tmp/w   # a comment\n"
@@ -26,11 +26,12 @@ def test_commands_are_read_from_fenced_blocks_and_included_files(tmp_path):
       '--8<-- "NOTES.md"\n')
   found = [(c.where, c.module, c.args) for c in doc_commands.commands(str(tmp_path))]
   assert found == [
-      ("README.md:4", "pedrl.experiments.uco",
+      ("README.md:5", "pedrl.experiments.uco",
        ("--config=experiments/uco.py:tiny", "--workdir=/tmp/w")),
-      ("README.md:6", "pedrl.experiments.evaluate",
+      ("README.md:7", "pedrl.experiments.evaluate",
        ("--config=x.py:paper", "--config.tutor.step=3")),
       ("NOTES.md:2", "pedrl.tools.plot", ("/runs/a",)),
+      ("README.md:1", "pedrl.tools.report", ("/runs/a", "--out=/r")),
   ]
 
 
