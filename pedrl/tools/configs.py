@@ -95,15 +95,9 @@ def _show(argv):
 
 
 def _as_config(argv: list[str]) -> list[str]:
-  """`--show X` / `--show=X` as the `--config=X` the jobs' loading reads."""
-  out, i = [], 0
-  while i < len(argv):
-    arg = argv[i]
-    if arg == "--show" and i + 1 < len(argv):
-      arg, i = f"--show={argv[i + 1]}", i + 1
-    out.append("--config=" + arg[len("--show="):] if arg.startswith("--show=") else arg)
-    i += 1
-  return out
+  """`--show X` / `--show=X` as the `--config X` / `--config=X` the jobs' loading reads."""
+  return ["--config" + a[len("--show"):] if a == "--show" or a.startswith("--show=") else a
+          for a in argv]
 
 
 def main():
