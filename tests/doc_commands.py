@@ -30,6 +30,7 @@ RUN = ("pedrl.tools.configs",)  # Run as shown: no model, under a second.
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 SNIPPET = re.compile(r'^\s*--8<--\s+"([^":]+)')
 INLINE = re.compile(r"`(python -m pedrl[^`]*)`")
+MODULE = re.compile(r"pedrl(\.[A-Za-z_]\w*)*")  # A module name, not prose such as `pedrl…`.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _parse(where: str, text: str) -> list[Command]:
     if token in ("&&", "||", "|", ";"):
       for i in range(len(segment) - 2):
         if (os.path.basename(segment[i]).startswith("python") and segment[i + 1] == "-m"
-            and segment[i + 2].startswith("pedrl")):
+            and MODULE.fullmatch(segment[i + 2])):
           args = tuple(t.strip("[]") for t in segment[i + 3:] if t not in ("...", "…"))
           out.append(Command(where, segment[i + 2], tuple(a for a in args if a)))
           break

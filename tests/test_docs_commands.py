@@ -55,7 +55,7 @@ def test_a_doc_naming_a_missing_module_flag_or_config_key_fails(tmp_path):
     (shutil.copytree if os.path.isdir(source) else shutil.copy)(source, tmp_path / name)
   readme = (tmp_path / "README.md").read_text()
   (tmp_path / "README.md").write_text(readme.replace(
-      "--workdir=/tmp/pedrl_uco", "--workdir=/tmp/pedrl_uco --config.rl.stepz=3"))
+      "--workdir=/tmp/pedrl_uco", "--workdir=/tmp/pedrl_uco --config.rl.stepz=3", 1))
   page = tmp_path / "docs" / "broken.md"
   page.write_text("```bash\npython -m pedrl.tools.reporter /tmp/eval\n"
                   "python -m pedrl.tools.report /tmp/eval --outt=/tmp/report\n```\n")

@@ -12,7 +12,7 @@ What the model reads for tutor turn t (a `FORMATS` choice):
   up to and including turn t, tutor messages as `assistant`, the student's as
   `user`. No system prompt and no reference solution: the tutor under test
   was not shown one either. pedrl's choice where paper 003 does not print its
-  format; documented in the README.
+  format; documented in docs/evaluation.md.
 - "mathtutorbench": the benchmark's judging format: its system prompt (read
   from `system_prompt_file`, a text file the user provides with the exact text
   the reward model was trained with; pedrl ships no copy), then a user message

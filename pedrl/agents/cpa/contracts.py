@@ -9,7 +9,7 @@ solution_correctness, whose harness reads yes = "the solution has an error";
 scaffolding and instruction following are the four pedagogical tasks. Table 1
 asks one question of Socratic questioning; the benchmark's task scores a list
 of sub-questions against the reference's, so pedrl's contract asks for the
-list, one question per line (a decision, documented in the README).
+list, one question per line (a decision, documented in docs/paper-differences.md).
 
 "tutoring" is the contract of a tutor in pedrl's dialogues (`pedrl.agents.tutor`):
 guidance without the benchmark's two-sentence rule; its rules are the empty
