@@ -33,6 +33,13 @@ def _accepted_forms(spec: dict) -> set[str]:
   return forms
 
 
+def _makes_config(module, arg: str) -> bool:
+  try:
+    return module.get_config(arg) is not None
+  except ValueError:
+    return False
+
+
 def test_every_config_file_is_listed():
   names = [f.name for f in configs.config_files()]
   assert names == [os.path.join("experiments", os.path.basename(p)) for p in CONFIG_FILES]
@@ -40,10 +47,11 @@ def test_every_config_file_is_listed():
 
 def test_uco_lists_paper_000s_variants():
   uco = next(f for f in configs.config_files() if f.name.endswith("uco.py"))
-  # Paper 000: the paper setup, tables III (ablations), V-VIII (λ, α, δ, c), and pedrl's tiny.
+  # Paper 000: the paper setup, tables III (ablations), V-VIII (λ, α, δ, c), fig. 3 (G
+  # rollouts), and pedrl's tiny.
   assert sorted(uco.variants) == sorted(["paper", "tiny", "no_scaffold", "no_progress",
                                          "lam=<float>", "alpha=<float>", "delta=<float>",
-                                         "c=<float>"])
+                                         "c=<float>", "rollouts=<int>"])
   assert all(uco.variants.values())
 
 
@@ -52,9 +60,11 @@ def test_the_listed_variants_are_what_get_config_accepts(path):
   module = _module(path)
   listed = configs.read(path).variants
   assert set(listed) == _accepted_forms(module.VARIANTS)
-  for form in listed:  # Each, with a value where it takes one, makes a config.
-    arg = form.replace("<float>", "0.5").replace("<int>", "1").replace("<str>", "x")
-    assert module.get_config(arg) is not None
+  args = [f.replace("<float>", "0.5").replace("<int>", "2").replace("<str>", "x") for f in listed]
+  for arg in args:  # Each, with a value where it takes one, makes a config: alone, or with one
+    # other listed variant it needs (evaluate.py's conditions need its thinking protocol).
+    assert any(_makes_config(module, combined)
+               for combined in [arg] + [f"{other},{arg}" for other in args if other != arg]), arg
   with pytest.raises(ValueError, match="unknown variant"):
     module.get_config("no_such_variant")
 
