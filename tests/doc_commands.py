@@ -30,7 +30,8 @@ RUN = ("pedrl.tools.configs",)  # Run as shown: no model, under a second.
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 SNIPPET = re.compile(r'^\s*--8<--\s+"([^":]+)')
 INLINE = re.compile(r"`(python -m pedrl[^`]*)`")
-MODULE = re.compile(r"pedrl(\.[A-Za-z_]\w*)*")  # A module name, not prose such as `pedrl…`.
+# A module name; not prose such as `pedrl…`, nor a placeholder such as `pedrl.experiments.X`.
+MODULE = re.compile(r"pedrl(\.[a-z_][a-z0-9_]*)*")
 
 
 @dataclasses.dataclass(frozen=True)

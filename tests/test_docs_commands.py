@@ -15,7 +15,8 @@ def test_commands_are_read_from_code_blocks_inline_code_and_included_files(tmp_p
   (tmp_path / "docs").mkdir()
   (tmp_path / "NOTES.md").write_text("```bash\npython -m pedrl.tools.plot /runs/a\n```\n")
   (tmp_path / "README.md").write_text(
-      "Inline `python -m pedrl.tools.report\n/runs/a --out=/r` spans lines; `pedrl.x` is no command.\n\n"
+      "Inline `python -m pedrl.tools.report\n/runs/a --out=/r` spans lines; "
+      "`python -m pedrl.experiments.NAME` is a placeholder.\n\n"
       "```bash\n"
       "pip install -e . && python -m pedrl.experiments.uco --config=experiments/uco.py:tiny \\\n"
       "  --workdir=/tmp/w   # a comment\n"
