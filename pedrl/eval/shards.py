@@ -185,9 +185,10 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
   return keep
 
 
-def merge(workdir: str) -> tuple[list, dict]:
-  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
-  shard is missing or unfinished, or shards disagree on the protocol."""
+def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
+  """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
+  `kind` (None: the protocol's record type); ShardError when a shard is missing or
+  unfinished, or shards disagree on the protocol."""
   statuses = _statuses(workdir)
   if not statuses:
     raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
@@ -205,9 +206,9 @@ def merge(workdir: str) -> tuple[list, dict]:
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
   protocol = statuses[next(iter(statuses))]["protocol"]
-  kind, out = protocol.get("kind", "tutoring"), []
+  out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), record_kind(protocol))
+    out += records_lib.load(records_path(workdir, i, num_shards), kind or record_kind(protocol))
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
@@ -215,6 +216,14 @@ def merge(workdir: str) -> tuple[list, dict]:
   counts = collections.Counter()
   for s in statuses.values():
     counts.update(s.get("counts", {}))
+  return out, protocol, counts
+
+
+def merge(workdir: str) -> tuple[list, dict]:
+  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
+  shard is missing or unfinished, or shards disagree on the protocol."""
+  out, protocol, counts = gather(workdir)
+  kind = protocol.get("kind", "tutoring")
   if kind == "mathtutorbench":
     metrics = {"n_examples": len(out), "tasks": bench_results.metrics(out, counts)}
   else:

@@ -31,8 +31,9 @@ from pedrl.eval.shards import jsonable
 from pedrl.experiments import conditions, settings as settings_lib, sharded
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
-                                      exits_cleanly, judge_panel, load_party, load_problems,
-                                      read_settings, solver_party, tutor_checkpoint)
+                                      exits_cleanly, judge_panel, judges_protocol, load_party,
+                                      load_problems, read_settings, solver_party,
+                                      tutor_checkpoint)
 from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
@@ -45,10 +46,6 @@ def protocol(s) -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   e = jsonable(s.evaluation)
   del e["shard"]
-  judge = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
-                                                   "max_tokens", "top_p")},
-           "local": jsonable(s.local_judge), "rule": jsonable(s.rule_judges)}.get(
-               s.judging.judge_backend)
   # The config's name is in the status, not here: a path spelt otherwise is the same run.
   models = workdir_lib.identity(s, "evaluate")
   tutor = {**jsonable(s.tutor), **jsonable(s.tutor_run), **_endpoint(s.tutor_endpoint),
@@ -65,9 +62,7 @@ def protocol(s) -> dict:
       "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
       "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
       "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
-      "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
-                 "model": judge, "samples": s.judging.judge_samples,
-                 "rounds": s.judging.judge_rounds},
+      "judges": judges_protocol(s),
       "pedrm": jsonable(s.pedrm),
   }
 
