@@ -2,6 +2,7 @@
 import glob
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -86,7 +87,7 @@ def test_the_listing_runs_from_anywhere_without_jax(tmp_path):
   out = _run(cwd=tmp_path)
   assert out.returncode == 0, out.stderr
   assert "experiments/uco.py  UCO (paper 000)" in out.stdout
-  assert "  lam=<float>    λ of eq. 5" in out.stdout
+  assert re.search(r"\n  lam=<float> +λ of eq. 5", out.stdout), out.stdout
   probe = subprocess.run(
       [sys.executable, "-c", "import sys; from pedrl.tools import configs; "
        "configs.listing(configs.config_files()); print('jax' in sys.modules)"],

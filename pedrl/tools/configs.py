@@ -31,7 +31,7 @@ flags.DEFINE_string("show", None, "Print one config resolved, e.g. experiments/u
 class ConfigFile:
   """One file of experiments/: its path as a user types it, what it is, its variants."""
   name: str  # experiments/uco.py
-  summary: str  # The docstring's first line.
+  summary: str  # The docstring's first paragraph, on one line.
   variants: dict[str, str]  # As typed after the colon (`lam=<float>`) -> what it is.
 
 
@@ -48,7 +48,7 @@ def read(path: str) -> ConfigFile:
     variants = ast.literal_eval(help_)
   except ValueError:
     raise ValueError(f"{path}: VARIANT_HELP must be a literal dict of strings") from None
-  summary = (ast.get_docstring(tree) or "").strip().split("\n")[0]
+  summary = " ".join((ast.get_docstring(tree) or "").strip().split("\n\n")[0].split())
   return ConfigFile(name, summary, variants)
 
 
