@@ -37,6 +37,7 @@ NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ i
 # tfds: sources (pedrl.env.sources). Reading array_record files needs no TensorFlow: the
 # install is about 50 MB, so the tests install it too.
 DATA = ["tensorflow-datasets>=4.9"]
+DOCS = ["mkdocs-material>=9.5"]  # The site in docs/ (mkdocs.yml); .ci/run builds it.
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
@@ -84,5 +85,6 @@ setuptools.setup(
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
+        "docs": DOCS,
     },
 )
