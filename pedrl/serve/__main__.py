@@ -7,8 +7,9 @@ r"""Serves one model over the OpenAI API.
 Bound to 127.0.0.1 unless --host says otherwise; --api_key_env=VAR asks every
 request but /health for `Authorization: Bearer $VAR`. The flags, the model or run
 directory, the key variable and the port are checked before JAX is imported (a
-mistake is one `error: …` line at once); every program the server can run is
-compiled before it prints `serving NAME at http://HOST:PORT/v1`.
+mistake is one `error: …` line at once; main runs before JAX loads, see
+cli.use_compilation_cache); every program the server can run is compiled before it
+prints `serving NAME at http://HOST:PORT/v1`.
 """
 import json
 import os
@@ -16,7 +17,7 @@ import os
 from absl import flags
 
 from pedrl import cli
-from pedrl.serve import sockets
+from pedrl.serve import middleware, sockets
 
 flags.DEFINE_string("model", None, "A Hugging Face checkpoint directory.")
 flags.DEFINE_string("workdir", None, "A training run's workdir (its tutor is served).")
@@ -74,38 +75,16 @@ def _model_problem(model: str | None, workdir: str | None) -> str | None:
   return None
 
 
-@flags.multi_flags_validator(["model", "workdir"], message="")
-def _check_model(values):
-  problem = _model_problem(values["model"], values["workdir"])
-  if problem:
-    raise flags.ValidationError(problem)
-  return True
-
-
-@flags.validator("api_key_env")
-def _check_key(variable):
-  if variable and not os.environ.get(variable):
-    raise flags.ValidationError(f"${variable} is empty or unset: --api_key_env names the "
-                                "variable that holds the server's API key")
-  return True
-
-
-@flags.multi_flags_validator(["host", "port"], message="")
-def _check_address(values):
-  """The address is free now (bound and let go: main binds it for good, after JAX loads)."""
-  try:
-    sockets.bind(values["host"], values["port"]).close()
-  except OSError as e:
-    raise flags.ValidationError(str(e)) from None
-  return True
-
-
 def main(argv):
   del argv
   f = flags.FLAGS
   try:
+    problem = _model_problem(f.model, f.workdir)
+    if problem:
+      raise ValueError(problem)
+    middleware.api_key(f.api_key_env)
     sock = sockets.bind(f.host, f.port)
-  except OSError as e:
+  except (OSError, ValueError) as e:
     cli.fail(str(e))
   from pedrl.serve import server  # JAX from here on.
   from tqdm import tqdm

@@ -13,6 +13,7 @@ streaming responses and disconnects pass untouched):
 """
 import hmac
 import json
+import os
 import time
 
 from absl import logging
@@ -21,6 +22,18 @@ from pedrl.serve.metrics import Metrics
 from pedrl.serve.protocol import APIError
 
 OPEN_PATHS = ("/health",)
+
+
+def api_key(variable: str | None) -> str | None:
+  """The key in $variable (None: no key asked); a ValueError when it is unset or empty,
+  checked before any model loads."""
+  if not variable:
+    return None
+  key = os.environ.get(variable)
+  if not key:
+    raise ValueError(f"${variable} is empty or unset: --api_key_env names the variable that "
+                     "holds the server's API key")
+  return key
 
 
 class BodyTooLarge(Exception):

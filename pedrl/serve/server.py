@@ -19,6 +19,7 @@ try:
   from pedrl.serve import app as app_lib
 except ImportError as e:  # FastAPI is an extra.
   raise ImportError(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'") from e
+from pedrl.serve import middleware
 from pedrl.serve.encoder import Encoder
 from pedrl.serve.metrics import Metrics, programs_compiled
 from pedrl.serve.scheduler import Engine, Scheduler
@@ -42,18 +43,6 @@ class Options:
   warmup: bool = True  # Compile every program before serving.
 
 
-def api_key(variable: str | None) -> str | None:
-  """The key in $variable (None: no key asked); a ValueError when it is unset or empty,
-  checked before any model loads."""
-  if not variable:
-    return None
-  key = os.environ.get(variable)
-  if not key:
-    raise ValueError(f"${variable} is empty or unset: --api_key_env names the variable that "
-                     "holds the server's API key")
-  return key
-
-
 def is_encoder(model_dir: str) -> bool:
   with open(os.path.join(model_dir, "config.json")) as f:
     return json.load(f).get("model_type") in ENCODER_TYPES
@@ -66,7 +55,7 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
   backend is a Scheduler (a decoder) or an Encoder (/v1/embeddings only); `settings`
   are app.ServeSettings fields; `progress(done, total, what)` follows the warm-up."""
   options = options or Options()
-  settings["api_key"] = api_key(api_key_env)
+  settings["api_key"] = middleware.api_key(api_key_env)
   runtime = {"dtype": dtype} if dtype else {}
   settings.setdefault("served_name", os.path.basename(os.path.normpath(workdir or model_dir)))
   metrics = Metrics()
