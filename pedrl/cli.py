@@ -42,8 +42,6 @@ def _flag_error(e: Exception) -> str:
   lines = [line.strip() for line in str(e).splitlines() if line.strip()]
   if len(lines) > 1 and lines[0].startswith("flag --"):  # "flag --config=…: ValueError: why"
     return f"{lines[0].split(': ')[0][5:]}: {lines[-1].split(': ', 1)[-1]}"
-  if len(lines) == 1 and lines[0].startswith("flags "):  # "flags a=1, b=2: why" (validators)
-    return lines[0].split(": ", 1)[-1]
   return " ".join(lines)
 
 
