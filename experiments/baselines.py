@@ -19,6 +19,11 @@ pedrl.experiments.sft (experiments/sft.py) and pedrl.experiments.mdpo
 from pedrl.experiments import base_config, settings, variants
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003 A.3: the untrained tutor's dialogues on 30% of the training split, G 8, λ 0.75's reward",
+    "tiny": "the testdata models and rule judges",
+}
 
 
 def get_config(arg: str = "paper"):

@@ -48,6 +48,23 @@ from pedrl.eval import pedrm, reasoning, shards
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "the pedagogical_rl protocol",
+    "pedagogical_rl": "paper 003 table 2: the published 500-problem test split, K 8, Gemma-3-27B judges, Ped-RM",
+    "thinking": "paper 001 table 1: a condition's prompts and thinking, GPT-4o-mini judges",
+    "uco": "paper 000 table I: UCO's dialogues (10 tutor turns, tutor first, table XII's prompts)",
+    "uco_003": "a UCO tutor in paper 003's dialogues (000 table I's baselines' protocol)",
+    "reasoning": "003 table 3, 000 table IX: GSM8K, MATH500, MMLU on the tutor alone",
+    "wbeb": "001 table 2: accuracy per category of a WBEB-shaped multiple-choice file",
+    "think": "with pedagogical_rl: 003's +think rows (tagged thinking, forced <think>)",
+    "ped_think_reward": "with thinking: the Polya prompt, thinking, thinking reward (the default condition)",
+    "ped_think_no_reward": "with thinking: the Polya prompt, thinking, no thinking reward",
+    "think_reward": "with thinking: the general prompt, thinking, thinking reward",
+    "think_no_reward": "with thinking: the general prompt, thinking, no thinking reward",
+    "no_think": "with thinking: thinking off, the general prompt",
+    "tiny": "a protocol on the testdata models, rule judges and classifier as Ped-RM; 4 problems",
+}
 REFERENCE = "eth-lre/PedagogicalRL @ bae10cd"  # Where the evaluation settings below are read.
 
 

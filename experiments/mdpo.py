@@ -17,6 +17,11 @@ from pedrl.experiments import base_config, variants
 from pedrl.rl import dpo
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003 A.3: batch 32, lr 2e-7, 1 epoch; β 0.1, cosine with 10% warm-up (M-DPO's code)",
+    "tiny": "the testdata tutor, a few steps over the tiny pairs",
+}
 
 
 def get_config(arg: str = "paper"):

@@ -22,6 +22,17 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003: soft penalty, λ 0.75, no thinking; a local Qwen2.5-14B training judge",
+    "tiny": "the testdata models and rule judges; 3 steps",
+    "lam=<float>": "λ of eq. 4 (table 2's sweep: 0, 0.75, 1.5)",
+    "hard": "−λ on a rejected dialogue, λ 1.0 unless lam is given",
+    "think": "+think: a thinking instruction, a forced <think> each turn, tag rewards",
+    "no_sol": "−r_sol: hard λ 1.0 without the solve reward",
+    "lam1.5_think": "table 2's soft λ 1.5 +think row",
+    "hard_think": "table 2's hard λ 1.0 +think row",
+}
 
 
 def _think(v) -> bool:

@@ -17,6 +17,11 @@ from pedrl.experiments import base_config, variants
 from pedrl.rl import offline_data, sft
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003 A.3: batch 16, lr 2e-5, 1 epoch, cosine decay, on the accepted dialogues",
+    "tiny": "the testdata tutor, a few steps over the tiny data",
+}
 
 
 def get_config(arg: str = "paper"):

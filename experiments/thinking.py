@@ -31,6 +31,16 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 # The conditions (thinking, tutor prompt, thinking reward) are pedrl.experiments.conditions',
 # shared with the evaluation; the paper's method first (the default).
 VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 001's method, ped_think_reward (B 16, G 8, λ_ped 0.75, λ_think 0.3, θ 0.6)",
+    "ped_think_reward": "section 2.5: Polya prompt, thinking, with the thinking reward (the paper's method)",
+    "ped_think_no_reward": "section 2.5: Polya prompt, thinking, no thinking reward",
+    "think_reward": "section 2.5: general prompt, thinking, with the thinking reward",
+    "think_no_reward": "section 2.5: general prompt, thinking, no thinking reward",
+    "no_think": "section 2.5: thinking off, general prompt, r_sol + r_ped",
+    "tiny": "a condition on the testdata models with rule judges and the general prompt; 3 steps",
+}
 
 
 def evaluation_variant(arg: str = "paper") -> str:

@@ -26,6 +26,19 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool, rollouts=int)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 000 section IV (lr 5e-6, B 16, G 4, 10 tutor turns); needs an oracle endpoint "
+             "and the BGE-M3 embedder",
+    "tiny": "the testdata models, the reference oracle and the testdata BERT embedder; 3 steps",
+    "lam=<float>": "λ of eq. 5, the potential's share of r_progress (table V: 0.1 … 0.9)",
+    "alpha=<float>": "α of eq. 3, the potential's scale (table VI: 1.0 … 3.0)",
+    "delta=<float>": "δ of eq. 4, the semantic score's threshold (table VII: 0.5 … 0.9)",
+    "c=<float>": "c of eq. 8, the scaffold reward's step penalty (table VIII: 0.1 … 0.5)",
+    "no_scaffold": "table III: without r_scaffold",
+    "no_progress": "table III: without r_progress",
+    "rollouts=<int>": "fig. 3: G rollouts per problem on a 100-problem training set (2 … 8)",
+}
 ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
 
 
