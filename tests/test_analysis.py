@@ -359,6 +359,13 @@ def test_solve_rate_buckets_and_the_dataset_table():
   assert (train, test) == tuple(problems.load(problems.ProblemSettings(split=s, **pool),
                                               seed=7)[0] for s in ("train", "test"))
   assert data_views.split_problems(dataclasses.replace(v, split_seed=1))[1] != test
+  # The released splits, as given: no split here.
+  published = os.path.join(jobs.ROOT, "testdata", "problems", "bigmath_published_sample.jsonl")
+  given = data_views.split_problems(dataclasses.replace(v, test_path=published, n_test=11))
+  assert [[p.problem for p in half] for half in given] == [
+      [json.loads(x)["problem"] for x in open(f)] for f in (path, published)]
+  with pytest.raises(AnalysisError, match="11 rows, but the published test split has 5"):
+    data_views.split_problems(dataclasses.replace(v, test_path=published))
   rows = data_views.by_source(train)
   assert sum(r[1] for r in rows) == len(train) and rows[0][0] == "Orca_math"
   orca = [p.solve_rate for p in train if p.source == "orca_math"]

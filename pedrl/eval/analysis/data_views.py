@@ -41,6 +41,10 @@ BUCKETS = "0.01,0.1,0.2,0.3,0.4,0.5,0.6"  # Paper 003 section 5.2: solve rates o
 class ViewSettings:
   """The config's `views` section: what to draw besides the transcript analysis."""
   problems_path: str = ""  # A BigMath-style problems file: 003 table 1 and fig. 3.
+  # With test_path, problems_path and test_path are the released training and test splits
+  # (rd211/Big-Math-RL-Verified-Filtered's `train` and `test`, the papers' partition), read
+  # as given (n_test rows in the test split); without, problems_path is a pool split here.
+  test_path: str = ""
   filter: bool = True  # Paper 003's filter before the split (one number, 1-60% solve rate).
   n_train: int = problems_lib.ProblemSettings.n_train
   n_test: int = problems_lib.ProblemSettings.n_test
@@ -83,7 +87,14 @@ def by_source(problems) -> list:
 
 
 def split_problems(v: ViewSettings):
-  """(train, test) of the file, as the jobs split it (views.split_seed)."""
+  """(train, test): the released splits as given (views.test_path), or the file split as
+  the jobs split a pool (views.split_seed)."""
+  if v.test_path:
+    try:
+      return (problems_lib.load_published_train(v.problems_path)[0],
+              problems_lib.load_published(v.test_path, v.n_test)[0])
+    except problems_lib.DataError as e:
+      raise AnalysisError(str(e)) from None
   rows, report = problems_lib.load_bigmath(v.problems_path)
   if v.filter:
     rows = problems_lib.paper_filter(rows)
