@@ -28,10 +28,11 @@ from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench import constraints, results as results_lib
 from pedrl.eval.shards import jsonable
 from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, load_party
+from pedrl.experiments.common import endpoint_party, exits_cleanly, load_party
 from pedrl.rl import checkpoint
 
-define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
+cli.define_job_flags("experiments/cpa.py:tiny",
+                     "Output directory (one MathTutorBench job per method and seed).")
 FLAGS = flags.FLAGS
 
 

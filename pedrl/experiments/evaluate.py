@@ -28,14 +28,15 @@ from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as rec
 from pedrl.eval import reasoning
 from pedrl.eval.shards import jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
+from pedrl.experiments.common import (api_backends, check_paths, endpoint_party,
                                       exits_cleanly, judge_panel, load_party, load_problems,
                                       read_settings, solver_party, tutor_checkpoint)
 from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
 
-define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
+cli.define_job_flags("experiments/evaluate.py:tiny",
+                     "Evaluation directory (shards, records, metrics).")
 FLAGS = flags.FLAGS
 
 

@@ -28,11 +28,12 @@ from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
+from pedrl.experiments.common import (endpoint_party, exits_cleanly, load_party,
                                       tutor_checkpoint)
 from pedrl.rl import checkpoint
 
-define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
+cli.define_job_flags("experiments/mathtutorbench.py:tiny",
+                     "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS
 
 

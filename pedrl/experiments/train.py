@@ -23,12 +23,12 @@ from tqdm import tqdm
 from pedrl import distributed, sharding
 from pedrl import cli
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
                                       exit_on_signal, exits_cleanly, load_party, load_problems,
                                       read_settings, solver_party)
 from pedrl.rl import checkpoint, loss, trainer, update
 
-define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
+cli.define_job_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 FLAGS = flags.FLAGS
 
 
