@@ -19,7 +19,8 @@ from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
 from pedrl.rewards import backends
 from pedrl.tokenizer import load_tokenizer
 
-SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
+# pedrl's tiny benchmark (testdata/make_mathtutorbench.py): the tiny config's task files and data.
+DATA = os.path.join(jobs.ROOT, "testdata", "mathtutorbench")
 GENERATION_KEYS = {"problem", "reference_solution", "dialog_history", "dialog_formatted",
                    "ground_truth_response", "generated_teacher_utterance"}
 
@@ -31,15 +32,12 @@ def _run(workdir, *more):
                         timeout=600)
 
 
-@pytest.fixture
-def shared():
-  if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
-    pytest.skip("../shared/data/mathtutorbench not present")
-
-
-def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path, shared):
+def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
   r = _run(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
+  config = json.loads((tmp_path / "config.json").read_text())  # From a clone: its testdata.
+  assert (config["benchmark_dir"], config["data_dir"]) == (
+      os.path.join(DATA, "mathtutorbench"), DATA)
   results = json.loads((tmp_path / "results.json").read_text())
   assert set(results) == set(tasks.TASKS)
   for task, m in results.items():
@@ -93,7 +91,7 @@ def _write(tmp_path, text):
   return path
 
 
-def test_bad_inputs_stop_before_loading(tmp_path, shared):
+def test_bad_inputs_stop_before_loading(tmp_path):
   for args, message in (
       ((f"--config.benchmark_dir={tmp_path}",), "must be a MathTutorBench checkout"),
       ((f"--config.data_dir={tmp_path}",), "does not exist: task problem_solving reads its data"),
@@ -122,12 +120,12 @@ class _RM:
             for c in chats]
 
 
-def test_any_policy_answers_and_is_scored(shared):
+def test_any_policy_answers_and_is_scored():
   """A policy is any callable; records carry the parse and the Ped-RM pair, and the
   metrics come from the records alone."""
-  data = SHARED
+  data = DATA
   ps = tasks.examples("problem_solving", data)[:3]
-  t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "problem_solving")
+  t = tasks.read_task(os.path.join(DATA, "mathtutorbench"), "problem_solving")
   asked = []
 
   def policy(prompts, stop, uids):
@@ -140,7 +138,7 @@ def test_any_policy_answers_and_is_scored(shared):
   assert [r.prediction for r in recs] == [t.target(x) for x in ps]
   bridge = [dict(x, ground_truth_response={"user": "Teacher", "text": "human says hi"})
             for x in tasks.examples("scaffolding_generation", data)[:3]]
-  tb = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "scaffolding_generation")
+  tb = tasks.read_task(os.path.join(DATA, "mathtutorbench"), "scaffolding_generation")
   replies = ["short", "a reply of 21 letters", "what is twelve minus 3?"]
   recs += runner.answer("scaffolding_generation", tb, bridge, [0, 1, 2], 2,
                         lambda p, s, u: (replies, [False] * 3), _RM())
@@ -194,7 +192,7 @@ def _endpoint_job(workdir, url, *more):
       cwd=jobs.ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path, shared):
+def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path):
   # The reply depends on the prompt only, ignores the stop strings (cut client-side).
   server = ChatServer([], reply=lambda body: (
       f" Step {len(body.get('prompt', '')) % 4}. Is it {len(body.get('prompt', '')) % 9}?"
