@@ -274,3 +274,18 @@ def test_a_cache_grown_between_turns_equals_one_allocated_whole(testdata):
   end = int(grown.end)
   packed, room = sampler.make_room(grown, grown.size - end + 1, limit=grown.size)
   assert packed.size == 96 and int(packed.end) < end and room == 96 - int(packed.end)
+
+
+def test_compilations_count_getting_a_program_not_running_it():
+  """What a throughput leaves out: a new program's tracing and compiling, none of its
+  later calls."""
+  import jax
+  from pedrl.engine import compiler
+  f = jax.jit(lambda x: jnp.tanh(x) * 3.0 + x.sum())
+  x = jnp.ones((7, 5))
+  with compiler.compilations() as first:
+    f(x).block_until_ready()
+  with compiler.compilations() as again:
+    f(x).block_until_ready()
+  assert len(first) >= 2 and sum(first) > 0  # Traced, lowered, compiled (or read from cache).
+  assert again == []
