@@ -4,7 +4,6 @@ import re
 import subprocess
 import sys
 
-
 import jobs
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import tasks
@@ -16,6 +15,10 @@ def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
                               "--config.limit=1"),
                      cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
+  # The job's progress bar over methods × seeds, and one short line per method and seed.
+  assert "cpa: methods × seeds: 100%" in r.stderr and "2/2 [" in r.stderr
+  lines = [x for x in r.stderr.splitlines() if re.search(r" (cpa|cot) seed 42: ", x)]
+  assert len(lines) == 2 and all(len(x) < 250 and "TraceStats" not in x for x in lines), lines
   table = (tmp_path / "tables.md").read_text()
   assert table.strip() in r.stdout
   two, three = table.split("Table 3")

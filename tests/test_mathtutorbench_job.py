@@ -53,6 +53,9 @@ def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
       assert gens[0]["ground_truth_response"]["user"] == "Teacher"
   assert "f1" in results["solution_correctness"] and "bleu" in results["socratic_questioning"]
   assert "| Problem solving |" in r.stdout
+  # One short line per task in the log (results.json has every metric).
+  lines = [x for x in r.stderr.splitlines() if any(f" {t}: " in x for t in tasks.TASKS)]
+  assert len(lines) == 9 and all(len(x) < 100 and "{" not in x for x in lines), lines
   again = _run(tmp_path)  # Every batch is there: nothing is asked again, nothing loads.
   assert again.returncode == 0 and "9 of 9 batches already in" in again.stderr
   assert json.loads((tmp_path / "results.json").read_text())["problem_solving"]["examples"] == 4
@@ -101,6 +104,16 @@ def test_bad_inputs_stop_before_loading(tmp_path):
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()  # Stopped before writing or loading anything.
+
+
+def test_a_tasks_summary_is_its_leaderboard_number_in_one_line():
+  m = {"accuracy_strict-match": 0.25, "accuracy_flexible-extract": 0.25, "examples": 4,
+       "prompts_cut": 0, "seconds": 1.234, "examples_per_s": 3.24}
+  assert results.summary("problem_solving", m) == (
+      "problem_solving: accuracy_strict-match 25.0% (4 examples, 1.2 s)")
+  assert results.summary("pedagogy_following_hard", {"match": 0.5, "examples": 2,
+                                                     "prompts_cut": 2}) == (
+      "pedagogy_following_hard: win_rate – (2 examples, 2 prompts cut)")  # No Ped-RM.
 
 
 def test_batches_never_span_a_task():

@@ -185,7 +185,7 @@ def main(argv):
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, FLAGS.config)
   if metrics is not None:
     for name, m in metrics["tasks"].items():
-      logging.info("%s: %s", name, m)
+      logging.info("%s", results_lib.summary(name, m))
     print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
   print(f"seconds={time.perf_counter() - start:.1f}")
 
