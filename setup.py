@@ -79,7 +79,6 @@ setuptools.setup(
         # NOTEBOOK): their tests would skip without them.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
                  *NOTEBOOK],
-        "data": ["tensorflow-datasets"],
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
