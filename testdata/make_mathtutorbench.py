@@ -88,6 +88,34 @@ CLOSINGS = ["What do you do with the melons that were sold?",
             "How many tulips are in one row, and how many rows are there?",
             "How many pages did she read on the fifth day?"]
 ACTS = ["probing", "focus", "generic", "telling"]
+# The first hard dialogue is long (the hard split has dialogues of up to 11 turns): its
+# prompt overflows the tiny models' context, so the tiny runs cut it, and count that.
+LONG = [
+    ("Teacher", "Walk me through how you started, and tell me which numbers you picked out "
+                "of the problem first."),
+    ("Student", "I saw 6 crates and 14 melons in each crate, so I multiplied 6 by 14 and got "
+                "84 melons. Then I read that she sells 29 melons, and I thought selling means "
+                "she gets more, so I added 29 to 84 and got 113."),
+    ("Teacher", "Good start with the crates. When Mira sells a melon, does she still have it "
+                "afterwards, or does it leave her stall with the buyer?"),
+    ("Student", "Oh, the buyer takes it home, so she does not have it any more. But the money "
+                "comes back to her, so I was thinking about the money and the melons at the "
+                "same time, and I mixed them up."),
+    ("Teacher", "That is an honest way to put it. The question only asks about melons. Can you "
+                "say in one sentence what happens to the number of melons when some are sold?"),
+    ("Student", "The number of melons goes down when some are sold, because they leave the "
+                "stall. So the 29 should make the 84 smaller, not bigger. I think I need to "
+                "take 29 away from 84 instead of adding it."),
+    ("Teacher", "How would you check that taking away is the right step before you work out "
+                "the number?"),
+    ("Student", "I could try it with small numbers. If she had 10 melons and sold 3, she would "
+                "have 7 left, and 7 is 10 minus 3. So selling is taking away. For the real "
+                "numbers I would do 84 minus 29, which I think is 55."),
+    ("Teacher", "Nice check with small numbers. How can you be sure that 84 minus 29 is 55 and "
+                "not a slip in the subtraction?"),
+    ("Student", "I can add them back: 55 plus 29 is 84, because 55 plus 30 is 85 and one less "
+                "is 84. So it works, and Mira has 55 melons left at the end of the day."),
+]
 
 
 def mathdial_solution(steps, answer) -> str:
@@ -129,11 +157,13 @@ def data_files() -> dict:
                    "dialog_history": [*opening, {"text": close, "user": "Teacher"}]})
     # The hard split: longer dialogues, every turn tagged with a dialogue act, GSM8K
     # socratic references.
-    turns = [{"text": t, "user": "Teacher", "dialog_act": ACTS[i % 4]},
-             {"text": s, "user": "Student", "dialog_act": ""},
-             {"text": "Is that what the question asks?", "user": "Teacher", "dialog_act": "focus"},
-             {"text": "I am not sure.", "user": "Student", "dialog_act": ""},
-             {"text": close, "user": "Teacher", "dialog_act": "probing"}]
+    before = LONG if i == 0 else [("Teacher", t), ("Student", s),
+                                   ("Teacher", "Is that what the question asks?"),
+                                   ("Student", "I am not sure.")]
+    turns = [{"text": text, "user": who,
+              "dialog_act": ACTS[k // 2 % 4] if who == "Teacher" else ""}
+             for k, (who, text) in enumerate(before)]
+    turns.append({"text": close, "user": "Teacher", "dialog_act": "probing"})
     hard.append({"problem": q, "topic": "Math Word Problem",
                  "reference_solution": socratic_solution(steps, a), "dialog_history": turns})
   return {"gsm8k/test.jsonl": gsm8k, "gsm8k/test_socratic.jsonl": socratic,
