@@ -8,7 +8,8 @@ bare name): `no_think` (thinking off, general prompt, r_sol + r_ped),
 `think_no_reward`, `think_reward` (general prompt), `ped_think_no_reward`,
 `ped_think_reward` (Polya prompt; the paper's method, the default `paper`).
 `tiny` runs a condition (`ped_think_reward` unless given) on the testdata models
-with rule judges and the general prompt. B 16, G 8, 16 turns, K 8, λ_ped 0.75,
+with rule judges and the general prompt; a thinking condition's tutor is the
+testdata tutor taught to think in tags (testdata/models/qwen2_think). B 16, G 8, 16 turns, K 8, λ_ped 0.75,
 λ_think 0.3, θ 0.6.
 
 Paper 001 leaves these unstated; pedrl decides them on purpose:
@@ -56,5 +57,11 @@ def get_config(arg: str = "paper"):
   if v.tiny:
     c.problems.split = "all"
     c.rollout.tutor_prompt = "thinking/tutor_general"  # The Polya prompt overflows the tiny context.
+    if thinking:
+      # A tutor that thinks in tags as a reasoning model does (a random one never closes
+      # its <think>): testdata/make_thinking_tutor.py. Its turns open with the tag, as an
+      # R1-style template opens them, then a few words of thought, </think>, a reply.
+      c.tutor.path = "testdata/models/qwen2_think"
+      c.rollout.force_thinking = True
     rl_config.tiny(c)
   return c
