@@ -36,6 +36,10 @@ LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests on
 # for its plot; no torch or lm-eval.
 NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6", *PLOT]
 TENSORBOARD = ["tensorboard>=2.14"]  # Views WORKDIR/tensorboard (pedrl writes with tensorboardX).
+# tfds: sources (pedrl.env.sources). Reading array_record files needs no TensorFlow: the
+# install is about 50 MB, so the tests install it too.
+DATA = ["tensorflow-datasets>=4.9"]
+DOCS = ["mkdocs-material>=9.5"]  # The site in docs/ (mkdocs.yml); .ci/run builds it.
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
@@ -45,7 +49,7 @@ setuptools.setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
-    package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},
+    package_data={"pedrl": ["**/*.txt", "**/*.jinja", "**/*.tsv"]},  # .tsv: the codebook.
     install_requires=[
         "jax>=0.6",
         "flax>=0.10",
@@ -78,11 +82,13 @@ setuptools.setup(
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT (in
         # NOTEBOOK): their tests would skip without them.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
-                 *NOTEBOOK],
+                 *NOTEBOOK, *DATA],
+        "data": DATA,
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
         "notebook": NOTEBOOK,
         "tensorboard": TENSORBOARD,
+        "docs": DOCS,
     },
 )

@@ -22,6 +22,11 @@ from pedrl.experiments import base_config, settings, variants
 from pedrl.experiments.cpa import AgentRuns
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "section 4.4: temperature 0.7, top-p 0.95, K 3, J 3; seeds 42-44; every method",
+    "tiny": "the testdata backbone and classifier, 2 examples a task, seed 42",
+}
 
 
 def get_config(arg: str = "paper"):

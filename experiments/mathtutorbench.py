@@ -25,6 +25,11 @@ Shards: `--config.eval.shard=I --config.eval.num_shards=N` (launch/eval_array.sb
 from pedrl.experiments import base_config, variants
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "the harness's settings: greedy, 2048 new tokens, every example of the nine tasks",
+    "tiny": "the testdata tutor and classifier, 4 examples a task, 24 new tokens",
+}
 
 
 def get_config(arg: str = "paper"):

@@ -22,7 +22,7 @@ def instances():
   for task in tasks.TASKS:
     t = tasks.read_task(os.path.join(DATA, "mathtutorbench"), task)
     for x in tasks.examples(task, DATA)[:2]:
-      out.append(Instance(len(out), task, t.prompt(x), x))
+      out.append(Instance(len(out), task, t.prompt(x)))
   return out
 
 

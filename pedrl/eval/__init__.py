@@ -1,2 +1,1 @@
-"""Evaluation: the papers' tutoring metrics, judges, Ped-RM, reasoning benchmarks,
-MathTutorBench, and how evaluation records are sharded and merged."""
+"""Evaluating tutors: the papers' protocols, metrics, benchmarks and transcript analysis."""

@@ -50,6 +50,9 @@ class EvalSettings(ShardSettings):
   """The config's `eval` section (the protocol's own settings; the rest is the dialogue
   config's: problems, rollout, solve, rewards.judges)."""
   samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
+  # Ped-RM macro: a dialogue with no scored turn counts 0 (the reference's eval.py) or is
+  # left out ("drop"); either way it is counted (metrics.json: pedrm_unscored_dialogues).
+  pedrm_unscored: str = "zero"
   bootstrap_resamples: int = metrics_lib.RESAMPLES
   confidence: float = metrics_lib.CONFIDENCE
 
@@ -59,6 +62,9 @@ class EvalSettings(ShardSettings):
       raise ValueError("samples_per_problem must be positive")
     if not 0 < self.confidence < 1:
       raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
+    if self.pedrm_unscored not in metrics_lib.UNSCORED:
+      raise ValueError(f"pedrm_unscored={self.pedrm_unscored!r} is not one of "
+                       f"{metrics_lib.UNSCORED}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,9 +185,10 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
   return keep
 
 
-def merge(workdir: str) -> tuple[list, dict]:
-  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
-  shard is missing or unfinished, or shards disagree on the protocol."""
+def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
+  """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
+  `kind` (None: the protocol's record type); ShardError when a shard is missing or
+  unfinished, or shards disagree on the protocol."""
   statuses = _statuses(workdir)
   if not statuses:
     raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
@@ -199,9 +206,9 @@ def merge(workdir: str) -> tuple[list, dict]:
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
   protocol = statuses[next(iter(statuses))]["protocol"]
-  kind, out = protocol.get("kind", "tutoring"), []
+  out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), record_kind(protocol))
+    out += records_lib.load(records_path(workdir, i, num_shards), kind or record_kind(protocol))
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
@@ -209,16 +216,25 @@ def merge(workdir: str) -> tuple[list, dict]:
   counts = collections.Counter()
   for s in statuses.values():
     counts.update(s.get("counts", {}))
+  return out, protocol, counts
+
+
+def merge(workdir: str) -> tuple[list, dict]:
+  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
+  shard is missing or unfinished, or shards disagree on the protocol."""
+  out, protocol, counts = gather(workdir)
+  kind = protocol.get("kind", "tutoring")
   if kind == "mathtutorbench":
     metrics = {"n_examples": len(out), "tasks": bench_results.metrics(out, counts)}
   else:
     e = protocol["eval"]
     args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
                 confidence=e["confidence"])
-    if kind == "reasoning":
-      metrics = {"n_examples": len(out), **reasoning.accuracy(out, **args)}
+    if kind == "reasoning":  # Protocols written before a setting existed: its behaviour then.
+      mmlu = protocol["reasoning"].get("mmlu_average", "question")
+      metrics = {"n_examples": len(out), **reasoning.accuracy(out, mmlu_average=mmlu, **args)}
     else:
-      metrics = metrics_lib.compute(out, **args)
+      metrics = metrics_lib.compute(out, pedrm_unscored=e.get("pedrm_unscored", "drop"), **args)
       metrics.update(metrics_lib.dialogue_counts(out))
   metrics["counts"] = dict(sorted(counts.items()))
   return out, metrics

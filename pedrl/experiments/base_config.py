@@ -1,13 +1,15 @@
 """The parts configs share: `dialogue_config`, the part of every config that runs
 dialogues (models, problems, dialogue rules, solve attempts and rewards: the
 rollout job's whole config; the training configs add their `rl` section; defaults
-are paper 003's), and `bench_config`, the part of every MathTutorBench job's.
+are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
+`offline_config`, the SFT and MDPO jobs' whole config.
 """
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm, shards
 from pedrl.eval.mathtutorbench import runner
 from pedrl.experiments import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
+from pedrl.rl import update
 
 VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 
@@ -75,7 +77,9 @@ def bench_config(tiny: bool, **tutor_sampling):
                              **tutor_sampling)
   c.tutor.endpoint = settings.section(party.EndpointSettings)
   c.eval = settings.section(shards.ShardSettings)
-  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
+  # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
+  # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).
+  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench", dtype="bfloat16")
   if tiny:
     c.scan_layers = False
     c.tutor.path = "testdata/models/qwen2"
@@ -85,6 +89,20 @@ def bench_config(tiny: bool, **tutor_sampling):
              data_dir="testdata/mathtutorbench", truncate_prompts=True)
     # The testdata classifier, with a stand-in system prompt written for pedrl (the real
     # run's is the benchmark's, given by path).
-    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True,
+    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True, dtype="float32",
                    system_prompt_file="testdata/pedrm_system_prompt.txt")
   return c
+
+
+def offline_config(objective: type, options: type | None = None, **train):
+  """An offline job's config (pedrl.experiments.offline): the top level, mesh, tutor,
+  data and the `train` section (OfflineSettings, OptimizerSettings, the objective's and
+  the options' fields, then `train`'s values)."""
+  c = settings.section(settings.JobSettings, skip=("batch_problems", "group_size"))
+  c.mesh = settings.section(settings.MeshSettings)
+  c.tutor = settings.section(settings.TrainedTutorSettings)
+  c.data = settings.section(settings.DataSettings)
+  sources = [settings.OfflineSettings, update.OptimizerSettings, objective]
+  c.train = settings.section(*sources, *([options] if options else []), skip=("seed",), **train)
+  return c
+

@@ -2,6 +2,7 @@
 and how a run ends (exit codes)."""
 import dataclasses
 import functools
+import math
 import os
 import signal
 import sys
@@ -9,9 +10,9 @@ import sys
 import jax
 from absl import app, logging
 
-from pedrl import distributed, logs
+from pedrl import cli, distributed, logs
 from pedrl.engine.scoring import Scorer
-from pedrl.env import problems as problems_lib, solving
+from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
@@ -20,7 +21,7 @@ from pedrl.eval.mathtutorbench import tasks as mtb_tasks
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
-from pedrl.rl import checkpoint, trainer
+from pedrl.rl import checkpoint, loop, update
 
 # Exit codes, for schedulers: 0 done; 1 a configuration, input, endpoint or checkpoint error
 # (one line on stderr); 3 training diverged; 128 + N stopped on signal N after saving
@@ -33,6 +34,11 @@ EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeErro
                    mtb_tasks.TaskError)
 
 
+# The flags every job takes (--config, --workdir, --multihost): defined by pedrl.cli, which
+# also checks them before a job's module is imported.
+define_flags = cli.define_job_flags
+
+
 def exits_cleanly(main):
   """Wraps an entry point's main: expected errors end it with `error: …` and an exit code."""
   @functools.wraps(main)
@@ -43,7 +49,7 @@ def exits_cleanly(main):
     except EXPECTED_ERRORS as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(EXIT_ERROR)
-    except trainer.TrainingDiverged as e:
+    except loop.TrainingDiverged as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(EXIT_DIVERGED)
   return wrapped
@@ -58,10 +64,32 @@ def exit_on_signal(name: str | None, step_text: str):
         file=sys.stderr)
   sys.exit(128 + signal.Signals[name].value)
 
+def value_check(section: str, values: dict):
+  """need(ok, name, rule): when not ok, a UsageError naming --config.SECTION.NAME=value
+  and the rule it breaks."""
+  def need(ok: bool, name: str, rule: str):
+    if not ok:
+      raise app.UsageError(f"--config.{section}.{name}={values[name]!r}: must be {rule}")
+  return need
+
+
+def finite(x) -> bool:
+  return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def check_optimizer(need, values: dict) -> None:
+  """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
+  for name in ("lr", "adam_eps", "max_grad_norm"):
+    need(finite(values[name]) and values[name] > 0, name, "a finite number > 0")
+  need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
+       "finite and >= 0")
+  need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
+  need(isinstance(values["warmup_steps"], int) and values["warmup_steps"] >= 0, "warmup_steps",
+       "an integer >= 0")
+
+
 JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
                 "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
-LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8k,
-           "math500": problems_lib.load_math500}
 
 
 def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
@@ -122,21 +150,13 @@ def tutor_checkpoint(run: shards.TutorRun, workdir: str, recorded_at: tuple) -> 
 
 
 def load_problems(s: settings_lib.RunSettings):
-  """The configured split, and the loader's report of skipped rows."""
+  """The configured split (pedrl.env.problems.load), and the loader's report of skipped rows."""
   p = s.problems
   if not p.path:
-    raise app.UsageError("give the problems file: --config.problems.path=rows.jsonl")
-  if p.format not in LOADERS:
-    raise app.UsageError(f"problems.format {p.format!r} is not one of {sorted(LOADERS)}")
-  rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
-  logging.info("%s", report.summary())
-  if p.filter:
-    rows = problems_lib.paper_filter(rows)
-    logging.info("%d problems pass the paper's filter", len(rows))
-  if p.split != "all":
-    train, test = problems_lib.split(rows, p.n_train, p.n_test, s.job.seed)
-    rows = {"train": train, "test": test}[p.split]
-  rows = rows[:p.limit] if p.limit > 0 else rows
+    raise app.UsageError("give the problems: --config.problems.path=rows.jsonl (or "
+                         "tfds:NAME[/CONFIG]:SPLIT)")
+  rows, report = problems_lib.load(p, s.job.seed)
+  logging.info("%s; %d problems in split %r", report.summary(), len(rows), p.split)
   if not rows:
     raise app.UsageError(
         f"no problems left in --config.problems.path={p.path!r} after loading "
@@ -228,8 +248,11 @@ def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
       raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "
                            "(no config.json)")
-  if dialogues and (not s.problems.path or not os.path.exists(s.problems.path)):
-    raise app.UsageError(f"--config.problems.path={s.problems.path!r} does not exist")
+  if dialogues:
+    try:
+      sources.check(s.problems.path, "problems file")
+    except problems_lib.DataError as e:
+      raise app.UsageError(f"--config.problems.path={s.problems.path!r}: {e}") from None
 
 
 def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: dict):
@@ -253,6 +276,18 @@ def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
   specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
                 else x for x in JUDGE_PANELS[j.judges])
   return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
+
+
+def judges_protocol(s: settings_lib.RunSettings) -> dict:
+  """The judges as a protocol records them: panel, backend, the model behind it, samples
+  and rounds (whatever decides their verdicts)."""
+  j = s.judging
+  model = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
+                                                   "max_tokens", "top_p")},
+           "local": shards.jsonable(s.local_judge),
+           "rule": shards.jsonable(s.rule_judges)}.get(j.judge_backend)
+  return {"panel": j.judges, "backend": j.judge_backend, "model": model,
+          "samples": j.judge_samples, "rounds": j.judge_rounds}
 
 
 def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,

@@ -26,11 +26,11 @@ from pedrl import cli, distributed, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exit_on_signal, exits_cleanly, load_party, load_problems,
                                       read_settings, solver_party)
 
-cli.define_job_flags("experiments/rollout.py:tiny", "Output directory.")
+define_flags("experiments/rollout.py:tiny", "Output directory.")
 FLAGS = flags.FLAGS
 
 

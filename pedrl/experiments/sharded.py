@@ -10,7 +10,10 @@ shard that finishes the workdir's last merges them.
 A task has: `sizes` (its item count, or the sizes of segments no batch spans),
 `batch_size`, `per_item` (records per item), `unit` (for the progress bar),
 `load(mesh)`, `run(batch index, item indices, counts) -> records` and
-`postfix(records) -> {name: text}`.
+`postfix(records) -> {name: text}`; optionally `record_type` (default: the
+protocol kind's evaluation record) and `merge(workdir)` (default: the
+evaluation's, pedrl.eval.shards.write_merged), for a job whose records are not
+an evaluation's (pedrl.experiments.baseline_data).
 """
 import collections
 import contextlib
@@ -68,8 +71,8 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)
   per_batch = {j: len(idx) * task.per_item for j, idx in plan}
-  done = (shards.completed(workdir, i, n, per_batch, shards.record_kind(protocol))
-          if main_process else [])
+  kind = getattr(task, "record_type", None) or shards.record_kind(protocol)
+  done = shards.completed(workdir, i, n, per_batch, kind) if main_process else []
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
@@ -116,7 +119,7 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     return None
   shards.write_json(status_path, status(True))
   try:
-    return shards.write_merged(workdir)
+    return getattr(task, "merge", shards.write_merged)(workdir)
   except shards.ShardError as err:  # Other shards still running: they merge, or report does.
     logging.info("shard %d of %d finished; not merged yet: %s", i, n, err)
     return None

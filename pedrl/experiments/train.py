@@ -13,7 +13,6 @@ warnings (rl.warn_*).
 """
 import dataclasses
 import json
-import math
 import os
 import sys
 
@@ -23,43 +22,32 @@ from tqdm import tqdm
 from pedrl import distributed, sharding
 from pedrl import cli
 from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths,
-                                      exit_on_signal, exits_cleanly, load_party, load_problems,
-                                      read_settings, solver_party)
-from pedrl.rl import checkpoint, loss, trainer, update
+from pedrl.experiments.common import (api_backends, build_rewards, check_optimizer, check_paths,
+                                      define_flags, exit_on_signal, exits_cleanly, finite,
+                                      load_party, load_problems, read_settings, solver_party,
+                                      value_check)
+from pedrl.rl import checkpoint, loss, trainer
 
-cli.define_job_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
+define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 FLAGS = flags.FLAGS
-
-
-def fingerprint(cfg) -> dict:
-  """What must match between a checkpoint and the tutor it is restored into."""
-  return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
-                                       "num_heads", "num_kv_heads", "intermediate_size")}
 
 
 def _check_rl(s):
   """The `rl` section's values that would make the update meaningless or non-finite."""
   rl = {**dataclasses.asdict(s.train), **dataclasses.asdict(s.grpo),
         **dataclasses.asdict(s.optimizer)}
-
-  def need(ok: bool, name: str, rule: str):
-    if not ok:
-      raise app.UsageError(f"--config.rl.{name}={rl[name]!r}: must be {rule}")
-  finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)
-  for name in ("lr", "adam_eps", "max_grad_norm"):
-    need(finite(rl[name]) and rl[name] > 0, name, "a finite number > 0")
-  for name in ("weight_decay", "beta", "advantage_eps"):
+  need = value_check("rl", rl)
+  check_optimizer(need, rl)
+  for name in ("beta", "advantage_eps"):
     need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
   need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
   need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
        "None or a finite number > 0")
-  need(rl["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
   need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
   for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
                "samples_dialogues", "max_bad_steps"):
     need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
-  for name in ("mini_batch", "warmup_steps", "dialogues_every"):
+  for name in ("mini_batch", "dialogues_every"):
     need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
 
 
@@ -100,7 +88,7 @@ def build(c, workdir: str, config_name: str = "?"):
   o = s.optimizer
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
                         o.optimizer(updates), workdir, ckpt, writer,
-                        fingerprint(tutor.sampler.cfg),
+                        checkpoint.model_fingerprint(tutor.sampler.cfg),
                         o.schedule(updates))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)

@@ -32,6 +32,12 @@ class CheckpointError(ValueError):
   """A workdir's checkpoint does not fit this run, cannot be read, or cannot be written."""
 
 
+def model_fingerprint(cfg) -> dict:
+  """What must match between a checkpoint and the tutor it is restored into."""
+  return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
+                                       "num_heads", "num_kv_heads", "intermediate_size")}
+
+
 def _bits(x):
   """The bit patterns of `x` as uint32 (any dtype; 8-byte values as two words)."""
   if x.dtype == jnp.bool_ or x.dtype.itemsize == 1:
