@@ -51,7 +51,7 @@ def define_job_flags(example_config: str, workdir_help: str) -> None:
     flags.FLAGS["workdir"].help = workdir_help
     return
   config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
-  flags.DEFINE_string("workdir", None, workdir_help)
+  flags.DEFINE_string("workdir", None, workdir_help, required=True)
   flags.DEFINE_enum("multihost", "auto", MULTIHOST_MODES,
                     "jax.distributed.initialize(): auto = when the environment shows several "
                     "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
@@ -72,7 +72,7 @@ def check_job_command() -> None:
   if sys.argv[:1] != ["-m"] or len(sys.orig_argv) < len(sys.argv):
     return
   module = sys.orig_argv[-len(sys.argv)]  # The token before the command's arguments.
-  if not module.startswith("pedrl.experiments."):
+  if not _job_module(module):
     return
   name = module.rpartition(".")[2]
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
@@ -97,9 +97,16 @@ def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:
   return out
 
 
+def _job_module(name: str) -> bool:
+  """A job's module (each defines the job flags); other commands may import one (the
+  learning benchmark imports the training job) without being a job."""
+  return name.startswith("pedrl.experiments.")
+
+
 def _is_job() -> bool:
-  """The command defines the job flags (define_job_flags)."""
-  return "config" in flags.FLAGS and "multihost" in flags.FLAGS
+  """The command running is a job: its __main__ is a job's module."""
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  return spec is not None and _job_module(spec.name) and "config" in flags.FLAGS
 
 
 def _check_job_flags(argv: list[str], early: bool = False) -> None:

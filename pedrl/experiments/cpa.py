@@ -137,7 +137,7 @@ class SeedRun:
     """One line: the hard win rates, BVR and what an instance cost (tables.md has it all)."""
     pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"
     st = self.stats
-    wins = ", ".join(f"{t.removesuffix('_hard').replace('_generation', '')}† win "
+    wins = ", ".join(f"{t.split('_')[0]}† win "
                      f"{pct(self.tasks.get(t, {}).get('win_rate'))}" for t in HARD)
     return (f"{wins}, BVR† {pct(st.bvr_hard)}, BVR {pct(st.bvr)}, repaired "
             f"{pct(st.repair_share)}, {st.fallbacks} stand-ins; per instance "

@@ -96,7 +96,7 @@ def summary(task: str, m: dict) -> str:
   value = m.get(metric)
   parts = [f"{m['examples']} examples"]
   if m.get("prompts_cut"):
-    parts.append(f"{m['prompts_cut']} prompts cut")
+    parts.append(f"{m['prompts_cut']} prompt{'s' if m['prompts_cut'] > 1 else ''} cut")
   if m.get("seconds"):
     parts.append(f"{m['seconds']:.1f} s")
   shown = "–" if value is None else f"{100 * value:.1f}%"
