@@ -8,7 +8,8 @@ bare name): `no_think` (thinking off, general prompt, r_sol + r_ped),
 `think_no_reward`, `think_reward` (general prompt), `ped_think_no_reward`,
 `ped_think_reward` (Polya prompt; the paper's method, the default `paper`).
 `tiny` runs a condition (`ped_think_reward` unless given) on the testdata models
-with rule judges and the general prompt. B 16, G 8, 16 turns, K 8, λ_ped 0.75,
+with rule judges and the general prompt; a thinking condition's tutor is the
+testdata tutor taught to think in tags (testdata/models/qwen2_think). B 16, G 8, 16 turns, K 8, λ_ped 0.75,
 λ_think 0.3, θ 0.6.
 
 Paper 001 leaves these unstated; pedrl decides them on purpose:

@@ -23,7 +23,6 @@ clearing jax's caches, compiling included) is timed apart from steady state
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
 """
-import contextlib
 import dataclasses
 import os
 import tempfile
@@ -34,7 +33,7 @@ import jax
 
 from pedrl import cli
 from pedrl.bench import timing
-from pedrl.engine import SamplingParams
+from pedrl.engine import SamplingParams, compiler
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
 from pedrl.env.problems import load_bigmath
@@ -213,19 +212,9 @@ def pedrl_runner(paths, problems, settings, new_tokens: int):
   return run, parties
 
 
-@contextlib.contextmanager
 def compilations():
   """Seconds of each XLA compilation in the block (jax's backend-compile events)."""
-  seconds = []
-
-  def listen(event, secs, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      seconds.append(secs)
-  jax.monitoring.register_event_duration_secs_listener(listen)
-  try:
-    yield seconds
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listen)
+  return compiler.compilations(("/jax/core/compile/backend_compile_duration",))
 
 
 def measure(runs: dict, n: int, repeats: int) -> dict:

@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging
 
 from pedrl import streams
+from pedrl.engine import compiler
 from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
 from pedrl.env.party import EndpointParty, Party
@@ -82,6 +83,9 @@ class RolloutSettings:
 @dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
+  # Of tutor_seconds, getting programs rather than running them (engine.compiler.compilations):
+  # a throughput leaves it out.
+  tutor_compile_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
   calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
@@ -163,11 +167,14 @@ class _Side:
                        [len(dialogues[d].messages) for d in live])
     stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
-    gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
-                                       self.cache)
+    with compiler.compilations() as compiling:
+      gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
+                                         self.cache)
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    if self.name == TUTOR:
+      stats.tutor_compile_seconds += sum(compiling)
     out = []
     for i, d in enumerate(live):
       tokens = gen.row_tokens(i)

@@ -80,7 +80,10 @@ def bench_config(tiny: bool, **tutor_sampling):
   """The part of a MathTutorBench job's config (the benchmark job's and CPA's): the job,
   the harness's settings, the model under test or backbone with `tutor_sampling`
   (temperature, top_p, max_new_tokens), shards and Ped-RM; `tiny` points them at the
-  testdata tutor and classifier and ../shared/data, prompts cut to the tiny context."""
+  testdata tutor and classifier and pedrl's own tiny benchmark, prompts cut to the tiny
+  context. A paper run names the official files (pedrl.eval.mathtutorbench.tasks.SOURCES):
+  --config.benchmark_dir, a MathTutorBench checkout; --config.data_dir, its data laid out
+  as testdata/mathtutorbench."""
   c = settings.section(settings.JobSettings, runner.BenchSettings)
   c.mesh = settings.section(settings.MeshSettings)
   c.tutor = settings.section(party.PartySettings, shards.TutorRun, path=None, top_k=0,
@@ -93,8 +96,10 @@ def bench_config(tiny: bool, **tutor_sampling):
   if tiny:
     c.scan_layers = False
     c.tutor.path = "testdata/models/qwen2"
-    c.update(benchmark_dir="../shared/data/mathtutorbench", data_dir="../shared/data",
-             truncate_prompts=True)
+    # Task files and data written for pedrl in the benchmark's format and layout
+    # (testdata/make_mathtutorbench.py): the official files' fields, pedrl's problems.
+    c.update(benchmark_dir="testdata/mathtutorbench/mathtutorbench",
+             data_dir="testdata/mathtutorbench", truncate_prompts=True)
     # The testdata classifier, with a stand-in system prompt written for pedrl (the real
     # run's is the benchmark's, given by path).
     c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True, dtype="float32",

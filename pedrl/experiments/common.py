@@ -9,10 +9,9 @@ import signal
 import sys
 
 import jax
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
-from pedrl import distributed, logs
+from pedrl import cli, distributed, logs
 from pedrl.engine.scoring import Scorer
 from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
@@ -36,19 +35,9 @@ EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeErro
                    mtb_tasks.TaskError)
 
 
-def define_flags(example_config: str, workdir_help: str):
-  """The flags every job takes: --config (a config file and variant), --workdir, --multihost.
-  A job that builds on another's module (cpa on mathtutorbench) defines them again: the
-  flags stay, their help becomes the importing job's."""
-  if "config" in flags.FLAGS:
-    flags.FLAGS["config"].help = f"Config file, e.g. {example_config}."
-    flags.FLAGS["workdir"].help = workdir_help
-    return
-  config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
-  flags.DEFINE_string("workdir", None, workdir_help, required=True)
-  flags.DEFINE_enum("multihost", "auto", distributed.MODES,
-                    "jax.distributed.initialize(): auto = when the environment shows several "
-                    "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+# The flags every job takes (--config, --workdir, --multihost): defined by pedrl.cli, which
+# also checks them before a job's module is imported.
+define_flags = cli.define_job_flags
 
 
 def exits_cleanly(main):

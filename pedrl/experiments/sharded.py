@@ -51,11 +51,13 @@ def api_counts(counts, **clients):
 
 
 def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings,
-        config=None):
+        config=None, label: str | None = None):
   """Runs this process's shard of `task`; the merged metrics when this shard finished
   the workdir's last one, else None. Stopped by a signal, it exits (128 + signal).
   `config` (the job's ConfigDict) is written to WORKDIR/config.json with absolute
-  paths, and each shard's status records where its latest start came from."""
+  paths, and each shard's status records where its latest start came from. `label`:
+  one run of a job of several (CPA's methods), shown on its progress bar, which is
+  cleared when it ends (the job's own bar stays)."""
   main_process = distributed.is_main_process()
   i, n = shard.shard, shard.num_shards
   sizes = [task.sizes] if isinstance(task.sizes, int) else list(task.sizes)
@@ -96,8 +98,9 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     task.load(mesh_settings.make())
     tick(counts, "seconds/load", clock)
   total, done_now = sum(len(idx) for _, idx in todo), 0
-  with (tqdm(total=total, unit=task.unit, desc=f"shard {i}/{n}", disable=not main_process,
-             smoothing=0.1) as bar,
+  desc = f"shard {i}/{n}" if label is None else f"{label}, shard {i}/{n}"
+  with (tqdm(total=total, unit=task.unit, desc=desc, disable=not main_process, smoothing=0.1,
+             leave=label is None) as bar,
         stopping.StopRequest("the current batch") as signals):
     for j, idx in todo:
       records = task.run(j, idx, counts)

@@ -73,7 +73,7 @@ def build(c, workdir: str, config_name: str = "?"):
   mesh = s.mesh.make()
   check_config(s, mesh)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
-  problems, report = load_problems(s)
+  problems, _ = load_problems(s)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
     trained_on.record(workdir, problems, s.problems.path)
   apis = api_backends(s)
@@ -97,8 +97,8 @@ def build(c, workdir: str, config_name: str = "?"):
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
     workdir_lib.write_config(workdir, c)
-  logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
-               t.steps, t.batch_problems, t.group_size)
+  logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), t.steps,
+               t.batch_problems, t.group_size)
   return run, writer, ckpt
 
 

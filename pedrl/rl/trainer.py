@@ -10,6 +10,7 @@ of a sequence of seeded per-epoch permutations, and each problem's position is
 its uid for sampling. A run resumed from a checkpoint at step s therefore sees
 exactly the problems and draws of an uninterrupted run.
 """
+import collections
 import dataclasses
 import time
 
@@ -133,6 +134,7 @@ class Collected:
   reward_stats: dict  # Component -> (batch mean, std).
   pipeline_stats: dict  # The reward pipeline's counts for this batch, not running totals.
   tutor_seconds: float
+  tutor_compile_seconds: float  # Of tutor_seconds: getting programs, not running them.
   seconds: dict
 
 
@@ -158,34 +160,46 @@ def zero_spread_share(batch: batch_lib.TrainBatch, group_size: int) -> float:
   return float(np.mean(~signal.reshape(-1, group_size).any(axis=1)))
 
 
-def signal_warnings(metrics: dict, settings: TrainSettings) -> list[str]:
-  """What a step's metrics say is wrong with its learning signal, naming the numbers and
-  the config field that sets each bound; empty when all is in range."""
-  out = []
+def signal_warnings(metrics: dict, settings: TrainSettings) -> dict[str, str]:
+  """What a step's metrics say is wrong with its learning signal, by kind, each naming
+  the number and the config field that bounds it; empty when all is in range."""
+  out = {}
   share, kl = metrics["signal/zero_spread_groups"], metrics["kl"]
   gap = metrics["sampler_trainer_logp_diff"]
   if share > settings.warn_zero_spread:
-    out.append(f"{share:.0%} of groups have zero reward spread (all their advantages 0), "
-               f"more than rl.warn_zero_spread={settings.warn_zero_spread:g}: only the KL term "
-               "moves the policy on them (rewards that cannot tell rollouts apart, or too "
-               "few rollouts per problem)")
+    out["zero_spread"] = (f"{share:.0%} of groups have no reward spread (rl.warn_zero_spread="
+                          f"{settings.warn_zero_spread:g}): only the KL term moves them")
   if kl > settings.warn_kl:
-    out.append(f"KL to the reference {kl:.4g} per token is above rl.warn_kl="
-               f"{settings.warn_kl:g}: the policy is far from where it started (lr too high, "
-               "reward hacking?)")
+    out["kl"] = (f"KL to the reference {kl:.4g} per token > rl.warn_kl={settings.warn_kl:g}: "
+                 "lr too high, reward hacking?")
   if gap > settings.warn_logp_diff:
-    out.append(f"sampler_trainer_logp_diff {gap:.3g} is above rl.warn_logp_diff="
-               f"{settings.warn_logp_diff:g}: the sampler's log-probs are not the trainer's "
-               "(beyond rounding), so the first-pass ratio is not 1")
+    out["logp_diff"] = (f"sampler_trainer_logp_diff {gap:.3g} > rl.warn_logp_diff="
+                        f"{settings.warn_logp_diff:g}: the first-pass ratio is not 1")
   return out
 
 
-def warn_on_signal(step: int, metrics: dict, settings: TrainSettings) -> list[str]:
-  """Logs each of `signal_warnings` for step `step` (once a step) and returns them."""
-  found = signal_warnings(metrics, settings)
-  for message in found:
-    logging.warning("step %d: %s", step, message)
-  return found
+class SignalWarnings:
+  """Logs a kind of `signal_warnings` on the step it starts, not on the steps it lasts
+  (metrics.jsonl has the numbers of every step); `summary` counts the steps of each."""
+
+  def __init__(self, settings: TrainSettings):
+    self.settings, self.last, self.steps = settings, set(), collections.Counter()
+
+  def __call__(self, step: int, metrics: dict) -> dict[str, str]:
+    found = signal_warnings(metrics, self.settings)
+    for kind, message in found.items():
+      if kind not in self.last:
+        logging.warning("step %d: %s (not repeated while it lasts)", step, message)
+    self.last = set(found)
+    self.steps.update(found.keys())
+    return found
+
+  def summary(self, steps: int) -> str | None:
+    """One line for the run, when some kind lasted more than its first step."""
+    if not any(n > 1 for n in self.steps.values()):
+      return None
+    return "learning-signal warnings: " + ", ".join(
+        f"{kind} on {n} of {steps} steps" for kind, n in sorted(self.steps.items()))
 
 
 def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
@@ -227,7 +241,11 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       "dropped": sum(d.dropped for d in dialogues),
       "signal/zero_spread_groups": zero_spread_share(batch, group_size),
       **({"judges/accept_rate": float(np.mean(judged))} if judged else {}),
-      "tokens_per_second": float(sum(tutor_tokens) / max(collected.tutor_seconds, 1e-9)),
+      # The tutor's sampling rate, compilation left out (reported apart): a step that
+      # compiles new shapes would otherwise read as a slow one.
+      "tokens_per_second": float(sum(tutor_tokens) / max(
+          collected.tutor_seconds - collected.tutor_compile_seconds, 1e-9)),
+      "seconds/tutor_compile": collected.tutor_compile_seconds,
       **{f"seconds/{k}": v for k, v in collected.seconds.items()},
       "seconds/update": update_seconds,
       **({"lr": lr} if lr is not None else {}),
@@ -253,6 +271,7 @@ class Trainer(loop.Loop):
     self.workdir = workdir
     # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
     self.ref_params = jax.tree.map(jnp.copy, tutor.params)
+    self.signal_warnings = SignalWarnings(settings)
 
   def data_meta(self) -> dict:
     return {"seed": self.s.seed, "batch_problems": self.s.batch_problems,
@@ -271,7 +290,7 @@ class Trainer(loop.Loop):
     t1 = time.perf_counter()
     reward_stats = self.rewards(dialogues)
     return Collected(uids, dialogues, reward_stats, dict(self.rewards.batch_stats),
-                     stats.tutor_seconds,
+                     stats.tutor_seconds, stats.tutor_compile_seconds,
                      {"rollout": t1 - t0, "rewards": time.perf_counter() - t1})
 
   def batch(self, dialogues) -> batch_lib.TrainBatch:
@@ -299,11 +318,20 @@ class Trainer(loop.Loop):
   def record(self, out: StepResult):
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics)
-    warn_on_signal(self.step, out.metrics, self.s)
+    self.signal_warnings(self.step, out.metrics)
     if self.step % self.s.samples_every == 0 or self.step == 1:
       rows = sample_rows(len(out.dialogues), self.s.group_size, self.s.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],
-                          [out.advantages[i] for i in rows])
+                          [out.advantages[i] for i in rows], self.rewards.settings)
     every = self.s.dialogues_every
     if every and (self.step % every == 0 or self.step == 1):
       self.writer.dialogues(out.dialogues)
+
+  def run(self, progress=None):
+    """Loop.run, then one line for the learning-signal warnings that lasted."""
+    first = self.step
+    super().run(progress)
+    summary = self.signal_warnings.summary(self.step - first)
+    if summary:
+      logging.warning("%s", summary)
+    return self.step

@@ -90,6 +90,20 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
     f.write(table({run: results}) + "\n")
 
 
+def summary(task: str, m: dict) -> str:
+  """One short line for a task's results: its leaderboard number (percent), how many
+  examples, prompts cut, seconds. results.json holds every metric."""
+  metric = next(k for name, k, _ in COLUMNS if name == task)
+  value = m.get(metric)
+  parts = [f"{m['examples']} examples"]
+  if m.get("prompts_cut"):
+    parts.append(f"{m['prompts_cut']} prompt{'s' if m['prompts_cut'] > 1 else ''} cut")
+  if m.get("seconds"):
+    parts.append(f"{m['seconds']:.1f} s")
+  shown = "–" if value is None else f"{100 * value:.1f}%"
+  return f"{task}: {metric} {shown} ({', '.join(parts)})"
+
+
 def pooled_bvr(results: dict, names=None) -> float | None:
   """BVR over the tasks `names` (default: every task) of one run's results: the share
   of their replies that break a rule (their counts, `broken`, pooled); None where no such
