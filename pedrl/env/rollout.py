@@ -47,10 +47,10 @@ class RolloutSettings:
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
   # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (None: pedrl names no students) and `include_thinking`
-  # (`thinking`, the reference's use_thinking): the reference's variables for a teacher prompt, so a tutor's own
-  # prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in paper 003's
-  # reference code; pedrl ships none).
+  # `student_name` (None: pedrl names no students) and `include_thinking` (`thinking`,
+  # the reference's use_thinking): the reference's variables for a teacher prompt, so a
+  # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
+  # paper 003's reference code; pedrl ships none).
   tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
   attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"

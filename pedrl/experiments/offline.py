@@ -16,9 +16,9 @@ takes what is left), or `train.steps` steps when set. WORKDIR gets
 checkpoints/ (a rerun resumes at the last one, same data order),
 metrics.jsonl and tensorboard/ (a row per step: the objective's metrics, the
 learning rate, the epoch, the time), run.json, config.json (tutor.path
-resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench,
-pedrl.serve and pedrl.tools.export read it as a GRPO run
-(--config.tutor.workdir=WORKDIR).
+resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so
+pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench, pedrl.serve and
+pedrl.tools.export read it as a GRPO run (--config.tutor.workdir=WORKDIR).
 """
 import dataclasses
 import hashlib
