@@ -35,8 +35,9 @@ Ped-RM, 4 problems of the testdata published-split sample; under 2 minutes on a 
 Every tutoring protocol samples as paper 003's reference evaluation does (eth-lre/
 PedagogicalRL @ bae10cd, config/eval.py and config/eval/*.yaml; `reference_evaluation`
 below). The tutor under test: --config.tutor.path (a Hugging Face directory),
---config.tutor.workdir [--config.tutor.step] (a pedrl training run) or
---config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
+--config.tutor.workdir [--config.tutor.step] (a pedrl training run; the evaluation stops
+with one line if any of its problems is one the run trained on, pedrl.experiments.trained_on)
+or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.cpa.agent import CPASettings
@@ -89,8 +90,9 @@ def reference_evaluation(c):
   # dialogue and the student always makes its post-dialogue attempts, so Δ solve rate is
   # never penalised. pedrl's evaluation always works that way (pedrl.experiments.evaluate).
   # Problems: the published test split, as eval.py loads it (Dataset: split="test",
-  # max_val_examples=500); its 500 rows are all taken (utils/data.py shuffles them with
-  # the seed, which changes no metric).
+  # max_val_examples=500). It has 500 rows: utils/data.py's shuffle(seed).select(range(500))
+  # takes them all, in an order that changes no metric; pedrl reads them in file order and
+  # refuses a file of another length (problems.load_published; fewer: problems.limit).
   c.problems.update(split="published", filter=False, on_error="fatal", n_test=500)
   # A raw pool split the way training split it (problems.split=test): the training
   # configs' seed, not the evaluation's.
@@ -162,9 +164,9 @@ def get_config(arg: str = "paper"):
     # gives the released reward model's; see pedrl.eval.pedrm).
     c.eval.pedrm.update(path="testdata/models/qwen2_seqcls",
                         system_prompt_file="testdata/pedrm_system_prompt.txt")
-    # pedrl's own rows in the published split's format; its first 4 rows.
-    c.problems.update(path="testdata/problems/bigmath_published_sample.jsonl", n_test=4,
-                      limit=0)
+    # pedrl's own rows in the published split's format (11); its first 4.
+    c.problems.update(path="testdata/problems/bigmath_published_sample.jsonl", n_test=11,
+                      limit=4)
     c.tutor.truncate_prompts = True  # An agent tutor's prompts overflow the tiny context.
     if v.protocol == "reasoning":  # pedrl's own few-row files in the benchmarks' formats.
       c.eval.reasoning.update(

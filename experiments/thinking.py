@@ -59,9 +59,8 @@ def get_config(arg: str = "paper"):
   # λ_ped 0.75, λ_think 0.3 and θ 0.6 are RewardSettings' defaults (paper 001 eq. 1).
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
-  c.problems.split = "train"
+  base_config.released_training_split(c)
   c.rl = rl_config.rl_section()
   if v.tiny:
-    c.problems.split = "all"
     rl_config.tiny(c)
   return c

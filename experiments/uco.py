@@ -58,7 +58,7 @@ def get_config(arg: str = "paper"):
   c.rewards.uco.update(oracle="openai", embedder="")  # Both required: see the docstring.
   c.rewards.components = "uco:1"
   # λ, α, δ, c (UCOSettings) and γ (RewardSettings.gamma) default to paper 000's values.
-  c.problems.split = "train"
+  base_config.released_training_split(c)
   c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, advantage="turn",
                               advantage_eps=1e-8)
   for name in ("lam", "alpha", "delta", "c"):  # Tables V, VI, VII, VIII.
@@ -71,11 +71,11 @@ def get_config(arg: str = "paper"):
   if v.tiny:
     c.batch_problems, c.group_size = 2, 2
     c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
-    c.problems.split = "all"
     rl_config.tiny(c)
   if v.rollouts is not None:  # Fig. 3: G = 2 … 8 rollouts per problem on 100 problems (tiny too).
     if v.rollouts < 2:
       raise ValueError(f"rollouts={v.rollouts}: GRPO compares at least 2 rollouts per problem")
     c.group_size = v.rollouts
-    c.problems.n_train = ROLLOUT_SWEEP_PROBLEMS
+    if not v.tiny:  # The first 100 rows of the training file: the paper does not say which.
+      c.problems.limit = ROLLOUT_SWEEP_PROBLEMS
   return c

@@ -51,14 +51,33 @@ def test_baseline_data_writes_typed_pairs_and_accepted_dialogues(data):
   pairs = offline_data.load(str(workdir / "pairs.jsonl"), offline_data.PreferencePair)
   accepted = offline_data.load(str(workdir / "accepted.jsonl"), offline_data.AcceptedDialogue)
   assert (len(pairs), len(accepted)) == (summary["pairs"], summary["accepted"])
-  # The sets are what the rules make of the dialogues written, each with its rewards.
-  want = offline_data.build(list(dialogues.values()), group_size=2)
-  assert (pairs, accepted) == want[:2] and summary["ties"] == want[2].ties
-  for p in pairs:
-    chosen, rejected = dialogues[p.chosen], dialogues[p.rejected]
-    assert chosen.rewards.total == p.chosen_reward > p.rejected_reward == rejected.rewards.total
-    assert chosen.uid // 2 == rejected.uid // 2 == p.group and chosen.problem_id == p.problem_id
-  assert all(dialogues[a.uid].judgement.r_ped == 1.0 for a in accepted)
+  # The sets, derived here from A.3's rules and the dialogues written (not by
+  # offline_data.build): G = 2, so a problem (uids 2g, 2g + 1) gives one pair when its two
+  # rewards differ, the higher chosen, else a tie; the accepted ones are those every judge
+  # accepted by its own reply, one per problem and tutor text.
+  groups = {}
+  for d in dialogues.values():
+    groups.setdefault(d.uid // 2, []).append(d)
+  assert sorted(groups) == [0, 1, 2, 3] and all(len(g) == 2 for g in groups.values())
+  want_pairs, ties = [], 0
+  for g, (a, b) in sorted(groups.items()):
+    assert a.problem_id == b.problem_id and not (a.dropped or b.dropped)
+    if a.rewards.total == b.rewards.total:
+      ties += 1
+      continue
+    win, lose = sorted((a, b), key=lambda d: -d.rewards.total)
+    want_pairs.append((a.problem_id, g, win.uid, lose.uid, win.rewards.total, lose.rewards.total))
+  assert [(p.problem_id, p.group, p.chosen, p.rejected, p.chosen_reward, p.rejected_reward)
+          for p in pairs] == want_pairs and summary["ties"] == ties
+  seen, want_accepted = set(), []
+  for d in sorted(dialogues.values(), key=lambda d: d.uid):
+    v = d.judgement
+    own = all(x is False for name in v.decisions for x in v.filled.get(name, []))
+    text_ = (d.problem_id, tuple(m.raw.strip() for m in d.messages if m.role == "tutor"))
+    if v.r_ped == 1.0 and own and text_ not in seen:
+      seen.add(text_)
+      want_accepted.append((d.uid, d.rewards.total))
+  assert [(a.uid, a.reward) for a in accepted] == want_accepted
 
 
 @pytest.mark.job
@@ -100,13 +119,45 @@ def test_sft_killed_and_resumed_ends_with_the_uninterrupted_weights(data, sft_ru
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.job
+def test_sft_resumed_with_another_length_is_refused(data, sft_run, tmp_path):
+  """The run's length sets its cosine schedule: a resume with other epochs or steps would
+  jump along it. One line, before any step (in process, on a copy of the 3-epoch run)."""
+  import shutil
+  from pedrl import paths
+  from pedrl.experiments import offline, sft as sft_job
+  from pedrl.rl import checkpoint
+  run = tmp_path / "run"
+  shutil.copytree(sft_run, run)
+  for key, value in (("epochs", 4), ("steps", 8)):
+    c = paths.load_config("sft.py", "tiny")
+    c.data.workdir = str(data[0])
+    c.train[key] = value
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=rf"the run was started with {key}={3 if key == 'epochs' else 0}, "
+                             rf"this config has {value}; resuming would change its data order "
+                             r"or schedule"):
+      offline.build(c, sft_job.SFT(), str(run))
+
+
 def jax_leaves(tree):
   import jax
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
 @pytest.mark.job
-def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(sft_run, tmp_path):
+def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(data, sft_run, tmp_path):
+  # The run's training problems are its data's: the subset the dialogues were sampled on.
+  from pedrl.env import problems
+  from pedrl.experiments import trained_on
+  record = trained_on.read(str(sft_run))
+  assert record == trained_on.read(str(data[0])) and len(record.ids) == 4
+  pool = problems.load(problems.ProblemSettings(path="testdata/problems/bigmath_sample.jsonl",
+                                                split="all", filter=False))[0]
+  assert record.ids < {p.id for p in pool[:8]}  # baselines.py:tiny's 8 rows.
+  with pytest.raises(problems.DataError, match=f"4 of the 25 problems of pool are training "
+                                               f"problems of {sft_run}"):
+    trained_on.check_disjoint(str(sft_run), pool, "pool")
   r = _run("evaluate", tmp_path / "eval", f"--config.tutor.workdir={sft_run}",
            "--config.problems.limit=2", "--config.eval.samples_per_problem=1")
   assert r.returncode == 0, r.stderr[-3000:]
@@ -133,3 +184,23 @@ def test_mdpo_raises_the_margin_and_accuracy_on_its_pairs(data, tmp_path):
   assert last["rewards/margins"] > 0.5 and last["rewards/accuracies"] == 1.0
   assert last["loss"] < first["loss"] and last["rewards/chosen"] > last["rewards/rejected"]
   assert f"rewards/accuracies={last['rewards/accuracies']}" in r.stdout
+  # Resumed (in process), the run continues from its last checkpoint's weights, with the
+  # frozen reference still the initial tutor's, not the restored ones (MDPO's own state
+  # on resume; a kill at any step goes through the loop SFT's kill test covers).
+  from pedrl import models, paths
+  from pedrl.experiments import mdpo as mdpo_job, offline
+  from pedrl.rl import checkpoint
+  c = paths.load_config("mdpo.py", "tiny")
+  c.data.workdir = str(data[0])
+  trainer, writer, ckpt = offline.build(c, mdpo_job.MDPO(), str(workdir))
+  writer.close()
+  ckpt.close()
+  _, _, saved, step = checkpoint.trained_tutor(str(workdir), scan_layers=False)
+  _, _, initial = models.load(offline.data_tutor(str(data[0])), scan_layers=False)
+  assert trainer.step == step == 4
+  leaves = lambda tree: [np.asarray(x, np.float32) for x in jax_leaves(tree)]
+  for ref, first, now, kept in zip(leaves(trainer.ref_params), leaves(initial),
+                                   leaves(trainer.params), leaves(saved)):
+    np.testing.assert_array_equal(ref, first)
+    np.testing.assert_array_equal(now, kept)
+  assert any(not np.array_equal(a, b) for a, b in zip(leaves(saved), leaves(initial)))

@@ -1,6 +1,7 @@
 """The offline baselines' pieces against independent references: the DPO loss and gradient
 by hand, SFT's loss against transformers, the pairs and the deduplication of hand-made
-groups, the thinking mask against the tokenizer, and a DPO step on 8 devices against one."""
+groups, the thinking mask against the tokenizer, and a DPO and an SFT step on 8 devices
+against one."""
 import math
 
 import jax
@@ -146,7 +147,41 @@ def test_accepted_dialogues_are_deduplicated_by_tutor_text_within_a_problem():
   pairs, accepted, counts = offline_data.build(group, group_size=2)
   assert [(p.group, p.chosen, p.rejected) for p in pairs] == [(0, 0, 1)]
   assert counts == offline_data.Counts(problems=2, dialogues=4, dropped=0, pairs=1, ties=1,
-                                       accepted=2, duplicates=2)  # Same tutor text in each.
+                                       accepted=2, duplicates=2, filled=0)  # Same tutor text.
+
+
+def test_a_decision_a_failure_policy_filled_in_accepts_no_dialogue():
+  """on_judge_failure=accept fills an unparsed judge's decision with OK (Verdict.filled):
+  r_ped = 1, yet no judge accepted it; it stays out of the SFT set, counted."""
+  judged = _dialogue(0, 0.5)
+  judged.judgement = Verdict(decisions={"leakage": [True, True], "helpfulness": [True, True]},
+                             scores={}, r_ped=1.0,
+                             filled={"leakage": [False, False], "helpfulness": [False, False]})
+  filled = _dialogue(1, 0.5, tutor=("Hi", "How?"))
+  filled.judgement = Verdict(decisions={"leakage": [True, True], "helpfulness": [True, True]},
+                             scores={}, r_ped=1.0,
+                             filled={"leakage": [False, True], "helpfulness": [False, False]})
+  assert offline_data.is_accepted(judged) and not offline_data.is_accepted(filled)
+  _, accepted, counts = offline_data.build([judged, filled], group_size=2)
+  assert [a.uid for a in accepted] == [0] and (counts.accepted, counts.filled) == (1, 1)
+
+
+def test_the_sft_set_from_pairs_keeps_accepted_dialogues_in_a_pair_once():
+  """sft_source=pairs: group 0's accepted dialogues 0, 2 and 3 are each in pairs (1 is a
+  judge's reject); group 1's rewards all tie, so it has no pair and gives none."""
+  texts = lambda u: ("Hi", f"Step {u}?")  # Distinct tutor texts: no duplicates by text.
+  d = lambda u, r, ped=1.0: _dialogue(u, r, r_ped=ped, tutor=texts(u), problem=f"p{u // 4}")
+  dialogues = [d(0, 1.0), d(1, 0.5, ped=0.0), d(2, 0.2), d(3, 1.0),  # 0 and 3 tie.
+               d(4, 0.7), d(5, 0.7), d(6, 0.7), d(7, 0.7, ped=0.0)]  # All tie: no pair.
+  pairs, every, _ = offline_data.build(dialogues, group_size=4)
+  assert {(p.chosen, p.rejected) for p in pairs} == {(0, 1), (0, 2), (1, 2), (3, 1), (3, 2)}
+  assert [a.uid for a in every] == [0, 2, 3, 4, 5, 6]  # Every accepted dialogue.
+  _, from_pairs, counts = offline_data.build(dialogues, group_size=4, sft_source="pairs")
+  # Accepted (not 1) and in a pair, each once though 0, 2 and 3 are in several; none of
+  # group 1, whose rewards all tie.
+  assert [a.uid for a in from_pairs] == [0, 2, 3] and counts.accepted == 3
+  with pytest.raises(ValueError, match="sft_source='chosen' is not one of"):
+    offline_data.build(dialogues, group_size=4, sft_source="chosen")
 
 
 def test_thinking_mask_covers_a_turn_up_to_its_last_think_close(testdata):
@@ -178,19 +213,17 @@ def _pairs(model, params):
                    lambda t, a: logp(t, a) - shift(t.shape[0]))
 
 
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
-def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
-  """DPO's pair rows ([N, 2, T], filler pairs marked invalid) through the shared update;
-  SFT's rows are GRPO's tutor sequences, whose mesh step test_grpo compares."""
+def _mesh_step_equals_one_device_step(model, params, batch, objective,
+                                     mesh=dict(data=1, fsdp=2, tensor=4)) -> tuple:
+  """One update of `batch` on one device and on a mesh of 8 (by default 2 FSDP × 4 tensor
+  shards): the same weights; (metrics on one device, on the mesh)."""
   from pedrl import sharding
-  model, params = tiny
-  batch, objective = _pairs(model, params), dpo.DPOObjective(beta=0.1, micro_batch=1)
   # A large eps keeps Adam's first step linear in the gradient (see test_grpo).
   opt = update.make_optimizer(update.lr_schedule(1e-3, "cosine", 10), eps=1.0)
   start = jax.tree.map(jnp.copy, params)
   want, _, want_m = update.train_step(model, start, update.init_optimizer(opt, start), opt,
                                       batch, objective)
-  mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)  # 2 micro-batches of 2, one row filled.
+  mesh = sharding.make_mesh(**mesh)
   start = jax.device_put(jax.tree.map(jnp.copy, params), sharding.param_shardings(params, mesh))
   got, _, got_m = update.train_step(model, start, update.init_optimizer(opt, start), opt, batch,
                                     objective, mesh)
@@ -199,7 +232,29 @@ def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
   assert not bool(want_m["skipped"]) and want_m["grad_norm"] > 0
   for k in want_m:
     assert got_m[k] == pytest.approx(want_m[k], rel=1e-4, abs=1e-6), k
+  return want_m, got_m
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_a_dpo_step_on_the_mesh_equals_the_single_device_step(tiny):
+  """DPO's pair rows ([N, 2, T], filler pairs marked invalid) through the shared update."""
+  model, params = tiny  # On 2 FSDP shards: 2 micro-batches of 2 pairs, one pair filled.
+  want_m, got_m = _mesh_step_equals_one_device_step(
+      model, params, _pairs(model, params), dpo.DPOObjective(beta=0.1, micro_batch=1))
   assert want_m["pairs"] == got_m["pairs"] == 3  # Each pair once, whatever the filler rows.
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_an_sft_step_on_the_mesh_equals_the_single_device_step(tiny):
+  """SFT's sequence rows (3 of different lengths, filler rows with no counted token) and
+  its per-token mean, whose divisor is the whole batch's count on every shard; on 8 batch
+  shards (2 data × 4 FSDP), which compiles faster than a tensor-parallel mesh."""
+  model, params = tiny
+  batch = batch_lib.from_sequences(_sequences())
+  want_m, got_m = _mesh_step_equals_one_device_step(model, params, batch,
+                                                    sft.SFTObjective(micro_batch=2),
+                                                    dict(data=2, fsdp=4, tensor=1))
+  assert want_m["tutor_tokens"] == got_m["tutor_tokens"] == batch.loss_mask.sum()
 
 
 # -- Bad input, before any model loads ---------------------------------------------------------

@@ -14,7 +14,7 @@ from pedrl.env import dialogue
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Rewards, TurnScore, Verdict
 from pedrl.experiments import metrics as metrics_lib, samples
 from pedrl.rewards import assemble
-from pedrl.rl import batch as batch_lib, trainer, update
+from pedrl.rl import batch as batch_lib, loop, trainer, update
 
 
 def _record(uid=0, step=1, problem_id="p7", **fields):
@@ -256,4 +256,4 @@ def test_the_learning_rate_of_a_step_follows_the_applied_updates():
   assert run.step_lr([skipped]) == 0.0
   run.lr_schedule = None
   assert run.step_lr([ok]) is None
-  assert trainer.applied_updates(state) == 3
+  assert loop.applied_updates(state) == 3

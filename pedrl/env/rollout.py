@@ -47,10 +47,10 @@ class RolloutSettings:
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
   # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (None: pedrl names no students) and `include_thinking`
-  # (force_thinking): the reference's variables for a teacher prompt, so a tutor's own
-  # prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in paper 003's
-  # reference code; pedrl ships none).
+  # `student_name` (None: pedrl names no students) and `include_thinking` (`thinking`,
+  # the reference's use_thinking): the reference's variables for a teacher prompt, so a
+  # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
+  # paper 003's reference code; pedrl ships none).
   tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
   attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
@@ -367,8 +367,10 @@ def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
   """The tutor's system prompt: its paper's (or the user's file), then the thinking
   instruction if any."""
   if settings.tutor_prompt_file:
+    # include_thinking: the reference's generation_cfg.use_thinking (eth-lre/PedagogicalRL
+    # @ bae10cd src/classroom.py, the teacher prompt's render), pedrl's `thinking`.
     text = prompts.render_file(settings.tutor_prompt_file, problem=dl.problem,
-                               student_name=None, include_thinking=settings.force_thinking)
+                               student_name=None, include_thinking=settings.thinking)
   else:
     text = prompts.render(settings.tutor_prompt, problem=dl.problem)
   if settings.think_instruction:

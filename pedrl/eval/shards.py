@@ -161,9 +161,19 @@ RECORDS = {"tutoring": records_lib.EvalRecord, "reasoning": records_lib.Reasonin
            "mathtutorbench": records_lib.BenchRecord}
 
 
-def record_kind(protocol: dict):
-  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's."""
-  return RECORDS[protocol.get("kind", "tutoring")]
+def is_evaluation(protocol: dict) -> bool:
+  """Whether shards of this protocol are an evaluation's (other jobs shard too: baselines)."""
+  return protocol.get("kind", "tutoring") in RECORDS
+
+
+def record_kind(protocol: dict, workdir: str = "this workdir"):
+  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's;
+  ShardError for another job's shards."""
+  kind = protocol.get("kind", "tutoring")
+  if kind not in RECORDS:
+    raise ShardError(f"{workdir}: not an evaluation workdir (its shards are a {kind!r} job's; "
+                     f"evaluations are {', '.join(RECORDS)})")
+  return RECORDS[kind]
 
 
 def completed(workdir: str, shard: int, num_shards: int, plan: dict,
@@ -208,7 +218,8 @@ def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
   protocol = statuses[next(iter(statuses))]["protocol"]
   out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), kind or record_kind(protocol))
+    out += records_lib.load(records_path(workdir, i, num_shards),
+                            kind or record_kind(protocol, workdir))
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:

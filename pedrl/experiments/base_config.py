@@ -63,6 +63,19 @@ def dialogue_config(variant: str = "paper"):
   return c
 
 
+def released_training_split(c):
+  """The training problems of the papers' runs: rd211/Big-Math-RL-Verified-Filtered's `train`
+  split as released, all of it, in file order (--config.problems.path=its file or
+  tfds:huggingface:rd211__big_math_rl_verified_filtered:train). Paper 003's reference trains
+  on exactly that (config/train_rl_model.py: Dataset(split="train"), max_train_examples=-1;
+  utils/data.py only shuffles it) and evaluates on the same dataset's `test`. Paper 001 takes
+  003's data ("10,000 problems for training and 500 problems for evaluation", following
+  003); paper 000 names none but reports on 003's test set beside 003's rows. pedrl's own
+  seeded split of a raw pool stays an option: problems.split=train, filter=True,
+  on_error=skip (its test set is then the pool's hold-out, problems.split=test)."""
+  c.problems.update(split="published_train", filter=False, on_error="fatal")
+
+
 def bench_config(tiny: bool, **tutor_sampling):
   """The part of a MathTutorBench job's config (the benchmark job's and CPA's): the job,
   the harness's settings, the model under test or backbone with `tutor_sampling`

@@ -17,9 +17,12 @@ the workdir's last writes
   WORKDIR/pairs.jsonl       preference pairs (pedrl.rl.offline_data.PreferencePair)
   WORKDIR/accepted.jsonl    accepted dialogues, deduplicated (AcceptedDialogue)
   WORKDIR/summary.json      the counts, also printed (key=value)
+  WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
+                            (pedrl.experiments.trained_on)
 
 with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
-ties dropped; accepted = every judge accepted, one per problem and tutor text.
+ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
+dialogue, or with baselines.sft_source=pairs of those in pairs).
 """
 import dataclasses
 import json
@@ -34,10 +37,11 @@ from pedrl import cli, distributed, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.shards import jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.experiments import settings as settings_lib, sharded, trained_on
+from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
                                       exits_cleanly, judges_protocol, load_party, load_problems,
-                                      read_settings, solver_party)
+                                      read_settings, rollout_protocol, solver_party)
 from pedrl.experiments.sharded import tick
 from pedrl.rl import offline_data
 
@@ -72,7 +76,7 @@ def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
           "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
           "tutor": {**jsonable(s.tutor), **models["tutor"]},
           "student": {**jsonable(s.student), **models["student"]},
-          "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
+          "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
           "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
           "rewards": jsonable(s.rewards),
           "judges": judges_protocol(s)}  # `read` made sure the rewards use them.
@@ -119,13 +123,15 @@ class ScoredRollouts:
     """Writes the dialogues, pairs, accepted dialogues and summary of every shard."""
     records, _, counts = shards.gather(workdir, offline_data.ScoredDialogue)
     dialogues = [r.dialogue for r in records]
-    pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin)
+    pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin,
+                                                  self.b.sft_source)
     dialogue_lib.save_jsonl(dialogues, os.path.join(workdir, offline_data.DIALOGUES), mode="w")
     offline_data.save(pairs, os.path.join(workdir, offline_data.PAIRS))
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
     summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
     shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    trained_on.record(workdir, self.items, self.s.problems.path)
     return summary
 
 

@@ -2,6 +2,7 @@
 and how a run ends (exit codes)."""
 import dataclasses
 import functools
+import hashlib
 import math
 import os
 import signal
@@ -288,6 +289,16 @@ def judges_protocol(s: settings_lib.RunSettings) -> dict:
            "rule": shards.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
           "samples": j.judge_samples, "rounds": j.judge_rounds}
+
+
+def rollout_protocol(rollout) -> dict:
+  """The dialogue rules as a protocol records them; a tutor prompt file by its path and
+  its content's SHA-1, so an edited file at the same path makes another protocol."""
+  out = shards.jsonable(rollout)
+  if rollout.tutor_prompt_file:
+    with open(rollout.tutor_prompt_file, "rb") as f:
+      out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
+  return out
 
 
 def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,

@@ -15,10 +15,10 @@ fallback. The run lasts `train.epochs` passes over the items (the last step
 takes what is left), or `train.steps` steps when set. WORKDIR gets
 checkpoints/ (a rerun resumes at the last one, same data order),
 metrics.jsonl and tensorboard/ (a row per step: the objective's metrics, the
-learning rate, the epoch, the time), run.json and config.json (tutor.path
-resolved), so pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench,
-pedrl.serve and pedrl.tools.export read it as a GRPO run
-(--config.tutor.workdir=WORKDIR).
+learning rate, the epoch, the time), run.json, config.json (tutor.path
+resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so
+pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench, pedrl.serve and
+pedrl.tools.export read it as a GRPO run (--config.tutor.workdir=WORKDIR).
 """
 import dataclasses
 import hashlib
@@ -35,7 +35,7 @@ from tqdm import tqdm
 from pedrl import distributed
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
-from pedrl.experiments import metrics as metrics_lib, settings as settings_lib
+from pedrl.experiments import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (check_optimizer, define_flags, exit_on_signal,
                                       exits_cleanly, finite, value_check)
@@ -148,7 +148,10 @@ class OfflineTrainer(loop.Loop):
     self.ref_params = jax.tree.map(jnp.copy, tutor.params) if method.reference else None
 
   def data_meta(self) -> dict:
-    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id}
+    # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
+    # and warm-up over every update): a resume with others would jump along it.
+    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id,
+            "epochs": self.s.epochs, "steps": self.s.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
@@ -180,6 +183,8 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   identity = {"job": method.name, "tutor": workdir_lib.architecture(tutor_path),
               "data": os.path.abspath(data_dir)}
   workdir_lib.claim(workdir, run, method.name, config_name, main_process, want=identity)
+  if main_process:
+    trained_on.inherit(data_dir, workdir)
   items = method.items(run, data_dir, load_tokenizer(tutor_path))
   if not items:
     raise app.UsageError(f"{os.path.join(data_dir, method.data_file)} holds no items: nothing "

@@ -21,7 +21,7 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
-from pedrl.rl import trainer, update
+from pedrl.rl import offline_data, trainer, update
 
 
 def _fields(source) -> dict:
@@ -186,11 +186,17 @@ class BaselineDataSettings(shards.ShardSettings):
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
   # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
   min_margin: float = 0.0
+  # The SFT set's accepted dialogues: of every scored dialogue, or only of those in pairs
+  # (A.3 "filter the MDPO data to keep only accepted responses"; pedrl.rl.offline_data).
+  sft_source: str = "dialogues"
 
   def __post_init__(self):
     super().__post_init__()
     if not 0 < self.fraction <= 1:
       raise ValueError(f"fraction={self.fraction} is not in (0, 1]")
+    if self.sft_source not in offline_data.SFT_SOURCES:
+      raise ValueError(f"sft_source={self.sft_source!r} is not one of "
+                       f"{offline_data.SFT_SOURCES}")
     if not self.min_margin >= 0:
       raise ValueError(f"min_margin={self.min_margin} must be >= 0")
 

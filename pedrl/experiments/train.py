@@ -5,6 +5,7 @@ r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking
 Each step: problems → rollouts (current tutor params, no copy) → rewards →
 group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
+train_problems.json (the training problems' ids: pedrl.experiments.trained_on),
 metrics.jsonl (a row per step, with its learning rate and time), tensorboard/,
 samples/ (a few dialogues per step as text: thinking, verdicts, solve attempts,
 reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
@@ -21,7 +22,7 @@ from tqdm import tqdm
 
 from pedrl import distributed, sharding
 from pedrl import cli
-from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.experiments import metrics as metrics_lib, trained_on, workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_optimizer, check_paths,
                                       define_flags, exit_on_signal, exits_cleanly, finite,
                                       load_party, load_problems, read_settings, solver_party,
@@ -73,6 +74,8 @@ def build(c, workdir: str, config_name: str = "?"):
   check_config(s, mesh)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
   problems, _ = load_problems(s)
+  if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
+    trained_on.record(workdir, problems, s.problems.path)
   apis = api_backends(s)
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'

@@ -1,9 +1,10 @@
 """Training checkpoints with orbax's CheckpointManager: state pytree plus JSON metadata.
 
 The state is the tutor's params and the optimizer state; the metadata holds the
-step, the data position, the tutor's architecture and a checksum of every state
-leaf, so a restart resumes the same run, stops with a clear error when the
-workdir belongs to another model, and never trains on a corrupt file.
+step, what fixes the run's data order (pedrl.rl.loop's `data_meta`: seed, batch
+size, ...), the tutor's architecture and a checksum of every state leaf, so a
+restart resumes the same run, stops with a clear error when the workdir belongs
+to another model, and never trains on a corrupt file.
 
 A step that cannot be used (missing or truncated files, unreadable metadata,
 a checksum that does not match) is reported with its path and moved to

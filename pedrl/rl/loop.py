@@ -11,8 +11,8 @@ finishes the step, saves and returns. A subclass says how a step gets its batch
 
 Data order is a function of (seed, step) (`items_for_step`): a run resumed from
 a checkpoint at step s sees exactly the data of an uninterrupted run. The
-checkpoint's metadata keeps what fixes that order (`data_meta`); a resume with
-other values is refused.
+checkpoint's metadata keeps what fixes that order, and the run's length where it
+shapes the schedule (`data_meta`); a resume with other values is refused.
 """
 import dataclasses
 
@@ -104,7 +104,8 @@ class Loop:
         if meta.get(key) != value:
           raise checkpoint_lib.CheckpointError(
               f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
-              f"config has {value}; resuming would change its data order. Use a new workdir.")
+              f"config has {value}; resuming would change its data order or schedule. Use a "
+              "new workdir.")
       self._set_params(state["params"])  # Frees the loaded weights.
       self.opt_state, self.step = state["opt_state"], int(step)
     self.writer.resume(self.step)

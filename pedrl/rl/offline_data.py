@@ -11,10 +11,17 @@ reward and make no pair. Pairs are listed by group, then by the two dialogues'
 rollout indices.
 
 Accepted dialogues (SFT): those every pedagogical judge accepted (r_ped = 1),
-deduplicated by tutor text: within a problem, dialogues whose tutor turns are
+each decision a judge's own (a value a judge failure policy filled in,
+on_judge_failure=accept, is no judge's acceptance: such dialogues are left out and
+counted), deduplicated by tutor text: within a problem, dialogues whose tutor turns are
 the same texts, as sampled (thinking included, whitespace at their ends
 stripped), are one; the first by uid is kept and carries the number dropped.
 The same tutor text under another problem is not a duplicate: its context differs.
+A.3 says "we filter the MDPO data to keep only accepted responses, remove
+duplicates": `sft_source="dialogues"` (pedrl's default) reads "the MDPO data" as
+the sampled dialogues, so a group whose rewards all tie (no pair) still gives
+its accepted dialogues (equal rewards say nothing against them); "pairs" keeps
+only accepted dialogues that are in a pair (each once, however many pairs).
 
 Both sets name dialogues by uid: their tokens are read once from the baseline
 workdir's dialogues.jsonl (`tutor_sequences`), not copied into every pair.
@@ -31,6 +38,7 @@ from pedrl.env.dialogue import Dialogue, RecordError
 
 SCHEMA_VERSION = 1
 PAIRS, ACCEPTED, DIALOGUES = "pairs.jsonl", "accepted.jsonl", "dialogues.jsonl"
+SFT_SOURCES = ("dialogues", "pairs")  # What the SFT set's accepted dialogues are taken from.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Counts:
   ties: int  # Pairs of a group whose rewards do not differ by more than min_margin.
   accepted: int  # After deduplication.
   duplicates: int  # Accepted dialogues removed as duplicates.
+  filled: int  # r_ped = 1 with a decision a judge failure policy filled in: left out.
 
 
 def _reward(d: Dialogue) -> float | None:
@@ -108,10 +117,21 @@ def group_pairs(group, group_number: int, min_margin: float = 0.0) -> tuple[list
   return pairs, ties
 
 
-def is_accepted(d: Dialogue) -> bool:
-  """Every pedagogical judge accepted it (paper 003 eq. 3: r_ped = 1)."""
+def _passes(d: Dialogue) -> bool:
+  """r_ped = 1 (paper 003 eq. 3), however its decisions came about."""
   return (not d.dropped and d.judgement is not None and d.judgement.r_ped is not None
           and d.judgement.r_ped >= 1.0)
+
+
+def has_filled_decision(d: Dialogue) -> bool:
+  """A decision of the dialogue's verdict was filled in by a judge failure policy."""
+  v = d.judgement
+  return v is not None and any(any(v.filled.get(name, ())) for name in v.decisions)
+
+
+def is_accepted(d: Dialogue) -> bool:
+  """Every pedagogical judge accepted it (r_ped = 1), each by its own reply."""
+  return _passes(d) and not has_filled_decision(d)
 
 
 def tutor_text(d: Dialogue) -> tuple:
@@ -119,10 +139,12 @@ def tutor_text(d: Dialogue) -> tuple:
   return tuple((m.raw or m.text).strip() for m in d.messages if m.role == dialogue_lib.TUTOR)
 
 
-def accepted_dialogues(group, group_number: int) -> tuple[list, int]:
-  """(accepted dialogues, duplicates removed) of one problem's dialogues."""
+def accepted_dialogues(group, group_number: int, among=None) -> tuple[list, int]:
+  """(accepted dialogues, duplicates removed) of one problem's dialogues; `among`: the
+  uids they may be (None: any)."""
   kept = {}
-  for d in sorted(filter(is_accepted, group), key=lambda d: d.uid):
+  chosen = [d for d in group if is_accepted(d) and (among is None or d.uid in among)]
+  for d in sorted(chosen, key=lambda d: d.uid):
     key = tutor_text(d)
     if key in kept:
       kept[key] = dataclasses.replace(kept[key], duplicates=kept[key].duplicates + 1)
@@ -132,8 +154,12 @@ def accepted_dialogues(group, group_number: int) -> tuple[list, int]:
   return out, sum(a.duplicates for a in out)
 
 
-def build(dialogues, group_size: int, min_margin: float = 0.0) -> tuple[list, list, Counts]:
-  """(pairs, accepted dialogues, counts) of scored dialogues in groups of `group_size`."""
+def build(dialogues, group_size: int, min_margin: float = 0.0,
+          sft_source: str = "dialogues") -> tuple[list, list, Counts]:
+  """(pairs, accepted dialogues, counts) of scored dialogues in groups of `group_size`;
+  the accepted ones from every dialogue or only those in pairs (`sft_source`)."""
+  if sft_source not in SFT_SOURCES:
+    raise ValueError(f"sft_source={sft_source!r} is not one of {SFT_SOURCES}")
   groups = collections.defaultdict(list)
   for d in dialogues:
     groups[d.uid // group_size].append(d)
@@ -144,14 +170,16 @@ def build(dialogues, group_size: int, min_margin: float = 0.0) -> tuple[list, li
       raise RecordError(f"group {number} has {len(group)} dialogues of problems "
                         f"{sorted({d.problem_id for d in group})}, not {group_size} of one")
     p, t = group_pairs(group, number, min_margin)
-    a, n = accepted_dialogues(group, number)
+    among = {u for x in p for u in (x.chosen, x.rejected)} if sft_source == "pairs" else None
+    a, n = accepted_dialogues(group, number, among)
     pairs += p
     accepted += a
     ties += t
     duplicates += n
   counts = Counts(problems=len(groups), dialogues=len(dialogues),
                   dropped=sum(d.dropped for d in dialogues), pairs=len(pairs), ties=ties,
-                  accepted=len(accepted), duplicates=duplicates)
+                  accepted=len(accepted), duplicates=duplicates,
+                  filled=sum(_passes(d) and has_filled_decision(d) for d in dialogues))
   return pairs, accepted, counts
 
 

@@ -22,7 +22,6 @@ from absl import logging
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rewards import assemble
 from pedrl.rl import advantages as adv_lib, batch as batch_lib, loop, update
-from pedrl.rl.loop import TrainingDiverged, applied_updates  # noqa: F401 (their old home)
 
 
 ADVANTAGES = ("dialogue", "turn")

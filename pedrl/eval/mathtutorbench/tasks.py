@@ -36,8 +36,8 @@ import os
 
 import jinja2
 
-from pedrl.env import problems
-from pedrl.env.problems import DataError
+from pedrl.env import sources
+from pedrl.env.sources import DataError
 
 # Task name -> (task file, data kind): the nine tasks of the leaderboard.
 TASKS = {
@@ -128,7 +128,7 @@ def _need(path: str, n: int, row, keys) -> None:
 
 
 def gsm8k(path: str) -> list[dict]:
-  rows = problems.json_rows(path)
+  rows = sources.json_rows(path)
   for n, row in enumerate(rows, 1):
     _need(path, n, row, ("question", "answer"))
   return rows
