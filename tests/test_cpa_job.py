@@ -4,9 +4,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import jobs
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import constraints, tasks
+
+pytestmark = pytest.mark.job  # Every test here starts a job.
 
 
 def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
