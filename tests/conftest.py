@@ -36,4 +36,5 @@ def shared_data():
 def pytest_configure(config):
   # `pytest -m "not job"` is the quick tier for editing; .ci/run runs everything.
   config.addinivalue_line(
-      "markers", "job: starts a pedrl job, a subprocess or a server (slow tier)")
+      "markers", "job: starts a pedrl job, a subprocess or a server, or runs a pipeline end to "
+      "end in-process (slow tier; tests/test_tiers.py checks the first three)")

@@ -2,7 +2,11 @@
 format (never timings)."""
 import re
 
+import pytest
+
 from pedrl.bench import rollout as bench
+
+pytestmark = pytest.mark.job  # The benchmark's report end to end, in-process.
 
 
 def test_engines_roll_out_the_same_workload(capsys):
