@@ -8,6 +8,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The jobs the tests start share one compilation cache, not the user's ~/.cache/pedrl/jax.
 os.environ.setdefault("PEDRL_COMPILATION_CACHE", os.path.join(
     __import__("tempfile").gettempdir(), f"pedrl_test_jax_cache_{os.getuid()}"))
+# Processes share that cache (xdist workers, the jobs the tests start): with a size limit
+# set, jax reads and writes its entries under a file lock, so none reads a half-written one.
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 import pytest  # noqa: E402
 
@@ -34,6 +37,11 @@ def shared_data():
 
 
 def pytest_configure(config):
+  # The tests' own programs go to the jobs' compilation cache too: most of the quick
+  # tier's time is XLA compiling tiny models, so a rerun while editing loads them.
+  import jax  # noqa: F401  (loaded first: the cache is then set in jax.config, not in the
+  from pedrl import cli  # environment that the tests' subprocesses inherit)
+  cli.use_compilation_cache(cli.default_cache_dir())
   # `pytest -m "not job"` is the quick tier for editing; .ci/run runs everything.
   config.addinivalue_line(
       "markers", "job: starts a pedrl job, a subprocess or a server, or runs a pipeline end to "
