@@ -109,9 +109,9 @@ class ScoredRollouts:
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
                             self.student, self.s.rollout, problem_uids=list(idx))
     clock = tick(counts, "seconds/dialogues", clock)
-    self.rewards(dialogues)
+    scored = self.rewards(dialogues)
     tick(counts, "seconds/rewards", clock)
-    counts.update({f"pipeline/{k}": v for k, v in self.rewards.batch_stats.items()})
+    counts.update({f"pipeline/{k}": v for k, v in scored.counts.items()})
     return [offline_data.ScoredDialogue(j, d) for d in dialogues]
 
   @staticmethod

@@ -22,6 +22,7 @@ from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import offline_data, trainer, update
+from pedrl.rl.objective import Objective
 
 
 def _fields(source) -> dict:
@@ -321,8 +322,8 @@ class OfflineRunSettings:
   data: DataSettings
   train: OfflineSettings
   optimizer: update.OptimizerSettings
-  objective: object  # pedrl.rl.objective.Objective: the method's settings type.
-  options: object | None  # The method's data options (SFT's SequenceSettings), if any.
+  objective: Objective  # The method's (GRPO's is in `rl`).
+  options: offline_data.SequenceSettings | None  # SFT's data options; None for MDPO.
 
 
 def read_offline_settings(config, objective_type: type,
