@@ -114,12 +114,14 @@ class _Side:
     return ids + self.prefix_ids
 
   def place(self, live: list[int], need: int):
-    """Points the cache at the live dialogues, in order (batch bucketed to powers of two);
-    a first cache gets the `need` slots of this turn (it grows later, see make_room)."""
+    """Points the cache at the live dialogues, in order (batch bucketed to powers of two).
+    A first cache gets twice the `need` slots of this turn, room for the next exchange
+    too: a cache that grew at its second turn would cost a copy and two more compiled
+    programs (the grow, and the turn on the grown size); later it grows as make_room says."""
     sampler = self.party.sampler
     batch = sampler.padded_batch(min(_pow2(len(live)), len(self.views)))
     if self.cache is None:
-      self.cache = sampler.new_cache(batch, min(need, self.capacity))
+      self.cache = sampler.new_cache(batch, min(2 * need, self.capacity))
     elif self.rows != live:
       where = {d: i for i, d in enumerate(self.rows)}
       self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
