@@ -21,6 +21,7 @@ prompt.
 """
 import dataclasses
 import time
+import typing
 
 import numpy as np
 from absl import logging
@@ -70,12 +71,35 @@ class RolloutSettings:
         raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
+class Call(typing.NamedTuple):
+  """One batched sampling call: the side, its live dialogues, the rows it computed (live
+  ones and batch filler), its decode steps (the longest row's tokens) and the tokens
+  sampled for live dialogues."""
+  side: str
+  live: int
+  rows: int
+  steps: int = 0
+  tokens: int = 0
+
+
 @dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
-  calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
+  calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
+
+  def idle_rows(self) -> float:
+    """Share of the calls' rows that held no live dialogue: filler of a batch padded
+    to its bucket (dialogues that ended leave it)."""
+    rows = sum(c.rows for c in self.calls)
+    return 1 - sum(c.live for c in self.calls) / rows if rows else 0.0
+
+  def idle_steps(self) -> float:
+    """Share of decode row-steps that sampled no token of a live dialogue: filler rows,
+    and rows whose turn had ended while the call's longest went on."""
+    steps = sum(c.rows * c.steps for c in self.calls)
+    return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
@@ -154,10 +178,11 @@ class _Side:
       return []
     keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in live],
                        [len(dialogues[d].messages) for d in live])
-    stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
     gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
                                        self.cache)
+    stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
+                            int(gen.lengths.sum())))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
@@ -192,7 +217,8 @@ class _EndpointSide:
     replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
-    stats.calls.append((self.name, len(live), len(live)))
+    used = [r.completion_tokens for r in replies]
+    stats.calls.append(Call(self.name, len(live), len(live), max(used), sum(used)))
     out = []
     for d, r in zip(live, replies):
       raw = self.prefix + r.text
@@ -233,7 +259,8 @@ def _attempts(student, settings, dialogues, todo, stats) -> list[tuple]:
   start = time.perf_counter()
   gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
   stats.student_seconds += time.perf_counter() - start
-  stats.calls.append(("attempt", len(todo), _pow2(len(todo))))
+  stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
+                          int(gen.lengths.sum())))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
 
 
