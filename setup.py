@@ -33,6 +33,9 @@ PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
 SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
 NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ in tests.
+# tfds: sources (pedrl.env.sources). Reading array_record files needs no TensorFlow: the
+# install is about 50 MB, so the tests install it too.
+DATA = ["tensorflow-datasets>=4.9"]
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
@@ -41,7 +44,7 @@ setuptools.setup(
     description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
-    package_data={"pedrl": ["**/*.txt", "**/*.jinja"]},
+    package_data={"pedrl": ["**/*.txt", "**/*.jinja", "**/*.tsv"]},  # .tsv: the codebook.
     install_requires=[
         "jax>=0.6",
         "flax>=0.10",
@@ -77,8 +80,8 @@ setuptools.setup(
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
         # tests would skip without them.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
-                 *SERVE, *LM_EVAL, *NOTEBOOK],
-        "data": ["tensorflow-datasets"],
+                 *SERVE, *LM_EVAL, *NOTEBOOK, *DATA],
+        "data": DATA,
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,

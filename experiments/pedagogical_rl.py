@@ -17,11 +17,21 @@ student and problems come by path: --config.tutor.path=... --config.student.path
 endpoint: --config.rewards.judge_backend=openai --config.rewards.openai.model=...,
 the key from $OPENAI_API_KEY).
 """
-from pedrl.experiments import base_config, rl_config, variants
+from pedrl.experiments import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})
-THINK_INSTRUCTION = "pedagogical_rl/think_instruction"
+
+
+def _think(v) -> bool:
+  return v.think or getattr(v, "lam1.5_think") or v.hard_think
+
+
+def evaluation_variant(arg: str = "paper") -> str:
+  """The evaluation config's variant (experiments/evaluate.py) for a run of this one: the
+  same dialogues (conditions.pedagogical_rl)."""
+  v = variants.parse(arg, VARIANTS)
+  return ",".join(["pedagogical_rl"] + ["think"] * _think(v) + ["tiny"] * v.tiny)
 
 
 def get_config(arg: str = "paper"):
@@ -31,14 +41,8 @@ def get_config(arg: str = "paper"):
   c.rl = rl_config.rl_section()
   if not v.tiny:  # Section 5.4: the training judge is a local Qwen2.5-14B-Instruct.
     c.rewards.judge_backend = "local"
-  think = v.think or getattr(v, "lam1.5_think") or v.hard_think
   hard = v.hard or v.hard_think or v.no_sol
-  # The main runs think without tags; +think asks for tagged thinking (pedrl's instruction,
-  # as the reference renders its own) and forces each turn's opening tag, so the template
-  # reward's tag terms have something to score.
-  c.rollout.thinking = think or v.tiny
-  if think:
-    c.rollout.update(force_thinking=True, think_instruction=THINK_INSTRUCTION)
+  conditions.pedagogical_rl(c, _think(v), v.tiny)
   if hard:
     c.rewards.update(hard=True, lam=1.0)  # Paper 003's RL-hard-λ=1.0 (+think, −r_sol).
   if getattr(v, "lam1.5_think"):

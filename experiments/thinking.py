@@ -13,7 +13,7 @@ with rule judges and the general prompt. B 16, G 8, 16 turns, K 8, λ_ped 0.75,
 
 Paper 001 leaves these unstated; pedrl decides them on purpose:
 - A thinking tutor (DeepSeek-R1-0528-Qwen3-8B) gets 4096 new tokens per turn and
-  32768 conversation tokens (`THINKING_TURN_TOKENS`, `THINKING_CONVERSATION_TOKENS`).
+  32768 conversation tokens (`conditions.THINKING_TURN_TOKENS`, `THINKING_CONVERSATION_TOKENS`).
   An R1-style trace runs from hundreds to a few thousand tokens before the visible
   reply; 003's 1024 would cut most traces, and every cut turn costs the length
   penalty (0.5) and leaves the student an empty message. Eight tutor turns of that
@@ -26,35 +26,31 @@ Paper 001 leaves these unstated; pedrl decides them on purpose:
   student temperature 0.6 with 1024 new tokens; solve attempts K 8; the rest of
   the dialogue rules (scenario mix, prompts aside).
 """
-from pedrl.experiments import base_config, rl_config, variants
+from pedrl.experiments import base_config, conditions, rl_config, variants
 
-CONDITIONS = {  # thinking, tutor prompt, thinking reward; the paper's method first (the default)
-    "ped_think_reward": (True, "thinking/tutor_polya", True),
-    "no_think": (False, "thinking/tutor_general", False),
-    "think_no_reward": (True, "thinking/tutor_general", False),
-    "think_reward": (True, "thinking/tutor_general", True),
-    "ped_think_no_reward": (True, "thinking/tutor_polya", False),
-}
-VARIANTS = dict(condition=tuple(CONDITIONS), tiny=bool)
-THINKING_TURN_TOKENS, THINKING_CONVERSATION_TOKENS = 4096, 32768  # See the docstring.
+# The conditions (thinking, tutor prompt, thinking reward) are pedrl.experiments.conditions',
+# shared with the evaluation; the paper's method first (the default).
+VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
+
+
+def evaluation_variant(arg: str = "paper") -> str:
+  """The evaluation config's variant (experiments/evaluate.py) for a run of this one: the
+  condition's dialogues (conditions.thinking), judged as paper 001."""
+  v = variants.parse(arg, VARIANTS)
+  return f"thinking,condition={v.condition}" + (",tiny" if v.tiny else "")
 
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
-  thinking, prompt, think_reward = CONDITIONS[v.condition]
-  c.rollout.update(thinking=thinking, tutor_prompt=prompt,
-                   student_prompt="thinking/student_system")
+  conditions.thinking(c, v.condition, v.tiny)  # Prompts, thinking, token limits.
+  think_reward = conditions.THINKING[v.condition][2]
   # λ_ped 0.75, λ_think 0.3 and θ 0.6 are RewardSettings' defaults (paper 001 eq. 1).
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
-  if thinking and not v.tiny:
-    c.tutor.max_new_tokens = THINKING_TURN_TOKENS
-    c.rollout.max_conversation_tokens = THINKING_CONVERSATION_TOKENS
   c.problems.split = "train"
   c.rl = rl_config.rl_section()
   if v.tiny:
     c.problems.split = "all"
-    c.rollout.tutor_prompt = "thinking/tutor_general"  # The Polya prompt overflows the tiny context.
     rl_config.tiny(c)
   return c

@@ -16,25 +16,32 @@ tutor (the state starts with its a_0) and use table XII's teacher and student
 prompts. Ablations as variants (comma-separated, they combine): `no_scaffold`,
 `no_progress` (table III), `lam=0.1` … `lam=0.9` (table V), `alpha=1.0` …
 `alpha=3.0` (table VI), `delta=0.5` … `delta=0.9` (table VII), `c=0.1` … `c=0.5`
-(table VIII); the older `lam0.3` still parses. `tiny`: the testdata models, the
-offline reference oracle (`--config.rewards.uco.oracle=reference`, fixed
-templates) and the testdata BERT embedder, 3 steps on a CPU.
+(table VIII), `rollouts=2` … `rollouts=8` (fig. 3: G rollouts per problem on a
+training set of 100 problems; `pedrl.experiments.analyze --config.views.sweep`
+draws the figure from the runs); the older `lam0.3` still parses. `tiny`: the
+testdata models, the offline reference oracle (`--config.rewards.uco.oracle=reference`,
+fixed templates) and the testdata BERT embedder, 3 steps on a CPU.
 """
-from pedrl.experiments import base_config, rl_config, variants
+from pedrl.experiments import base_config, conditions, rl_config, variants
 
-# Paper 000: the tutor opens (guided) with table XII's teacher and student prompts.
-UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prompt="uco/student")
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
-                no_progress=bool, tiny=bool)
+                no_progress=bool, tiny=bool, rollouts=int)
+ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
+
+
+def evaluation_variant(arg: str = "paper") -> str:
+  """The evaluation config's variant (experiments/evaluate.py) for a run of this one: UCO's
+  dialogues (conditions.uco); the ablations change rewards only. `uco_003` evaluates the
+  same tutor in paper 003's dialogues instead (000 table I's rows beside 003's baselines)."""
+  v = variants.parse(arg, VARIANTS)
+  return "uco" + (",tiny" if v.tiny else "")
 
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
   c.batch_problems, c.group_size = 16, 4
-  # T = 10 tutor turns (eq. 1). Messages are not limited before that: tutor first, the 10th
-  # tutor message is the 19th.
-  c.rollout.update(max_tutor_turns=10, max_turns=2 * 10, **UCO_DIALOGUES)
+  conditions.uco(c, v.tiny)  # Tutor first, table XII's prompts, T = 10 tutor turns (eq. 1).
   c.rewards.uco.update(oracle="openai", embedder="")  # Both required: see the docstring.
   c.rewards.components = "uco:1"
   # λ, α, δ, c (UCOSettings) and γ (RewardSettings.gamma) default to paper 000's values.
@@ -50,8 +57,12 @@ def get_config(arg: str = "paper"):
     c.rewards.uco.progress_weight = 0.0
   if v.tiny:
     c.batch_problems, c.group_size = 2, 2
-    c.rollout.update(max_tutor_turns=2, max_turns=4)
     c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
     c.problems.split = "all"
     rl_config.tiny(c)
+  if v.rollouts is not None:  # Fig. 3: G = 2 … 8 rollouts per problem on 100 problems (tiny too).
+    if v.rollouts < 2:
+      raise ValueError(f"rollouts={v.rollouts}: GRPO compares at least 2 rollouts per problem")
+    c.group_size = v.rollouts
+    c.problems.n_train = ROLLOUT_SWEEP_PROBLEMS
   return c

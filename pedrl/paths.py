@@ -13,7 +13,8 @@ import os
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 # How config keys naming files or directories end (tutor.path, rewards.uco.embedder, …).
-PATH_KEYS = ("path", "dir", "_file", "embedder", "workdir")
+# "_prompt": a prompt setting is a prompt's name or a file; only an existing file resolves.
+PATH_KEYS = ("path", "dir", "_file", "embedder", "workdir", "_prompt")
 
 
 def repo_root() -> str:

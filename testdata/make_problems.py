@@ -1,16 +1,22 @@
-"""Writes testdata/problems/bigmath_sample.jsonl: problems written here, in BigMath's schema.
+"""Writes testdata/problems/bigmath_sample.jsonl: problems written here, in BigMath's schema,
+and bigmath_published_sample.jsonl: those of them the published test split could hold.
 
 Fields as on the Big-Math-RL-Verified dataset card: problem, answer, source,
 domain (list of strings), llama8b_solve_rate (share of 64 Llama-3.1-8B samples
 that were correct). The rates and a few non-numeric answers are chosen so the
 paper's filter (single number, rate in [0.01, 0.60]) keeps some rows and drops
-others. Deterministic: `python testdata/make_problems.py` rewrites the same file.
+others. The published-split sample is in the format of the released test split
+(rd211/Big-Math-RL-Verified-Filtered `test`: the same fields, rows that passed the
+filter, rates 1/64 to 38/64), for `problems.split=published`; its rows are pedrl's.
+Deterministic: `python testdata/make_problems.py` rewrites the same files.
 """
 import json
 import os
 import random
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "problems", "bigmath_sample.jsonl")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "problems")
+OUT = os.path.join(HERE, "bigmath_sample.jsonl")
+PUBLISHED = os.path.join(HERE, "bigmath_published_sample.jsonl")
 WORD = "Mathematics -> Applied Mathematics -> Math Word Problems"
 ALGEBRA = "Mathematics -> Algebra -> Prealgebra -> Fractions"
 
@@ -56,11 +62,14 @@ def main():
     rate = rng.choice([0.0, 1 / 64, 5 / 64, 12 / 64, 20 / 64, 38 / 64, 45 / 64, 1.0])
     rows.append({"problem": text, "answer": answer, "source": source, "domain": [domain],
                  "llama8b_solve_rate": rate})
-  os.makedirs(os.path.dirname(OUT), exist_ok=True)
-  with open(OUT, "w") as f:
-    for row in rows:
-      f.write(json.dumps(row) + "\n")
-  print(f"wrote {len(rows)} rows to {OUT}")
+  n_numeric = len(rows) - 3  # The last three rows are non_numeric()'s.
+  published = [r for r in rows[:n_numeric] if 1 / 64 <= r["llama8b_solve_rate"] <= 38 / 64]
+  os.makedirs(HERE, exist_ok=True)
+  for path, out in ((OUT, rows), (PUBLISHED, published)):
+    with open(path, "w") as f:
+      for row in out:
+        f.write(json.dumps(row) + "\n")
+    print(f"wrote {len(out)} rows to {path}")
 
 
 if __name__ == "__main__":

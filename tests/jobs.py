@@ -20,3 +20,20 @@ def env():
 def metrics(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return [json.loads(line) for line in f]
+
+
+def config(file: str, variant: str):
+  """experiments/FILE.py:VARIANT as --config parses it (the ConfigDict a job reads)."""
+  from absl import flags
+  from ml_collections import config_flags
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["test", f"--config={os.path.join(ROOT, 'experiments', file)}.py:{variant}"])
+  return fv.config
+
+
+def setting(s, name: str):
+  """The value at a dotted path into typed settings (dataclasses and dicts)."""
+  for key in name.split("."):
+    s = s[key] if isinstance(s, dict) else getattr(s, key)
+  return s

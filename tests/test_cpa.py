@@ -1,6 +1,7 @@
 """CPA's control flow (paper 002, algorithm 1 and section 3.6) on a scripted backbone:
 canned replies per stage, calls counted per stage."""
 import json
+import os
 
 import pytest
 
@@ -27,7 +28,8 @@ class Scripted:
                     simulate={"steps": ["a", "b", "c", "d"], "deliverable": "Try adding 3 and 4 step by step."},
                     evaluate=GOOD, revise=TEMPLATE, execute={"output": "Count on from 3."},
                     repair={"output": "Count on from 3, four times."}, monitor={"ok": True},
-                    finish={"response": "What do you get if you count on from 3?"})
+                    finish={"response": "What do you get if you count on from 3?"},
+                    solve={"solution": "3 + 4 = 7", "answer": "7"})
     self.replies = {**defaults, **replies}
     self.stats = Usage()
     self.prompts = {}
@@ -45,8 +47,7 @@ class Scripted:
 
 
 def inst(uid=0, task="scaffolding_generation", memory=None):
-  return Instance(uid, task, "Student: I am stuck on 3 + 4.",
-                  {"reference_solution": "3 + 4 = 7\n#### 7"}, memory)
+  return Instance(uid, task, "Student: I am stuck on 3 + 4.", memory)
 
 
 def calls(backbone):
@@ -183,7 +184,8 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
     ("solution_correctness", "The solution is not correct.", "Yes"),
     ("solution_correctness", "There is no error in any step.", "No"),
     ("solution_correctness", "It isn't right: step 2 adds wrongly.", "Yes"),
-    ("socratic_questioning", "- How many eggs?\nnote\n- What is left?", "How many eggs?\nWhat is left?"),
+    ("socratic_questioning", "- How many eggs?\nnote\n- What is left?", "How many eggs? What is left?"),
+    ("socratic_questioning", "1. How many eggs?\n2) What is\tleft? Then add.", "How many eggs? What is\tleft?"),
     ("problem_solving", "no number here", None),
     ("scaffolding_generation", " What comes next? ", "What comes next?"),
 ])
@@ -238,6 +240,7 @@ def test_cpa_tutors_dialogues_and_keeps_its_template_across_turns(testdata):
   # Four dialogues, four tutor turns each: the template of turn 1 serves turns 2 to 4
   # (the state keeps its goal): each dialogue found its memory under its own view.
   assert calls(b)["generate"] == 4 and calls(b)["m1"] == 16
+  assert calls(b)["solve"] == 4  # Solved on each dialogue's first turn, then carried in M_t.
   assert [t.reused_template for t in tutor.traces] == [False] * 4 + [True] * 12
   assert "Student: " in b.prompts["m1"][-1]  # The dialogue so far is the task input.
 
@@ -280,3 +283,143 @@ def test_trace_stats_count_bvr_on_the_hard_splits_apart():
   assert out.bvr_hard == 0.5 and out.bvr == 0.75
   assert out.repair_share == 0.25 and out.fallbacks == 2
   assert out.calls_per_instance == 2 and out.seconds_per_instance == 0.5
+
+
+# -- What the agent sees: the prompt, nothing else of the example --------------------------------
+
+def _shown(task_file) -> set:
+  """The example fields the task file's prompt renders (Jinja's undeclared variables)."""
+  import jinja2
+  import jinja2.meta
+  return jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(task_file.system_prompt))
+
+
+def _changed(value):
+  """`value` with every digit moved on by one and text added: another answer, label, turn."""
+  import re
+  if isinstance(value, bool):
+    return not value
+  if isinstance(value, (int, float)):
+    return value + 1
+  if isinstance(value, str):
+    return re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), value) + " (changed)"
+  if isinstance(value, list):
+    return [_changed(v) for v in value] + ["changed"]
+  return {k: _changed(v) for k, v in value.items()}
+
+
+def _leaky(examples):
+  """A backbone whose deliverable states the problem's answer (the reference's, looked up
+  by the problem text in the prompt), and whose solve stage finds that answer."""
+  from pedrl.eval.mathtutorbench import constraints
+  answers = {x["question"]: constraints.final_answer(x.get("reference_solution")
+                                                     or x.get("answer") or "") for x in examples}
+  of = lambda prompt: next(a for q, a in answers.items() if q in prompt)
+  return Scripted(execute=lambda p, n: {"output": f"So it is {of(p)}. What next?"},
+                  solve=lambda p, n: {"solution": "worked out", "answer": of(p)})
+
+
+def test_the_agent_reads_nothing_its_prompt_does_not_show(shared_data):
+  """Every field of every task's examples that the task's prompt does not render (the
+  reference solution, GSM8K's answer, labels, the dialogue as JSON, the human turn) is
+  changed: the agent's backbone calls and replies stay the same, and its rule against
+  stating the answer still fires, judged against the answer its solve stage derived."""
+  from pedrl.agents import bench
+  from pedrl.eval.mathtutorbench import constraints, runner, tasks
+  configs, data = shared_data("mathtutorbench", "configs"), shared_data()
+  for task in tasks.TASKS:
+    t = tasks.read_task(os.path.dirname(configs), task)
+    xs = tasks.examples(task, data)[:2]
+    hidden = {k for x in xs for k in x} - _shown(t)
+    mutated = [{k: _changed(v) if k in hidden else v for k, v in x.items()} for x in xs]
+    assert [t.prompt(x) for x in xs] == [t.prompt(x) for x in mutated], task
+    runs = []
+    for examples in (xs, mutated):
+      b = _leaky(xs)
+      recs = runner.answer(task, t, examples, [0, 1], 0, bench.AgentPolicy(CPA(b)))
+      runs.append((b.prompts, [r.response for r in recs], [r.trace for r in recs]))
+    assert runs[0] == runs[1], task
+    if task in tasks.PEDAGOGICAL:  # The reference is hidden, every field of it changed...
+      assert "reference_solution" in hidden and "conversation_json" in hidden
+      for x, trace in zip(xs, runs[0][2]):  # ...yet a leak is caught, against the answer
+        assert trace["answer"] == constraints.final_answer(x["reference_solution"])  # it solved.
+        assert trace["steps"][-1]["checks"][0]["rules"] == "breaks: states_answer"
+        assert trace["steps"][-1]["repairs"] == 1
+      assert len(runs[0][0]["solve"]) == 2  # One solve call per instance, counted.
+    else:
+      assert hidden and "solve" not in runs[0][0]  # Structured tasks need no answer.
+
+
+def test_without_an_answer_source_the_leak_rule_is_left_to_the_metric():
+  b = Scripted(execute={"output": "The answer is 7."})
+  [t] = CPA(b, agent.CPASettings(answer_source="none")).run([inst()])
+  assert "solve" not in calls(b) and t.answer is None
+  assert t.steps[2].checks[0].rules is None and t.response == b.replies["finish"]["response"]
+  with pytest.raises(ValueError, match="cpa.answer_source='oracle' is not one of: solve, none"):
+    agent.CPASettings(answer_source="oracle")
+
+
+class _Student:
+  """A scripted student endpoint: the same reply to every tutor turn."""
+  max_tokens = 0
+
+  def chat(self, conversations):
+    from pedrl.agents.tutor import Reply
+    return [Reply("I think it is 12.", "stop") for _ in conversations]
+
+
+def test_an_agent_tutor_never_reads_the_problems_answer():
+  """Dialogues whose problems differ only in their answers (no tutor prompt shows it):
+  the agent's calls and the dialogues are the same, and the leak the deliverable makes
+  is caught against the answer the solve stage derived from the problem."""
+  from pedrl.agents.tutor import AgentTutor
+  from pedrl.env import dialogue, party, rollout
+  from pedrl.env.problems import Problem
+  settings = rollout.RolloutSettings(scenario=dialogue.GUIDED, max_turns=2)
+  runs = []
+  for answer in ("7", "8"):
+    b = Scripted(execute={"output": "The answer is 7."})
+    tutor = AgentTutor(CPA(b))
+    out = rollout.run([Problem(id="p0", problem="What is 3 + 4?", answer=answer)], 2, tutor,
+                      party.EndpointParty(_Student(), "student"), settings)
+    runs.append((b.prompts, [[m.text for m in d.messages] for d in out]))
+    assert all(t.answer == "7" for t in tutor.traces)  # Solved from the problem it is shown.
+    assert all(t.steps[2].checks[0].rules == "breaks: states_answer" for t in tutor.traces)
+    assert calls(b)["solve"] == 2  # Once per dialogue: the next turn reads it from M_t.
+  assert runs[0] == runs[1]
+
+
+# -- Socratic questions on one line -------------------------------------------------------------
+
+QUESTIONS = ("How many eggs does Janet sell?", "How much does she make every day?")
+
+
+@pytest.mark.parametrize("method", ["cpa", "no_m1", "no_m2_loop", "no_m2_sim", "no_m3_monitor",
+                                    "no_m4", "sot"])
+def test_every_socratic_question_reaches_the_scored_response(method, shared_data):
+  """The socratic task end to end (its task file: "a list of questions on one line", stop at
+  a line break): every question the agent wrote is in the one line the harness scores,
+  and the BLEU is the harness's rule applied by hand to that line."""
+  import sacrebleu
+  from pedrl.agents import bench
+  from pedrl.eval.mathtutorbench import results, runner, tasks
+  configs, data = shared_data("mathtutorbench", "configs"), shared_data()
+  t = tasks.read_task(os.path.dirname(configs), "socratic_questioning")
+  xs = tasks.examples("socratic_questioning", data)[:2]
+  # The deliverable as a backbone often writes it, one per line; without M4 nothing formats
+  # it, so there the backbone writes what the contract asks: one line.
+  written = " ".join(QUESTIONS) if method == "no_m4" else "- " + "\n- ".join(QUESTIONS)
+  b = Scripted(execute={"output": written}, sot_outline={"points": ["eggs sold", "earnings"]},
+               sot_expand=lambda p, n: {"text": QUESTIONS[n % 2].replace(" does", "\ndoes")})
+  recs = runner.answer("socratic_questioning", t, xs, [0, 1], 0,
+                       bench.AgentPolicy(bench.build(method, b, agent.CPASettings())))
+  line = " ".join(QUESTIONS)
+  for r in recs:
+    assert r.response == line and r.prediction == [line]  # parse_lines: the harness's lines.
+  if method != "sot":
+    assert "all on one line" in b.prompts["execute"][-1]  # The contract asks for one line.
+  refs = [[l.split(" ** ")[0] for l in x["answer"].split("\n") if len(l.split(" ** ")) == 2]
+          for x in xs]
+  by_hand = sum(sacrebleu.sentence_bleu(line, r).score for r in refs) / 2 / 100
+  got = results.metrics(recs)["socratic_questioning"]
+  assert got["bleu"] == pytest.approx(by_hand) and got["avg_questions"] == 1.0

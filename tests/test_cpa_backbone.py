@@ -23,7 +23,7 @@ def instances():
   for task in tasks.TASKS:
     t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), task)
     for x in tasks.examples(task, SHARED)[:2]:
-      out.append(Instance(len(out), task, t.prompt(x), x))
+      out.append(Instance(len(out), task, t.prompt(x)))
   return out
 
 

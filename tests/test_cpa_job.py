@@ -9,7 +9,7 @@ import pytest
 
 import jobs
 from pedrl.eval import shards
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.eval.mathtutorbench import constraints, tasks
 
 SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
 
@@ -17,14 +17,14 @@ SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
 def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
   if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
     pytest.skip("../shared/data/mathtutorbench not present")
-  r = subprocess.run(jobs.cmd("cpa", tmp_path, "--config.agents.methods=cpa,cot",
+  r = subprocess.run(jobs.cmd("cpa", tmp_path, "--config.agents.methods=cpa,sot",
                               "--config.limit=1"),
                      cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   table = (tmp_path / "tables.md").read_text()
   assert table.strip() in r.stdout
   two, three = table.split("Table 3")
-  for method in ("cpa", "cot"):
+  for method in ("cpa", "sot"):
     # Table 2: nine percentages; table 3: two win rates, BVR† and BVR, repair share (percent
     # or – where a seed has none), then stand-ins, calls, tokens, seconds per instance.
     row = re.search(rf"^\| {method} \|(.*)\|$", two, re.M).group(1).split("|")
@@ -36,6 +36,14 @@ def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
   for rec in records:
     assert rec.trace["variant"] == "full" and rec.trace["template"]["steps"]
     assert rec.response.strip() or rec.trace["response"].strip(), rec.task
+  # The socratic task on the real backbone: every question an agent's reply holds is in the
+  # one line the harness scores (its stop is a line break); SoT's reply is never cut.
+  for method in ("cpa", "sot"):
+    [rec] = [r for r in shards.merge(str(tmp_path / method / "seed42"))[0]
+             if r.task == "socratic_questioning"]
+    asked = [s for s in constraints.sentences(rec.trace["response"]) if constraints.is_question(s)]
+    assert rec.prediction == [rec.response] and all(q in rec.response for q in asked)
+    assert method == "cpa" or rec.response == rec.trace["response"].strip()
   shown = subprocess.run(  # A subprocess: the tool's flags are its own.
       [sys.executable, "-m", "pedrl.tools.show_trace", str(tmp_path / "cpa" / "seed42"),
        "--task=pedagogy_following", "--index=0"],

@@ -1,46 +1,136 @@
-"""The evaluation config's variants: every key read, and the papers' protocol values."""
+"""The evaluation config's variants: every key read, the papers' protocol values, and each
+training variant's evaluation twin."""
+import importlib.util
+import json
 import os
 
 from absl import flags
-from ml_collections import config_flags
 import pytest
 
+import jobs
 from jobs import ROOT
-from pedrl.experiments import settings
+from pedrl.experiments import conditions, settings
 
 
 def _settings(variant, **tutor):
-  fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
-  fv(["test", f"--config={os.path.join(ROOT, 'experiments', 'evaluate.py')}:{variant}"])
+  c = jobs.config("evaluate", variant)
   for key, value in tutor.items():  # As --config.tutor.KEY=VALUE would set them.
     section, _, leaf = key.rpartition("__")
-    (fv.config.tutor[section] if section else fv.config.tutor)[leaf] = value
-  return settings.read_settings(fv.config, evaluation=True)  # UnreadKeys if any is unread.
+    (c.tutor[section] if section else c.tutor)[leaf] = value
+  return settings.read_settings(c, evaluation=True)  # UnreadKeys if any is unread.
 
 
-@pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "tiny",
-                                     "tiny,thinking", "tiny,uco", "tiny,reasoning"])
+@pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "uco_003",
+                                     "tiny", "tiny,thinking", "tiny,uco", "tiny,uco_003",
+                                     "tiny,reasoning", "tiny,wbeb"])
 def test_every_variant_reads_completely(variant):
   s = _settings(variant)
   assert s.evaluation.shard == 0 and s.evaluation.num_shards == 1
   assert s.tutor_run.workdir is None and s.tutor_endpoint.model is None
 
 
+# Paper 003's reference evaluation, read from eth-lre/PedagogicalRL @ bae10cd: (setting, value,
+# where). Every tutoring protocol takes these (papers 001 and 000 state none of their own).
+REFERENCE_EVALUATION = [
+    ("tutor.temperature", 0.6, "config/eval/*.yaml: teacher_model.vllm.temperature 0.6"),
+    ("student.temperature", 0.6, "config/eval/*.yaml: student_model.vllm.temperature 0.6"),
+    ("tutor.top_k", 50, "config/train_rl_model.py: ModelvLLMConfig.top_k = 50, kept"),
+    ("student.top_k", 50, "config/train_rl_model.py: ModelvLLMConfig.top_k = 50, kept"),
+    ("tutor.top_p", 1.0, "config/train_rl_model.py: ModelvLLMConfig.top_p = 1.0"),
+    ("openai.temperature", 0.6, "config/eval/*.yaml: judge_model.vllm.temperature 0.6"),
+    ("local_judge.temperature", 0.6, "config/eval/*.yaml: judge_model.vllm.temperature 0.6"),
+    ("openai.max_tokens", 2048, "config/train_rl_model.py: max_tokens_per_judge_attempt"),
+    ("judging.judge_samples", 2, "config/eval.py: number_judge_attempts=2"),
+    ("solve.k", 8, "config/eval.py: number_student_attempts=8"),
+    ("solve.temperature", 0.6, "the student's temperature (sampling_params_student_solution)"),
+    ("solve.max_new_tokens", 3900, "config/train_rl_model.py: max_tokens_per_student_attempt"),
+    ("evaluation.samples_per_problem", 1, "config/eval.py: num_samples_per_problem=1"),
+    ("job.seed", 42, "config/eval.py: seed=42"),
+    ("problems.split", "published", "config/eval.py: Dataset split='test' of the released set"),
+    ("problems.n_test", 500, "config/eval.py: max_val_examples=500"),
+    ("problems.filter", False, "utils/data.py: the split as loaded, no filter"),
+    ("evaluation.pedrm_unscored", "zero", "eval.py: `... if len(score) != 0 else 0`"),
+    ("pedrm.format", "pedagogical_rl", "utils/pedagogical_reward.py: format_conversation"),
+    ("pedrm.dtype", "float32", "utils/pedagogical_reward.py: LLM(..., dtype=torch.float32)"),
+]
+
+
+@pytest.mark.parametrize("variant", ["pedagogical_rl", "pedagogical_rl,think", "thinking",
+                                     "uco", "uco_003"])
+def test_tutoring_protocols_sample_as_the_reference_evaluation(variant):
+  s = _settings(variant)
+  wrong = [(n, jobs.setting(s, n), want, where) for n, want, where in REFERENCE_EVALUATION
+           if jobs.setting(s, n) != want]
+  assert not wrong, "\n".join(f"{variant}: {n} = {got!r}, reference: {want!r} ({where})"
+                               for n, got, want, where in wrong)
+  # The split of a raw pool (problems.split=test) is training's (seed 0), not the eval seed's.
+  assert s.problems.split_seed == 0
+
+
 def test_paper_protocols():
   s = _settings("pedagogical_rl")  # Paper 003 section 6 and its reference evaluation.
-  assert (s.problems.split, s.problems.n_test, s.problems.filter) == ("test", 500, True)
-  assert s.evaluation.samples_per_problem == 1 and s.solve.k == 8
-  assert (s.solve.temperature, s.solve.max_new_tokens) == (0.6, 3900)
-  assert s.judging.judges == "pedagogical_rl" and s.judging.judge_samples == 2
+  assert s.judging.judges == "pedagogical_rl" and s.openai["model"] == "google/gemma-3-27b-it"
   assert s.rollout.max_turns == 16 and s.rollout.max_conversation_tokens == 8192
-  assert s.pedrm.format == "reference"
+  assert (s.rollout.scenario, s.rollout.thinking, s.rollout.force_thinking) == (
+      "mixed", False, False)
+  t = _settings("pedagogical_rl,think").rollout  # config/eval/TutorRL-think.yaml.
+  assert t.thinking and t.force_thinking and t.think_instruction
   t = _settings("thinking")  # Paper 001: GPT-4o-mini judges, the thinking-quality judge.
   assert t.judging.judges == "thinking" and t.openai["model"] == "gpt-4o-mini"
   assert t.rollout.thinking and t.rollout.tutor_prompt == "thinking/tutor_polya"
+  # Table 1's NoThink, Think NoReward and Think Reward were trained on the general prompt.
+  for condition in ("no_think", "think_no_reward", "think_reward"):
+    r = _settings(f"thinking,condition={condition}").rollout
+    assert r.tutor_prompt == "thinking/tutor_general" and r.thinking == (condition != "no_think")
   u = _settings("uco").rollout  # Paper 000 section IV: T = 10 tutor turns, tutor first.
   assert (u.max_tutor_turns, u.scenario) == (10, "guided")
   assert (u.tutor_prompt, u.student_prompt) == ("uco/teacher", "uco/student")  # Table XII.
+  # UCO's tutor in 003's dialogues: 16 messages, both scenarios, 003's student prompt.
+  u = _settings("uco_003").rollout
+  assert (u.max_turns, u.max_tutor_turns, u.scenario) == (16, 0, "mixed")
+  assert (u.tutor_prompt, u.student_prompt) == ("uco/teacher", "pedagogical_rl/student_system")
+  with pytest.raises(flags.IllegalFlagValueError, match="think is paper 003's"):
+    _settings("uco,think")
+  with pytest.raises(flags.IllegalFlagValueError, match="condition is paper 001's"):
+    _settings("uco,condition=no_think")
+
+
+def _training(config, variant):
+  return settings.read_settings(jobs.config(config, variant), training=True)
+
+
+def _module(config):
+  spec = importlib.util.spec_from_file_location(f"config_{config}", os.path.join(
+      ROOT, "experiments", f"{config}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _every_variant(spec) -> list[str]:
+  """Each variant of a config alone (flags, every choice, a value for numbers), and tiny
+  with each."""
+  out = ["paper"]
+  for key, kind in spec.items():
+    if kind is bool and key != "tiny":
+      out.append(key)
+    elif isinstance(kind, tuple):
+      out += [f"{key}={x}" for x in kind]
+    elif kind is float:
+      out.append(f"{key}=0.3")
+    elif kind is int:
+      out.append(f"{key}=4")
+  return out + [f"tiny,{v}" if v != "paper" else "tiny" for v in out]
+
+
+@pytest.mark.parametrize("config", ["pedagogical_rl", "thinking", "uco"])
+def test_every_training_variant_has_an_evaluation_twin_with_its_dialogues(config):
+  module = _module(config)
+  for variant in _every_variant(module.VARIANTS):
+    twin = module.evaluation_variant(variant)
+    trained = conditions.dialogue_settings(_training(config, variant))
+    evaluated = conditions.dialogue_settings(_settings(twin))
+    assert evaluated == trained, f"{config}.py:{variant} vs evaluate.py:{twin}"
 
 
 def test_reasoning_protocol():
@@ -51,9 +141,30 @@ def test_reasoning_protocol():
   assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)
 
 
+def test_wbeb_protocol():
+  with pytest.raises(ValueError, match="wbeb needs its data"):
+    _settings("wbeb")  # WBEB is not public with paper 001: the user's file, by path.
+  s = _settings("tiny,wbeb")  # Paper 001 table 2: the thinking tutor, multiple choice.
+  assert s.reasoning.names == ("wbeb",) and s.rollout.thinking
+
+
 def test_an_agent_tutor_takes_its_cpa_numbers_from_the_config():
   s = _settings("tiny", agent="cpa", cpa__max_resyntheses=2)
   assert s.tutor_agent.agent == "cpa" and s.tutor_cpa.max_resyntheses == 2
   assert (s.tutor_cpa.k, s.tutor_cpa.j, s.tutor_cpa.sim_steps) == (3, 3, 3)  # Paper 002 §4.4.
   with pytest.raises(ValueError, match="tutor.cpa.*k=0 must be at least 1"):
     _settings("tiny", cpa__k=0)
+
+
+def test_a_run_trained_in_other_dialogues_is_told_apart():
+  # What the evaluation job logs when --config.tutor.workdir names a run trained otherwise:
+  # its WORKDIR/config.json (the config as JSON) against the evaluation's settings.
+  trained = json.loads(jobs.config("thinking", "no_think").to_json_best_effort())
+  assert conditions.differences(trained, _settings("thinking,condition=no_think")) == []
+  diffs = conditions.differences(trained, _settings("thinking"))  # Polya, thinking, 4096.
+  assert any(d.startswith("rollout.tutor_prompt: trained 'thinking/tutor_general'")
+             for d in diffs)
+  assert "tutor.max_new_tokens: trained 1024, here 4096" in diffs
+  del trained["rollout"]["thinking"]  # A key an older run did not record: not compared.
+  assert not any("rollout.thinking" in d for d in conditions.differences(
+      trained, _settings("thinking")))

@@ -73,12 +73,24 @@ def test_pedrm_micro_pools_turns_macro_averages_dialogues():
   assert m["pedrm_macro"] == pytest.approx((2.0 + 6.0 + 0.0) / 3)
   assert m["pedrm_micro"] == pytest.approx(12.0 / 5)
   assert m["pedrm_dialogues"] == 3
-  rs.append(record("c", 0, pedrm=[]))  # No tutor turn: in neither mean.
-  assert metrics.compute(rs, resamples=200)["pedrm_macro"] == pytest.approx(8.0 / 3)
+  # No scored tutor turn: 0 in the macro, as the reference's eval.py averages
+  # `sum(score) / len(score) if len(score) != 0 else 0` over every dialogue; none in the micro.
+  rs.append(record("c", 0, pedrm=[]))
+  m = metrics.compute(rs, resamples=200)
+  assert m["pedrm_macro"] == pytest.approx(8.0 / 4)
+  assert m["pedrm_micro"] == pytest.approx(12.0 / 5)
+  assert (m["pedrm_unscored_dialogues"], m["pedrm_unscored"]) == (1, "zero")
+  # pedrl's earlier choice, kept as an option: left out of the macro.
+  m = metrics.compute(rs, resamples=200, pedrm_unscored="drop")
+  assert m["pedrm_macro"] == pytest.approx(8.0 / 3) and m["pedrm_unscored_dialogues"] == 1
   # The named functions give the table's numbers alone.
-  assert metrics.pedrm_macro(rs) == pytest.approx(8.0 / 3)
+  assert metrics.pedrm_macro(rs) == pytest.approx(8.0 / 4)
+  assert metrics.pedrm_macro(rs, unscored="drop") == pytest.approx(8.0 / 3)
   assert metrics.pedrm_micro(rs) == pytest.approx(12.0 / 5)
   assert math.isnan(metrics.pedrm_micro([record("c", 0, pedrm=[])]))
+  # No Ped-RM at all (no scored turn anywhere): NaN, never a 0 macro.
+  m = metrics.compute([record("c", 0, pedrm=[]), record("d", 0, pedrm=[])], resamples=200)
+  assert math.isnan(m["pedrm_macro"]) and math.isnan(m["pedrm_micro"])
 
 
 def test_bootstrap_interval_contains_the_mean_and_is_reproducible():

@@ -55,6 +55,10 @@ def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path, shared):
       assert gens[0]["ground_truth_response"]["user"] == "Teacher"
   assert "f1" in results["solution_correctness"] and "bleu" in results["socratic_questioning"]
   assert "| Problem solving |" in r.stdout
+  # BVR beside the nine numbers, for a plain model too: per task, and in the table.
+  assert all(0 <= m["bvr"] <= 1 and "violations/states_answer" in m for m in results.values())
+  head, _, row = (tmp_path / "results.md").read_text().splitlines()
+  assert head.endswith("| BVR | BVR† (hard) |") and re.search(r"\| \d+\.\d \| \d+\.\d \|$", row)
   again = _run(tmp_path)  # Every batch is there: nothing is asked again, nothing loads.
   assert again.returncode == 0 and "9 of 9 batches already in" in again.stderr
   assert json.loads((tmp_path / "results.json").read_text())["problem_solving"]["examples"] == 4
@@ -218,6 +222,12 @@ def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path, shared):
           (tmp_path / "whole" / "responses-pedagogy_following.jsonl").read_text().splitlines()]
   assert [r["index"] for r in rows] == [0, 1, 2]
   assert all(re.fullmatch(r"Step \d\. Is it \d\?", r["response"]) for r in rows)  # Cut, stripped.
+  # An endpoint's BVR: every reply holds a number, so problem solving and mistake location
+  # read all three; pedagogy following's replies are two sentences, one question each.
+  got = json.loads((tmp_path / "whole" / "results.json").read_text())
+  assert got["problem_solving"]["bvr"] == 0 and got["mistake_location"]["bvr"] == 0
+  assert got["pedagogy_following"]["violations/several_questions"] == 0
+  assert got["pedagogy_following"]["violations/too_long"] == 0
   drop = lambda m: {t: {k: v for k, v in x.items() if k not in ("seconds", "examples_per_s")}
                     for t, x in m.items()}
   assert drop(json.loads((tmp_path / "whole" / "results.json").read_text())) == drop(

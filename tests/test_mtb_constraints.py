@@ -116,3 +116,41 @@ def test_human_teacher_turns(shared_data):
   by_hand = {0: (), 3: (), 5: (), 7: (), 8: ("states_answer", "too_long"),
              11: ("states_answer", "too_long")}
   assert {i: rows[i][1] for i in by_hand} == by_hand
+
+
+def test_every_tutors_results_carry_bvr_beside_the_nine_numbers():
+  """The MathTutorBench job's metrics (whatever answered: a model, a trained tutor, an
+  endpoint, an agent) carry BVR per task from the replies, and its table BVR over all
+  tasks and BVR† on the hard splits; each value counted by hand below."""
+  from pedrl.eval.mathtutorbench import results, scoring
+  from pedrl.eval.records import BenchRecord
+  ref = {"reference_solution": "3 + 4 = 7\n#### 7"}
+
+  def rec(task, i, response, target=None):
+    return BenchRecord(task, i, 0, "", response, target, scoring.parse(task, response),
+                       context=ref if task in tasks.PEDAGOGICAL else None)
+  records = [
+      rec("problem_solving", 0, "The answer is 18.", "18"),  # Compliant.
+      rec("problem_solving", 1, "I do not know.", "18"),  # unparsable.
+      rec("scaffolding_generation", 0, "The total is 7."),  # states_answer.
+      rec("scaffolding_generation", 1, "What is 3 + 4?"),  # Compliant.
+      rec("scaffolding_generation", 2, "Good. Now add. Then check."),  # too_long.
+      rec("pedagogy_following_hard", 0, "Is it 7? Or 8?"),  # states_answer, several_questions.
+      rec("scaffolding_generation_hard", 0, "Count on from 3."),  # Compliant.
+  ]
+  got = results.metrics(records)
+  assert got["problem_solving"]["bvr"] == 0.5 and got["problem_solving"]["violations/unparsable"] == 1
+  sg = got["scaffolding_generation"]
+  assert sg["bvr"] == pytest.approx(2 / 3)
+  assert (sg["violations/states_answer"], sg["violations/too_long"], sg["violations/empty"]) == (
+      1, 1, 0)
+  assert got["pedagogy_following_hard"]["bvr"] == 1.0
+  assert got["pedagogy_following_hard"]["violations/several_questions"] == 1
+  assert got["scaffolding_generation_hard"]["bvr"] == 0.0
+  # All tasks: 4 of 7 replies break a rule (57.1 %); the hard splits: 1 of 2 (50.0 %).
+  assert results.pooled_bvr(got) == pytest.approx(4 / 7)
+  assert results.pooled_bvr(got, results.HARD) == 0.5
+  head, _, row = results.table({"tutor": got}).splitlines()
+  assert head.endswith("| BVR | BVR† (hard) |") and row.endswith("| 57.1 | 50.0 |")
+  assert results.table({"old run": {"problem_solving": {"accuracy_strict-match": 1.0}}}).endswith(
+      "| – | – |")  # Results without BVR (older runs) show none.

@@ -180,6 +180,16 @@ def test_paper_000_ablation_tables(variant, name, value):
   _check(f"uco.py:{variant}", table)
 
 
+@pytest.mark.parametrize("g", [2, 4, 6, 8])
+def test_paper_000_rollout_sweep(g):
+  """Fig. 3 (section IV-D-3): G from 2 to 8 on a training set of 100 problems."""
+  table = [("job.group_size", g, "fig. 3: rollout numbers 2 to 8"),
+           ("problems.n_train", 100, "section IV-D-3: a smaller training set of 100 samples"),
+           ("problems.split", "train", "training problems")] + [
+      r for r in PAPER_000 if r[0] != "job.group_size"]
+  _check(f"uco.py:rollouts={g}", table)
+
+
 def test_uco_paper_without_an_oracle_stops_before_loading_models(tmp_path, monkeypatch):
   loaded = []
   monkeypatch.setattr(train, "load_party", lambda *a, **k: loaded.append(a))

@@ -82,3 +82,66 @@ def test_real_gsm8k_and_math500(shared_data):
   assert gsm[0].answer == "18" and gsm[0].problem.startswith("Janet")
   math, report = P.load_math500(shared_data("math500", "test.jsonl"))
   assert report.loaded == report.rows == 500 and math[0].domain == ("Precalculus",)
+
+
+# -- The published test split, read as given ---------------------------------------------------
+
+PUBLISHED = "testdata/problems/bigmath_published_sample.jsonl"
+
+
+def _published(**kw):
+  return P.ProblemSettings(**{**dict(path=PUBLISHED, split="published", filter=False,
+                                     on_error="fatal"), **kw})
+
+
+def test_published_split_is_read_as_given(tmp_path):
+  # 501 rows: a duplicate, a row the paper's filter would drop, a non-numeric answer; the
+  # first 500 come back in file order, none dropped, none moved.
+  rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "orca_math",
+           "domain": ["Mathematics -> Arithmetic"], "llama8b_solve_rate": 0.2}
+          for i in range(501)]
+  rows[3] = dict(rows[3], llama8b_solve_rate=0.9)  # Outside [0.01, 0.60].
+  rows[7] = dict(rows[7], answer="(2, 5)")  # Not a single number.
+  rows[9] = rows[8]  # The same problem twice.
+  path = tmp_path / "test.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  got, report = P.load(_published(path=str(path)))
+  assert [p.problem for p in got] == [r["problem"] for r in rows[:500]]
+  assert got[3].solve_rate == 0.9 and got[7].answer == "(2, 5)" and got[9] == got[8]
+  assert report.rows == 501 and not report.skipped
+  # Not the released split's shape: fewer rows, a row without its fields. One line, the file.
+  short = tmp_path / "short.jsonl"
+  short.write_text("".join(json.dumps(r) + "\n" for r in rows[:499]))
+  with pytest.raises(P.DataError, match=r"short.jsonl: 499 rows, but the published test split "
+                                        r"has 500"):
+    P.load(_published(path=str(short)))
+  bare = tmp_path / "bare.jsonl"
+  bare.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}) + "\n")
+  with pytest.raises(P.DataError, match=r"bare.jsonl: row 1: not a row of the published split "
+                                        r"\(no source, domain, llama8b_solve_rate"):
+    P.load(_published(path=str(bare)))
+
+
+def test_published_split_settings_refuse_what_they_would_ignore():
+  with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
+    _published(filter=True)
+  with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
+    _published(on_error="skip")
+  with pytest.raises(ValueError, match="split 'valid' is not one of"):
+    P.ProblemSettings(split="valid")
+
+
+def test_testdata_sample_is_in_the_published_format():
+  rows = [json.loads(line) for line in open(PUBLISHED)]
+  got, _ = P.load(_published(n_test=len(rows)))
+  assert all(set(r) == set(P.PUBLISHED_FIELDS) for r in rows)
+  assert [p.problem for p in got] == [r["problem"] for r in rows]
+  assert P.paper_filter(got) == got  # Rows of a filtered split: the filter keeps them all.
+  assert [p.problem for p in P.load(_published(n_test=4))[0]] == [r["problem"] for r in rows[:4]]
+
+
+def test_an_evaluation_splits_a_pool_as_its_training_run_did():
+  pool = dict(path=SAMPLE, split="test", n_test=5, n_train=10, filter=False)
+  trained = P.load(P.ProblemSettings(**pool), seed=0)[0]
+  assert P.load(P.ProblemSettings(**pool, split_seed=0), seed=42)[0] == trained
+  assert P.load(P.ProblemSettings(**pool), seed=42)[0] != trained

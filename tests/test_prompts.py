@@ -7,9 +7,10 @@ from pedrl.env import prompts
 from pedrl.tokenizer import load_tokenizer
 
 
-# The agents' prompts take other variables; tests/test_cpa.py renders every one of them.
+# The agents' and the labellers' prompts take other variables; tests/test_cpa.py and
+# tests/test_analysis.py render every one of them.
 @pytest.mark.parametrize("name", sorted(n for n in prompts.SOURCES
-                                        if not n.startswith(("cpa/", "baselines/"))))
+                                        if not n.startswith(("cpa/", "baselines/", "analysis/"))))
 def test_every_prompt_renders_with_its_variables(name):
   text = prompts.render(name, problem="What is 7 * 8?", conversation="Teacher: Hi.\nStudent: Hello.",
                         thinking="Turn 1: ask about units.", answer="56", message="Hm.")
@@ -56,3 +57,23 @@ def test_real_qwen_chat_template(shared_data):
   text = tok.decode(ids)
   assert text.startswith("<|im_start|>system\n" + tutor[:40])
   assert text.endswith("<|im_start|>user\nI think it's 54.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_tutor_prompt_file_replaces_the_papers_prompt(tmp_path):
+  # The reference's teacher-prompt variables (problem, student_name, include_thinking), as
+  # SocraticLM's own prompt file uses them; pedrl ships no such file.
+  from pedrl.env import rollout
+  from pedrl.env.dialogue import Dialogue
+  path = tmp_path / "teacher.txt"
+  path.write_text("{% if student_name %}Help {{ student_name }}.{% else %}Help a student."
+                  "{% endif %}{% if include_thinking %} Think first.{% endif %}\n"
+                  "Problem: {{ problem }}\n")
+  d = Dialogue(problem_id="p", problem="What is 2 + 3?", answer="5", scenario="guided",
+               rollout=0)
+  s = rollout.RolloutSettings(tutor_prompt_file=str(path), thinking=False)
+  assert rollout.tutor_system_prompt(s, d) == "Help a student.\nProblem: What is 2 + 3?"
+  with pytest.raises(ValueError, match="tutor_prompt_file '/nowhere.txt' does not exist"):
+    rollout.RolloutSettings(tutor_prompt_file="/nowhere.txt")
+  path.write_text("{{ grade }}")
+  with pytest.raises(ValueError, match=f"prompt file '{path}': 'grade' is undefined"):
+    rollout.tutor_system_prompt(s, d)

@@ -41,6 +41,46 @@ def test_graders(name, reply, target, got, correct):
   assert reasoning.grade(name, reply, target) == (got, correct)
 
 
+@pytest.mark.parametrize("reply, options, got, correct", [
+    ("So the answer is C.", 3, "C", True),
+    ("The answer is D.", 3, None, False),  # Not a letter of a three-option question.
+    ("E", 5, "E", False), ("<think>answer is C</think>Answer: B", 4, "B", False)])
+def test_multiple_choice_grading_uses_the_questions_letters(reply, options, got, correct):
+  assert reasoning.grade("wbeb", reply, "C", options) == (got, correct)
+
+
+def test_wbeb_rows_of_every_shape_become_lettered_questions(tmp_path):
+  xs = reasoning.wbeb(settings(benchmarks="wbeb", wbeb_path=f"{TESTDATA}/wbeb_sample.jsonl"))
+  # Letters, indices from 0, option texts, dict options and a lower-case letter, by hand.
+  assert [x.target for x in xs] == ["B", "C", "B", "C", "C", "A", "A", "B"]
+  assert [x.category for x in xs] == ["SK", "SK", "PK", "PK", "AES", "AES", "DM", "DM"]
+  assert [x.options for x in xs][2:4] == [4, 3] and xs[0].id == "sk-1"
+  prompt = xs[3].chat[0]["content"]
+  assert prompt.startswith("Answer the multiple-choice question (PK).") and "A, B or C." in prompt
+  assert prompt.endswith("B. Which step comes first?\nC. Why does this step keep the equation "
+                         "balanced?")
+  for row, why in (({"answer": "E"}, "neither a letter"), ({"category": ""}, "no category"),
+                   ({"options": {"A": "x", "C": "y"}}, "not A, B"),
+                   ({"options": ["only one"]}, "2 to 26")):
+    bad = dict({"question": "q", "options": ["x", "y"], "answer": "A", "category": "SK"}, **row)
+    (tmp_path / "w.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(DataError, match=f"w.jsonl, row 1: .*{why}"):
+      reasoning.wbeb(settings(benchmarks="wbeb", wbeb_path=str(tmp_path / "w.jsonl")))
+
+
+def test_multiple_choice_accuracy_per_category():
+  rec = lambda cat, ok: records_lib.ReasoningRecord("wbeb", cat, 0, "", None, "A", ok, cat)
+  rs = [rec("SK", True), rec("SK", False), rec("PK", True), rec("PK", True), rec("DM", False)]
+  m = reasoning.accuracy(rs, seed=0, resamples=500, confidence=0.95)
+  assert (m["wbeb_accuracy"], m["wbeb_n"]) == (0.6, 5)
+  assert (m["wbeb/SK_accuracy"], m["wbeb/PK_accuracy"], m["wbeb/DM_accuracy"]) == (0.5, 1.0, 0.0)
+  assert m["wbeb/PK_accuracy_ci"] == [1.0, 1.0] and m["wbeb/SK_n"] == 2
+  from pedrl.tools import report  # Laid out as paper 001 table 2: a column per category.
+  table = report.tables({"run": dict(m, n_examples=5, protocol={"kind": "reasoning"})})
+  assert "| WBEB DM (%) | WBEB PK (%) | WBEB SK (%) | WBEB overall (%) |" in table
+  assert "| run | 5 | 0.0 | 100.0 [100.0, 100.0] | 50.0 [" in table and "| 60.0 [" in table
+
+
 def test_gsm8k_shots_come_from_the_train_file_or_leave_the_test_set():
   xs = reasoning.gsm8k(settings())  # No train file: the first 4 test rows are the shots.
   assert len(xs) == 8 - 4 and xs[0].id == "gsm8k/4"
@@ -86,6 +126,23 @@ def test_accuracy_per_benchmark_with_intervals():
   low, high = m["gsm8k_accuracy_ci"]
   assert 0.0 <= low < 0.75 < high <= 1.0
   assert m["math500_accuracy"] == 0.0 and "mmlu_accuracy" not in m
+
+
+def test_mmlu_averages_subjects_as_lighteval():
+  # LightEval reports MMLU as mmlu:_average, the mean of the mmlu:<subject> tasks' accuracies
+  # (logging/info_loggers.py, MetricsLogger.aggregate). Two subjects: 3 of 4 and 0 of 1.
+  rec = lambda subject, i, ok: records_lib.ReasoningRecord("mmlu", f"mmlu/{subject}/{i}", 0, "",
+                                                           None, "A", ok)
+  rs = [rec("anatomy", 0, True), rec("anatomy", 1, True), rec("anatomy", 2, True),
+        rec("anatomy", 3, False), rec("astronomy", 0, False)]
+  m = reasoning.accuracy(rs, seed=0, resamples=500, confidence=0.95)
+  assert m["mmlu_accuracy"] == pytest.approx((0.75 + 0.0) / 2)  # Not 3 / 5.
+  assert m["mmlu_question_accuracy"] == pytest.approx(3 / 5)
+  assert (m["mmlu_n"], m["mmlu_subjects"]) == (5, 2)
+  q = reasoning.accuracy(rs, seed=0, resamples=500, confidence=0.95, mmlu_average="question")
+  assert q["mmlu_accuracy"] == pytest.approx(3 / 5)
+  with pytest.raises(ValueError, match="mmlu_average 'x' is not one of"):
+    settings(mmlu_average="x")
 
 
 def test_real_files(shared_data):

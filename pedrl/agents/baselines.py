@@ -5,14 +5,16 @@ Each answers in JSON like CPA's stages (`structured.ask`: re-asked, counted),
 and its `response` field is the reply the benchmark reads, so a baseline's
 reasoning never leaks into the parsed answer. Skeleton-of-Thought asks for an
 outline of at most `points` points, then expands every point of every
-instance in one batched call and joins them in order. A reply still unread
-after the rounds falls back to its raw text (counted in `Trace.fallbacks`).
+instance in one batched call and joins them in order on one line (a point's own
+line breaks become spaces): the socratic task file asks for its questions on
+one line and stops at the first line break, and the tutoring tasks stop at a
+blank line. A reply still unread after the rounds falls back to its raw text
+(counted in `Trace.fallbacks`).
 """
 import pydantic
 
 from pedrl.agents import structured
 from pedrl.agents.structured import user_turn
-from pedrl.agents.cpa import contracts
 from pedrl.agents.cpa.state import StepRecord, Texts, Trace
 from pedrl.rewards import asking
 
@@ -88,7 +90,5 @@ class SkeletonOfThought:
       parts[n].append((g.text if g else text).strip())
     for t, p in zip(traces, parts):
       t.steps.append(StepRecord("expand", "each point in a sentence or two", "\n".join(p)))
-      # A list of sub-questions stays one per line, as the benchmark reads it.
-      sep = "\n" if contracts.contract(t.task).kind == "questions" else " "
-      t.response = sep.join(x for x in p if x)
+      t.response = " ".join(" ".join(x.split()) for x in p if x)
     return traces

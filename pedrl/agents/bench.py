@@ -3,7 +3,9 @@
 `AgentPolicy` answers a batch of one task's prompts (rendered from the task
 file, as every policy gets them) with one agent run over all of them, so each
 stage is one batched backbone call; the task's stop strings cut the final
-replies as an endpoint would. Traces come back per reply and are stored in the
+replies as an endpoint would. Besides the prompts it is told only the task's
+name (which contract applies): never the examples, whose reference solutions
+and labels the prompts do not show. Traces come back per reply and are stored in the
 BenchRecords (`pedrl.tools.show_trace` prints them).
 """
 import dataclasses
@@ -31,14 +33,13 @@ def build(method: str, backbone, settings: cpa.CPASettings):
 
 class AgentPolicy:
   """A MathTutorBench policy (pedrl.eval.mathtutorbench.runner) played by an agent."""
-  reads_examples = True
+  traced = True
 
   def __init__(self, agent):
     self.agent = agent
 
-  def __call__(self, prompts, stop, uids, task: str, examples) -> tuple[list, list, list]:
-    instances = [cpa.Instance(int(u), task, p, dict(x))
-                 for u, p, x in zip(uids, prompts, examples)]
+  def __call__(self, prompts, stop, uids, task: str) -> tuple[list, list, list]:
+    instances = [cpa.Instance(int(u), task, p) for u, p in zip(uids, prompts)]
     traces = self.agent.run(instances)
     replies = [t.response[:stops.find_stop(t.response, tuple(stop))[0]].strip()
                for t in traces]

@@ -7,9 +7,12 @@ instance of the "tutoring" contract, all of them one agent run. CPA's memory
 M_t is carried from a dialogue's turn to its next: it is stored under the view
 the reply completes and found again under the next view minus the student's
 new message, so G rollouts of one problem keep their own memories once their
-replies differ. The reply's token counts are not known per dialogue (the
-backbone counts calls in aggregate): the rollout's token limit does not apply
-to this side, as for an endpoint that reports no usage.
+replies differ. The agent sees the view and nothing else, not the problem's
+answer (no tutor prompt of pedrl shows it): CPA's rule against stating the
+answer checks the answer its own solve stage derived from the problem in the
+system prompt, carried in M_t. The reply's token counts are not known per
+dialogue (the backbone counts calls in aggregate): the rollout's token limit
+does not apply to this side, as for an endpoint that reports no usage.
 """
 import dataclasses
 import hashlib
@@ -68,7 +71,7 @@ class AgentTutor:
     instances = []
     for conv in conversations:
       memory = self.memories.get(_key(conv[:-1])) if len(conv) > 1 else None
-      instances.append(cpa.Instance(self._uid, TASK, transcript(conv), {}, memory))
+      instances.append(cpa.Instance(self._uid, TASK, transcript(conv), memory))
       self._uid += 1
     traces = self.agent.run(instances)
     self.traces += traces

@@ -1,28 +1,33 @@
 """Math problems: BigMath-style rows, the papers' filter and split, GSM8K and MATH500.
 
-Rows are read from local JSONL (or Parquet, with pyarrow installed). A bad row
-(not UTF-8, not JSON, no problem or answer, an answer math-verify cannot parse)
-is either skipped and counted in the `LoadReport` with its row number, or fatal,
-by the `on_error` switch: never a silent default, never a crash without saying
-which row.
+Rows come from a source (pedrl.env.sources: a local JSONL or Parquet file, or a
+`tfds:NAME[/CONFIG]:SPLIT`). A bad row (not UTF-8, not JSON, no problem or
+answer, an answer math-verify cannot parse) is either skipped and counted in
+the `LoadReport` with its row number, or fatal, by the `on_error` switch: never
+a silent default, never a crash without saying which row. `load` is the one
+way a job gets its problems (`ProblemSettings`).
+
+Splits: `train` / `test` are pedrl's deterministic split of a raw pool (paper
+003's filter first, by default); `all` the rows loaded; `published` a test
+split as it was released (rd211/Big-Math-RL-Verified-Filtered's `test`, 500
+rows, what the reference's eval.py evaluates): read as given, in order, no
+filter, no de-duplication, no reshuffle, its first `n_test` rows; a file that
+is not that shape is an error naming it.
 """
 import dataclasses
 import hashlib
-import json
-import os
 
 import sympy
 
 from pedrl import streams
-from pedrl.env import answers
+from pedrl.env import answers, sources
+from pedrl.env.sources import DataError, json_rows, read_rows  # noqa: F401 (re-exported)
 
 ON_ERROR = ("skip", "fatal")
 FORMATS = ("bigmath", "gsm8k", "math500")
-SPLITS = ("test", "train", "all")
-
-
-class DataError(ValueError):
-  """A problem file or row cannot be used."""
+SPLITS = ("test", "train", "all", "published")
+# The released test split's rows (rd211/Big-Math-RL-Verified-Filtered, its dataset card).
+PUBLISHED_FIELDS = ("problem", "answer", "source", "domain", "llama8b_solve_rate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +43,30 @@ class Problem:
 @dataclasses.dataclass(frozen=True)
 class ProblemSettings:
   """Which problems a job runs on (the config's `problems` section)."""
-  path: str | None = None  # A BigMath, GSM8K or MATH500 file (JSONL, or Parquet).
+  # A BigMath, GSM8K or MATH500 source: a file (JSONL, or Parquet) or tfds:NAME[/CONFIG]:SPLIT.
+  path: str | None = None
   format: str = "bigmath"  # One of FORMATS.
   on_error: str = "skip"  # A bad row: skipped (counted, by row number) or fatal.
   filter: bool = True  # Paper 003: one numeric answer, Llama-8B solve rate in [0.01, 0.60].
   split: str = "test"  # One of SPLITS (paper 003: 10,000 train / 500 test).
   n_train: int = 10_000
-  n_test: int = 500
+  n_test: int = 500  # Also the rows the published split takes (eval.py's max_val_examples).
   limit: int = 0  # > 0: only the first `limit` problems of the split.
+  # The seed of the train/test split; None: the job's seed. An evaluation must split as its
+  # training run did (the training configs' seed is 0), whatever seed it samples with.
+  split_seed: int | None = None
+
+  def __post_init__(self):
+    if self.split not in SPLITS:
+      raise ValueError(f"split {self.split!r} is not one of {SPLITS}")
+    if self.format not in FORMATS:
+      raise ValueError(f"format {self.format!r} is not one of {FORMATS}")
+    if self.on_error not in ON_ERROR:
+      raise ValueError(f"on_error {self.on_error!r} is not one of {ON_ERROR}")
+    if self.split == "published" and (self.filter or self.on_error != "fatal"
+                                      or self.format != "bigmath"):
+      raise ValueError("split='published' reads the released test split as given: it needs "
+                       "format='bigmath', filter=False and on_error='fatal' (no row dropped)")
 
 
 @dataclasses.dataclass
@@ -71,49 +92,6 @@ def problem_id(text: str) -> str:
   return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def read_rows(path: str):
-  """Yields (row number from 1, dict) or (row number, error message) per row."""
-  if path.endswith(".parquet"):
-    try:
-      import pyarrow.parquet as pq
-    except ImportError as e:
-      raise DataError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from e
-    for n, row in enumerate(pq.read_table(path).to_pylist(), 1):
-      yield n, row
-    return
-  with open(path, "rb") as f:
-    for n, raw in enumerate(f, 1):
-      try:
-        line = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        yield n, f"not UTF-8 ({e.reason} at byte {e.start})"
-        continue
-      if not line.strip():
-        yield n, "empty line"
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        yield n, f"not JSON ({e.msg})"
-        continue
-      yield n, row if isinstance(row, dict) else f"not a JSON object ({type(row).__name__})"
-
-
-def json_rows(path: str) -> list[dict]:
-  """Every JSON object of a JSONL file (blank lines skipped); DataError naming the file
-  and the first bad row. For benchmark files, where a bad row is never skipped."""
-  if not os.path.isfile(path):
-    raise DataError(f"{path}: no such file")
-  rows = []
-  for n, row in read_rows(path):
-    if row == "empty line":
-      continue
-    if isinstance(row, str):
-      raise DataError(f"{path}, row {n}: {row}")
-    rows.append(row)
-  return rows
-
-
 def gsm8k_answer(solution: str) -> str:
   """A GSM8K solution's final answer: what follows its '####', commas removed."""
   if "####" not in solution:
@@ -124,8 +102,7 @@ def gsm8k_answer(solution: str) -> str:
 def _load(path: str, to_problem, on_error: str):
   if on_error not in ON_ERROR:
     raise ValueError(f"on_error {on_error!r} is not one of {ON_ERROR}")
-  if not os.path.isfile(path):
-    raise DataError(f"{path}: no such problem file")
+  sources.check(path, "problem file")
   report, problems = LoadReport(path), []
   for n, row in read_rows(path):
     report.rows += 1
@@ -171,6 +148,25 @@ def load_bigmath(path: str, on_error: str = "skip"):
   return _load(path, _bigmath, on_error)
 
 
+def _published(row: dict) -> Problem:
+  missing = [k for k in PUBLISHED_FIELDS if k not in row]
+  if missing:
+    raise DataError(f"not a row of the published split (no {', '.join(missing)}; its rows have "
+                    f"{', '.join(PUBLISHED_FIELDS)})")
+  return _bigmath(row)
+
+
+def load_published(path: str, n: int = 500):
+  """The released test split as given: its first `n` rows in order, every one a BigMath row
+  with the dataset's fields; DataError naming the source when it has fewer rows or a bad
+  one (nothing is skipped, filtered, de-duplicated or reordered)."""
+  rows, report = _load(path, _published, "fatal")
+  if len(rows) < n:
+    raise DataError(f"{path}: {len(rows)} rows, but the published test split has {n} "
+                    "(problems.n_test); is this the released test split?")
+  return rows[:n], report
+
+
 def load_gsm8k(path: str, on_error: str = "skip"):
   """GSM8K rows (`question`, `answer` ending in '#### N') -> (problems, LoadReport)."""
   def one(row):
@@ -187,6 +183,27 @@ def load_math500(path: str, on_error: str = "skip"):
     return Problem(problem_id(problem), problem, _checked_answer(_text(row, "answer")),
                    "math500", (str(row.get("subject", "")),))
   return _load(path, one, on_error)
+
+
+LOADERS = {"bigmath": load_bigmath, "gsm8k": load_gsm8k, "math500": load_math500}
+
+
+def load(settings: ProblemSettings, seed: int = 0):
+  """A job's problems: the configured split of `settings.path`, cut to `limit`, and the
+  loader's report. `seed` is the job's; the split's is `split_seed` when set."""
+  p = settings
+  if not p.path:
+    raise DataError("no problems given: --config.problems.path=rows.jsonl (or tfds:NAME:SPLIT)")
+  if p.split == "published":
+    rows, report = load_published(p.path, p.n_test)
+  else:
+    rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
+    if p.filter:
+      rows = paper_filter(rows)
+    if p.split != "all":
+      train, test = split(rows, p.n_train, p.n_test, seed if p.split_seed is None else p.split_seed)
+      rows = {"train": train, "test": test}[p.split]
+  return (rows[:p.limit] if p.limit > 0 else rows), report
 
 
 def is_single_number(answer: str) -> bool:

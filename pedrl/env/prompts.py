@@ -3,7 +3,9 @@
 The tutor's and the student's prompts live in `pedrl/env/prompt_texts/`; the
 judges' and the UCO oracle's and level classifier's beside the rewards code that
 asks them, in `pedrl/rewards/prompt_texts/`; the agents' (CPA's stages, the
-prompting baselines) in `pedrl/agents/prompt_texts/`. All are searched by name.
+prompting baselines) in `pedrl/agents/prompt_texts/`; the transcript analysis's
+labellers' in `pedrl/eval/prompt_texts/`. All are searched by name; a user's own
+prompt file renders with `render_file`.
 
 A prompt is rendered with its variables (missing ones are errors), then placed in
 a conversation that each model's own Hugging Face chat template turns into
@@ -15,7 +17,8 @@ import os
 import jinja2
 
 _PEDRL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts") for package in ("env", "rewards", "agents"))
+PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts")
+                    for package in ("env", "rewards", "agents", "eval"))
 
 # name -> where the paper gives it.
 SOURCES = {
@@ -44,12 +47,16 @@ SOURCES = {
         ("perceive", "section 3.4 (M1, eq. 5)"), ("generate", "algorithm 1 (GENERATE)"),
         ("simulate", "algorithm 1 (SIMULATE)"), ("evaluate", "section 3.5 (EVALUATE)"),
         ("revise", "algorithm 1 (REVISE)"), ("execute", "section 3.6 (M3, eq. 6)"),
-        ("monitor", "section 3.6 (eq. 7)"), ("finish", "section 3.7 (M4)"))},
+        ("monitor", "section 3.6 (eq. 7)"), ("finish", "section 3.7 (M4)"),
+        ("solve", "section 3.6 (the answer a 'no direct answer' check needs; not in the paper)"))},
     # pedrl's wording of the baselines paper 002 compares with (section 4.3).
     "baselines/cot": "pedrl, after Wei et al. 2022 (chain of thought)",
     "baselines/plan_solve": "pedrl, after Wang et al. 2023 (Plan-and-Solve, its PS+ variant)",
     "baselines/sot_outline": "pedrl, after Ning et al. 2023 (Skeleton-of-Thought, skeleton)",
     "baselines/sot_expand": "pedrl, after Ning et al. 2023 (Skeleton-of-Thought, point expanding)",
+    # pedrl's own: paper 001 names its labeller (GPT-5-mini) but prints no labelling prompt.
+    "analysis/codebook": "pedrl, after paper 001 section 4.2 and table 5 (one code a sentence)",
+    "analysis/schoenfeld": "pedrl, after paper 001 section 4.1 and appendix E.2 (three phases)",
 }
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIRS),
@@ -65,6 +72,22 @@ def render(name: str, **variables) -> str:
     return _ENV.get_template(name + ".jinja").render(**variables).strip()
   except jinja2.UndefinedError as e:
     raise ValueError(f"prompt {name!r} ({SOURCES[name]}): {e.message}") from None
+
+
+def render_file(path: str, **variables) -> str:
+  """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
+  which pedrl does not ship), with its variables; one missing is an error naming the file."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      template = _ENV.from_string(f.read())
+  except OSError as e:
+    raise ValueError(f"prompt file {path!r}: {e.strerror}") from None
+  except jinja2.TemplateSyntaxError as e:
+    raise ValueError(f"prompt file {path!r}, line {e.lineno}: {e.message}") from None
+  try:
+    return template.render(**variables).strip()
+  except jinja2.UndefinedError as e:
+    raise ValueError(f"prompt file {path!r}: {e.message}") from None
 
 
 def chat_ids(tokenizer, messages, add_generation_prompt: bool = True) -> list[int]:

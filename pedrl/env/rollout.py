@@ -20,6 +20,7 @@ view starts with its attempt as its own (assistant) message after its system
 prompt.
 """
 import dataclasses
+import os
 import time
 import typing
 
@@ -45,6 +46,12 @@ class RolloutSettings:
   max_conversation_tokens: int = 8192
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
+  # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
+  # `student_name` (None: pedrl names no students) and `include_thinking`
+  # (force_thinking): the reference's variables for a teacher prompt, so a tutor's own
+  # prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in paper 003's
+  # reference code; pedrl ships none).
+  tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
   attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
   attempt_prefix: str = "Here is my attempt at this problem: "
@@ -65,6 +72,8 @@ class RolloutSettings:
       raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
     if self.force_thinking and not self.thinking:
       raise ValueError("force_thinking needs thinking=True")
+    if self.tutor_prompt_file and not os.path.isfile(self.tutor_prompt_file):
+      raise ValueError(f"tutor_prompt_file {self.tutor_prompt_file!r} does not exist")
     for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
                  *filter(None, [self.think_instruction])):
       if name not in prompts.SOURCES:
@@ -377,8 +386,13 @@ def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):
 
 
 def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
-  """The tutor's system prompt: its paper's, then the thinking instruction if any."""
-  text = prompts.render(settings.tutor_prompt, problem=dl.problem)
+  """The tutor's system prompt: its paper's (or the user's file), then the thinking
+  instruction if any."""
+  if settings.tutor_prompt_file:
+    text = prompts.render_file(settings.tutor_prompt_file, problem=dl.problem,
+                               student_name=None, include_thinking=settings.force_thinking)
+  else:
+    text = prompts.render(settings.tutor_prompt, problem=dl.problem)
   if settings.think_instruction:
     text += "\n\n" + prompts.render(settings.think_instruction)
   return text

@@ -4,9 +4,13 @@ Papers 003 (table 2) and 001 (table 1) report one number per tutor; their
 reference evaluation reduces each problem first and then averages problems,
 so a problem with more sampled dialogues does not weigh more. pedrl does the
 same for every metric but Ped-RM's, defined by pooling: micro over all scored
-turns, macro over the scored dialogues' means (with one dialogue per problem,
-the papers' setting, the two reductions agree). Intervals resample problems (the unit the test split samples),
-95% percentile bootstrap by default; the papers give none.
+turns, macro over the dialogues' means (with one dialogue per problem, the
+papers' setting, the two reductions agree). A dialogue without a scored tutor
+turn counts 0 in the macro, as in the reference's eval.py
+(`... if len(score) != 0 else 0`), or is left out (`pedrm_unscored="drop"`);
+either way it is counted (`pedrm_unscored_dialogues`). No scored turn at all (no
+Ped-RM given) leaves both NaN. Intervals resample problems (the unit the test
+split samples), 95% percentile bootstrap by default; the papers give none.
 
 Judge samples are "OK", "REJECT" or None (the judge's reply never parsed).
 An unparsed sample counts in neither the numerator nor the denominator; a
@@ -15,6 +19,7 @@ dialogue whose samples all failed has no value for that judge, and is counted
 """
 import collections
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -24,6 +29,7 @@ from pedrl.env.dialogue import TUTOR
 
 OK, REJECT = "OK", "REJECT"
 CONFIDENCE, RESAMPLES = 0.95, 10_000
+UNSCORED = ("zero", "drop")  # A dialogue without Ped-RM scores in the macro: 0, or left out.
 
 
 # -- One dialogue ----------------------------------------------------------------------------
@@ -104,11 +110,16 @@ def pedrm_micro_part(record) -> tuple[float, int]:
   return float(np.sum(record.pedrm_turn_scores)), len(record.pedrm_turn_scores)
 
 
-def pedrm_macro_part(record) -> tuple[float, int]:
+def pedrm_macro_part(record, unscored: str = "zero") -> tuple[float, int]:
   """Ped-RM macro (paper 003, table 2: "averaging per conversation"): a scored dialogue
-  adds its mean turn score, counted once; an unscored one adds nothing."""
+  adds its mean turn score, counted once; an unscored one adds 0, counted once (the
+  reference's eval.py), or nothing (`unscored="drop"`)."""
   scores = record.pedrm_turn_scores
-  return (float(np.mean(scores)), 1) if len(scores) else (0.0, 0)
+  if len(scores):
+    return float(np.mean(scores)), 1
+  if unscored not in UNSCORED:
+    raise ValueError(f"pedrm_unscored {unscored!r} is not one of {UNSCORED}")
+  return 0.0, int(unscored == "zero")
 
 
 def pooled_mean(records, part) -> float:
@@ -121,8 +132,8 @@ def pedrm_micro(records) -> float:
   return pooled_mean(list(records), pedrm_micro_part)
 
 
-def pedrm_macro(records) -> float:
-  return pooled_mean(list(records), pedrm_macro_part)
+def pedrm_macro(records, unscored: str = "zero") -> float:
+  return pooled_mean(list(records), functools.partial(pedrm_macro_part, unscored=unscored))
 
 
 def _mean(values) -> float:
@@ -130,7 +141,7 @@ def _mean(values) -> float:
 
 
 def compute(records, seed: int = 0, resamples: int = RESAMPLES,
-            confidence: float = CONFIDENCE) -> dict:
+            confidence: float = CONFIDENCE, pedrm_unscored: str = "zero") -> dict:
   """Every metric of `records` (EvalRecord-like: problem_id, pre/post_solve_rate,
   leak/helpful_decisions, thinking_scores, pedrm_turn_scores), each with
   `<name>_ci`, plus the counts a reader needs to trust them.
@@ -139,7 +150,8 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
     leak_any_rate     per dialogue 1 if any sample is REJECT
     helpful_rate      per dialogue the share of OK samples (paper 001)
     helpful_all_rate  per dialogue 1 if no sample is REJECT
-    pedrm_macro       mean over scored dialogues of their mean turn score (pooled)
+    pedrm_macro       mean over dialogues of their mean turn score (pooled; an unscored
+                      dialogue by `pedrm_unscored`)
     pedrm_micro       mean over all scored tutor turns (pooled)
   A metric no record has a value for is NaN (e.g. no thinking judge).
   """
@@ -161,7 +173,10 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
     out[f"{name}_ci"] = list(bootstrap_interval(xs, seed, resamples, confidence))
   # Ped-RM (paper 003): micro pools every scored turn, macro every scored dialogue's mean;
   # both resample problems (their sums and counts together).
-  pooled = {"pedrm_micro": pedrm_micro_part, "pedrm_macro": pedrm_macro_part}
+  turns = sum(len(r.pedrm_turn_scores) for r in records)
+  unscored = pedrm_unscored if turns else "drop"  # No Ped-RM at all: NaN, not 0.
+  pooled = {"pedrm_micro": pedrm_micro_part,
+            "pedrm_macro": functools.partial(pedrm_macro_part, unscored=unscored)}
   for name, part in pooled.items():
     sums, counts = collections.Counter(), collections.Counter()
     for r in records:
@@ -173,8 +188,10 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
     out[f"{name}_ci"] = list(pooled_interval([sums[p] for p in scored],
                                              [counts[p] for p in scored], seed, resamples,
                                              confidence))
-  out["pedrm_turns"] = sum(len(r.pedrm_turn_scores) for r in records)
+  out["pedrm_turns"] = turns
   out["pedrm_dialogues"] = sum(bool(r.pedrm_turn_scores) for r in records)
+  out["pedrm_unscored_dialogues"] = len(records) - out["pedrm_dialogues"]
+  out["pedrm_unscored"] = pedrm_unscored
   for judge in ("leak", "helpful"):
     samples = [d for r in records for d in getattr(r, f"{judge}_decisions")]
     out[f"{judge}_samples"] = len(samples)

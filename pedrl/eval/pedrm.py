@@ -1,27 +1,46 @@
 """Ped-RM: a sequence-classification reward model scoring each tutor turn in its context.
 
 Paper 003 (table 2) scores every tutor turn with MathTutorBench's pedagogical
-reward model (Qwen2.5-1.5B, one scalar from the last token), given the
-dialogue before it: macro = mean of per-dialogue means, micro = mean over all
-scored turns (pedrl.eval.metrics). The model runs on pedrl's port of
-`*ForSequenceClassification` (equal to transformers, which scores the
-rightmost non-pad token; `pool_last` does the same).
+reward model (eth-nlped/Qwen2.5-1.5B-pedagogical-rewardmodel, one scalar from
+the last token), given the dialogue before it: macro = mean of per-dialogue
+means, micro = mean over all scored turns (pedrl.eval.metrics). The model runs
+on pedrl's port of `*ForSequenceClassification` (equal to transformers, which
+scores the rightmost non-pad token; `pool_last` does the same).
 
-What the model reads for tutor turn t (a `FORMATS` choice):
-- "reference": a user message "Problem: <problem>", then the visible dialogue
-  up to and including turn t, tutor messages as `assistant`, the student's as
-  `user`. No system prompt and no reference solution: the tutor under test
-  was not shown one either. pedrl's choice where paper 003 does not print its
-  format; documented in the README.
-- "mathtutorbench": the benchmark's judging format: its system prompt (read
-  from `system_prompt_file`, a text file the user provides with the exact text
-  the reward model was trained with; pedrl ships no copy), then a user message
-  "Problem: <problem>\nReference Solution: <answer>", then the dialogue.
+What the model reads for a tutor turn (a `FORMATS` choice):
+- "pedagogical_rl" (the default): as paper 003's reference evaluation builds it
+  (eth-lre/PedagogicalRL @ bae10cd, utils/pedagogical_reward.py: format_conversation
+  and get_reward_inputs, called by eval.py through score_each_conversation): the
+  reward model's own system prompt, a user message "Problem: <problem>\nReference
+  Solution: " followed by nothing (eval.py's rows carry no solution, so it passes
+  ""), then the dialogue as the student saw it, tutor messages as `assistant` and
+  the student's as `user`, the attempt of the attempted scenario as the tutor read
+  it ("Here is my attempt at this problem: ..."), ending in the scored tutor
+  message. Scored: the tutor message that opens the dialogue and each one that
+  follows a student message, each in the context of everything before it.
+- "mathtutorbench": the same layout with the problem's answer as the reference
+  solution (MathTutorBench's reward_model/compute_scaffolding_score.py fills in
+  its datasets' reference solutions).
+- "problem_only": a user message "Problem: <problem>", then the dialogue; no
+  system prompt, so the chat template adds its default one (pedrl's earlier
+  default, kept for comparison with runs made with it).
+
+The system prompt is the one the released reward model was trained with. pedrl
+ships no copy: `system_prompt_file` names a text file holding it (it is
+SYSTEM_PROMPT in both scripts named above); a file whose text is not that prompt
+(checked against its SHA-256) is logged, since the scores then move.
+
+Thinking is hidden as everywhere in pedrl (`Message.text`: pedrl.env.chat's
+visible text). The reference removes closed `<think>` blocks and the end marker
+without stripping the message, and leaves an unclosed block in: a message can
+differ in surrounding whitespace, or when a turn was cut inside its thinking.
 """
 import dataclasses
 import functools
+import hashlib
 import os
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,11 +48,17 @@ import numpy as np
 from pedrl import models
 from pedrl.engine.shapes import bucket
 from pedrl.env.chat import ChatFormat
-from pedrl.env.dialogue import TUTOR
+from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
 from pedrl.models.decoder import pool_last
 from pedrl.tokenizer import load_tokenizer
 
-FORMATS = ("reference", "mathtutorbench")
+FORMATS = ("pedagogical_rl", "mathtutorbench", "problem_only")
+_WITH_SYSTEM_PROMPT = ("pedagogical_rl", "mathtutorbench")
+# SHA-256 of the released reward model's system prompt (SYSTEM_PROMPT in eth-lre/PedagogicalRL
+# @ bae10cd utils/pedagogical_reward.py and in eth-lre/mathtutorbench @ 54b6213
+# reward_model/compute_scaffolding_score.py, the same 261 characters), stripped.
+RELEASED_SYSTEM_PROMPT_SHA256 = "9cffd9bc111f99896b7ddc2c95c76f08fc4da92888eb65e15fbc8b9583c68d15"
+ATTEMPT_PREFIX = "Here is my attempt at this problem: "  # As the tutor read it (rollout).
 
 
 class PedRMError(ValueError):
@@ -44,10 +69,13 @@ class PedRMError(ValueError):
 class PedRMSettings:
   """The config's `eval.pedrm` keys. path None: no Ped-RM scores (NaN in the table)."""
   path: str | None = None  # e.g. a local copy of eth-nlped/Qwen2.5-1.5B-pedagogical-rewardmodel
-  format: str = "reference"
-  system_prompt_file: str | None = None  # format="mathtutorbench": the RM's system prompt.
+  format: str = "pedagogical_rl"  # One of FORMATS (see the module docstring).
+  # The reward model's system prompt, a text file (formats pedagogical_rl, mathtutorbench).
+  system_prompt_file: str | None = None
   rows_per_call: int = 8
-  dtype: str = "float32"  # The benchmark runs the RM in bfloat16; float32 is the exact port.
+  # Paper 003's evaluation runs the RM in float32 (eval.py: vLLM dtype=torch.float32), the
+  # MathTutorBench script in bfloat16; the MathTutorBench job's config says bfloat16.
+  dtype: str = "float32"
   # An input longer than the RM's context: an error, or (True) its start cut off, counted
   # in `PedRM.cut` (tiny runs, whose classifier has a short context).
   truncate_inputs: bool = False
@@ -55,34 +83,66 @@ class PedRMSettings:
   def __post_init__(self):
     if self.format not in FORMATS:
       raise ValueError(f"pedrm format {self.format!r} is not one of {FORMATS}")
-    if self.path and self.format == "mathtutorbench" and not self.system_prompt_file:
-      raise ValueError("pedrm format 'mathtutorbench' needs system_prompt_file: a text file "
-                       "holding the reward model's system prompt (MathTutorBench's reward_model/ "
-                       "scoring script has it)")
+    if self.path and self.format in _WITH_SYSTEM_PROMPT and not self.system_prompt_file:
+      raise ValueError(
+          f"pedrm format {self.format!r} needs system_prompt_file: a text file holding the "
+          "reward model's system prompt, SYSTEM_PROMPT in PedagogicalRL's "
+          "utils/pedagogical_reward.py or MathTutorBench's reward_model/"
+          "compute_scaffolding_score.py (pedrl ships no copy)")
     if self.rows_per_call < 1:
       raise ValueError("rows_per_call must be positive")
 
 
 def mathtutorbench_opening(problem: str, reference_solution: str,
                            system_prompt: str) -> list[dict]:
-  """MathTutorBench's judging context before the dialogue: the RM's system prompt and
-  the problem with its reference solution (its compute_scaffolding_score layout)."""
+  """The reward model's context before the dialogue: its system prompt and the problem
+  with a reference solution (format_conversation in both reference scripts)."""
   return [{"role": "system", "content": system_prompt},
           {"role": "user", "content": f"Problem: {problem}\nReference Solution: "
                                       f"{reference_solution}"}]
 
 
-def turn_chats(d, fmt: str = "reference", system_prompt: str | None = None) -> list[list[dict]]:
-  """One chat per tutor message of dialogue `d`: the context the RM reads, ending in it."""
-  if fmt == "reference":
-    opening = [{"role": "user", "content": f"Problem: {d.problem}"}]
-  elif fmt == "mathtutorbench":
-    opening = mathtutorbench_opening(d.problem, d.answer, system_prompt)
-  else:
-    raise ValueError(f"pedrm format {fmt!r} is not one of {FORMATS}")
+def scored_turns(roles) -> list[int]:
+  """Indices of the tutor messages the reference scores (get_reward_inputs): the one that
+  opens the dialogue and each that follows a student message. In pedrl's dialogues, where
+  the sides alternate, that is every tutor message."""
+  return [i for i, r in enumerate(roles) if r == TUTOR and (i == 0 or roles[i - 1] != TUTOR)]
+
+
+def dialogue_turns(d, attempt_prefix: str = ATTEMPT_PREFIX) -> list[dict]:
+  """The dialogue as the student saw it, in the reward model's roles; the attempted
+  scenario's first message as the tutor read it."""
   turns = [{"role": "assistant" if m.role == TUTOR else "user", "content": m.text}
            for m in d.messages]
-  return [opening + turns[:i + 1] for i, m in enumerate(d.messages) if m.role == TUTOR]
+  if d.scenario == ATTEMPTED and d.messages and d.messages[0].role == STUDENT:
+    turns[0]["content"] = attempt_prefix + turns[0]["content"]
+  return turns
+
+
+def turn_chats(d, fmt: str = "pedagogical_rl", system_prompt: str | None = None,
+               attempt_prefix: str = ATTEMPT_PREFIX) -> list[list[dict]]:
+  """One chat per scored tutor message of dialogue `d`: the context the RM reads, ending in
+  that message (see the module docstring for the formats)."""
+  if fmt == "pedagogical_rl":  # eval.py passes no solution: reference_solution="".
+    opening = mathtutorbench_opening(d.problem, "", system_prompt)
+  elif fmt == "mathtutorbench":
+    opening = mathtutorbench_opening(d.problem, d.answer, system_prompt)
+  elif fmt == "problem_only":
+    opening = [{"role": "user", "content": f"Problem: {d.problem}"}]
+  else:
+    raise ValueError(f"pedrm format {fmt!r} is not one of {FORMATS}")
+  if fmt in _WITH_SYSTEM_PROMPT and system_prompt is None:
+    raise ValueError(f"pedrm format {fmt!r} needs the reward model's system prompt")
+  turns = dialogue_turns(d, attempt_prefix) if fmt == "pedagogical_rl" else [
+      {"role": "assistant" if m.role == TUTOR else "user", "content": m.text}
+      for m in d.messages]
+  return [opening + turns[:i + 1] for i in scored_turns([m.role for m in d.messages])]
+
+
+def encode(chat_format: ChatFormat, chat) -> list[int]:
+  """The token ids the RM reads: the chat rendered by the RM's own template, no generation
+  prompt (the reference's apply_chat_template(..., tokenize=False), then encoded)."""
+  return chat_format.encode(chat_format.render(chat, add_generation_prompt=False))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -108,22 +168,33 @@ def check(settings: PedRMSettings):
   return cfg
 
 
+def read_system_prompt(path: str) -> str:
+  """The reward model's system prompt from `path`, stripped; a text other than the released
+  model's is logged (its scores are then not the papers')."""
+  with open(path, encoding="utf-8") as f:
+    text = f.read().strip()
+  if hashlib.sha256(text.encode()).hexdigest() != RELEASED_SYSTEM_PROMPT_SHA256:
+    logging.warning("pedrm system_prompt_file %s is not the released reward model's system "
+                    "prompt (SHA-256 differs): Ped-RM scores will not be comparable to the "
+                    "papers'", path)
+  return text
+
+
 class PedRM:
   """A sequence-classification checkpoint that scores chats: `score(chats) -> [float]`."""
 
-  def __init__(self, settings: PedRMSettings):
-    self.settings, self.cut = settings, 0
+  def __init__(self, settings: PedRMSettings, attempt_prefix: str = ATTEMPT_PREFIX):
+    self.settings, self.cut, self.attempt_prefix = settings, 0, attempt_prefix
     self.cfg = cfg = check(settings)
     self.model = models.build_model(cfg)
     self.params = models.load_params(settings.path, cfg)
     self.chat = ChatFormat(load_tokenizer(settings.path, require_chat_template=True))
     self.system_prompt = None
-    if settings.format == "mathtutorbench":
-      with open(settings.system_prompt_file, encoding="utf-8") as f:
-        self.system_prompt = f.read().strip()
+    if settings.format in _WITH_SYSTEM_PROMPT:
+      self.system_prompt = read_system_prompt(settings.system_prompt_file)
 
   def ids(self, chat) -> list[int]:
-    return self.chat.encode(self.chat.render(chat, add_generation_prompt=False))
+    return encode(self.chat, chat)
 
   def score(self, chats) -> list[float]:
     """The model's scalar for each chat (its last non-pad token's score)."""
@@ -155,7 +226,8 @@ class PedRM:
 
   def score_dialogues(self, dialogues) -> list[list[float]]:
     """Per dialogue, the score of each tutor turn in order."""
-    chats = [turn_chats(d, self.settings.format, self.system_prompt) for d in dialogues]
+    chats = [turn_chats(d, self.settings.format, self.system_prompt, self.attempt_prefix)
+             for d in dialogues]
     flat = self.score([c for cs in chats for c in cs])
     out, at = [], 0
     for cs in chats:

@@ -54,6 +54,7 @@ class ReasoningRecord:
   extracted: str | None  # What the grader read from the reply (None: nothing).
   target: str
   correct: bool
+  category: str = ""  # A multiple-choice benchmark's category (WBEB's); "" for the others.
   schema: int = SCHEMA_VERSION
 
   @property

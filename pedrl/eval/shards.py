@@ -50,6 +50,9 @@ class EvalSettings(ShardSettings):
   """The config's `eval` section (the protocol's own settings; the rest is the dialogue
   config's: problems, rollout, solve, rewards.judges)."""
   samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
+  # Ped-RM macro: a dialogue with no scored turn counts 0 (the reference's eval.py) or is
+  # left out ("drop"); either way it is counted (metrics.json: pedrm_unscored_dialogues).
+  pedrm_unscored: str = "zero"
   bootstrap_resamples: int = metrics_lib.RESAMPLES
   confidence: float = metrics_lib.CONFIDENCE
 
@@ -59,6 +62,9 @@ class EvalSettings(ShardSettings):
       raise ValueError("samples_per_problem must be positive")
     if not 0 < self.confidence < 1:
       raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
+    if self.pedrm_unscored not in metrics_lib.UNSCORED:
+      raise ValueError(f"pedrm_unscored={self.pedrm_unscored!r} is not one of "
+                       f"{metrics_lib.UNSCORED}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,10 +221,11 @@ def merge(workdir: str) -> tuple[list, dict]:
     e = protocol["eval"]
     args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
                 confidence=e["confidence"])
-    if kind == "reasoning":
-      metrics = {"n_examples": len(out), **reasoning.accuracy(out, **args)}
+    if kind == "reasoning":  # Protocols written before a setting existed: its behaviour then.
+      mmlu = protocol["reasoning"].get("mmlu_average", "question")
+      metrics = {"n_examples": len(out), **reasoning.accuracy(out, mmlu_average=mmlu, **args)}
     else:
-      metrics = metrics_lib.compute(out, **args)
+      metrics = metrics_lib.compute(out, pedrm_unscored=e.get("pedrm_unscored", "drop"), **args)
       metrics.update(metrics_lib.dialogue_counts(out))
   metrics["counts"] = dict(sorted(counts.items()))
   return out, metrics

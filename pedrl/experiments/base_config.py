@@ -72,7 +72,9 @@ def bench_config(tiny: bool, **tutor_sampling):
                              **tutor_sampling)
   c.tutor.endpoint = settings.section(party.EndpointSettings)
   c.eval = settings.section(shards.ShardSettings)
-  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench")
+  # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
+  # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).
+  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench", dtype="bfloat16")
   if tiny:
     c.scan_layers = False
     c.tutor.path = "testdata/models/qwen2"
@@ -80,6 +82,6 @@ def bench_config(tiny: bool, **tutor_sampling):
              truncate_prompts=True)
     # The testdata classifier, with a stand-in system prompt written for pedrl (the real
     # run's is the benchmark's, given by path).
-    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True,
+    c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True, dtype="float32",
                    system_prompt_file="testdata/pedrm_system_prompt.txt")
   return c

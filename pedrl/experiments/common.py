@@ -12,7 +12,7 @@ from ml_collections import config_flags
 
 from pedrl import distributed, logs
 from pedrl.engine.scoring import Scorer
-from pedrl.env import problems as problems_lib, solving
+from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
@@ -76,8 +76,6 @@ def exit_on_signal(name: str | None, step_text: str):
 
 JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
                 "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
-LOADERS = {"bigmath": problems_lib.load_bigmath, "gsm8k": problems_lib.load_gsm8k,
-           "math500": problems_lib.load_math500}
 
 
 def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
@@ -138,21 +136,13 @@ def tutor_checkpoint(run: shards.TutorRun, workdir: str, recorded_at: tuple) -> 
 
 
 def load_problems(s: settings_lib.RunSettings):
-  """The configured split, and the loader's report of skipped rows."""
+  """The configured split (pedrl.env.problems.load), and the loader's report of skipped rows."""
   p = s.problems
   if not p.path:
-    raise app.UsageError("give the problems file: --config.problems.path=rows.jsonl")
-  if p.format not in LOADERS:
-    raise app.UsageError(f"problems.format {p.format!r} is not one of {sorted(LOADERS)}")
-  rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
-  logging.info("%s", report.summary())
-  if p.filter:
-    rows = problems_lib.paper_filter(rows)
-    logging.info("%d problems pass the paper's filter", len(rows))
-  if p.split != "all":
-    train, test = problems_lib.split(rows, p.n_train, p.n_test, s.job.seed)
-    rows = {"train": train, "test": test}[p.split]
-  rows = rows[:p.limit] if p.limit > 0 else rows
+    raise app.UsageError("give the problems: --config.problems.path=rows.jsonl (or "
+                         "tfds:NAME[/CONFIG]:SPLIT)")
+  rows, report = problems_lib.load(p, s.job.seed)
+  logging.info("%s; %d problems in split %r", report.summary(), len(rows), p.split)
   if not rows:
     raise app.UsageError(
         f"no problems left in --config.problems.path={p.path!r} after loading "
@@ -244,8 +234,11 @@ def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
       raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "
                            "(no config.json)")
-  if dialogues and (not s.problems.path or not os.path.exists(s.problems.path)):
-    raise app.UsageError(f"--config.problems.path={s.problems.path!r} does not exist")
+  if dialogues:
+    try:
+      sources.check(s.problems.path, "problems file")
+    except problems_lib.DataError as e:
+      raise app.UsageError(f"--config.problems.path={s.problems.path!r}: {e}") from None
 
 
 def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: dict):

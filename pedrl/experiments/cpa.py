@@ -10,7 +10,9 @@ like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPol
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
 standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
-the replies, BVR† on the two hard splits (paper 002 reports it there); `repair` the share of replies whose monitor repaired a step.
+the replies (as every MathTutorBench job reports it), BVR† on the two hard splits
+(paper 002 reports it there); `repair` the share of replies whose monitor
+repaired a step.
 WORKDIR/tables.md holds the tables; `python -m pedrl.tools.show_trace
 WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 """
@@ -108,7 +110,7 @@ class AgentBench(mtb.Bench):
     self.rm = self.models["rm"]
 
 
-HARD = ("scaffolding_generation_hard", "pedagogy_following_hard")  # Table 3's † splits.
+HARD = results_lib.HARD  # Table 3's † splits.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +137,7 @@ def trace_stats(records, counts: dict) -> TraceStats:
   """BVR overall, on the hard splits and per task, the share of replies with a monitor
   repair, stand-ins, and per instance the backbone's calls and tokens and the seconds
   (shards' counts)."""
-  rows = [(r.task, constraints.violations(r.task, r.response, r.context or {})) for r in records]
+  rows = results_lib.violations(records)  # The MathTutorBench job's BVR, the same rows.
   rates = constraints.rates(rows)
   traces = [r.trace or {} for r in records]
   n = max(len(records), 1)

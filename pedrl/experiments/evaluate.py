@@ -15,6 +15,7 @@ WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
 merges and tabulates any time.
 """
 import dataclasses
+import json
 import os
 import time
 
@@ -27,7 +28,8 @@ from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
 from pedrl.eval.shards import jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.experiments import conditions, settings as settings_lib, sharded
+from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
                                       exits_cleanly, judge_panel, load_party, load_problems,
                                       read_settings, solver_party, tutor_checkpoint)
@@ -85,11 +87,26 @@ def resolve_tutor_run(s, workdir: str):
       raise app.UsageError("--config.tutor.step needs --config.tutor.workdir (a training run)")
     return s
   base, step = tutor_checkpoint(run, workdir, ("tutor", "step"))
+  warn_other_dialogues(s, run.workdir)
   if s.tutor.path and os.path.abspath(s.tutor.path) != os.path.abspath(base):
     logging.info("tutor.workdir given: the tutor is %s step %d on %s (not tutor.path=%s)",
                  run.workdir, step, base, s.tutor.path)
   return dataclasses.replace(s, tutor=dataclasses.replace(s.tutor, path=base),
                              tutor_run=dataclasses.replace(run, step=step))
+
+
+def warn_other_dialogues(s, run_workdir: str) -> None:
+  """Logs the dialogue settings in which the training run under test differs from this
+  evaluation (a tutor evaluated in dialogues other than its training's; intended for
+  `uco_003`, a mistake otherwise: each training config names its evaluation variant)."""
+  path = os.path.join(run_workdir, "config.json")
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    diffs = conditions.differences(json.load(f), s)
+  if diffs:
+    logging.warning("%s was trained in other dialogues than this evaluation's: %s",
+                    run_workdir, "; ".join(diffs))
 
 
 def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) -> list:
@@ -162,7 +179,7 @@ class Tutoring:
       self.student = load_party(s.student, mesh, s.job.scan_layers)
       self.solver = solver_party(self.student, s.solve)
     self.specs, self.backend = judge_panel(s, mesh, self.apis)
-    self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
+    self.rm = pedrm_lib.PedRM(s.pedrm, s.rollout.attempt_prefix) if s.pedrm.path else None
     if self.rm is None:
       logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
 
@@ -215,9 +232,9 @@ class Reasoning:
     tick(counts, "seconds/answers", clock)
     out = []
     for x, (reply,) in zip(batch, texts):
-      extracted, correct = reasoning.grade(x.benchmark, reply, x.target)
+      extracted, correct = reasoning.grade(x.benchmark, reply, x.target, x.options)
       out.append(records_lib.ReasoningRecord(x.benchmark, x.id, j, reply, extracted, x.target,
-                                             bool(correct)))
+                                             bool(correct), x.category))
     return out
 
   @staticmethod
@@ -262,6 +279,7 @@ def summary_keys(metrics: dict) -> list[str]:
   names = ("n_problems", "n_dialogues", "pre_solve_rate", "post_solve_rate", "delta_solve_rate",
            "leak_rate", "leak_any_rate", "helpful_rate", "thinking_score", "pedrm_micro",
            "pedrm_macro", "n_examples") + tuple(f"{b}_accuracy" for b in reasoning.BENCHMARKS)
+  names += tuple(sorted(k for k in metrics if k.startswith("wbeb/") and k.endswith("_accuracy")))
   return [k for n in names for k in (n, f"{n}_ci") if k in metrics]
 
 

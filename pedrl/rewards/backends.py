@@ -110,11 +110,17 @@ class OpenAIBackend:
   backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
   backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
   top_p: float = 1.0  # Sent only below 1.
+  # The request field that carries max_tokens: OpenAI's reasoning models (o-series, GPT-5)
+  # refuse "max_tokens" and take "max_completion_tokens" (their reasoning counts in it).
+  max_tokens_field: str = "max_tokens"
   role: str = "judge"  # What the endpoint is for, in error messages (judge, tutor, student).
   stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def __post_init__(self):
     import openai
+    if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+      raise ValueError(f"max_tokens_field {self.max_tokens_field!r} is not max_tokens or "
+                       "max_completion_tokens")
     key = os.environ.get(self.api_key_env)
     if not key:
       raise JudgeError(f"the environment variable {self.api_key_env} is not set; it must hold "
@@ -159,7 +165,8 @@ class OpenAIBackend:
     """One call (chat, or with `raw` a raw-text completion of the prompt `messages`);
     whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
-    args = dict(model=self.model, temperature=self.temperature, max_tokens=max_tokens,
+    args = dict(model=self.model, temperature=self.temperature,
+                **{self.max_tokens_field: max_tokens},
                 **({"top_p": self.top_p} if self.top_p < 1 else {}),
                 **({"stop": list(stop)} if stop else {}))
     try:

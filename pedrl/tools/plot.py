@@ -35,6 +35,7 @@ from absl import app, flags
 from pedrl import cli
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.experiments import workdir as workdir_lib
+from pedrl.figures import pyplot
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"
 MANY_POINTS = 30  # Lines with fewer points get markers (a 1-step run is then visible).
@@ -366,16 +367,6 @@ def evaluation_figures(plt, runs: list, colors: dict) -> dict:
 
 
 # -- Writing -------------------------------------------------------------------------------------
-
-def pyplot():
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    raise ImportError('plotting needs matplotlib: pip install "pedrl[plot]"') from None
-  return plt
-
 
 def figures(runs: list) -> dict:
   """{file stem: matplotlib Figure} for the runs (Run objects, see `load`): each kind's

@@ -8,8 +8,9 @@ WORKDIR/eval_dialogues.jsonl and its metrics written to WORKDIR/metrics.json.
 Then one row per run (named by its config) is printed as a markdown table and
 written to OUT/report.md and OUT/report.csv, with OUT/pareto.png: Δ solve rate
 against leak rate with 95% intervals (paper 003 figure 1; needs matplotlib,
-`pip install "pedrl[plot]"`). Reasoning runs (`evaluate.py:reasoning`) get a
-table of their own, laid out like paper 003 table 3, and MathTutorBench runs
+`pip install "pedrl[plot]"`). Reasoning runs (`evaluate.py:reasoning`, `:wbeb`) get a
+table of their own, laid out like paper 003 table 3 (and 001 table 2: WBEB's
+categories), and MathTutorBench runs
 (`pedrl.experiments.mathtutorbench`) one in the leaderboard's nine columns
 (003 table 4). OUT defaults to the first workdir.
 """
@@ -54,6 +55,15 @@ REASONING = (("mmlu_accuracy", "MMLU, 5-shot (%)", True),
              ("math500_accuracy", "MATH500, 0-shot (%)", True))
 
 
+def choice_columns(runs: dict) -> tuple:
+  """A multiple-choice benchmark's columns (paper 001 table 2): each WBEB category, then
+  the overall accuracy."""
+  cats = sorted({k for m in runs.values() for k in m
+                 if k.startswith("wbeb/") and k.endswith("_accuracy")})
+  return tuple((k, f"WBEB {k[len('wbeb/'):-len('_accuracy')]} (%)", True) for k in cats) + (
+      ("wbeb_accuracy", "WBEB overall (%)", True),)
+
+
 def run_name(workdir: str, config: str) -> str:
   return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
 
@@ -79,7 +89,8 @@ MathTutorBench's (003 table 4)."""
   of = lambda kind: {k: m for k, m in runs.items() if _kind(m) == kind}
   tutoring, solving, bench = of("tutoring"), of("reasoning"), of("mathtutorbench")
   return "\n\n".join(([table(tutoring)] if tutoring else []) +
-                      ([table(solving, REASONING, "n_examples")] if solving else []) +
+                      ([table(solving, REASONING + choice_columns(solving), "n_examples")]
+                       if solving else []) +
                       ([bench_results.table({k: m["tasks"] for k, m in bench.items()})]
                        if bench else []))
 

@@ -45,6 +45,8 @@ def render(record) -> str:
     lines += ["M1 state:", f"  goal: {_short(s['goal'])}", f"  context: {_short(s['context'])}",
               f"  bottlenecks: {_short(s['bottlenecks'])}",
               f"  constraints: {_short(s['constraints'])}", f"  summary: {_short(s['summary'])}"]
+  if t.get("answer") is not None:
+    lines.append(f"own answer (solve stage, what the leak rule checks): {t['answer']}")
   for n, candidates in enumerate(t.get("rounds", [])):
     lines.append(f"M2 round {n}:")
     for c in candidates:

@@ -18,6 +18,7 @@ answers garbage still yields a response for every instance):
   monitor   the step passes the LLM check (the rule checks still apply)
   finish    M4 keeps the draft as it is (also when the rewrite breaks a rule the draft keeps)
   format    a structured deliverable holds nothing the harness reads: y_t is the draft
+  solve     no answer of its own: the rules do not check for a stated answer this turn
 
 Where paper 002 leaves a choice open, pedrl decides (CPASettings documents each):
 GENERATE asks for K candidates in one call; round 0 simulates and evaluates all
@@ -32,6 +33,16 @@ listed in `Trace.unresolved`, and execution goes on to the deliverable).
 as given beside A_t and p̂_t (`show_input`; the paper conditions them on A_t and
 p̂_t alone, and a small backbone's summary drops the numbers and the student's
 steps that the tasks need).
+
+The information boundary: an instance is the task input as its prompt shows it
+(the rendered MathTutorBench prompt, a dialogue's tutor view), its task and its
+memory; nothing else of the example reaches the agent. The rule "states the
+answer" needs the problem's answer, which no tutoring prompt shows: with
+`answer_source="solve"` a solve stage (one call per guidance instance, counted
+like every stage; a dialogue solves once and carries the answer in M_t) asks the
+backbone for the final answer and the rules check against that; with "none"
+the rule is left out of the agent (the LLM monitor still holds Γ_t's "do not
+state the final answer"), and only BVR, the metric, reads the reference.
 """
 import dataclasses
 import json
@@ -40,9 +51,13 @@ from pedrl.agents import structured
 from pedrl.agents.structured import user_turn
 from pedrl.agents.cpa import contracts
 from pedrl.agents.cpa.state import (Candidate, Candidates, Check, Evaluation, Memory, Reply,
-                                    Simulation, Step, StepCheck, StepOutput, StepRecord,
-                                    TaskState, Template, Trace)
+                                    Simulation, Solution, Step, StepCheck, StepOutput,
+                                    StepRecord, TaskState, Template, Trace)
+from pedrl.eval.mathtutorbench import constraints
 from pedrl.rewards import asking
+
+
+ANSWER_SOURCES = ("solve", "none")  # CPASettings.answer_source.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +72,9 @@ class CPASettings:
   rounds: int = 3  # Tries per structured reply (the first, then re-asks).
   monitor_llm: bool = True  # The monitor's LLM check of each step (rules always run).
   show_input: bool = True  # M2 and M3 also see the task as given (False: A_t and p̂_t only).
+  # The answer "states_answer" checks a guidance reply against (the prompts never show the
+  # reference): "solve", the agent's own (a solve stage), or "none" (the rule is not checked).
+  answer_source: str = "solve"
   # Table 3's ablations: each False removes its module.
   m1: bool = True  # False: no state; the task contract stands in for A_t.
   m2_loop: bool = True  # False: one template, generated once, never evaluated or revised.
@@ -71,6 +89,9 @@ class CPASettings:
     for name in ("j", "max_repairs", "max_resyntheses"):
       if getattr(self, name) < 0:
         raise ValueError(f"cpa.{name}={getattr(self, name)} must not be negative")
+    if self.answer_source not in ANSWER_SOURCES:
+      raise ValueError(f"cpa.answer_source={self.answer_source!r} is not one of: "
+                       f"{', '.join(ANSWER_SOURCES)}")
 
 
 # Table 3's rows: variant -> the settings it changes.
@@ -84,13 +105,13 @@ FALLBACK_TEMPLATE = Template(steps=[Step(role="derive deliverable",
 
 @dataclasses.dataclass
 class Instance:
-  """One turn to answer: the task input as rendered (a MathTutorBench prompt, a
-  dialogue's view), the task whose contract applies, the example the rule checks
-  read (its reference solution), and the memory of the instance's last turn."""
+  """One turn to answer: the task input exactly as the prompt shows it (a rendered
+  MathTutorBench prompt, a dialogue's tutor view), the task whose contract applies,
+  and the memory of the instance's last turn. Nothing else: no reference solution,
+  no answer, no field the prompt does not show."""
   uid: int
   task: str
   text: str
-  example: dict = dataclasses.field(default_factory=dict)
   memory: Memory | None = None
 
 
@@ -107,6 +128,7 @@ class _Work:
     self.outputs: list[str] = []
     self.failed = False  # A step failed its repairs: back to M2.
     self.issue: str | None = None  # Why, told to GENERATE.
+    self.answer: str | None = None  # The agent's own final answer (solve stage).
 
   def view(self) -> dict:
     """The variables every stage prompt shares."""
@@ -168,6 +190,30 @@ class CPA:
       convs.append(user_turn("cpa/perceive", memory=m if m and m.state else None, **w.view()))
     for w, state in zip(works, self._ask(works, convs, TaskState, "m1")):
       w.state = w.trace.state = state
+
+  # -- The answer a leak is judged against ---------------------------------------------------
+
+  def solve(self, works):
+    """Per guidance instance, the final answer the backbone derives from the task input
+    alone (answer_source="solve"), what "states_answer" checks; a dialogue's later turns
+    reuse M_{t-1}'s. None (counted): unread or no number, the rule unchecked."""
+    if self.s.answer_source != "solve":
+      return
+    ask = []
+    for w in works:
+      m = w.inst.memory
+      if w.contract.kind != "guidance":
+        continue
+      if m is not None and m.answer is not None:
+        w.answer = w.trace.answer = m.answer
+      else:
+        ask.append(w)
+    got = self._ask(ask, [user_turn("cpa/solve", task_input=w.inst.text) for w in ask],
+                    Solution, "solve")
+    for w, g in zip(ask, got):
+      w.answer = w.trace.answer = constraints.final_answer(g.answer) if g else None
+      if g is not None and w.answer is None:
+        w.trace.fallback("solve")
 
   # -- M2 -----------------------------------------------------------------------------------
 
@@ -244,7 +290,7 @@ class CPA:
     """The contract's deterministic checks on a would-be deliverable, as M4 would emit it
     (a structured one M4 cannot read is checked as written: unparsable)."""
     shown = contracts.formatted(w.inst.task, text)
-    return contracts.rule_issues(w.inst.task, text if shown is None else shown, w.inst.example)
+    return contracts.rule_issues(w.inst.task, text if shown is None else shown, w.answer)
 
   def _choose(self, w, t: Template, passed: bool):
     w.template = w.trace.template = t
@@ -361,6 +407,7 @@ class CPA:
     """One turn of every instance; Trace per instance (its `response` is y_t)."""
     works = [_Work(inst, self.variant, self.s.show_input) for inst in instances]
     self.perceive(works)
+    self.solve(works)
     fresh = []
     for w in works:
       if self._unchanged(w):
@@ -393,7 +440,7 @@ class CPA:
     """M_t after a turn, for the instance's next turn."""
     summary = " | ".join(s.output[:200] for s in trace.steps)
     return Memory(trace.state, trace.template, len(trace.steps), trace.template.tau(), summary,
-                  trace.passed)
+                  trace.passed, trace.answer)
 
 
 def settings_for(variant: str, **overrides) -> CPASettings:

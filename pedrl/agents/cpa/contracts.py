@@ -3,23 +3,27 @@
 A contract names the deliverable and the constraints that the agent compiles
 into Γ_t = <goal, constraints> (eq. 7) when M1 gives none (no M1, or its reply
 unread), and that the monitor checks deterministically on the deliverable
-step: the violations of pedrl.eval.mathtutorbench.constraints (the rules BVR
-counts). Table 1's rows map to the benchmark's tasks: solution checking is
+step: the rules of pedrl.eval.mathtutorbench.constraints (the rules BVR
+counts), with one difference: the agent never sees the reference solution (no
+tutoring prompt shows it), so "states_answer" is judged against the answer the
+agent derived itself (CPA's solve stage) or not at all, where BVR reads the
+reference. Table 1's rows map to the benchmark's tasks: solution checking is
 solution_correctness, whose harness reads yes = "the solution has an error";
 scaffolding and instruction following are the four pedagogical tasks. Table 1
 asks one question of Socratic questioning; the benchmark's task scores a list
-of sub-questions against the reference's, so pedrl's contract asks for the
-list, one question per line (a decision, documented in the README).
+of sub-questions against the reference's, and its task file asks for "a list
+of questions on one line" and stops at the first line break, so pedrl's
+contract asks for the list on one line (a decision, documented in the docs).
 
 "tutoring" is the contract of a tutor in pedrl's dialogues (`pedrl.agents.tutor`):
 guidance without the benchmark's two-sentence rule; its rules are the empty
-reply, more than one question, and, where the example gives the problem's
-`answer`, stating it.
+reply, more than one question, and stating the answer the agent derived.
 
 `formatted` is M4's deterministic part (section 3.7): the structured deliverables
-(an answer, a verdict, a step index) are cut to what the harness reads;
-guidance is returned as is (its minimal rewriting is an LLM call of the agent).
-None: nothing to format from (the agent counts a fallback).
+(an answer, a verdict, a step index) are cut to what the harness reads, the
+questions put on one line; guidance is returned as is (its minimal rewriting is
+an LLM call of the agent). None: nothing to format from (the agent counts a
+fallback).
 """
 import dataclasses
 import re
@@ -42,8 +46,9 @@ CONTRACTS = {
     "problem_solving": Contract("the final answer, a number",
                                 ("end with the final numeric answer",), "answer"),
     "socratic_questioning": Contract(
-        "the sub-questions that lead to the solution, one per line",
-        ("every line is a question", "no line states the final answer"), "questions"),
+        "the sub-questions that lead to the solution, in order, all on one line",
+        ("only questions, all on one line (no line breaks)",
+         "no question states the final answer"), "questions"),
     "solution_correctness": Contract(
         "a verdict: does the student's solution contain an error (Yes or No)",
         ("answer strictly Yes (there is an error) or No (it is correct)",
@@ -112,14 +117,25 @@ def formatted(task: str, text: str) -> str | None:
   if kind == "verdict":
     return _verdict(text)
   if kind == "questions":
-    lines = [line.strip("-* \t") for line in scoring.parse_lines(text) if "?" in line]
-    return "\n".join(lines) or None
+    return one_line(text)
   return text or None
 
 
-def rule_issues(task: str, text: str, example: dict) -> tuple[str, ...]:
-  """The deterministic checks of the contract on a would-be response (BVR's rules)."""
+_LIST_MARK = re.compile(r"^(?:[-*•]|\d+[.)])\s+")  # "- ", "* ", "2) " opening a question.
+
+
+def one_line(text: str) -> str | None:
+  """The questions of `text` (its sentences that are questions, list marks dropped) on
+  one line: the socratic task file asks for that and stops at the first line break,
+  so a question on a later line would never be scored. None: no question."""
+  found = [_LIST_MARK.sub("", s) for s in constraints.sentences(text)
+           if constraints.is_question(s)]
+  return " ".join(q for q in found if q) or None
+
+
+def rule_issues(task: str, text: str, answer: str | None) -> tuple[str, ...]:
+  """The deterministic checks of the contract on a would-be response: BVR's rules, a
+  leak judged against `answer`, the agent's own final answer (None: not checked)."""
   if task != "tutoring":
-    return constraints.violations(task, text, example)
-  answer = constraints.final_answer(str(example.get("answer") or ""))
+    return constraints.rules(task, text, answer)
   return constraints.guidance_violations(text, answer, None)

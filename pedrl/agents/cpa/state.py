@@ -54,6 +54,13 @@ class TaskState(Schema):
     return (norm(self.goal), tuple(map(norm, self.bottlenecks)), tuple(map(norm, self.constraints)))
 
 
+class Solution(Schema):
+  """The solve stage's reply: the agent's own solution of the problem and its final
+  answer, never shown to the student (what its leak rule checks against)."""
+  solution: str = ""
+  answer: str
+
+
 class Step(Schema):
   role: str  # E.g. understand, verify, locate error, derive next action, compose guidance.
   goal: str
@@ -133,6 +140,7 @@ class Memory:
   deliverable: int  # τ_t, 0-based.
   summary: str  # summary(C_t): the step outputs, shortened.
   passed: bool = False  # Whether S_t passed EVALUATE when it was synthesized.
+  answer: str | None = None  # The agent's own final answer (solve stage), for later turns.
 
 
 @dataclasses.dataclass
@@ -182,6 +190,7 @@ class Trace:
   unresolved: list[int] = dataclasses.field(default_factory=list)  # Steps kept failing (0-based).
   repairs: int = 0
   resyntheses: int = 0
+  answer: str | None = None  # The agent's own final answer (solve stage; None: none).
   deliverable: str = ""  # The output of step τ_t.
   response: str = ""  # y_t.
   fallbacks: dict = dataclasses.field(default_factory=dict)  # Stage -> stand-ins used.

@@ -3,7 +3,11 @@ rate (BVR) of paper 002 (CPA). MathTutorBench's own code has no such checker: th
 are pedrl's, defined here, and every one is a plain text rule (no model, no judge).
 
 `violations(task, response, example)` names the rules a reply breaks (empty tuple:
-compliant); `rates` turns (task, violations) rows into the BVR numbers.
+compliant), the final answer read from the example's reference solution: the metric.
+`rules(task, response, answer)` is the same checker given the final answer, for an
+agent that may not read the reference (it is not in the tutoring prompts): CPA passes
+an answer it derived itself, or None. `rates` turns (task, violations) rows into the
+BVR numbers.
 
 Every task:
 - "empty": the reply is empty or whitespace. It is then the only violation named.
@@ -109,15 +113,22 @@ _READABLE = {
 
 
 def violations(task: str, response: str, example: dict) -> tuple[str, ...]:
-  """The rules (RULES) that `response` to `example` of `task` breaks, in RULES order."""
+  """The rules (RULES) that `response` to `example` of `task` breaks, in RULES order;
+  a tutoring task's final answer is its reference solution's (BVR)."""
+  answer = final_answer(example["reference_solution"]) if task in tasks.PEDAGOGICAL else None
+  return rules(task, response, answer)
+
+
+def rules(task: str, response: str, answer: str | None) -> tuple[str, ...]:
+  """The rules that `response` of `task` breaks, a tutoring reply's leak judged against
+  `answer` (a final_answer; None: unchecked). The structured tasks need no answer."""
   if task not in tasks.TASKS:
     raise tasks.TaskError(f"unknown MathTutorBench task {task!r}")
   if not response.strip():
     return ("empty",)
   if task not in tasks.PEDAGOGICAL:
     return () if _READABLE[task](response) else ("unparsable",)
-  return guidance_violations(response, final_answer(example["reference_solution"]),
-                             TASK_FILE_RULES[task].max_sentences)
+  return guidance_violations(response, answer, TASK_FILE_RULES[task].max_sentences)
 
 
 def guidance_violations(response: str, answer: str | None,

@@ -1,18 +1,23 @@
 """MathTutorBench's numbers and files from its records (every shard's, merged).
 
-Per task: the harness's metrics over its examples in the harness's order, and
-for the four pedagogical tasks the Ped-RM win rate from the scores each record
-carries. Written into the workdir as the harness and its reward-model script
-lay them out: responses-<task>.jsonl, generations-<model>-<task>.json,
-results.json (keyed by task, the harness's metric names) and results.md (the
-leaderboard's nine columns).
+Per task: the harness's metrics over its examples in the harness's order, for
+the four pedagogical tasks the Ped-RM win rate from the scores each record
+carries, and beside them paper 002's benchmark violation rate (BVR: the share of
+replies that break a rule of pedrl.eval.mathtutorbench.constraints, the checker
+of CPA's table 3) with the replies per rule broken, for every tutor alike: a
+local model, a trained tutor, an endpoint or an agent. Written into the workdir
+as the harness and its reward-model script lay them out:
+responses-<task>.jsonl, generations-<model>-<task>.json, results.json (keyed by
+task, the harness's metric names, plus bvr and violations/<rule>) and
+results.md (the leaderboard's nine columns, then BVR over all tasks and BVR† on
+the hard splits, where paper 002 reports it).
 """
 import collections
 import json
 import os
 
 from pedrl.env import dialogue as rows_io
-from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
+from pedrl.eval.mathtutorbench import constraints, scoring, tasks, win_rate
 
 # The leaderboard's nine columns: (task, metric, title).
 COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
@@ -24,6 +29,7 @@ COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
            ("pedagogy_following", "win_rate", "Pedagogy following (win rate)"),
            ("scaffolding_generation_hard", "win_rate", "Scaffolding, hard"),
            ("pedagogy_following_hard", "win_rate", "Pedagogy following, hard"))
+HARD = ("scaffolding_generation_hard", "pedagogy_following_hard")  # Paper 002 table 3's †.
 
 
 def by_task(records) -> dict:
@@ -34,16 +40,27 @@ def by_task(records) -> dict:
   return {t: sorted(out[t], key=lambda r: r.index) for t in tasks.TASKS if t in out}
 
 
+def violations(records) -> list[tuple[str, tuple]]:
+  """(task, the rules its reply breaks) per record: constraints.violations on the reply
+  as the harness kept it, a tutoring reply's leak judged against the reference solution
+  the record's context carries (the metric may read it; the tutor never does)."""
+  return [(r.task, constraints.violations(r.task, r.response, r.context or {}))
+          for r in records]
+
+
 def metrics(records, counts=None) -> dict:
-  """{task: the harness's metrics, the win rate where Ped-RM scored every reply, and
-  examples, prompts_cut, pedrm_inputs_cut, seconds and examples_per_s (the last three
-  from the shards' counts)}."""
+  """{task: the harness's metrics, the win rate where Ped-RM scored every reply, bvr
+  and violations/<rule> (replies breaking it), and examples, prompts_cut,
+  pedrm_inputs_cut, seconds and examples_per_s (the last three from the shards'
+  counts)}."""
   counts = counts or {}
   out = {}
   for task, rows in by_task(records).items():
     m = scoring.compute(task, [r.prediction for r in rows], [r.target for r in rows])
     if task in tasks.PEDAGOGICAL and all(r.score is not None for r in rows):
       m.update(win_rate.win_rate([r.score for r in rows], [r.baseline_score for r in rows]))
+    rates = constraints.rates(violations(rows))
+    m.update(bvr=rates["bvr"], **{k: v for k, v in rates.items() if k.startswith("violations/")})
     m.update(examples=len(rows), prompts_cut=sum(r.prompt_cut for r in rows))
     if f"pedrm_inputs_cut/{task}" in counts:  # Ped-RM inputs cut to its context (tiny runs).
       m["pedrm_inputs_cut"] = counts[f"pedrm_inputs_cut/{task}"]
@@ -72,12 +89,23 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
     f.write(table({run: results}) + "\n")
 
 
+def pooled_bvr(results: dict, names=None) -> float | None:
+  """BVR over the tasks `names` (default: every task) of one run's results: the share
+  of their replies that break a rule; None where no such task has a BVR."""
+  got = [(round(m["bvr"] * m["examples"]), m["examples"]) for t, m in results.items()
+         if "bvr" in m and (names is None or t in names)]
+  n = sum(e for _, e in got)
+  return sum(v for v, _ in got) / n if n else None
+
+
 def table(runs: dict) -> str:
-  """The leaderboard's nine columns, one row per run ({name: results}), in percent."""
-  head = ["run"] + [title for _, _, title in COLUMNS]
+  """The leaderboard's nine columns, then BVR over all tasks and BVR† on the hard
+  splits, one row per run ({name: results}), in percent."""
+  head = ["run"] + [title for _, _, title in COLUMNS] + ["BVR", "BVR† (hard)"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, results in runs.items():
     cells = [results.get(task, {}).get(metric) for task, metric, _ in COLUMNS]
+    cells += [pooled_bvr(results), pooled_bvr(results, HARD)]
     lines.append("| " + " | ".join([name] + ["–" if v is None else f"{100 * v:.1f}"
                                              for v in cells]) + " |")
   return "\n".join(lines)

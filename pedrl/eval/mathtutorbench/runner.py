@@ -2,10 +2,13 @@
 
 A policy is `policy(prompts, stop, uids) -> (replies, whether each prompt was
 cut)`: a local model on pedrl's engine (`ModelPolicy`) or an OpenAI-compatible
-endpoint (`EndpointPolicy`). A policy with `reads_examples = True` (an agent,
+endpoint (`EndpointPolicy`). A policy with `traced = True` (an agent,
 `pedrl.agents.bench.AgentPolicy`: CPA and its prompting baselines, paper 002)
-is also passed `task=` and `examples=` (its contract's rules read the reference
-solution, as the prompt shows it) and returns a third list: a trace per reply. `answer` turns one batch of a task's
+is also passed `task=` (the task's name: which contract applies) and returns a
+third list: a trace per reply. No policy is passed the examples: the prompt is
+all it sees, and the tutoring tasks' prompts show the problem and the dialogue
+but not the reference solution (the task files' system_prompt), the structured
+tasks' not their labels. `answer` turns one batch of a task's
 examples into BenchRecords: the rendered prompts, the policy's replies as the
 harness keeps them, the harness's parse and, for the pedagogical tasks, the
 Ped-RM scores of the reply and of the human teacher's turn. The metrics are
@@ -130,8 +133,8 @@ def answer(task: str, t: tasks.TaskFile, examples, indices, batch: int, policy,
   teacher turns are scored (the win rate's inputs)."""
   prompts = [t.prompt(x) for x in examples]
   traces = [None] * len(examples)
-  if getattr(policy, "reads_examples", False):
-    replies, cut, traces = policy(prompts, t.stop, list(indices), task=task, examples=examples)
+  if getattr(policy, "traced", False):
+    replies, cut, traces = policy(prompts, t.stop, list(indices), task=task)
   else:
     replies, cut = policy(prompts, t.stop, list(indices))
   predictions = [scoring.parse(task, r) for r in replies]

@@ -1,0 +1,1 @@
+"""Evaluating tutors: the papers' protocols, metrics, benchmarks and transcript analysis."""

@@ -1,0 +1,156 @@
+"""The numbers of the analysis, from the responses and their labels: what the tables and
+figures show (pedrl.eval.analysis.report) and analysis.json holds.
+
+Shares are over a condition's labelled units; its failures (units the
+labeller gave no readable label) are counted beside them, never in them.
+A column of tables 4 and 11 is a condition or a group whose share is the mean
+of its conditions' shares, as the paper's notes define Think* and Ped.*; its
+interval is the normal one of that mean (the conditions' binomial variances
+p (1 − p) / n, summed, over the number of conditions squared).
+"""
+import collections
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from pedrl.eval.analysis import significance, text as text_lib
+from pedrl.eval.analysis.labelling import PHASES, THINKING_UNITS
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisSettings:
+  """The config's top level."""
+  runs: str = ""  # 'CONDITION=WORKDIR,…': evaluation or rollout workdirs.
+  groups: str = significance.PAPER_GROUPS  # 'NAME=A+B; …' (Think*, Ped.* in tables 4, 8, 11).
+  columns: str = "NoThink,Think*,Ped.*"  # Tables 4 and 11 (""): one per condition.
+  comparisons: str = significance.PAPER_COMPARISONS  # Table 8's, as pedrl reads them.
+  codebook_file: str = ""  # In codebook.tsv's layout; "": paper 001's table 5.
+  thinking_unit: str = "sentence"  # Schoenfeld units: sentence | paragraph.
+  total: str = "sum"  # Tables 3 and 9's Total and Unique: sum | pooled (text.py).
+  sample: int = 0  # > 0: label a seeded subset of this many units per condition and scheme.
+  top_codes: int = 10  # Table 11's rows.
+  confidence: float = 0.95  # Every interval's.
+  seed: int = 0
+  scan_layers: bool = False  # A local labeller's layers (False decodes faster on CPU).
+  figures: bool = True  # False: tables only (no matplotlib needed).
+
+  def __post_init__(self):
+    if self.thinking_unit not in THINKING_UNITS:
+      raise ValueError(f"thinking_unit {self.thinking_unit!r} is not one of "
+                       f"{THINKING_UNITS}")
+    if self.total not in text_lib.TOTALS:
+      raise ValueError(f"total {self.total!r} is not one of {text_lib.TOTALS}")
+    if not 0 < self.confidence < 1:
+      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
+
+
+@dataclasses.dataclass
+class SchemeResult:
+  """One scheme's labels per condition (units in order; None: a failure)."""
+  scheme: str
+  labels: dict  # condition -> [label | None] per unit.
+  causes: dict  # condition -> Counter of failure causes.
+
+  def labelled(self, condition: str) -> list:
+    return [x for x in self.labels[condition] if x is not None]
+
+  def labelled_all(self) -> dict:
+    return {c: self.labelled(c) for c in self.labels}
+
+  def shares(self, condition: str, levels, level=lambda x: x, confidence: float = 0.95) -> dict:
+    """{level: Share} of the condition's labelled units."""
+    got = collections.Counter(map(level, self.labelled(condition)))
+    n = sum(got.values())
+    return {k: significance.share(got[k], n, confidence) for k in levels}
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """A column of tables 4 and 11: a condition, or a group averaging conditions."""
+  name: str
+  members: tuple
+
+
+def columns(spec: str, conditions, groups: dict) -> list:
+  """The columns `spec` names ('NoThink,Think*,Ped.*') whose conditions are all analysed
+  (the caller logs the others); one per condition if `spec` is empty or none is left."""
+  names = [s.strip() for s in spec.split(",") if s.strip()]
+  out = [Column(n, groups.get(n, (n,))) for n in names
+         if all(c in conditions for c in groups.get(n, (n,)))]
+  return out or [Column(c, (c,)) for c in conditions]
+
+
+@dataclasses.dataclass(frozen=True)
+class Averaged:
+  value: float
+  low: float
+  high: float
+
+
+def averaged(shares, confidence: float) -> Averaged:
+  """The mean of conditions' shares with its normal interval (module docstring)."""
+  shares = [s for s in shares if s.n]
+  if not shares:
+    return Averaged(math.nan, math.nan, math.nan)
+  value = float(np.mean([s.value for s in shares]))
+  if len(shares) == 1:
+    return Averaged(value, shares[0].low, shares[0].high)
+  sd = math.sqrt(sum(s.value * (1 - s.value) / s.n for s in shares)) / len(shares)
+  z = scipy_stats.norm.ppf(0.5 + confidence / 2)
+  return Averaged(value, max(value - z * sd, 0.0), min(value + z * sd, 1.0))
+
+
+def column_shares(result: SchemeResult, column: Column, levels, level, confidence) -> dict:
+  per = [result.shares(c, levels, level, confidence) for c in column.members]
+  return {k: averaged([p[k] for p in per], confidence) for k in levels}
+
+
+def top_codes(result: SchemeResult, cols, codebook, n: int, confidence: float) -> list:
+  """The n codes with the highest mean share over the columns, most frequent first:
+  [(code, {column: Averaged})]."""
+  ids = [c.id for c in codebook.codes]
+  per = {col.name: column_shares(result, col, ids, lambda x: x, confidence) for col in cols}
+  mean = {i: np.nanmean([per[col.name][i].value for col in cols]) for i in ids}
+  ranked = sorted((i for i in ids if mean[i] > 0), key=lambda i: -mean[i])[:n]
+  return [(codebook.by_id(i), {col.name: per[col.name][i] for col in cols}) for i in ranked]
+
+
+@dataclasses.dataclass(frozen=True)
+class TestResult:
+  comparison: significance.Comparison
+  table: list  # Rows left, right; columns as `levels`.
+  levels: list
+  result: significance.ChiSquare | None
+  skipped: str = ""  # Why no test ran (a side without labels, one level only).
+
+
+def run_tests(comparisons, results: dict, groups: dict, codebook) -> list:
+  """Each comparison's χ² test, or why it could not run (a scheme not labelled, a side
+  naming no analysed condition, too few counts): reported in the table, not fatal."""
+  out = []
+  for comp in comparisons:
+    result = results.get(comp.scheme)
+    if result is None:
+      out.append(TestResult(comp, [], [], None, f"the {comp.scheme} scheme was not labelled"))
+      continue
+    table, levels = [], []
+    try:
+      table, levels = significance.contingency_table(comp, result.labelled_all(), groups,
+                                                     codebook)
+      out.append(TestResult(comp, table.tolist(), levels, significance.chi_square(table)))
+    except significance.AnalysisError as e:
+      out.append(TestResult(comp, np.asarray(table).tolist(), levels, None, str(e)))
+  return out
+
+
+def response_summary(per_response: dict, total: str) -> dict:
+  """{condition: ConditionStats}."""
+  return {c: text_lib.summarize(stats, total) for c, stats in per_response.items()}
+
+
+def phase_shares(result: SchemeResult, confidence: float) -> dict:
+  """{condition: {phase: Share}} (table 10), conditions with thinking only."""
+  return {c: result.shares(c, PHASES, confidence=confidence) for c in result.labels
+          if result.labelled(c)}
