@@ -66,7 +66,8 @@ REAL_SIZES = {"qwen2.5-0.5b": ("qwen2.5-0.5b", "qwen2.5-0.5b"),
               "7b+8b": ("qwen2.5-7b", "llama-3.1-8b")}  # Paper 003's tutor and student.
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("size", "bench", ["bench", "tiny", *REAL_SIZES], "Model sizes (tiny: smoke runs).")
+flags.DEFINE_enum("size", "bench", ["bench", "tiny", *REAL_SIZES],
+                  "Model sizes (tiny: smoke runs).")
 flags.DEFINE_integer("layers", 0, "Decoder layers of a real size's models (0: all).")
 flags.DEFINE_integer("dialogues", 8, "Problems per rollout.")
 flags.DEFINE_integer("group_size", 1, "Dialogues per problem (the batch: dialogues x this).")

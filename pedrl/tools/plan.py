@@ -33,7 +33,8 @@ _RUN = memory.RunShape()
 def define_flags():
   """The command's flags, defined when it runs (tests import the module beside others)."""
   flags.DEFINE_string("tutor", "qwen2.5-7b", "Tutor: an architecture name or a checkpoint dir.")
-  flags.DEFINE_string("student", "llama-3.1-8b", "Student: an architecture name or a checkpoint dir.")
+  flags.DEFINE_string("student", "llama-3.1-8b",
+                      "Student: an architecture name or a checkpoint dir.")
   flags.DEFINE_integer("devices", 1, "Devices of the mesh.")
   flags.DEFINE_list("mesh", [], "data,fsdp,tensor sizes (default: every device on fsdp).")
   flags.DEFINE_string("gpu", "H100", f"Device kind, one of {sorted(roofline.DEVICE_MEMORY)}.")
