@@ -28,7 +28,7 @@ def test_random_keys_fold_the_seed_stream_uid_and_step_as_jax_does():
 def test_a_six_message_rollout_makes_at_most_eight_programs():
   """The benchmark's rollout (8 guided dialogues, tiny models): per side one shared
   opening and the turns' decode programs, one cache allocation, one for the keys; no
-  program per eager op or per cache growth (there were 26)."""
+  program per eager op or per cache growth (24 before)."""
   problems = load_bigmath(bench.PROBLEMS)[0][:8]
   settings = rollout.RolloutSettings(scenario=GUIDED)
   with tempfile.TemporaryDirectory() as path:
