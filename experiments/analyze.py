@@ -25,6 +25,11 @@ from pedrl.experiments import settings, variants
 from pedrl.rewards import backends
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 001 section 4.2: GPT-5-mini labels sentences (codebook, Schoenfeld phases); tables 4, 8, 11",
+    "tiny": "keyword rules and the testdata Qwen2 as labellers, two conditions A and B",
+}
 
 
 def get_config(arg: str = "paper"):

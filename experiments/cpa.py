@@ -9,7 +9,9 @@ r"""CPA (paper 002): tables 2 and 3 on MathTutorBench, CPA's ablations and the p
 Variants: `paper` (section 4.4: temperature 0.7, top-p 0.95, 1024 new tokens per
 call, K=3, J=3, 3-step dry runs, 2 repairs; seeds 42, 43, 44; every method) and
 `tiny` (the testdata backbone and classifier, 2 examples a task, 24 new tokens,
-seed 42, prompts cut to the tiny context; reads ../shared/data). The backbone is
+seed 42, prompts cut to the tiny context; on testdata/mathtutorbench, the tiny
+benchmark written for pedrl). The benchmark's official files come as for
+experiments/mathtutorbench.py (`benchmark_dir`, `data_dir`). The backbone is
 `tutor.path`, a training run (`tutor.workdir`) or an endpoint
 (`tutor.endpoint.model`, e.g. gpt-4o-2024-08-06 for CPA-GPT-4o). `agents.methods`
 picks the rows: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor, no_m4, cot,
@@ -20,6 +22,11 @@ from pedrl.experiments import base_config, settings, variants
 from pedrl.experiments.cpa import AgentRuns
 
 VARIANTS = dict(tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "section 4.4: temperature 0.7, top-p 0.95, K 3, J 3; seeds 42-44; every method",
+    "tiny": "the testdata backbone and classifier, 2 examples a task, seed 42",
+}
 
 
 def get_config(arg: str = "paper"):

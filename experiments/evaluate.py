@@ -35,8 +35,9 @@ Ped-RM, 4 problems of the testdata published-split sample; under 2 minutes on a 
 Every tutoring protocol samples as paper 003's reference evaluation does (eth-lre/
 PedagogicalRL @ bae10cd, config/eval.py and config/eval/*.yaml; `reference_evaluation`
 below). The tutor under test: --config.tutor.path (a Hugging Face directory),
---config.tutor.workdir [--config.tutor.step] (a pedrl training run) or
---config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
+--config.tutor.workdir [--config.tutor.step] (a pedrl training run; the evaluation stops
+with one line if any of its problems is one the run trained on, pedrl.experiments.trained_on)
+or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.cpa.agent import CPASettings
@@ -47,6 +48,23 @@ from pedrl.eval import pedrm, reasoning, shards
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "the pedagogical_rl protocol",
+    "pedagogical_rl": "paper 003 table 2: the published 500-problem test split, K 8, Gemma-3-27B judges, Ped-RM",
+    "thinking": "paper 001 table 1: a condition's prompts and thinking, GPT-4o-mini judges",
+    "uco": "paper 000 table I: UCO's dialogues (10 tutor turns, tutor first, table XII's prompts)",
+    "uco_003": "a UCO tutor in paper 003's dialogues (000 table I's baselines' protocol)",
+    "reasoning": "003 table 3, 000 table IX: GSM8K, MATH500, MMLU on the tutor alone",
+    "wbeb": "001 table 2: accuracy per category of a WBEB-shaped multiple-choice file",
+    "think": "with pedagogical_rl: 003's +think rows (tagged thinking, forced <think>)",
+    "ped_think_reward": "with thinking: the Polya prompt, thinking, thinking reward (the default condition)",
+    "ped_think_no_reward": "with thinking: the Polya prompt, thinking, no thinking reward",
+    "think_reward": "with thinking: the general prompt, thinking, thinking reward",
+    "think_no_reward": "with thinking: the general prompt, thinking, no thinking reward",
+    "no_think": "with thinking: thinking off, the general prompt",
+    "tiny": "a protocol on the testdata models, rule judges and classifier as Ped-RM; 4 problems",
+}
 REFERENCE = "eth-lre/PedagogicalRL @ bae10cd"  # Where the evaluation settings below are read.
 
 
@@ -72,8 +90,9 @@ def reference_evaluation(c):
   # dialogue and the student always makes its post-dialogue attempts, so Δ solve rate is
   # never penalised. pedrl's evaluation always works that way (pedrl.experiments.evaluate).
   # Problems: the published test split, as eval.py loads it (Dataset: split="test",
-  # max_val_examples=500); its 500 rows are all taken (utils/data.py shuffles them with
-  # the seed, which changes no metric).
+  # max_val_examples=500). It has 500 rows: utils/data.py's shuffle(seed).select(range(500))
+  # takes them all, in an order that changes no metric; pedrl reads them in file order and
+  # refuses a file of another length (problems.load_published; fewer: problems.limit).
   c.problems.update(split="published", filter=False, on_error="fatal", n_test=500)
   # A raw pool split the way training split it (problems.split=test): the training
   # configs' seed, not the evaluation's.
@@ -145,9 +164,9 @@ def get_config(arg: str = "paper"):
     # gives the released reward model's; see pedrl.eval.pedrm).
     c.eval.pedrm.update(path="testdata/models/qwen2_seqcls",
                         system_prompt_file="testdata/pedrm_system_prompt.txt")
-    # pedrl's own rows in the published split's format; its first 4 rows.
-    c.problems.update(path="testdata/problems/bigmath_published_sample.jsonl", n_test=4,
-                      limit=0)
+    # pedrl's own rows in the published split's format (11); its first 4.
+    c.problems.update(path="testdata/problems/bigmath_published_sample.jsonl", n_test=11,
+                      limit=4)
     c.tutor.truncate_prompts = True  # An agent tutor's prompts overflow the tiny context.
     if v.protocol == "reasoning":  # pedrl's own few-row files in the benchmarks' formats.
       c.eval.reasoning.update(

@@ -12,8 +12,9 @@ table 2's hard λ = 1.0 run without the solve reward), `tiny` (testdata models,
 rule judges, 3 steps on a CPU). Table 2's rows by name: `lam1.5_think` (soft
 λ = 1.5 +think), `hard_think` (hard λ = 1.0 +think). The tutor,
 student and problems come by path: --config.tutor.path=... --config.student.path=...
---config.problems.path=...; the training judge is a local Qwen2.5-14B-Instruct
-(section 5.4): --config.rewards.local_judge.path=... (or an OpenAI-compatible
+--config.problems.path=... (the released training split, rd211/Big-Math-RL-Verified-
+Filtered `train`: base_config.released_training_split); the training judge is a local
+Qwen2.5-14B-Instruct (section 5.4): --config.rewards.local_judge.path=... (or an OpenAI-compatible
 endpoint: --config.rewards.judge_backend=openai --config.rewards.openai.model=...,
 the key from $OPENAI_API_KEY).
 """
@@ -21,6 +22,17 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003: soft penalty, λ 0.75, no thinking; a local Qwen2.5-14B training judge",
+    "tiny": "the testdata models and rule judges; 3 steps",
+    "lam=<float>": "λ of eq. 4 (table 2's sweep: 0, 0.75, 1.5)",
+    "hard": "−λ on a rejected dialogue, λ 1.0 unless lam is given",
+    "think": "+think: a thinking instruction, a forced <think> each turn, tag rewards",
+    "no_sol": "−r_sol: hard λ 1.0 without the solve reward",
+    "lam1.5_think": "table 2's soft λ 1.5 +think row",
+    "hard_think": "table 2's hard λ 1.0 +think row",
+}
 
 
 def _think(v) -> bool:
@@ -37,7 +49,7 @@ def evaluation_variant(arg: str = "paper") -> str:
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
-  c.problems.split = "train"
+  base_config.released_training_split(c)
   c.rl = rl_config.rl_section()
   if not v.tiny:  # Section 5.4: the training judge is a local Qwen2.5-14B-Instruct.
     c.rewards.judge_backend = "local"
@@ -52,6 +64,5 @@ def get_config(arg: str = "paper"):
   if v.no_sol:
     c.rewards.components = "pedagogy:1,template:1"
   if v.tiny:
-    c.problems.split = "all"
     rl_config.tiny(c)
   return c

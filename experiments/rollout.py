@@ -13,6 +13,14 @@ WORKDIR/summary.json.
 """
 from pedrl.experiments import base_config
 
+VARIANTS = base_config.VARIANTS
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 003's setup: give the checkpoints and problems; judges over the API",
+    "tiny": "the testdata models and rule judges",
+    "tiny_uco": "tiny with UCO's per-turn rewards (reference oracle, testdata BERT embedder)",
+}
+
 
 def get_config(arg: str = "paper"):
   return base_config.dialogue_config(arg)

@@ -8,7 +8,8 @@ bare name): `no_think` (thinking off, general prompt, r_sol + r_ped),
 `think_no_reward`, `think_reward` (general prompt), `ped_think_no_reward`,
 `ped_think_reward` (Polya prompt; the paper's method, the default `paper`).
 `tiny` runs a condition (`ped_think_reward` unless given) on the testdata models
-with rule judges and the general prompt. B 16, G 8, 16 turns, K 8, λ_ped 0.75,
+with rule judges and the general prompt; a thinking condition's tutor is the
+testdata tutor taught to think in tags (testdata/models/qwen2_think). B 16, G 8, 16 turns, K 8, λ_ped 0.75,
 λ_think 0.3, θ 0.6.
 
 Paper 001 leaves these unstated; pedrl decides them on purpose:
@@ -31,6 +32,16 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 # The conditions (thinking, tutor prompt, thinking reward) are pedrl.experiments.conditions',
 # shared with the evaluation; the paper's method first (the default).
 VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 001's method, ped_think_reward (B 16, G 8, λ_ped 0.75, λ_think 0.3, θ 0.6)",
+    "ped_think_reward": "section 2.5: Polya prompt, thinking, with the thinking reward (the paper's method)",
+    "ped_think_no_reward": "section 2.5: Polya prompt, thinking, no thinking reward",
+    "think_reward": "section 2.5: general prompt, thinking, with the thinking reward",
+    "think_no_reward": "section 2.5: general prompt, thinking, no thinking reward",
+    "no_think": "section 2.5: thinking off, general prompt, r_sol + r_ped",
+    "tiny": "a condition on the testdata models with rule judges and the general prompt; 3 steps",
+}
 
 
 def evaluation_variant(arg: str = "paper") -> str:
@@ -48,9 +59,8 @@ def get_config(arg: str = "paper"):
   # λ_ped 0.75, λ_think 0.3 and θ 0.6 are RewardSettings' defaults (paper 001 eq. 1).
   c.rewards.update(judges="thinking" if think_reward else "thinking_no_quality",
                    components="r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else ""))
-  c.problems.split = "train"
+  base_config.released_training_split(c)
   c.rl = rl_config.rl_section()
   if v.tiny:
-    c.problems.split = "all"
     rl_config.tiny(c)
   return c

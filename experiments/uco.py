@@ -26,6 +26,19 @@ from pedrl.experiments import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool, rollouts=int)
+# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+VARIANT_HELP = {
+    "paper": "paper 000 section IV (lr 5e-6, B 16, G 4, 10 tutor turns); needs an oracle endpoint "
+             "and the BGE-M3 embedder",
+    "tiny": "the testdata models, the reference oracle and the testdata BERT embedder; 3 steps",
+    "lam=<float>": "λ of eq. 5, the potential's share of r_progress (table V: 0.1 … 0.9)",
+    "alpha=<float>": "α of eq. 3, the potential's scale (table VI: 1.0 … 3.0)",
+    "delta=<float>": "δ of eq. 4, the semantic score's threshold (table VII: 0.5 … 0.9)",
+    "c=<float>": "c of eq. 8, the scaffold reward's step penalty (table VIII: 0.1 … 0.5)",
+    "no_scaffold": "table III: without r_scaffold",
+    "no_progress": "table III: without r_progress",
+    "rollouts=<int>": "fig. 3: G rollouts per problem on a 100-problem training set (2 … 8)",
+}
 ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
 
 
@@ -45,7 +58,7 @@ def get_config(arg: str = "paper"):
   c.rewards.uco.update(oracle="openai", embedder="")  # Both required: see the docstring.
   c.rewards.components = "uco:1"
   # λ, α, δ, c (UCOSettings) and γ (RewardSettings.gamma) default to paper 000's values.
-  c.problems.split = "train"
+  base_config.released_training_split(c)
   c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, advantage="turn",
                               advantage_eps=1e-8)
   for name in ("lam", "alpha", "delta", "c"):  # Tables V, VI, VII, VIII.
@@ -58,11 +71,11 @@ def get_config(arg: str = "paper"):
   if v.tiny:
     c.batch_problems, c.group_size = 2, 2
     c.rewards.uco.update(oracle="reference", embedder="testdata/models/bert")
-    c.problems.split = "all"
     rl_config.tiny(c)
   if v.rollouts is not None:  # Fig. 3: G = 2 … 8 rollouts per problem on 100 problems (tiny too).
     if v.rollouts < 2:
       raise ValueError(f"rollouts={v.rollouts}: GRPO compares at least 2 rollouts per problem")
     c.group_size = v.rollouts
-    c.problems.n_train = ROLLOUT_SWEEP_PROBLEMS
+    if not v.tiny:  # The first 100 rows of the training file: the paper does not say which.
+      c.problems.limit = ROLLOUT_SWEEP_PROBLEMS
   return c

@@ -5,6 +5,12 @@
   command with one `error: …` line and exit code 1 before main runs, so before any
   workdir is made. (ml_collections would print the config file's traceback, and
   report a missing file only when the config is first read.)
+- Fast: a job (`python -m pedrl.experiments.NAME`) has its command line checked by
+  `check_job_command`, which pedrl.experiments' __init__ calls before Python imports
+  the job's module and with it JAX and the models' code: a missing --config or
+  --workdir, a config file that is not there or an unknown flag is reported in a
+  fraction of a second. What needs the config file run (its variant, override keys
+  and values) is checked by the full parse that follows.
 - From any directory: `--config=experiments/x.py:…` is found in pedrl's repository
   when it is not under the current directory, and the config's relative paths
   (testdata/…) are resolved as pedrl.paths says.
@@ -13,14 +19,118 @@
 - JAX's persistent compilation cache, on by default in `~/.cache/pedrl/jax` (or
   $PEDRL_COMPILATION_CACHE): a rerun, a resume or the next job with the same shapes
   loads its programs instead of compiling them. `--compilation_cache=off` turns it off.
+
+This module imports neither JAX nor pedrl's models: its checks run before them.
 """
 import os
 import sys
 
-import jax
 from absl import app, flags
+from ml_collections import config_flags
 
 from pedrl import logs, paths
+
+# pedrl.distributed.MODES (not imported: it imports JAX).
+MULTIHOST_MODES = ("auto", "on", "off")
+_HELP = ("help", "helpshort", "helpfull", "helpxml", "h", "?")
+# Flags a job's libraries define when the job imports them (orbax's
+# experimental_orbax_*): unknown to the early check, left to the full parse.
+_LIBRARY_FLAG_PREFIXES = ("experimental_",)
+_example_config = "experiments/uco.py:tiny"  # The job's, for the missing --config's line.
+
+
+def define_job_flags(example_config: str, workdir_help: str) -> None:
+  """The flags every job takes: --config (a config file and variant), --workdir,
+  --multihost. Defined again (by the job's module after the early check, or by a job
+  that builds on another's module: cpa on mathtutorbench), the flags stay and their
+  help becomes the latest definer's."""
+  global _example_config
+  _example_config = example_config
+  if "config" in flags.FLAGS:
+    flags.FLAGS["config"].help = f"Config file, e.g. {example_config}."
+    flags.FLAGS["workdir"].help = workdir_help
+    return
+  config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
+  flags.DEFINE_string("workdir", None, workdir_help, required=True)
+  flags.DEFINE_enum("multihost", "auto", MULTIHOST_MODES,
+                    "jax.distributed.initialize(): auto = when the environment shows several "
+                    "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+
+
+def _define_command_flags() -> None:
+  """The flags cli itself reads (every command has them), and absl's help flags."""
+  if "compilation_cache" not in flags.FLAGS:
+    flags.DEFINE_string("compilation_cache", default_cache_dir(),
+                        "JAX's persistent compilation cache directory; off: no cache.")
+  app.define_help_flags()
+
+
+def check_job_command() -> None:
+  """Checks a job's command line before its module is imported (see the module's
+  docstring); does nothing unless Python is locating a `-m pedrl.experiments.NAME`
+  module, when sys.argv[0] is "-m" (the documented state while it does)."""
+  if sys.argv[:1] != ["-m"] or len(sys.orig_argv) < len(sys.argv):
+    return
+  module = sys.orig_argv[-len(sys.argv)]  # The token before the command's arguments.
+  if not _job_module(module):
+    return
+  name = module.rpartition(".")[2]
+  example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
+  _define_command_flags()
+  define_job_flags(f"experiments/{example}.py:tiny", "Output directory.")
+  _check_job_flags(sys.argv[1:], early=True)
+
+
+def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:
+  """(name, value) of each flag in `argv` (arguments only), as absl reads them: `--x=v`,
+  `-x=v`, `--x v` for a known non-boolean flag, `--x`/`--nox` for a boolean; the value is
+  None where none is given. Arguments after `--` are not flags."""
+  out, i = [], 0
+  while i < len(argv) and argv[i] != "--":
+    arg = argv[i]
+    if arg.startswith("-") and arg != "-":
+      name, eq, value = arg.lstrip("-").partition("=")
+      if not eq and name in flags.FLAGS and not flags.FLAGS[name].boolean and i + 1 < len(argv):
+        value, i = argv[i + 1], i + 1
+      out.append((name, value if eq or value else None))
+    i += 1
+  return out
+
+
+def _job_module(name: str) -> bool:
+  """A job's module (each defines the job flags); other commands may import one (the
+  learning benchmark imports the training job) without being a job."""
+  return name.startswith("pedrl.experiments.")
+
+
+def _is_job() -> bool:
+  """The command running is a job: its __main__ is a job's module."""
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  return spec is not None and _job_module(spec.name) and "config" in flags.FLAGS
+
+
+def _check_job_flags(argv: list[str], early: bool = False) -> None:
+  """A job's command line (arguments only): its flags exist, --config names a file and
+  --workdir is given; each mistake one `error:` line. Nothing is checked where absl
+  acts first (help) or where the arguments are not all here (--flagfile). `early`:
+  before the job's module is imported, flags its libraries define are not known yet."""
+  given = _given_flags(_config_flags(argv))
+  if any(n in _HELP or n in ("flagfile", "undefok") for n, _ in given):
+    return
+  for name, _ in given:
+    known = name.startswith("config.") or name in flags.FLAGS or (
+        name.startswith("no") and name[2:] in flags.FLAGS and flags.FLAGS[name[2:]].boolean)
+    if not known and not (early and name.startswith(_LIBRARY_FLAG_PREFIXES)):
+      _exit(f"Unknown command line flag '{name}'")
+  values = dict(given)
+  if not values.get("config"):
+    _exit(f"--config is missing: a config file and its variant, e.g. --config={_example_config}")
+  path = values["config"].partition(":")[0]
+  if not os.path.isfile(path):
+    _exit(f"--config={values['config']}: cannot load it (no such file: {path}, neither under "
+          "the current directory nor in pedrl's repository)")
+  if not values.get("workdir"):
+    _exit("--workdir is missing: the job's output directory, e.g. --workdir=/tmp/run")
 
 
 def _config_flags(argv: list[str]) -> list[str]:
@@ -92,6 +202,8 @@ def _missing_key(argv: list[str]) -> str | None:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parse, with every mistake reported as one `error: …` line (exit 1); then the
   config's own relative paths resolved (pedrl.paths), not those given as overrides."""
+  if _is_job():
+    _check_job_flags(argv[1:])
   argv = _config_flags(argv)
   try:
     rest = flags.FLAGS(argv)
@@ -113,7 +225,12 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _exit(message: str):
-  print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
+  fail(f"{message} (--helpshort lists the flags)")
+
+
+def fail(message: str):
+  """Ends the command with one `error: …` line and exit code 1 (a mistake main finds)."""
+  print(f"error: {message}", file=sys.stderr)
   sys.exit(1)
 
 
@@ -137,16 +254,20 @@ def use_compilation_cache(directory: str) -> None:
   of its start."""
   if directory in ("", "off"):
     return
-  jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  settings = {"jax_compilation_cache_dir": directory,
+              "jax_persistent_cache_min_compile_time_secs": 0.0}
+  if "jax" in sys.modules:
+    import jax
+    for name, value in settings.items():
+      jax.config.update(name, value)
+  else:  # Read when JAX loads: a command's main checks its inputs before that.
+    os.environ.update({name.upper(): str(value) for name, value in settings.items()})
 
 
 def run(main) -> None:
   """`absl.app.run(main)` with the quiet logs, one-line flag errors, found configs and
   the compilation cache."""
-  if "compilation_cache" not in flags.FLAGS:
-    flags.DEFINE_string("compilation_cache", default_cache_dir(),
-                        "JAX's persistent compilation cache directory; off: no cache.")
+  _define_command_flags()
   logs.quiet()
   _adopt_key_flags()
 

@@ -12,9 +12,10 @@ run that was resumed or not.
   REASONING   the tutor's answers to benchmark questions (question's index, 0)
   AGENT       an agent's backbone calls, e.g. CPA's stages (instance uid, its call number)
 
-numpy streams: the train/test split's shuffle (seed), a problem's scenario and
-persona (seed, problem), the training data order (seed, epoch) and the order of
-mini-batches (seed, step).
+numpy streams: the train/test split's shuffle (seed), the baselines' subset of
+the training split (seed, its size), a problem's scenario and persona (seed,
+problem), the training data order (seed, epoch) and the order of mini-batches
+(seed, step).
 """
 import functools
 import hashlib
@@ -55,6 +56,13 @@ def sequence_keys(seed: int, ids) -> jax.Array:
 def split_order(seed: int, n: int) -> np.ndarray:
   """The shuffle of n distinct problems that splits them into test and train sets."""
   return np.random.default_rng(seed).permutation(n)
+
+
+def subset(seed: int, n: int, fraction: float) -> np.ndarray:
+  """The sorted indices of a seeded fraction of n problems (round(fraction · n), at least
+  one): the offline baselines' share of the training split (paper 003 A.3)."""
+  k = min(n, max(1, round(fraction * n)))
+  return np.sort(np.random.default_rng([seed, n]).permutation(n)[:k])
 
 
 def problem_number(problem_id: str) -> int:

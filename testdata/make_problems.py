@@ -7,7 +7,10 @@ that were correct). The rates and a few non-numeric answers are chosen so the
 paper's filter (single number, rate in [0.01, 0.60]) keeps some rows and drops
 others. The published-split sample is in the format of the released test split
 (rd211/Big-Math-RL-Verified-Filtered `test`: the same fields, rows that passed the
-filter, rates 1/64 to 38/64), for `problems.split=published`; its rows are pedrl's.
+filter, rates 1/64 to 38/64, each problem once), for `problems.split=published`; its
+rows are pedrl's. It leaves out the pool's first TINY_TRAINING rows, which the tiny
+training jobs train on (problems.limit), so that evaluating a tiny run on it passes
+the evaluation's check that no training problem is evaluated.
 Deterministic: `python testdata/make_problems.py` rewrites the same files.
 """
 import json
@@ -17,6 +20,7 @@ import random
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "problems")
 OUT = os.path.join(HERE, "bigmath_sample.jsonl")
 PUBLISHED = os.path.join(HERE, "bigmath_published_sample.jsonl")
+TINY_TRAINING = 8  # Pool rows the tiny jobs train on (baselines.py:tiny takes the most, 8).
 WORD = "Mathematics -> Applied Mathematics -> Math Word Problems"
 ALGEBRA = "Mathematics -> Algebra -> Prealgebra -> Fractions"
 
@@ -63,7 +67,11 @@ def main():
     rows.append({"problem": text, "answer": answer, "source": source, "domain": [domain],
                  "llama8b_solve_rate": rate})
   n_numeric = len(rows) - 3  # The last three rows are non_numeric()'s.
-  published = [r for r in rows[:n_numeric] if 1 / 64 <= r["llama8b_solve_rate"] <= 38 / 64]
+  published, seen = [], set()
+  for r in rows[TINY_TRAINING:n_numeric]:
+    if 1 / 64 <= r["llama8b_solve_rate"] <= 38 / 64 and r["problem"] not in seen:
+      published.append(r)
+      seen.add(r["problem"])
   os.makedirs(HERE, exist_ok=True)
   for path, out in ((OUT, rows), (PUBLISHED, published)):
     with open(path, "w") as f:

@@ -1,6 +1,7 @@
 """Paper 001's transcript analysis: statistics counted by hand, χ² and effect sizes against
 hand formulas and scipy, table 8's φ from the paper's own numbers, the labeller's parse,
 failures and cache, and the job on evaluation workdirs of hand-written dialogues."""
+import dataclasses
 import json
 import math
 import os
@@ -12,7 +13,7 @@ from scipy import stats as scipy_stats
 
 import jobs
 from chat_server import ChatServer
-from pedrl.env import prompts
+from pedrl.env import problems, prompts
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.eval import records as records_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views, labelling,
@@ -113,12 +114,26 @@ def test_chi_square_and_cramers_v_equal_the_hand_formulas_and_scipy():
     significance.chi_square([[0, 5], [0, 7]])
 
 
-def test_table_8_praise_nothink_vs_ped_is_recovered_from_the_papers_numbers():
-  """Paper 001: praise is 11.76% of NoThink's sentences and 5.78% of Ped.*'s (table 11);
-  table 8 reports χ²(1) = 1114.37, φ = .098. It gives no per-condition counts: the n its
-  row implies is χ² / φ² = 116,032, and its two numbers agree when NoThink holds 23.33% of
-  those sentences (27,071; φ depends on that split alone). The table built from them must
-  give the paper's χ² and φ."""
+def test_table_8_is_pearsons_chi_square_without_yates_correction():
+  """Table 8's 2×2 comparisons by hand on a small table, where Pearson's χ² and Yates'
+  corrected one differ by a third: n (ad − bc)² / (row and column sums) = 20·50² / 9900 =
+  5.0505, Yates' n (|ad − bc| − n/2)² / … = 20·40² / 9900 = 3.2323; φ = 50 / √9900; the
+  χ²(1) p-value erfc(√(χ²/2)) (0.0246; Yates' would be 0.0720)."""
+  got = significance.chi_square([[8, 2], [3, 7]])
+  assert got.chi2 == pytest.approx(50_000 / 9_900, rel=1e-9)
+  assert abs(got.chi2 - 32_000 / 9_900) > 1.8  # Not the corrected statistic.
+  assert got.effect == pytest.approx(50 / math.sqrt(9_900), rel=1e-9) and got.effect_name == "φ"
+  assert got.p == pytest.approx(math.erfc(math.sqrt(50_000 / 9_900 / 2)), rel=1e-9)
+  assert got.df == 1 and got.n == 20
+
+
+def test_table_8_praise_nothink_vs_ped_is_consistent_with_the_papers_numbers():
+  """A consistency check, not a proof of the statistic (the n and split below are fitted to
+  the paper's χ² and φ, and Yates' correction moves χ² at this n by 3e-4 only): paper 001
+  gives praise as 11.76% of NoThink's sentences and 5.78% of Ped.*'s (table 11), and table
+  8 χ²(1) = 1114.37, φ = .098, without counts. The n its row implies is χ² / φ² = 116,032;
+  its two numbers agree when NoThink holds 23.33% of those sentences (27,071; φ depends on
+  that split alone). The table built from them gives the paper's χ² and φ."""
   n_nothink, n_ped = 27_071, 88_961
   praise = [round(0.1176 * n_nothink), round(0.0578 * n_ped)]
   table = [[praise[0], n_nothink - praise[0]], [praise[1], n_ped - praise[1]]]
@@ -236,6 +251,25 @@ def test_a_labeller_returning_garbage_is_counted_not_filled():
   assert (praise.count, praise.n) == (2, 2)  # Failures are in no share's denominator.
 
 
+def test_a_label_beats_an_earlier_failure_whichever_shard_file_holds_them(tmp_path):
+  """A failure under 2 shards, retried and labelled under 3: the label's file sorts first
+  (shard-00000-of-00003 < shard-00001-of-00002), yet the cache gives the label."""
+  store = labelling.LabelStore(str(tmp_path))
+  text_ = "Let's add the two numbers."
+  k = labelling.key(text_)
+  store.append([labelling.LabelRow(k, text_, None, "parse_failures", "lorem")], 1, 2)
+  store.append([labelling.LabelRow(k, text_, 50)], 0, 3)
+  assert sorted(os.listdir(tmp_path)) == ["shard-00000-of-00003.jsonl",
+                                          "shard-00001-of-00002.jsonl"]
+  cache = store.read()
+  assert (cache[k].label, cache[k].cause) == (50, None)
+  assert labelling.pending([text_], cache, labelling.shard_of(k, 3), 3,
+                           retry_failures=True) == []
+  # Within one file the later row wins: a relabelled text keeps its newest label.
+  store.append([labelling.LabelRow(k, text_, 12)], 0, 3)
+  assert store.read()[k].label == 12
+
+
 def test_an_openai_labeller_sends_max_completion_tokens_and_counts_failures(monkeypatch):
   monkeypatch.setenv("PEDRL_TEST_LABEL_KEY", "sk-test-not-a-secret")
   monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
@@ -290,6 +324,26 @@ def test_runs_and_bad_workdirs_are_named(tmp_path):
     responses.load("A", str(tmp_path))
 
 
+def test_a_baseline_data_workdir_gives_its_dialogues_and_no_evaluation(tmp_path):
+  """baseline_data shards as the evaluations do (kind `baselines`) and writes dialogues.jsonl:
+  the analysis reads that file; the report refuses the workdir with one line."""
+  from pedrl.env import dialogue as dialogue_lib
+  from pedrl.eval import shards
+  from pedrl.tools import report
+  workdir = tmp_path / "baselines"
+  status = {"protocol": {"kind": "baselines", "num_shards": 1}, "finished": True}
+  shards.write_json(shards.status_path(str(workdir), 0, 1), status)
+  (workdir / "shards" / "records-00000-of-00001.jsonl").write_text("")
+  d = Dialogue(problem_id="p0", problem="What is 12 + 30?", answer="42", scenario="guided",
+               rollout=0, messages=[Message(TUTOR, "Great job! What is 12 + 30?"),
+                                    Message(STUDENT, "42")])
+  dialogue_lib.save_jsonl([d], str(workdir / "dialogues.jsonl"), mode="w")
+  assert [r.visible for r in responses.load("A", str(workdir))] == ["Great job! What is 12 + 30?"]
+  with pytest.raises(shards.ShardError, match=rf"{workdir}: not an evaluation workdir \(its "
+                                              r"shards are a 'baselines' job's"):
+    report.report([str(workdir)], str(tmp_path / "out"))
+
+
 # -- Data views --------------------------------------------------------------------------------
 
 def test_solve_rate_buckets_and_the_dataset_table():
@@ -298,7 +352,20 @@ def test_solve_rate_buckets_and_the_dataset_table():
   assert dict(counts) == {"<1%": 1, "1-10%": 2, "10-20%": 1, "20-60%": 1, ">60%": 1}
   path = os.path.join(jobs.ROOT, "testdata", "problems", "bigmath_sample.jsonl")
   v = data_views.ViewSettings(problems_path=path, filter=False, n_train=20, n_test=5)
-  train, test = data_views.split_problems(v, seed=0)
+  train, test = data_views.split_problems(v)
+  # The jobs' split (problems.split=train/test, the training configs' split seed 0), whatever
+  # seed the analysis samples sentences with; views.split_seed moves it.
+  pool = dict(path=path, filter=False, n_train=20, n_test=5, split_seed=0)
+  assert (train, test) == tuple(problems.load(problems.ProblemSettings(split=s, **pool),
+                                              seed=7)[0] for s in ("train", "test"))
+  assert data_views.split_problems(dataclasses.replace(v, split_seed=1))[1] != test
+  # The released splits, as given: no split here.
+  published = os.path.join(jobs.ROOT, "testdata", "problems", "bigmath_published_sample.jsonl")
+  given = data_views.split_problems(dataclasses.replace(v, test_path=published, n_test=11))
+  assert [[p.problem for p in half] for half in given] == [
+      [json.loads(x)["problem"] for x in open(f)] for f in (path, published)]
+  with pytest.raises(AnalysisError, match="11 rows, but the published test split has 5"):
+    data_views.split_problems(dataclasses.replace(v, test_path=published))
   rows = data_views.by_source(train)
   assert sum(r[1] for r in rows) == len(train) and rows[0][0] == "Orca_math"
   orca = [p.solve_rate for p in train if p.source == "orca_math"]

@@ -21,7 +21,7 @@ def _uco(tmp_path, *args, cwd=jobs.ROOT):
     (["--config=experiments/uco.py:tinyy"],
      ["variant 'tinyy'", "valid: paper, lam=<float>", "no_progress, tiny"]),
     (["--config=experiments/pedagogical_rl.py:lamda"], ["unknown variant 'lamda'", "hard, think"]),
-    (["--config=experiments/nope.py:tiny"], ["experiments/nope.py", "No such file"]),
+    (["--config=experiments/nope.py:tiny"], ["experiments/nope.py", "no such file"]),
     (["--config=experiments/nope.py:tiny", "--config.rl.lr=1"], ["experiments/nope.py"]),
     (["--config=experiments/uco.py:tiny", "--config.rl.lr=abc"], ["--config.rl.lr=abc", "'abc'"]),
     (["--config=experiments/uco.py:tiny", "--config.rl.lrr=1"],
@@ -38,14 +38,44 @@ def test_a_mistake_is_one_line_and_makes_no_workdir(tmp_path, args, says):
   assert not os.path.exists(workdir)
 
 
-def test_a_missing_workdir_flag_is_one_line():
-  out = subprocess.run([sys.executable, "-m", "pedrl.experiments.uco",
-                        "--config=experiments/uco.py:tiny"], cwd=jobs.ROOT, env=jobs.env(),
-                       capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("args, line", [
+    (["--config=experiments/uco.py:tiny"],
+     "error: --workdir is missing: the job's output directory, e.g. --workdir=/tmp/run"),
+    (["--workdir=/tmp/never"],
+     "error: --config is missing: a config file and its variant, e.g. "
+     "--config=experiments/uco.py:tiny"),
+])
+def test_a_missing_job_flag_is_one_line(args, line):
+  out = subprocess.run([sys.executable, "-m", "pedrl.experiments.uco", *args], cwd=jobs.ROOT,
+                       env=jobs.env(), capture_output=True, text=True, timeout=300)
   assert out.returncode == 1
-  assert out.stderr.strip().splitlines() == [
-      "error: flag --workdir=None: Flag --workdir must have a value other than None. "
-      "(--helpshort lists the flags)"]
+  assert out.stderr.strip().splitlines() == [f"{line} (--helpshort lists the flags)"]
+
+
+@pytest.mark.parametrize("job, args", [
+    ("uco", ["--config=experiments/nope.py:tiny", "--workdir=/tmp/never"]),
+    ("evaluate", ["--workdir=/tmp/never"]),
+    ("mathtutorbench", ["--config=experiments/mathtutorbench.py:tiny"]),
+    ("cpa", ["--config", "experiments/cpa.py:tiny", "--workdir", "/tmp/never", "--steps", "3"]),
+])
+def test_flag_and_config_path_mistakes_are_found_before_jax_is_imported(job, args):
+  """The early check (pedrl.experiments' __init__) ends the command before the job's
+  module loads JAX: `-X importtime` lists every module imported before the exit."""
+  out = subprocess.run([sys.executable, "-X", "importtime", "-m", f"pedrl.experiments.{job}",
+                        *args], cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 1
+  imported = [line.split("|")[-1].strip() for line in out.stderr.splitlines()
+              if line.startswith("import time:")]
+  errors = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
+  assert len(errors) == 1 and errors[0].startswith("error: "), errors
+  assert "pedrl.cli" in imported and "jax" not in imported and f"pedrl.experiments.{job}" \
+      not in imported, [m for m in imported if not m.startswith(("_", "encodings"))][-20:]
+
+
+def test_the_early_check_knows_the_multihost_modes():
+  from pedrl import cli, distributed
+  assert cli.MULTIHOST_MODES == distributed.MODES
 
 
 def test_helpshort_lists_the_entry_points_flags():

@@ -11,18 +11,17 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
 from pedrl.eval.mathtutorbench import runner, tasks
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-                      "shared", "data")
+# pedrl's tiny benchmark in MathTutorBench's format (testdata/make_mathtutorbench.py).
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata",
+                    "mathtutorbench")
 
 
 @pytest.fixture(scope="module")
 def instances():
-  if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
-    pytest.skip("../shared/data/mathtutorbench not present")
   out = []
   for task in tasks.TASKS:
-    t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), task)
-    for x in tasks.examples(task, SHARED)[:2]:
+    t = tasks.read_task(os.path.join(DATA, "mathtutorbench"), task)
+    for x in tasks.examples(task, DATA)[:2]:
       out.append(Instance(len(out), task, t.prompt(x)))
   return out
 
@@ -49,8 +48,8 @@ def test_every_method_answers_every_task_on_a_garbage_backbone(method, instances
 def test_agent_policy_fills_bench_records_with_traces(instances, tiny):
   b = backbone.LocalBackbone(tiny, SamplingParams(8), seed=42, truncate_prompts=True)
   policy = bench.AgentPolicy(bench.build("cot", b, CPASettings(rounds=1)))
-  t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "pedagogy_following")
-  xs = tasks.examples("pedagogy_following", SHARED)[:2]
+  t = tasks.read_task(os.path.join(DATA, "mathtutorbench"), "pedagogy_following")
+  xs = tasks.examples("pedagogy_following", DATA)[:2]
   recs = runner.answer("pedagogy_following", t, xs, [0, 1], 0, policy)
   assert [r.trace["variant"] for r in recs] == ["cot", "cot"]
   assert all(r.prediction == r.response for r in recs)

@@ -133,12 +133,33 @@ def test_every_training_variant_has_an_evaluation_twin_with_its_dialogues(config
     assert evaluated == trained, f"{config}.py:{variant} vs evaluate.py:{twin}"
 
 
+def test_a_tutor_prompt_file_is_in_the_protocol_by_its_content(tmp_path):
+  """Shards of one evaluation must agree on the protocol: a prompt file edited at the
+  same path is another protocol (its SHA-1 is recorded beside the path)."""
+  from pedrl.experiments import evaluate
+  prompt = tmp_path / "teacher.txt"
+  prompt.write_text("Help the student with {{ problem }}.\n")
+  c = jobs.config("evaluate", "tiny")
+  c.rollout.tutor_prompt_file = str(prompt)
+  s = settings.read_settings(c, evaluation=True)
+  before = evaluate.protocol(s)
+  assert before["rollout"]["tutor_prompt_file_sha1"] == (
+      "d18a56ee0be2d6cba88e5136e0ec97a1fd836c5f")  # `sha1sum` of the file.
+  prompt.write_text("Tell the student the answer to {{ problem }}.\n")
+  after = evaluate.protocol(s)
+  assert after != before and after["rollout"]["tutor_prompt_file"] == str(prompt)
+  assert "tutor_prompt_file_sha1" not in evaluate.protocol(_settings("tiny"))["rollout"]
+
+
 def test_reasoning_protocol():
   with pytest.raises(ValueError, match="gsm8k needs its data"):
     _settings("reasoning")  # The benchmarks' files are the user's: named, not guessed.
   r = _settings("tiny,reasoning").reasoning  # Paper 003 table 3 and its LightEval sampling.
   assert r.names == ("gsm8k", "math500", "mmlu")
   assert (r.gsm8k_shots, r.mmlu_shots, r.temperature, r.top_p) == (4, 5, 0.6, 0.95)
+  # The reference README's LightEval command: max_new_tokens:8192 (tiny cuts it to 24).
+  paper = jobs.config("evaluate", "reasoning").eval.reasoning
+  assert (paper.max_new_tokens, paper.temperature, paper.top_p) == (8192, 0.6, 0.95)
 
 
 def test_wbeb_protocol():

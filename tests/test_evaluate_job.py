@@ -169,6 +169,18 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
   assert os.path.isabs(config["problems"]["path"]) and os.path.exists(config["problems"]["path"])
   r = _run(tmp_path / "bad", *few, f"--config.tutor.workdir={train}", "--config.tutor.step=7")
   assert r.returncode == 1 and "no checkpoint at step 7; saved steps: [1]" in r.stderr
+  # The run recorded its training problems (the testdata pool's first 4 rows); an evaluation
+  # on problems among them stops with one line before any model loads.
+  pool = "testdata/problems/bigmath_sample.jsonl"
+  recorded = json.loads((train / "train_problems.json").read_text())
+  assert recorded["problems"] == 4 and recorded["sources"] == [os.path.join(jobs.ROOT, pool)]
+  r = _run(tmp_path / "overlap", f"--config.tutor.workdir={train}",
+           f"--config.problems.path={pool}", "--config.problems.split=all",
+           "--config.problems.limit=0")
+  assert r.returncode == 1 and "Traceback" not in r.stderr
+  assert (f"error: 4 of the 25 problems of --config.problems.path={pool} are training problems "
+          f"of {train}") in r.stderr
+  assert not (tmp_path / "overlap" / "shards").exists()
 
 
 def _tutor_endpoint(actions=()):

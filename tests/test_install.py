@@ -1,68 +1,118 @@
-"""pedrl installed from a wheel (`pip install .`, not editable) runs the README's
-commands from any directory: its configs and testdata travel inside the package."""
+"""pedrl installed from its wheel runs the README's commands from any directory, and the
+wheel leaves no file of the package behind.
+
+The wheel is built from an sdist (as `python -m build` and an index would: the sdist
+must carry experiments/ and testdata/ for the wheel to bundle them) and installed into
+a fresh virtual environment that cannot see the clone: no editable install, and the
+commands run with `python -I` (no PYTHONPATH, no current directory on the path) from
+another directory. The environment borrows the dependencies of the one running the
+tests through a .pth file that lists their site-packages directories as plain paths:
+Python adds such a path without running the .pth files inside it, so the editable
+install's finder (`pip install -e .`, as .ci/run does) never loads.
+"""
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
 from tests import jobs
 
+pytestmark = pytest.mark.job
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-  """A directory holding pedrl installed from a wheel built from an sdist of a copy of the
-  source (a build leaves build/ and egg-info behind)."""
-  tmp = tmp_path_factory.mktemp("install")
+def wheel(tmp_path_factory) -> pathlib.Path:
+  """A wheel built from an sdist of a copy of the source (a build leaves build/ and
+  egg-info behind)."""
+  tmp = tmp_path_factory.mktemp("wheel")
   source = tmp / "source"
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
   os.makedirs(source)
   for name in ("pedrl", "experiments", "testdata"):
     shutil.copytree(os.path.join(jobs.ROOT, name), source / name, ignore=ignore)
-  for name in ("setup.py", "README.md", "MANIFEST.in"):
+  for name in ("setup.py", "README.md", "MANIFEST.in", "LICENSE", "CITATION.cff"):
     shutil.copy(os.path.join(jobs.ROOT, name), source / name)
-  # The wheel is built from the sdist, as `python -m build` and an index would: the sdist
-  # must carry experiments/ and testdata/ for the wheel to bundle them.
   sdist = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp / "sdist")],
                          cwd=source, capture_output=True, text=True)
   assert sdist.returncode == 0, sdist.stderr
   (archive,) = (tmp / "sdist").iterdir()
-  wheels, target = tmp / "wheels", tmp / "site"
-  pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-  build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(archive)],
-                         capture_output=True, text=True)
-  if build.returncode and "No matching distribution" in build.stderr:
-    pytest.skip("building a wheel needs setuptools from the package index")
+  # No build isolation: the build uses this environment's setuptools, offline.
+  build = subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check",
+                          "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"),
+                          str(archive)], capture_output=True, text=True)
   assert build.returncode == 0, build.stderr
-  (wheel,) = wheels.iterdir()
-  subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
-  return target
+  (built,) = (tmp / "dist").iterdir()
+  return built
 
 
-def _run(installed, cwd, *args):
-  env = dict(jobs.env(), PYTHONPATH=str(installed))
-  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                        text=True, timeout=900)
+def _dependency_paths() -> list[str]:
+  """The site-packages directories this interpreter imports from (none inside the clone)."""
+  root = os.path.realpath(jobs.ROOT)
+  return [p for p in dict.fromkeys(sys.path)
+          if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)
+          and not os.path.realpath(p).startswith(root + os.sep)]
 
 
-def test_the_installed_package_runs_the_tiny_jobs_from_another_directory(installed, tmp_path):
-  elsewhere = tmp_path / "elsewhere"
-  os.makedirs(elsewhere)
-  where = _run(installed, elsewhere, "-c", "import pedrl, pedrl.paths as p; "
+@pytest.fixture(scope="module")
+def python(wheel, tmp_path_factory) -> str:
+  """The interpreter of a fresh virtual environment holding the wheel, and only it, of pedrl."""
+  env = tmp_path_factory.mktemp("venv")
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+  python = str(env / "bin" / "python")
+  site = subprocess.run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  with open(os.path.join(site, "_borrowed_dependencies.pth"), "w") as f:
+    f.write("\n".join(_dependency_paths()) + "\n")
+  subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", "install",
+                  "--no-deps", "--no-index", "--target", site, str(wheel)], check=True)
+  return python
+
+
+def _run(python, cwd, *args, timeout=600):
+  return subprocess.run([python, "-I", *args], cwd=cwd, env=jobs.env(), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def test_the_wheel_runs_training_evaluation_and_serving_from_another_directory(python, tmp_path):
+  where = _run(python, tmp_path, "-c", "import pedrl, pedrl.paths as p; "
                "print(pedrl.__file__); print(p.repo_root())")
   assert where.returncode == 0, where.stderr
   package, root = where.stdout.split()
-  assert package.startswith(str(installed)), "the test must run the wheel, not the clone"
-  assert root == os.path.join(str(installed), "pedrl", "_bundled")
+  venv = os.path.dirname(os.path.dirname(python))
+  assert package.startswith(venv + os.sep), "the test must run the wheel, not the clone"
+  assert root == os.path.join(os.path.dirname(package), "_bundled")
 
-  uco = _run(installed, elsewhere, "-m", "pedrl.experiments.uco",
-             "--config=experiments/uco.py:tiny", "--config.rl.steps=1", "--workdir=uco")
+  uco = _run(python, tmp_path, "-m", "pedrl.experiments.uco", "--config=experiments/uco.py:tiny",
+             "--config.rl.steps=1", "--workdir=uco")
   assert uco.returncode == 0, uco.stderr[-3000:]
   assert "step=1" in uco.stdout
-  learning = _run(installed, elsewhere, "-m", "pedrl.bench.learning", "--steps=1", "--window=1",
-                  "--workdir=learning")
-  assert learning.returncode == 0, learning.stderr[-3000:]
-  assert "improvement=" in learning.stdout
-  # The config's testdata paths were resolved into the installed package.
-  with open(elsewhere / "uco" / "config.json") as f:
-    assert os.path.join(str(installed), "pedrl", "_bundled", "testdata") in f.read()
+  with open(tmp_path / "uco" / "config.json") as f:  # Its testdata paths: the bundled ones.
+    assert os.path.join(root, "testdata") in f.read()
+
+  evaluation = _run(python, tmp_path, "-m", "pedrl.experiments.evaluate",
+                    "--config=experiments/evaluate.py:tiny", "--config.problems.limit=2",
+                    "--workdir=eval")
+  assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+  assert (tmp_path / "eval" / "metrics.json").is_file()
+
+  serve = _run(python, tmp_path, "-m", "pedrl.serve", "--help", timeout=300)
+  assert "Traceback" not in serve.stderr, serve.stderr[-3000:]  # absl's --help exits 1.
+  assert "--model" in serve.stdout and "--port" in serve.stdout
+
+
+def test_the_wheel_holds_every_file_of_the_package(wheel):
+  """Every module and data file under pedrl/ in the repository (a directory without
+  __init__.py would be left out by find_packages, silently)."""
+  with zipfile.ZipFile(wheel) as z:
+    inside = set(z.namelist())
+  package = pathlib.Path(jobs.ROOT) / "pedrl"
+  files = {str(p.relative_to(jobs.ROOT)) for p in package.rglob("*")
+           if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+  assert any(f.endswith(".py") for f in files) and any(f.endswith(".jinja") for f in files)
+  assert sorted(files - inside) == []
+  for name in ("experiments/uco.py", "testdata/models/qwen2/config.json"):
+    assert f"pedrl/_bundled/{name}" in inside

@@ -19,7 +19,8 @@ from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
 from pedrl.rewards import backends
 from pedrl.tokenizer import load_tokenizer
 
-SHARED = os.path.join(jobs.ROOT, "..", "shared", "data")
+# pedrl's tiny benchmark (testdata/make_mathtutorbench.py): the tiny config's task files and data.
+DATA = os.path.join(jobs.ROOT, "testdata", "mathtutorbench")
 GENERATION_KEYS = {"problem", "reference_solution", "dialog_history", "dialog_formatted",
                    "ground_truth_response", "generated_teacher_utterance"}
 
@@ -31,15 +32,12 @@ def _run(workdir, *more):
                         timeout=600)
 
 
-@pytest.fixture
-def shared():
-  if not os.path.isdir(os.path.join(SHARED, "mathtutorbench", "configs")):
-    pytest.skip("../shared/data/mathtutorbench not present")
-
-
-def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path, shared):
+def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
   r = _run(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
+  config = json.loads((tmp_path / "config.json").read_text())  # From a clone: its testdata.
+  assert (config["benchmark_dir"], config["data_dir"]) == (
+      os.path.join(DATA, "mathtutorbench"), DATA)
   results = json.loads((tmp_path / "results.json").read_text())
   assert set(results) == set(tasks.TASKS)
   for task, m in results.items():
@@ -55,6 +53,9 @@ def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path, shared):
       assert gens[0]["ground_truth_response"]["user"] == "Teacher"
   assert "f1" in results["solution_correctness"] and "bleu" in results["socratic_questioning"]
   assert "| Problem solving |" in r.stdout
+  # One short line per task in the log (results.json has every metric).
+  lines = [x for x in r.stderr.splitlines() if any(f" {t}: " in x for t in tasks.TASKS)]
+  assert len(lines) == 9 and all(len(x) < 100 and "{" not in x for x in lines), lines
   # BVR beside the nine numbers, for a plain model too: per task, and in the table.
   assert all(0 <= m["bvr"] <= 1 and "violations/states_answer" in m for m in results.values())
   head, _, row = (tmp_path / "results.md").read_text().splitlines()
@@ -97,7 +98,7 @@ def _write(tmp_path, text):
   return path
 
 
-def test_bad_inputs_stop_before_loading(tmp_path, shared):
+def test_bad_inputs_stop_before_loading(tmp_path):
   for args, message in (
       ((f"--config.benchmark_dir={tmp_path}",), "must be a MathTutorBench checkout"),
       ((f"--config.data_dir={tmp_path}",), "does not exist: task problem_solving reads its data"),
@@ -107,6 +108,16 @@ def test_bad_inputs_stop_before_loading(tmp_path, shared):
     assert r.returncode == 1 and message in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()  # Stopped before writing or loading anything.
+
+
+def test_a_tasks_summary_is_its_leaderboard_number_in_one_line():
+  m = {"accuracy_strict-match": 0.25, "accuracy_flexible-extract": 0.25, "examples": 4,
+       "prompts_cut": 0, "seconds": 1.234, "examples_per_s": 3.24}
+  assert results.summary("problem_solving", m) == (
+      "problem_solving: accuracy_strict-match 25.0% (4 examples, 1.2 s)")
+  assert results.summary("pedagogy_following_hard", {"match": 0.5, "examples": 2,
+                                                     "prompts_cut": 2}) == (
+      "pedagogy_following_hard: win_rate – (2 examples, 2 prompts cut)")  # No Ped-RM.
 
 
 def test_batches_never_span_a_task():
@@ -126,12 +137,12 @@ class _RM:
             for c in chats]
 
 
-def test_any_policy_answers_and_is_scored(shared):
+def test_any_policy_answers_and_is_scored():
   """A policy is any callable; records carry the parse and the Ped-RM pair, and the
   metrics come from the records alone."""
-  data = SHARED
+  data = DATA
   ps = tasks.examples("problem_solving", data)[:3]
-  t = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "problem_solving")
+  t = tasks.read_task(os.path.join(DATA, "mathtutorbench"), "problem_solving")
   asked = []
 
   def policy(prompts, stop, uids):
@@ -144,7 +155,7 @@ def test_any_policy_answers_and_is_scored(shared):
   assert [r.prediction for r in recs] == [t.target(x) for x in ps]
   bridge = [dict(x, ground_truth_response={"user": "Teacher", "text": "human says hi"})
             for x in tasks.examples("scaffolding_generation", data)[:3]]
-  tb = tasks.read_task(os.path.join(SHARED, "mathtutorbench"), "scaffolding_generation")
+  tb = tasks.read_task(os.path.join(DATA, "mathtutorbench"), "scaffolding_generation")
   replies = ["short", "a reply of 21 letters", "what is twelve minus 3?"]
   recs += runner.answer("scaffolding_generation", tb, bridge, [0, 1, 2], 2,
                         lambda p, s, u: (replies, [False] * 3), _RM())
@@ -198,7 +209,7 @@ def _endpoint_job(workdir, url, *more):
       cwd=jobs.ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path, shared):
+def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path):
   # The reply depends on the prompt only, ignores the stop strings (cut client-side).
   server = ChatServer([], reply=lambda body: (
       f" Step {len(body.get('prompt', '')) % 4}. Is it {len(body.get('prompt', '')) % 9}?"

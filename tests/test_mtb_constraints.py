@@ -96,7 +96,7 @@ def test_rates():
       "bvr": 4 / 6, "bvr/problem_solving": 1 / 2, "bvr/scaffolding_generation": 2 / 3,
       "bvr/pedagogy_following": 1.0, "violations/empty": 1, "violations/states_answer": 1,
       "violations/several_questions": 0, "violations/too_long": 2,
-      "violations/unparsable": 1, "checked": 6}
+      "violations/unparsable": 1, "checked": 6, "broken": 4}
   assert constraints.rates([])["checked"] == 0
 
 
@@ -147,6 +147,9 @@ def test_every_tutors_results_carry_bvr_beside_the_nine_numbers():
   assert got["pedagogy_following_hard"]["bvr"] == 1.0
   assert got["pedagogy_following_hard"]["violations/several_questions"] == 1
   assert got["scaffolding_generation_hard"]["bvr"] == 0.0
+  assert {t: m["broken"] for t, m in got.items()} == {  # The counts BVR pools.
+      "problem_solving": 1, "scaffolding_generation": 2, "pedagogy_following_hard": 1,
+      "scaffolding_generation_hard": 0}
   # All tasks: 4 of 7 replies break a rule (57.1 %); the hard splits: 1 of 2 (50.0 %).
   assert results.pooled_bvr(got) == pytest.approx(4 / 7)
   assert results.pooled_bvr(got, results.HARD) == 0.5

@@ -95,35 +95,69 @@ def _published(**kw):
 
 
 def test_published_split_is_read_as_given(tmp_path):
-  # 501 rows: a duplicate, a row the paper's filter would drop, a non-numeric answer; the
-  # first 500 come back in file order, none dropped, none moved.
+  # 500 rows: a row the paper's filter would drop, a non-numeric answer; all come back in
+  # file order, none dropped, none moved.
   rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1), "source": "orca_math",
            "domain": ["Mathematics -> Arithmetic"], "llama8b_solve_rate": 0.2}
           for i in range(501)]
   rows[3] = dict(rows[3], llama8b_solve_rate=0.9)  # Outside [0.01, 0.60].
   rows[7] = dict(rows[7], answer="(2, 5)")  # Not a single number.
-  rows[9] = rows[8]  # The same problem twice.
-  path = tmp_path / "test.jsonl"
-  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  got, report = P.load(_published(path=str(path)))
+  def write(name, some):
+    (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in some))
+    return str(tmp_path / name)
+
+  got, report = P.load(_published(path=write("test.jsonl", rows[:500])))
   assert [p.problem for p in got] == [r["problem"] for r in rows[:500]]
-  assert got[3].solve_rate == 0.9 and got[7].answer == "(2, 5)" and got[9] == got[8]
-  assert report.rows == 501 and not report.skipped
-  # Not the released split's shape: fewer rows, a row without its fields. One line, the file.
-  short = tmp_path / "short.jsonl"
-  short.write_text("".join(json.dumps(r) + "\n" for r in rows[:499]))
-  with pytest.raises(P.DataError, match=r"short.jsonl: 499 rows, but the published test split "
-                                        r"has 500"):
-    P.load(_published(path=str(short)))
-  bare = tmp_path / "bare.jsonl"
-  bare.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}) + "\n")
+  assert got[3].solve_rate == 0.9 and got[7].answer == "(2, 5)"
+  assert report.rows == 500 and not report.skipped
+  # Not the released split's shape: fewer or more rows (the first 500 of a longer file
+  # would pass for the test split: rd211's train split has 10,000), a row without its
+  # fields, a problem twice (found at load, not when the evaluation merges its records).
+  # One line, the file.
+  for name, some in (("short.jsonl", rows[:499]), ("long.jsonl", rows)):
+    with pytest.raises(P.DataError, match=rf"{name}: {len(some)} rows, but the published test "
+                                          r"split has 500 \(problems.n_test\)"):
+      P.load(_published(path=write(name, some)))
+  twice = rows[:500]
+  twice[9] = twice[8]
+  with pytest.raises(P.DataError, match=r"twice.jsonl: row 10 repeats row 9's problem \(id "
+                                        rf"{P.problem_id(rows[8]['problem'])}\)"):
+    P.load(_published(path=write("twice.jsonl", twice)))
   with pytest.raises(P.DataError, match=r"bare.jsonl: row 1: not a row of the published split "
                                         r"\(no source, domain, llama8b_solve_rate"):
-    P.load(_published(path=str(bare)))
+    P.load(_published(path=write("bare.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}])))
+
+
+def test_published_train_split_is_the_file_as_given(tmp_path):
+  """The released training split (rd211's `train`): every row, in order, duplicates and rows
+  the filter would drop included, nothing held out (pedrl's `train` split of the same file
+  would hold out n_test of them and de-duplicate)."""
+  rows = [{"problem": f"What is {i} + 2?", "answer": str(i + 2), "source": "orca_math",
+           "domain": ["Mathematics -> Arithmetic"], "llama8b_solve_rate": 0.3}
+          for i in range(12)]
+  rows[2] = dict(rows[2], llama8b_solve_rate=0.95)  # Outside [0.01, 0.60].
+  rows[5] = rows[4]  # The same problem twice.
+  path = tmp_path / "train.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  given = dict(path=str(path), split="published_train", filter=False, on_error="fatal")
+  got, report = P.load(P.ProblemSettings(**given), seed=3)
+  assert [p.problem for p in got] == [r["problem"] for r in rows]
+  assert report.rows == 12 and not report.skipped
+  assert [p.problem for p in P.load(P.ProblemSettings(**given, limit=3))[0]] == [
+      r["problem"] for r in rows[:3]]
+  own, _ = P.load(P.ProblemSettings(path=str(path), split="train", n_test=4), seed=3)
+  assert len(own) == 6  # 12 rows, one twice, one filtered out, 4 held out.
+  with pytest.raises(ValueError, match="split='published_train' reads a released split as "
+                                       "given: it needs format='bigmath', filter=False"):
+    P.ProblemSettings(path=str(path), split="published_train")
+  path.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}) + "\n")
+  with pytest.raises(P.DataError, match="train.jsonl: row 1: not a row of the published split"):
+    P.load(P.ProblemSettings(**given))
 
 
 def test_published_split_settings_refuse_what_they_would_ignore():
-  with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
+  with pytest.raises(ValueError, match="split='published' reads a released split as given: it "
+                                       "needs format='bigmath', filter=False and on_error"):
     _published(filter=True)
   with pytest.raises(ValueError, match="needs format='bigmath', filter=False and on_error"):
     _published(on_error="skip")
@@ -137,7 +171,8 @@ def test_testdata_sample_is_in_the_published_format():
   assert all(set(r) == set(P.PUBLISHED_FIELDS) for r in rows)
   assert [p.problem for p in got] == [r["problem"] for r in rows]
   assert P.paper_filter(got) == got  # Rows of a filtered split: the filter keeps them all.
-  assert [p.problem for p in P.load(_published(n_test=4))[0]] == [r["problem"] for r in rows[:4]]
+  assert [p.problem for p in P.load(_published(n_test=len(rows), limit=4))[0]] == [
+      r["problem"] for r in rows[:4]]
 
 
 def test_an_evaluation_splits_a_pool_as_its_training_run_did():

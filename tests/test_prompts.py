@@ -72,6 +72,11 @@ def test_a_tutor_prompt_file_replaces_the_papers_prompt(tmp_path):
                rollout=0)
   s = rollout.RolloutSettings(tutor_prompt_file=str(path), thinking=False)
   assert rollout.tutor_system_prompt(s, d) == "Help a student.\nProblem: What is 2 + 3?"
+  # include_thinking is the reference's generation_cfg.use_thinking (src/classroom.py: the
+  # teacher prompt's render), pedrl's rollout.thinking: on without forcing, it is on.
+  thinks = rollout.RolloutSettings(tutor_prompt_file=str(path), thinking=True)
+  assert rollout.tutor_system_prompt(thinks, d) == (
+      "Help a student. Think first.\nProblem: What is 2 + 3?")
   with pytest.raises(ValueError, match="tutor_prompt_file '/nowhere.txt' does not exist"):
     rollout.RolloutSettings(tutor_prompt_file="/nowhere.txt")
   path.write_text("{{ grade }}")

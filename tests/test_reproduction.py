@@ -42,6 +42,14 @@ def _read(job, variant):
   if job == "analyze":
     from pedrl.experiments import analyze
     return analyze.read(c)
+  if job == "baselines":  # The baseline data job's config.
+    from pedrl.experiments import baseline_data
+    return baseline_data.read(c)
+  if job in ("sft", "mdpo"):  # The offline jobs' configs.
+    from pedrl.rl import dpo, offline_data, sft
+    return settings.read_offline_settings(c, *{"sft": (sft.SFTObjective,
+                                                       offline_data.SequenceSettings),
+                                               "mdpo": (dpo.DPOObjective,)}[job])
   if job in ("mathtutorbench", "cpa"):  # Their jobs read their own sections.
     from pedrl.experiments import cpa, mathtutorbench
     return {"mathtutorbench": mathtutorbench, "cpa": cpa}[job].read(c)

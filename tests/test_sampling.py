@@ -1,4 +1,6 @@
 """The sampler and scorer: transformers' greedy tokens, multi-turn cache reuse, one log-prob path."""
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -276,3 +278,20 @@ def test_a_cache_grown_between_turns_equals_one_allocated_whole(testdata):
   end = int(grown.end)
   packed, room = sampler.make_room(grown, grown.size - end + 1, limit=grown.size)
   assert packed.size == 96 and int(packed.end) < end and room == 96 - int(packed.end)
+
+
+def test_compilations_count_getting_a_program_not_running_it():
+  """What a throughput leaves out: a new program's tracing and compiling, none of its
+  later calls."""
+  import jax
+  from pedrl.engine import compiler
+  f = jax.jit(lambda x: jnp.tanh(x) * 3.0 + x.sum())
+  x = jnp.ones((7, 5))
+  start = time.perf_counter()
+  with compiler.compilations() as first:
+    f(x).block_until_ready()
+  wall = time.perf_counter() - start
+  with compiler.compilations() as again:
+    f(x).block_until_ready()
+  assert len(first) == 3 and 0 < sum(first) <= wall  # Traced, lowered, compiled: disjoint.
+  assert again == []

@@ -12,6 +12,8 @@ from lm_eval import tasks as lm_tasks
 from test_serve import MODEL, NAME
 from pedrl.serve import server
 
+pytestmark = pytest.mark.job
+
 ROWS = [
     {"question": "2 + 2 =", "choices": [" 4", " 5", " 22"], "answer": 0},
     {"question": "The capital of France is", "choices": [" Paris", " Rome"], "answer": 0},
@@ -51,7 +53,8 @@ def test_local_completions_runs_loglikelihood_and_generate_until(tmp_path, monke
   data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
   for name, body in (("pedrl_choice", CHOICE), ("pedrl_generate", GENERATE)):
     (tmp_path / f"{name}.yaml").write_text(TASK.format(name=name, data=data) + body.format())
-  app, batcher = server.build(MODEL, served_name=NAME)
+  app, scheduler = server.build(MODEL, served_name=NAME,
+                                options=server.Options(max_num_seqs=4, warmup=False))
   url, stop = server.start(app)
   try:
     out = lm_eval.simple_evaluate(
@@ -70,4 +73,4 @@ def test_local_completions_runs_loglikelihood_and_generate_until(tmp_path, monke
   assert len(lls) == sum(len(r["choices"]) for r in ROWS)
   assert all(math.isfinite(float(x)) and float(x) < 0 for x in lls)
   assert len(out["samples"]["pedrl_generate"]) == len(ROWS)
-  assert batcher.engine.calls > 0
+  assert scheduler.metrics.registry.get_sample_value("pedrl_generation_tokens_total") > 0

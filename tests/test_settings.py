@@ -27,8 +27,8 @@ def _variants(module) -> list[str]:
       out.append(name)
     elif isinstance(kind, tuple):
       out += [f"{name}={choice}" for choice in kind]
-    else:
-      out.append(f"{name}={kind(1)}")
+    else:  # A value every numeric variant accepts (GRPO needs rollouts >= 2).
+      out.append(f"{name}={kind(4) if kind is int else kind(1)}")
   return out
 
 

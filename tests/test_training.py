@@ -1,6 +1,7 @@
 """GRPO training end to end on the testdata models: outputs, SIGKILL + resume, bad input."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -47,7 +48,9 @@ def test_a_tiny_run_is_quiet_at_the_default_verbosity(straight):
   err = (straight.parent / "straight_stderr.txt").read_text()
   assert "Unable to initialize backend" not in err and "/orbax/" not in err
   assert "orbax" not in err.lower() and "HTTP Request" not in err
-  assert "rows loaded" in err
+  assert err.count("rows loaded") == 1  # Said once, by the problems' loader.
+  lines = [x.split("\r")[-1] for x in err.splitlines() if x.strip()]
+  assert not [x for x in lines if re.match(r"[IWE]\d{4} ", x)]  # Short lines, not absl's.
 
 
 def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_path):
@@ -62,6 +65,7 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
   assert ref[0]["first_pass_ratio"] == pytest.approx(1.0, abs=1e-4)
   for key in ("reward/total", "reward/pedagogy", "kl", "clip_fraction", "advantage/std",
               "seconds/rollout", "seconds/rewards", "seconds/update", "tokens_per_second",
+              "seconds/tutor_compile",
               "signal/zero_spread_groups"):
     assert key in ref[0]
   assert [m["lr"] for m in ref] == [1e-4] * 3  # The tiny configs' constant rl.lr.
@@ -224,9 +228,9 @@ def test_samples_show_different_problems_with_rewards_verdicts_and_attempts(stra
     for d in records:
       if d.step == step and f"## problem {d.problem_id}, rollout {d.rollout}," in text:
         assert f"Reference answer: {d.answer}" in text
-        assert f"Reward {d.rewards.total:+.3f} (r_sol {d.rewards.components['r_sol']:+.3f}, " \
-               f"pedagogy {d.rewards.components['pedagogy']:+.3f}, template " in text
-    assert text.count("; components unweighted); advantage ") == 2
+        assert f"Reward {d.rewards.total:+.3f} = r_sol {d.rewards.components['r_sol']:+.3f} " \
+               f"pedagogy {d.rewards.components['pedagogy']:+.3f} template " in text
+    assert text.count("; advantage ") == 2
     assert text.count("Judges: leakage ") == 2 and text.count("Solve attempts after") == 2
     assert text.count("] Teacher (") >= 2 and text.count("] Student (") >= 2
 

@@ -3,6 +3,8 @@ the signal warnings, dialogue records kept across a restart, the learning rate p
 (test_training checks the same on a real tiny run's workdir.)"""
 import json
 import logging
+import re
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,8 @@ import pytest
 from pedrl.env import dialogue
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Rewards, TurnScore, Verdict
 from pedrl.experiments import metrics as metrics_lib, samples
-from pedrl.rl import batch as batch_lib, trainer, update
+from pedrl.rewards import assemble
+from pedrl.rl import batch as batch_lib, loop, trainer, update
 
 
 def _record(uid=0, step=1, problem_id="p7", **fields):
@@ -38,14 +41,17 @@ def _record(uid=0, step=1, problem_id="p7", **fields):
                       total=-0.205), **fields)
 
 
+SOFT = assemble.RewardSettings(components="r_sol:1,pedagogy:1,thinking:1")
+
+
 def test_a_sample_shows_problem_thinking_verdicts_attempts_components_and_advantage():
-  text = samples.describe(_record(), advantage=-0.70710678)
+  text = samples.describe(_record(), SOFT, advantage=-0.70710678)
   lines = text.splitlines()
   assert lines[0] == "## problem p7, rollout 1 (uid 0), guided, step 1"
   assert "Problem: Ana has 3 apples and buys 4 more. How many now?" in lines
   assert "Reference answer: 7" in lines
-  assert ("Reward -0.205 (r_sol +0.500, pedagogy -0.750, thinking +0.045; components "
-          "unweighted); advantage -0.707") in lines
+  assert ("Reward -0.205 = r_sol +0.500 pedagogy -0.750 thinking +0.045; advantage -0.707"
+          in lines)
   judges = next(line for line in lines if line.startswith("Judges:"))
   assert "leakage OK OK; helpfulness REJECT* OK; thinking 0.75 -> r_ped 0, r_think 0.75" in judges
   assert "filled in by rewards.on_judge_failure" in judges
@@ -72,10 +78,29 @@ def test_a_sample_without_thinking_or_rewards_says_so():
   d.rewards, d.judgement, d.post_answers, d.post_correct, d.r_sol = None, None, [], [], None
   for m in d.messages:
     m.thinking = ""
-  text = samples.describe(d, advantage=None)
+  text = samples.describe(d, SOFT, advantage=None)
   assert "Reward: none (dropped by the judge failure policy); advantage none" in text
   assert "Judges: not judged" in text and "Solve attempts after the dialogue: none" in text
   assert "Tutor thinking: none" in text and "  thinking:" not in text
+
+
+@pytest.mark.parametrize("settings, line", [
+    # The hard variant (paper 003): the rejected dialogue's −λ is a term of its own.
+    (assemble.RewardSettings(components="r_sol:1,pedagogy:1,thinking:1", hard=True, lam=1.0),
+     "Reward -1.000 = r_sol +0.000 pedagogy +0.000 thinking +0.000 hard_penalty -1.000"),
+    # Weights other than 1: the weighted value, and what it weighs.
+    (assemble.RewardSettings(components="r_sol:2,pedagogy:0.5"),
+     "Reward +0.625 = r_sol +1.000 (2 × +0.500) pedagogy -0.375 (0.5 × -0.750)"),
+])
+def test_a_samples_reward_terms_add_up_to_its_total(settings, line):
+  d = _record()
+  d.rewards = None
+  assemble.assign([d], settings)  # The trainer's rewards for the judged, solved dialogue.
+  shown = next(x for x in samples.describe(d, settings).splitlines() if x.startswith("Reward"))
+  assert shown.startswith(line), shown
+  head, terms = shown.split("; advantage")[0].split(" = ")
+  values = [float(x) for x in re.findall(r"[a-z_]+ ([+-]\d+\.\d+)", terms)]
+  assert sum(values) == pytest.approx(float(head.split()[1])) == pytest.approx(d.rewards.total)
 
 
 def test_samples_are_spread_over_different_problems():
@@ -111,27 +136,36 @@ def _row(**overrides):
 
 def test_a_step_without_signal_logs_a_warning_naming_numbers_and_field(caplog):
   s = trainer.TrainSettings()
+  warn = trainer.SignalWarnings(s)
   with caplog.at_level(logging.WARNING):
-    assert trainer.warn_on_signal(4, _row(), s) == []
+    assert warn(4, _row()) == {}
   assert not caplog.records
   with caplog.at_level(logging.WARNING):
-    found = trainer.warn_on_signal(5, _row(**{"signal/zero_spread_groups": 0.75}), s)
-  assert len(found) == 1 and len(caplog.records) == 1
+    found = warn(5, _row(**{"signal/zero_spread_groups": 0.75}))
+  assert list(found) == ["zero_spread"] and len(caplog.records) == 1
   message = caplog.records[0].getMessage()
   assert caplog.records[0].levelno == logging.WARNING
-  assert message.startswith("step 5: 75% of groups have zero reward spread")
-  assert "rl.warn_zero_spread=0.5" in message
+  assert message == ("step 5: 75% of groups have no reward spread (rl.warn_zero_spread=0.5): "
+                     "only the KL term moves them (not repeated while it lasts)")
   caplog.clear()
-  with caplog.at_level(logging.WARNING):
-    trainer.warn_on_signal(6, _row(kl=2.5, sampler_trainer_logp_diff=0.03), s)
+  with caplog.at_level(logging.WARNING):  # Still low: not logged again; KL and the gap are new.
+    warn(6, _row(kl=2.5, sampler_trainer_logp_diff=0.03, **{"signal/zero_spread_groups": 0.75}))
   messages = [r.getMessage() for r in caplog.records]
-  assert len(messages) == 2
+  assert len(messages) == 2 and all(len(m) < 130 for m in messages), messages
   assert "KL to the reference 2.5 per token" in messages[0] and "rl.warn_kl=1" in messages[0]
   assert "sampler_trainer_logp_diff 0.03" in messages[1]
   assert "rl.warn_logp_diff=0.01" in messages[1]
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):  # Gone for a step, then back: logged again.
+    warn(7, _row())
+    warn(8, _row(**{"signal/zero_spread_groups": 1.0}))
+  assert [r.getMessage()[:20] for r in caplog.records] == ["step 8: 100% of grou"]
+  assert warn.summary(5) == ("learning-signal warnings: kl on 1 of 5 steps, logp_diff on 1 of 5 "
+                             "steps, zero_spread on 3 of 5 steps")
+  assert trainer.SignalWarnings(s).summary(3) is None  # Nothing lasted: nothing to add.
   # The bounds are settings: a share of 1 never warns.
   assert trainer.signal_warnings(_row(**{"signal/zero_spread_groups": 1.0}),
-                                 trainer.TrainSettings(warn_zero_spread=1.0)) == []
+                                 trainer.TrainSettings(warn_zero_spread=1.0)) == {}
   with pytest.raises(ValueError, match="warn_zero_spread"):
     trainer.TrainSettings(warn_zero_spread=1.5)
   with pytest.raises(ValueError, match="warn_kl"):
@@ -147,7 +181,8 @@ class _Writer:
   def write(self, step, metrics):
     self.rows.append(step)
 
-  def samples(self, step, dialogues, advantages):
+  def samples(self, step, dialogues, advantages, reward_settings):
+    assert reward_settings is SOFT
     self.sampled.append((step, [d.problem_id for d in dialogues], advantages))
 
   def dialogues(self, dialogues):
@@ -159,6 +194,8 @@ def test_record_writes_samples_of_different_problems_records_and_warnings(caplog
   run.s = trainer.TrainSettings(batch_problems=3, group_size=2, samples_every=2,
                                 samples_dialogues=2, dialogues_every=3)
   run.writer = _Writer()
+  run.signal_warnings = trainer.SignalWarnings(run.s)
+  run.rewards = types.SimpleNamespace(settings=SOFT)
   dialogues = [_record(uid=i, problem_id=f"p{i // 2}") for i in range(6)]
   advantages = [0.5, -0.5, 0.0, 0.0, None, None]
   with caplog.at_level(logging.WARNING):
@@ -169,8 +206,9 @@ def test_record_writes_samples_of_different_problems_records_and_warnings(caplog
   assert run.writer.rows == [1, 2, 3]
   assert run.writer.sampled == [(1, ["p0", "p2"], [0.5, None]), (2, ["p0", "p2"], [0.5, None])]
   assert run.writer.kept == [6, 6]  # Steps 1 and 3.
+  # Low on all three steps: logged on the first.
   assert [r.getMessage()[:len("step 1: 67% of groups")] for r in caplog.records] == [
-      f"step {s}: 67% of groups" for s in (1, 2, 3)]
+      "step 1: 67% of groups"]
 
 
 def test_dialogue_records_of_steps_after_a_restore_are_dropped(tmp_path):
@@ -218,4 +256,4 @@ def test_the_learning_rate_of_a_step_follows_the_applied_updates():
   assert run.step_lr([skipped]) == 0.0
   run.lr_schedule = None
   assert run.step_lr([ok]) is None
-  assert trainer.applied_updates(state) == 3
+  assert loop.applied_updates(state) == 3

@@ -1,121 +1,127 @@
-r"""pedrl's OpenAI-compatible server: concurrent clients against one-at-a-time, and
-transformers' `generate` on the same model and requests, one process.
+r"""pedrl's OpenAI-compatible server under mixed concurrent traffic.
 
-  python -m pedrl.bench.serve                       # 32 requests, ~26M random Qwen2, CPU
-  python -m pedrl.bench.serve --requests=8 --size=tiny
+  python -m pedrl.bench.serve                          # testdata Qwen2, 50 and 200 clients
+  python -m pedrl.bench.serve --model=/models/Qwen2.5-0.5B-Instruct --concurrency=16,64
 
-A random Qwen2 model (bench.rollout's, fp32, its end-of-sequence row zeroed so
-that no row stops early) is served by `pedrl.serve` on a local port. The same
---requests completions (random --prompt_tokens-token prompts, --new_tokens each,
-temperature 1, top-k 50, one seed per request) are sent three ways:
+The server (`pedrl.serve`, in this process, warmed up first) gets --rounds rounds of
+N requests sent at once for each N in --concurrency, from one asyncio client. The
+mix, one seeded draw per request: max_tokens 1-64, temperature 0 or 1, n 1-4, no
+stop / a newline / "." and "?"; every prompt opens with the same tutor system prompt
+(about 80 tokens) and ends with its own problem, so prefix caching has a shared
+opening to reuse. Each row of the table is one round:
 
-- pedrl_concurrent: all at once from as many client threads (the server gathers
-  them into a few engine calls);
-- pedrl_sequential: one after another;
-- transformers: `generate` per request, one after another, on the same weights.
+  clients     requests sent at once
+  req/s tok/s requests and sampled tokens per second of wall time
+  p50 p95 p99 request latency percentiles, seconds
+  errors      requests that got no 200
+  compiled    programs JAX compiled during the round (0: the warm-up covered them)
+  cached      prompt tokens read from a row's cached opening, % of all prompt tokens
 
-Each way runs once untimed (compiling), then --repeats times; the best is
-reported. The last line is `serve_batching_speedup=`: concurrent over
-sequential tokens per second.
+With --prefix_caching=both (the default) every round runs on a server with prefix
+caching and on one without.
 """
-import concurrent.futures
-import logging
+import asyncio
 import os
-import tempfile
 import time
 
 from absl import flags
 import numpy as np
 
-from pedrl import cli
-from pedrl.bench import rollout as bench_rollout  # Also defines --size and --repeats.
+from pedrl import cli, paths
+from pedrl.serve import metrics as metrics_lib, server
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("requests", 32, "Completions per measurement.")
-flags.DEFINE_integer("prompt_tokens", 64, "Tokens per prompt.")
-flags.DEFINE_integer("new_tokens", 64, "Tokens sampled per request.")
-flags.DEFINE_bool("transformers", True, "Also time transformers' generate.")
+flags.DEFINE_string("model", "testdata/models/qwen2", "A checkpoint directory to serve.")
+flags.DEFINE_list("concurrency", ["50", "200"], "Requests sent at once, one measurement each.")
+flags.DEFINE_integer("rounds", 3, "Rounds per concurrency (each a new draw of the mix).")
+flags.DEFINE_enum("prefix_caching", "both", ["on", "off", "both"], "Server setting(s) to run.")
+flags.DEFINE_integer("max_num_seqs", 32, "The server's rows.")
+flags.DEFINE_integer("max_model_len", None, "The server's sequence limit (default: the context).")
+
+SYSTEM = ("You are a patient math tutor. Guide the student with one question at a time, "
+          "never give the final answer away, and check each step the student makes before "
+          "moving on. Keep every reply short and kind.\n")
+STOPS = [None, ["\n"], [".", "?"]]
 
 
-def serve(path: str):
-  """(base URL, batcher, stop) of a pedrl server for `path` on a free local port."""
-  from pedrl.serve import server
-  api, batcher = server.build(path, served_name="bench", window_s=0.02, max_rows=FLAGS.requests)
+def mix(rng: np.random.Generator, n: int, name: str) -> list[dict]:
+  """n request bodies of the mix above."""
+  return [{"model": name, "prompt": f"{SYSTEM}Problem {int(rng.integers(1e6))}: what is "
+           f"{int(rng.integers(100))} + {int(rng.integers(100))}?\nTutor:",
+           "max_tokens": int(rng.integers(1, 65)), "temperature": int(rng.integers(2)),
+           "n": int(rng.integers(1, 5)), "stop": STOPS[int(rng.integers(3))],
+           "seed": int(rng.integers(1 << 31))} for _ in range(n)]
+
+
+async def send_all(url: str, bodies: list[dict]) -> list[tuple[float, int, bool]]:
+  """(latency s, sampled tokens, ok) per request, all sent at once from one asyncio
+  client (lighter on the CPU the server shares than a thread per request)."""
+  import openai
+  client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0, timeout=600)
+
+  async def one(body):
+    start = time.perf_counter()
+    try:
+      r = await client.completions.create(**body)
+    except openai.APIError:
+      return time.perf_counter() - start, 0, False
+    return time.perf_counter() - start, r.usage.completion_tokens, True
+
+  try:
+    return await asyncio.gather(*(one(b) for b in bodies))
+  finally:
+    await client.close()
+
+
+def measure(model: str, prefix_caching: bool, rng) -> list[dict]:
+  options = server.Options(max_num_seqs=FLAGS.max_num_seqs, max_model_len=FLAGS.max_model_len,
+                           max_queue=4096, prefix_caching=prefix_caching)
+  api, scheduler = server.build(model, served_name="bench", options=options, access_log=False)
   url, stop = server.start(api)
-  return url, batcher, stop
+  rows = []
+  try:
+    for clients in map(int, FLAGS.concurrency):
+      for _ in range(FLAGS.rounds):
+        bodies = mix(rng, clients, "bench")
+        sample = lambda name: scheduler.metrics.registry.get_sample_value(name) or 0.0
+        before = (metrics_lib.programs_compiled(), sample("pedrl_prompt_tokens_total"),
+                  sample("pedrl_prefix_cached_tokens_total"))
+        start = time.perf_counter()
+        results = asyncio.run(send_all(url, bodies))
+        wall = time.perf_counter() - start
+        latency = np.array([r[0] for r in results])
+        prompt = sample("pedrl_prompt_tokens_total") - before[1]
+        rows.append(dict(
+            prefix="on" if prefix_caching else "off", clients=clients,
+            req_s=clients / wall, tok_s=sum(r[1] for r in results) / wall,
+            p50=np.percentile(latency, 50), p95=np.percentile(latency, 95),
+            p99=np.percentile(latency, 99), errors=sum(not r[2] for r in results),
+            compiled=metrics_lib.programs_compiled() - before[0],
+            cached=100 * (sample("pedrl_prefix_cached_tokens_total") - before[2]) / max(prompt, 1)))
+  finally:
+    stop()
+  return rows
 
 
 def main(argv):
   del argv
-  for name in ("httpx", "httpx2"):  # One INFO line per request otherwise.
-    logging.getLogger(name).setLevel(logging.WARNING)
-  import openai
-  import torch
-  import transformers
+  import jax
+  model = paths.resolve(FLAGS.model, paths.repo_root())  # testdata/… from any directory.
+  settings = {"on": [True], "off": [False], "both": [True, False]}[FLAGS.prefix_caching]
   rng = np.random.default_rng(0)
-  with tempfile.TemporaryDirectory() as tmp:
-    paths, n_params = bench_rollout.save_models(tmp, bench_rollout.SIZES[FLAGS.size])
-    path = paths[bench_rollout.TUTOR]
-    prompts = rng.integers(10, 800, (FLAGS.requests, FLAGS.prompt_tokens)).tolist()
-    url, batcher, stop = serve(path)
-    client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0, timeout=3600)
-
-    def ask(i):
-      r = client.completions.create(model="bench", prompt=prompts[i], max_tokens=FLAGS.new_tokens,
-                                    temperature=1.0, extra_body={"top_k": 50}, seed=i)
-      return r.usage.completion_tokens
-
-    def concurrent_run():
-      with concurrent.futures.ThreadPoolExecutor(FLAGS.requests) as pool:
-        return sum(pool.map(ask, range(FLAGS.requests)))
-
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-    def transformers_run():
-      cfg = transformers.GenerationConfig(do_sample=True, top_k=50, temperature=1.0,
-                                          max_new_tokens=FLAGS.new_tokens, eos_token_id=None,
-                                          pad_token_id=0)
-      total = 0
-      with torch.no_grad():
-        for p in prompts:
-          ids = torch.tensor([p])
-          total += hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                               generation_config=cfg).shape[1] - len(p)
-      return total
-
-    ways = {"pedrl_concurrent": concurrent_run,
-            "pedrl_sequential": lambda: sum(map(ask, range(FLAGS.requests)))}
-    if FLAGS.transformers:
-      ways["transformers"] = transformers_run
-    rows = {}
-    try:
-      for name, run in ways.items():
-        calls = batcher.engine.calls
-        start = time.perf_counter()
-        run()
-        warmup = time.perf_counter() - start
-        best, tokens = float("inf"), 0
-        for _ in range(FLAGS.repeats):
-          calls = batcher.engine.calls
-          start = time.perf_counter()
-          tokens = run()
-          best = min(best, time.perf_counter() - start)
-        rows[name] = (tokens, best, warmup,
-                      batcher.engine.calls - calls if name.startswith("pedrl") else None)
-    finally:
-      stop()
-  print(f"model: random Qwen2, {n_params / 1e6:.1f}M parameters, fp32, CPU "
-        f"({os.cpu_count()} cores); {FLAGS.requests} requests x {FLAGS.prompt_tokens} prompt "
-        f"+ {FLAGS.new_tokens} new tokens")
-  print(f"{'way':18s} {'req/s':>7s} {'tok/s':>8s} {'seconds':>8s} {'warmup_s':>8s} "
-        f"{'engine_calls':>12s}")
-  for name, (tokens, seconds, warmup, calls) in rows.items():
-    print(f"{name:18s} {FLAGS.requests / seconds:7.2f} {tokens / seconds:8.1f} {seconds:8.2f} "
-          f"{warmup:8.2f} {'' if calls is None else calls:>12}")
-  rate = lambda name: rows[name][0] / rows[name][1]
-  if "transformers" in rows:
-    print(f"serve_speedup_vs_transformers={rate('pedrl_concurrent') / rate('transformers'):.2f}")
-  print(f"serve_batching_speedup={rate('pedrl_concurrent') / rate('pedrl_sequential'):.2f}")
+  rows = [row for setting in settings for row in measure(model, setting, rng)]
+  load = os.getloadavg()[0]
+  print(f"model: {model}; {jax.default_backend()} ({os.cpu_count()} cores), jax "
+        f"{jax.__version__}; {FLAGS.max_num_seqs} rows; load average {load:.1f} at the end")
+  print(f"{'prefix':>6s} {'clients':>7s} {'req/s':>7s} {'tok/s':>7s} {'p50':>6s} {'p95':>6s} "
+        f"{'p99':>6s} {'errors':>6s} {'compiled':>8s} {'cached':>6s}")
+  for r in rows:
+    print(f"{r['prefix']:>6s} {r['clients']:7d} {r['req_s']:7.1f} {r['tok_s']:7.0f} "
+          f"{r['p50']:6.2f} {r['p95']:6.2f} {r['p99']:6.2f} {r['errors']:6d} "
+          f"{r['compiled']:8d} {r['cached']:5.0f}%")
+  print(f"serve_errors={sum(r['errors'] for r in rows)}")
+  print(f"serve_programs_compiled_after_warmup={sum(r['compiled'] for r in rows)}")
+  print(f"serve_worst_p95_over_p50={max(r['p95'] / r['p50'] for r in rows):.2f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,12 @@ a weight matrix streamed from memory) its dots run ~20% slower than XLA's own
 faster, so the engine keeps YNNPACK for reductions only. The option is set per
 program (never in XLA_FLAGS, which abort on unknown names) and dropped when
 this jaxlib does not know it.
+
+`compilations` measures how much of a block's time went to getting programs
+(tracing, lowering, compiling, or reading them from the persistent cache) rather
+than running them: throughput figures leave it out.
 """
+import contextlib
 import functools
 
 import jax
@@ -43,3 +48,26 @@ def jit(fn, **kwargs):
   call.jitted = lambda: compiled
   call.lower = lambda *args, **kw: get().lower(*args, **kw)  # The program the engine runs.
   return call
+
+
+# What jax reports for getting a program rather than running it, phases that do not
+# overlap: tracing, lowering, compiling (which holds reading the persistent cache, so
+# the cache's own retrieval event would count twice).
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+
+
+@contextlib.contextmanager
+def compilations(events=COMPILE_EVENTS):
+  """The seconds of each of jax's `events` in the block (a list, filled as they come)."""
+  seconds = []
+
+  def listen(event, secs, **_):
+    if event in events:
+      seconds.append(secs)
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield seconds
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)

@@ -195,18 +195,28 @@ class RowSampling:
 
 def sample_rows(logits, keys, rows: RowSampling):
   """`sample` with each row's own temperature, top-k and top-p: the same draws as
-  `sample` with that row's SamplingParams (the filters run for every row, off where
-  a row does not ask for them)."""
+  `sample` with that row's SamplingParams (a filter runs for every row, off where a
+  row does not ask for it, and is skipped when no row does: its threshold search
+  costs more than the draw)."""
   greedy = rows.temperature == 0
   scaled = logits.astype(jnp.float32) / jnp.where(greedy, 1.0, rows.temperature)[:, None]
   vocab = logits.shape[-1]
   use_k = (rows.top_k > 0) & (rows.top_k < vocab)
-  kth = _largest_threshold(scaled, jnp.ones_like(scaled, jnp.int32), jnp.where(use_k, rows.top_k, 1))
-  scaled = jnp.where(~use_k[:, None] | (scaled >= kth[:, None]), scaled, -jnp.inf)
+
+  def top_k(scaled):
+    kth = _largest_threshold(scaled, jnp.ones_like(scaled, jnp.int32),
+                             jnp.where(use_k, rows.top_k, 1))
+    return jnp.where(~use_k[:, None] | (scaled >= kth[:, None]), scaled, -jnp.inf)
+
   use_p = rows.top_p < 1.0
-  probs = jax.nn.softmax(scaled, axis=-1)
-  pth = _largest_threshold(probs, probs, jnp.where(use_p, rows.top_p, 1.0))
-  scaled = jnp.where(~use_p[:, None] | (probs >= pth[:, None]), scaled, -jnp.inf)
+
+  def top_p(scaled):
+    probs = jax.nn.softmax(scaled, axis=-1)
+    pth = _largest_threshold(probs, probs, jnp.where(use_p, rows.top_p, 1.0))
+    return jnp.where(~use_p[:, None] | (probs >= pth[:, None]), scaled, -jnp.inf)
+
+  scaled = jax.lax.cond(jnp.any(use_k), top_k, lambda x: x, scaled)
+  scaled = jax.lax.cond(jnp.any(use_p), top_p, lambda x: x, scaled)
   weights = jnp.exp(scaled - jnp.max(scaled, axis=-1, keepdims=True))
   u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, ()))(keys)
   return jnp.where(greedy, argmax(logits), inverse_cdf(weights, u))

@@ -169,21 +169,24 @@ class Alternatives:
 
 
 def token_alternatives(model: Decoder, params, rows, k: int = 5, buckets=shapes.LENGTH_BUCKETS,
-                       max_logits_bytes: int = 1 << 30) -> list[Alternatives]:
+                       max_logits_bytes: int = 1 << 30,
+                       rows_per_call: int | None = None) -> list[Alternatives]:
   """Per row of token ids: each token's log-prob under the model (temperature 1) and the
   k most likely tokens at its place with theirs, for t >= 1 (what the OpenAI API's
   `logprobs` reports).
   Rows are bucketed by length and run a few at a time, so the float32 logits stay
-  within `max_logits_bytes`."""
+  within `max_logits_bytes`; with `rows_per_call` every call has exactly that many
+  rows (filler rows repeat the first), so a server compiles one program per bucket."""
   out = [None] * len(rows)
   order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
   while order:
     width = shapes.bucket(len(rows[order[-1]]), buckets)
-    per_call = max(1, max_logits_bytes // (3 * 4 * width * model.cfg.vocab_size))
+    per_call = rows_per_call or max(1, max_logits_bytes // (3 * 4 * width * model.cfg.vocab_size))
     take, order = order[-per_call:], order[:-per_call]
-    tokens = np.zeros((len(take), width), np.int32)
-    mask = np.zeros((len(take), width), bool)
-    for j, i in enumerate(take):
+    size = rows_per_call or len(take)
+    tokens = np.zeros((size, width), np.int32)
+    mask = np.zeros((size, width), bool)
+    for j, i in enumerate(take + take[:1] * (size - len(take))):
       tokens[j, :len(rows[i])], mask[j, :len(rows[i])] = rows[i], True
     picked, top, ids = (np.asarray(x) for x in _with_alternatives(
         model, params, jnp.asarray(tokens), jnp.asarray(mask), k))

@@ -8,11 +8,18 @@ a silent default, never a crash without saying which row. `load` is the one
 way a job gets its problems (`ProblemSettings`).
 
 Splits: `train` / `test` are pedrl's deterministic split of a raw pool (paper
-003's filter first, by default); `all` the rows loaded; `published` a test
-split as it was released (rd211/Big-Math-RL-Verified-Filtered's `test`, 500
+003's filter first, by default); `all` the rows loaded; `published_train` a
+training split as it was released (rd211/Big-Math-RL-Verified-Filtered's
+`train`, what the reference's train_rl.py trains on): every row as given, in
+file order, no filter, no hold-out, no de-duplication (the trainer draws a
+seeded order per epoch, as the reference's sampler does: src/grpo/trainer.py,
+RepeatRandomSampler with the run's seed);
+`published` a test split as it was released (the same dataset's `test`, 500
 rows, what the reference's eval.py evaluates): read as given, in order, no
-filter, no de-duplication, no reshuffle, its first `n_test` rows; a file that
-is not that shape is an error naming it.
+filter, no reshuffle, exactly `n_test` rows, each problem once. A file that is
+not that shape is an error naming it. Nothing here can tell a training file from
+a test file: the evaluation of a training run checks that none of its problems
+is one the run trained on (pedrl.experiments.trained_on).
 """
 import dataclasses
 import hashlib
@@ -21,11 +28,12 @@ import sympy
 
 from pedrl import streams
 from pedrl.env import answers, sources
-from pedrl.env.sources import DataError, json_rows, read_rows  # noqa: F401 (re-exported)
+from pedrl.env.sources import DataError, read_rows
 
 ON_ERROR = ("skip", "fatal")
 FORMATS = ("bigmath", "gsm8k", "math500")
-SPLITS = ("test", "train", "all", "published")
+SPLITS = ("test", "train", "all", "published", "published_train")
+RELEASED = ("published", "published_train")  # Splits read as released: no filter, no row dropped.
 # The released test split's rows (rd211/Big-Math-RL-Verified-Filtered, its dataset card).
 PUBLISHED_FIELDS = ("problem", "answer", "source", "domain", "llama8b_solve_rate")
 
@@ -49,8 +57,8 @@ class ProblemSettings:
   on_error: str = "skip"  # A bad row: skipped (counted, by row number) or fatal.
   filter: bool = True  # Paper 003: one numeric answer, Llama-8B solve rate in [0.01, 0.60].
   split: str = "test"  # One of SPLITS (paper 003: 10,000 train / 500 test).
-  n_train: int = 10_000
-  n_test: int = 500  # Also the rows the published split takes (eval.py's max_val_examples).
+  n_train: int = 10_000  # pedrl's own split (train / test) only.
+  n_test: int = 500  # Also the rows the published split has (eval.py's max_val_examples).
   limit: int = 0  # > 0: only the first `limit` problems of the split.
   # The seed of the train/test split; None: the job's seed. An evaluation must split as its
   # training run did (the training configs' seed is 0), whatever seed it samples with.
@@ -63,9 +71,9 @@ class ProblemSettings:
       raise ValueError(f"format {self.format!r} is not one of {FORMATS}")
     if self.on_error not in ON_ERROR:
       raise ValueError(f"on_error {self.on_error!r} is not one of {ON_ERROR}")
-    if self.split == "published" and (self.filter or self.on_error != "fatal"
-                                      or self.format != "bigmath"):
-      raise ValueError("split='published' reads the released test split as given: it needs "
+    if self.split in RELEASED and (self.filter or self.on_error != "fatal"
+                                   or self.format != "bigmath"):
+      raise ValueError(f"split={self.split!r} reads a released split as given: it needs "
                        "format='bigmath', filter=False and on_error='fatal' (no row dropped)")
 
 
@@ -157,14 +165,28 @@ def _published(row: dict) -> Problem:
 
 
 def load_published(path: str, n: int = 500):
-  """The released test split as given: its first `n` rows in order, every one a BigMath row
-  with the dataset's fields; DataError naming the source when it has fewer rows or a bad
-  one (nothing is skipped, filtered, de-duplicated or reordered)."""
+  """The released test split as given: its `n` rows in order, every one a BigMath row with
+  the dataset's fields; DataError naming the source when it has another number of rows
+  (another file: rd211's `train` split has 10,000), a bad row, or a problem twice (records
+  key a dialogue by its problem). Nothing is skipped, filtered or reordered."""
   rows, report = _load(path, _published, "fatal")
-  if len(rows) < n:
+  if len(rows) != n:
     raise DataError(f"{path}: {len(rows)} rows, but the published test split has {n} "
-                    "(problems.n_test); is this the released test split?")
-  return rows[:n], report
+                    "(problems.n_test); is this the released test split? (fewer problems: "
+                    "problems.limit)")
+  first = {}
+  for number, p in enumerate(rows, 1):
+    if first.setdefault(p.id, number) != number:
+      raise DataError(f"{path}: row {number} repeats row {first[p.id]}'s problem (id {p.id}): "
+                      "an evaluation keys its dialogues by problem")
+  return rows, report
+
+
+def load_published_train(path: str):
+  """A released training split as given (rd211's `train`: the reference trains on all of it,
+  config/train_rl_model.py DatasetConfig max_train_examples=-1): every row in order, each a
+  BigMath row with the dataset's fields; DataError naming the source at a bad row."""
+  return _load(path, _published, "fatal")
 
 
 def load_gsm8k(path: str, on_error: str = "skip"):
@@ -196,6 +218,8 @@ def load(settings: ProblemSettings, seed: int = 0):
     raise DataError("no problems given: --config.problems.path=rows.jsonl (or tfds:NAME:SPLIT)")
   if p.split == "published":
     rows, report = load_published(p.path, p.n_test)
+  elif p.split == "published_train":
+    rows, report = load_published_train(p.path)
   else:
     rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
     if p.filter:

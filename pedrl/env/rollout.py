@@ -28,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from pedrl import streams
+from pedrl.engine import compiler
 from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
 from pedrl.env.party import EndpointParty, Party
@@ -47,10 +48,10 @@ class RolloutSettings:
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
   # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (None: pedrl names no students) and `include_thinking`
-  # (force_thinking): the reference's variables for a teacher prompt, so a tutor's own
-  # prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in paper 003's
-  # reference code; pedrl ships none).
+  # `student_name` (None: pedrl names no students) and `include_thinking` (`thinking`,
+  # the reference's use_thinking): the reference's variables for a teacher prompt, so a
+  # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
+  # paper 003's reference code; pedrl ships none).
   tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
   attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
@@ -94,6 +95,9 @@ class Call(typing.NamedTuple):
 @dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
+  # Of tutor_seconds, getting programs rather than running them (engine.compiler.compilations):
+  # a throughput leaves it out.
+  tutor_compile_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
   calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
@@ -188,13 +192,16 @@ class _Side:
     keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in live],
                        [len(dialogues[d].messages) for d in live])
     start = time.perf_counter()
-    gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
-                                       self.cache)
+    with compiler.compilations() as compiling:
+      gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
+                                         self.cache)
     stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
                             int(gen.lengths.sum())))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    if self.name == TUTOR:
+      stats.tutor_compile_seconds += sum(compiling)
     out = []
     for i, d in enumerate(live):
       tokens = gen.row_tokens(i)
@@ -389,8 +396,10 @@ def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
   """The tutor's system prompt: its paper's (or the user's file), then the thinking
   instruction if any."""
   if settings.tutor_prompt_file:
+    # include_thinking: the reference's generation_cfg.use_thinking (eth-lre/PedagogicalRL
+    # @ bae10cd src/classroom.py, the teacher prompt's render), pedrl's `thinking`.
     text = prompts.render_file(settings.tutor_prompt_file, problem=dl.problem,
-                               student_name=None, include_thinking=settings.force_thinking)
+                               student_name=None, include_thinking=settings.thinking)
   else:
     text = prompts.render(settings.tutor_prompt, problem=dl.problem)
   if settings.think_instruction:

@@ -76,9 +76,13 @@ class ReasoningSettings:
   # info_loggers.MetricsLogger.aggregate averages the mmlu:<subject> tasks into
   # mmlu:_average), or the share of all questions ("question").
   mmlu_average: str = "subject"
-  temperature: float = 0.6  # The reference's LightEval runs; 0: greedy.
+  # The reference's LightEval command (eth-lre/PedagogicalRL @ bae10cd, README "Reasoning
+  # Benchmarks"): generation_parameters={max_new_tokens:8192,temperature:0.6,top_p:0.95},
+  # max_model_length=8192. There vLLM also ends a sequence at 8192 tokens, prompt included;
+  # pedrl bounds the reply alone (a difference only for a reply that runs to the limit).
+  temperature: float = 0.6  # 0: greedy.
   top_p: float = 0.95
-  max_new_tokens: int = 2048
+  max_new_tokens: int = 8192
   limit: int = 0  # > 0: the first `limit` examples of each benchmark (smoke runs).
   batch_examples: int = 64  # Questions sampled together (one resumable batch).
 

@@ -161,9 +161,19 @@ RECORDS = {"tutoring": records_lib.EvalRecord, "reasoning": records_lib.Reasonin
            "mathtutorbench": records_lib.BenchRecord}
 
 
-def record_kind(protocol: dict):
-  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's."""
-  return RECORDS[protocol.get("kind", "tutoring")]
+def is_evaluation(protocol: dict) -> bool:
+  """Whether shards of this protocol are an evaluation's (other jobs shard too: baselines)."""
+  return protocol.get("kind", "tutoring") in RECORDS
+
+
+def record_kind(protocol: dict, workdir: str = "this workdir"):
+  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's;
+  ShardError for another job's shards."""
+  kind = protocol.get("kind", "tutoring")
+  if kind not in RECORDS:
+    raise ShardError(f"{workdir}: not an evaluation workdir (its shards are a {kind!r} job's; "
+                     f"evaluations are {', '.join(RECORDS)})")
+  return RECORDS[kind]
 
 
 def completed(workdir: str, shard: int, num_shards: int, plan: dict,
@@ -185,9 +195,10 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
   return keep
 
 
-def merge(workdir: str) -> tuple[list, dict]:
-  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
-  shard is missing or unfinished, or shards disagree on the protocol."""
+def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
+  """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
+  `kind` (None: the protocol's record type); ShardError when a shard is missing or
+  unfinished, or shards disagree on the protocol."""
   statuses = _statuses(workdir)
   if not statuses:
     raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
@@ -205,9 +216,10 @@ def merge(workdir: str) -> tuple[list, dict]:
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
   protocol = statuses[next(iter(statuses))]["protocol"]
-  kind, out = protocol.get("kind", "tutoring"), []
+  out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), record_kind(protocol))
+    out += records_lib.load(records_path(workdir, i, num_shards),
+                            kind or record_kind(protocol, workdir))
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
@@ -215,6 +227,14 @@ def merge(workdir: str) -> tuple[list, dict]:
   counts = collections.Counter()
   for s in statuses.values():
     counts.update(s.get("counts", {}))
+  return out, protocol, counts
+
+
+def merge(workdir: str) -> tuple[list, dict]:
+  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
+  shard is missing or unfinished, or shards disagree on the protocol."""
+  out, protocol, counts = gather(workdir)
+  kind = protocol.get("kind", "tutoring")
   if kind == "mathtutorbench":
     metrics = {"n_examples": len(out), "tasks": bench_results.metrics(out, counts)}
   else:

@@ -370,7 +370,7 @@ def views(s: Settings, workdir: str) -> list:
   plt = report.pyplot() if s.analysis.figures else None
   footer = f"pedrl data views, {time.strftime('%Y-%m-%d')}"
   if v.problems_path:
-    train, test = data_views.split_problems(v, s.analysis.seed)
+    train, test = data_views.split_problems(v)
     tables["dataset"] = ("Paper 003 table 1: the problems by source, with the student's "
                          "pre-dialogue solve rate", data_views.dataset_table(train, test))
     if v.solve_rates_workdir:

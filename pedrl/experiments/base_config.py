@@ -1,13 +1,15 @@
 """The parts configs share: `dialogue_config`, the part of every config that runs
 dialogues (models, problems, dialogue rules, solve attempts and rewards: the
 rollout job's whole config; the training configs add their `rl` section; defaults
-are paper 003's), and `bench_config`, the part of every MathTutorBench job's.
+are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
+`offline_config`, the SFT and MDPO jobs' whole config.
 """
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm, shards
 from pedrl.eval.mathtutorbench import runner
 from pedrl.experiments import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
+from pedrl.rl import update
 
 VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 
@@ -61,11 +63,27 @@ def dialogue_config(variant: str = "paper"):
   return c
 
 
+def released_training_split(c):
+  """The training problems of the papers' runs: rd211/Big-Math-RL-Verified-Filtered's `train`
+  split as released, all of it, in file order (--config.problems.path=its file or
+  tfds:huggingface:rd211__big_math_rl_verified_filtered:train). Paper 003's reference trains
+  on exactly that (config/train_rl_model.py: Dataset(split="train"), max_train_examples=-1;
+  utils/data.py only shuffles it) and evaluates on the same dataset's `test`. Paper 001 takes
+  003's data ("10,000 problems for training and 500 problems for evaluation", following
+  003); paper 000 names none but reports on 003's test set beside 003's rows. pedrl's own
+  seeded split of a raw pool stays an option: problems.split=train, filter=True,
+  on_error=skip (its test set is then the pool's hold-out, problems.split=test)."""
+  c.problems.update(split="published_train", filter=False, on_error="fatal")
+
+
 def bench_config(tiny: bool, **tutor_sampling):
   """The part of a MathTutorBench job's config (the benchmark job's and CPA's): the job,
   the harness's settings, the model under test or backbone with `tutor_sampling`
   (temperature, top_p, max_new_tokens), shards and Ped-RM; `tiny` points them at the
-  testdata tutor and classifier and ../shared/data, prompts cut to the tiny context."""
+  testdata tutor and classifier and pedrl's own tiny benchmark, prompts cut to the tiny
+  context. A paper run names the official files (pedrl.eval.mathtutorbench.tasks.SOURCES):
+  --config.benchmark_dir, a MathTutorBench checkout; --config.data_dir, its data laid out
+  as testdata/mathtutorbench."""
   c = settings.section(settings.JobSettings, runner.BenchSettings)
   c.mesh = settings.section(settings.MeshSettings)
   c.tutor = settings.section(party.PartySettings, shards.TutorRun, path=None, top_k=0,
@@ -78,10 +96,26 @@ def bench_config(tiny: bool, **tutor_sampling):
   if tiny:
     c.scan_layers = False
     c.tutor.path = "testdata/models/qwen2"
-    c.update(benchmark_dir="../shared/data/mathtutorbench", data_dir="../shared/data",
-             truncate_prompts=True)
+    # Task files and data written for pedrl in the benchmark's format and layout
+    # (testdata/make_mathtutorbench.py): the official files' fields, pedrl's problems.
+    c.update(benchmark_dir="testdata/mathtutorbench/mathtutorbench",
+             data_dir="testdata/mathtutorbench", truncate_prompts=True)
     # The testdata classifier, with a stand-in system prompt written for pedrl (the real
     # run's is the benchmark's, given by path).
     c.pedrm.update(path="testdata/models/qwen2_seqcls", truncate_inputs=True, dtype="float32",
                    system_prompt_file="testdata/pedrm_system_prompt.txt")
   return c
+
+
+def offline_config(objective: type, options: type | None = None, **train):
+  """An offline job's config (pedrl.experiments.offline): the top level, mesh, tutor,
+  data and the `train` section (OfflineSettings, OptimizerSettings, the objective's and
+  the options' fields, then `train`'s values)."""
+  c = settings.section(settings.JobSettings, skip=("batch_problems", "group_size"))
+  c.mesh = settings.section(settings.MeshSettings)
+  c.tutor = settings.section(settings.TrainedTutorSettings)
+  c.data = settings.section(settings.DataSettings)
+  sources = [settings.OfflineSettings, update.OptimizerSettings, objective]
+  c.train = settings.section(*sources, *([options] if options else []), skip=("seed",), **train)
+  return c
+

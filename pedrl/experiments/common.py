@@ -2,15 +2,16 @@
 and how a run ends (exit codes)."""
 import dataclasses
 import functools
+import hashlib
+import math
 import os
 import signal
 import sys
 
 import jax
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
-from pedrl import distributed, logs
+from pedrl import cli, distributed, logs
 from pedrl.engine.scoring import Scorer
 from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
@@ -21,7 +22,7 @@ from pedrl.eval.mathtutorbench import tasks as mtb_tasks
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
-from pedrl.rl import checkpoint, trainer
+from pedrl.rl import checkpoint, loop, update
 
 # Exit codes, for schedulers: 0 done; 1 a configuration, input, endpoint or checkpoint error
 # (one line on stderr); 3 training diverged; 128 + N stopped on signal N after saving
@@ -34,19 +35,9 @@ EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeErro
                    mtb_tasks.TaskError)
 
 
-def define_flags(example_config: str, workdir_help: str):
-  """The flags every job takes: --config (a config file and variant), --workdir, --multihost.
-  A job that builds on another's module (cpa on mathtutorbench) defines them again: the
-  flags stay, their help becomes the importing job's."""
-  if "config" in flags.FLAGS:
-    flags.FLAGS["config"].help = f"Config file, e.g. {example_config}."
-    flags.FLAGS["workdir"].help = workdir_help
-    return
-  config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example_config}.")
-  flags.DEFINE_string("workdir", None, workdir_help, required=True)
-  flags.DEFINE_enum("multihost", "auto", distributed.MODES,
-                    "jax.distributed.initialize(): auto = when the environment shows several "
-                    "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+# The flags every job takes (--config, --workdir, --multihost): defined by pedrl.cli, which
+# also checks them before a job's module is imported.
+define_flags = cli.define_job_flags
 
 
 def exits_cleanly(main):
@@ -59,7 +50,7 @@ def exits_cleanly(main):
     except EXPECTED_ERRORS as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(EXIT_ERROR)
-    except trainer.TrainingDiverged as e:
+    except loop.TrainingDiverged as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(EXIT_DIVERGED)
   return wrapped
@@ -73,6 +64,30 @@ def exit_on_signal(name: str | None, step_text: str):
   print(f"stopped on {name} at {step_text}; run the same command again to resume",
         file=sys.stderr)
   sys.exit(128 + signal.Signals[name].value)
+
+def value_check(section: str, values: dict):
+  """need(ok, name, rule): when not ok, a UsageError naming --config.SECTION.NAME=value
+  and the rule it breaks."""
+  def need(ok: bool, name: str, rule: str):
+    if not ok:
+      raise app.UsageError(f"--config.{section}.{name}={values[name]!r}: must be {rule}")
+  return need
+
+
+def finite(x) -> bool:
+  return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def check_optimizer(need, values: dict) -> None:
+  """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
+  for name in ("lr", "adam_eps", "max_grad_norm"):
+    need(finite(values[name]) and values[name] > 0, name, "a finite number > 0")
+  need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
+       "finite and >= 0")
+  need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
+  need(isinstance(values["warmup_steps"], int) and values["warmup_steps"] >= 0, "warmup_steps",
+       "an integer >= 0")
+
 
 JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
                 "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
@@ -262,6 +277,28 @@ def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
   specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
                 else x for x in JUDGE_PANELS[j.judges])
   return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
+
+
+def judges_protocol(s: settings_lib.RunSettings) -> dict:
+  """The judges as a protocol records them: panel, backend, the model behind it, samples
+  and rounds (whatever decides their verdicts)."""
+  j = s.judging
+  model = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
+                                                   "max_tokens", "top_p")},
+           "local": shards.jsonable(s.local_judge),
+           "rule": shards.jsonable(s.rule_judges)}.get(j.judge_backend)
+  return {"panel": j.judges, "backend": j.judge_backend, "model": model,
+          "samples": j.judge_samples, "rounds": j.judge_rounds}
+
+
+def rollout_protocol(rollout) -> dict:
+  """The dialogue rules as a protocol records them; a tutor prompt file by its path and
+  its content's SHA-1, so an edited file at the same path makes another protocol."""
+  out = shards.jsonable(rollout)
+  if rollout.tutor_prompt_file:
+    with open(rollout.tutor_prompt_file, "rb") as f:
+      out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
+  return out
 
 
 def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,

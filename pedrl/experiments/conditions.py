@@ -45,13 +45,20 @@ def pedagogical_rl(c, think: bool, tiny: bool = False):
 def thinking(c, condition: str, tiny: bool = False):
   """Paper 001's condition: thinking on or off, the general or the Polya tutor prompt
   (table 1's Prompt Style), its student prompt (appendix A.2), and a thinking tutor's
-  token limits. The tiny runs use the general prompt (Polya overflows the tiny context)."""
+  token limits. The tiny runs use the general prompt (Polya overflows the tiny context)
+  and, thinking, a tutor that thinks in tags as a reasoning model does
+  (testdata/make_thinking_tutor.py; a random one never closes its <think>): each turn
+  opens with the tag, as an R1-style template opens it, then a few words, </think>, a
+  reply."""
   think, prompt, _ = THINKING[condition]
   c.rollout.update(thinking=think, tutor_prompt="thinking/tutor_general" if tiny else prompt,
                    student_prompt="thinking/student_system")
   if think and not tiny:
     c.tutor.max_new_tokens = THINKING_TURN_TOKENS
     c.rollout.max_conversation_tokens = THINKING_CONVERSATION_TOKENS
+  if think and tiny:
+    c.tutor.path = "testdata/models/qwen2_think"
+    c.rollout.force_thinking = True
   return c
 
 

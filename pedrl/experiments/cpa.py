@@ -22,8 +22,9 @@ import time
 
 from absl import app, flags, logging
 import numpy as np
+from tqdm import tqdm
 
-from pedrl import cli
+from pedrl import cli, distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.eval import pedrm as pedrm_lib, shards
@@ -132,6 +133,17 @@ class SeedRun:
   tasks: dict
   stats: TraceStats
 
+  def summary(self) -> str:
+    """One line: the hard win rates, BVR and what an instance cost (tables.md has it all)."""
+    pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"
+    st = self.stats
+    wins = ", ".join(f"{t.split('_')[0]}† win "
+                     f"{pct(self.tasks.get(t, {}).get('win_rate'))}" for t in HARD)
+    return (f"{wins}, BVR† {pct(st.bvr_hard)}, BVR {pct(st.bvr)}, repaired "
+            f"{pct(st.repair_share)}, {st.fallbacks} stand-ins; per instance "
+            f"{st.calls_per_instance:.1f} calls, {st.tokens_per_instance:.0f} tokens, "
+            f"{st.seconds_per_instance:.2f} s")
+
 
 def trace_stats(records, counts: dict) -> TraceStats:
   """BVR overall, on the hard splits and per task, the share of replies with a monitor
@@ -202,20 +214,23 @@ def main(argv):
   if s.endpoint.model:  # Checked with one request before anything runs.
     models["client"] = endpoint_party(s.tutor, s.endpoint, "CPA backbone").client
   runs = {}
-  for method in s.agents.method_names:
-    for seed in s.agents.seed_list:
+  jobs = [(method, seed) for method in s.agents.method_names for seed in s.agents.seed_list]
+  with tqdm(total=len(jobs), unit="run", desc="cpa: methods × seeds",
+            disable=not distributed.is_main_process()) as bar:
+    for method, seed in jobs:
       run_s = dataclasses.replace(s, job=dataclasses.replace(s.job, seed=seed))
       where = os.path.join(workdir, method, f"seed{seed}")
       protocol = {**mtb.protocol(run_s), "kind": "mathtutorbench", "method": method,
                   "cpa": jsonable(s.cpa)}
       metrics = sharded.run(AgentBench(run_s, loaded, method, models), protocol, where,
-                            s.shard, s.mesh, FLAGS.config)
+                            s.shard, s.mesh, FLAGS.config, label=f"{method} seed {seed}")
+      bar.update(1)
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue
       records, _ = shards.merge(where)
-      runs.setdefault(method, []).append(SeedRun(metrics["tasks"],
-                                                 trace_stats(records, metrics["counts"])))
-      logging.info("%s seed %d: %s", method, seed, runs[method][-1].stats)
+      run = SeedRun(metrics["tasks"], trace_stats(records, metrics["counts"]))
+      runs.setdefault(method, []).append(run)
+      logging.info("%s seed %d: %s", method, seed, run.summary())
   text = tables(runs)
   with open(os.path.join(workdir, "tables.md"), "w") as f:
     f.write(text + "\n")

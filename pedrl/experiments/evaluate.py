@@ -28,11 +28,12 @@ from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
 from pedrl.eval.shards import jsonable
-from pedrl.experiments import conditions, settings as settings_lib, sharded
+from pedrl.experiments import conditions, settings as settings_lib, sharded, trained_on
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
-                                      exits_cleanly, judge_panel, load_party, load_problems,
-                                      read_settings, solver_party, tutor_checkpoint)
+                                      exits_cleanly, judge_panel, judges_protocol, load_party,
+                                      load_problems, read_settings, rollout_protocol,
+                                      solver_party, tutor_checkpoint)
 from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
 from pedrl.rl import checkpoint
@@ -45,10 +46,6 @@ def protocol(s) -> dict:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   e = jsonable(s.evaluation)
   del e["shard"]
-  judge = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
-                                                   "max_tokens", "top_p")},
-           "local": jsonable(s.local_judge), "rule": jsonable(s.rule_judges)}.get(
-               s.judging.judge_backend)
   # The config's name is in the status, not here: a path spelt otherwise is the same run.
   models = workdir_lib.identity(s, "evaluate")
   tutor = {**jsonable(s.tutor), **jsonable(s.tutor_run), **_endpoint(s.tutor_endpoint),
@@ -63,11 +60,9 @@ def protocol(s) -> dict:
   return {
       "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
       "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
-      "problems": jsonable(s.problems), "rollout": jsonable(s.rollout),
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
       "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
-      "judges": {"panel": s.judging.judges, "backend": s.judging.judge_backend,
-                 "model": judge, "samples": s.judging.judge_samples,
-                 "rounds": s.judging.judge_rounds},
+      "judges": judges_protocol(s),
       "pedrm": jsonable(s.pedrm),
   }
 
@@ -153,6 +148,9 @@ class Tutoring:
   def __init__(self, s, apis):
     self.s, self.apis = s, apis
     self.items, _ = load_problems(s)
+    if s.tutor_run.workdir:  # A training run is never evaluated on its training problems.
+      trained_on.check_disjoint(s.tutor_run.workdir, self.items,
+                                f"--config.problems.path={s.problems.path}")
     self.sizes = len(self.items)
     self.batch_size, self.per_item = s.job.batch_problems, s.evaluation.samples_per_problem
     self.tutor = self.student = self.solver = None  # Endpoints: checked now, before loading.

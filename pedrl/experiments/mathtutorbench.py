@@ -78,9 +78,12 @@ def read(config) -> Settings:
 def load_tasks(bench, rm_settings) -> dict:
   """{task: (its task file, its examples)}, every file and row checked, and the reward
   model's config: all before any model loads."""
-  for name in ("benchmark_dir", "data_dir"):
+  wanted = {"benchmark_dir": tasks.BENCHMARK,
+            "data_dir": f"a directory laid out as {tasks.data_dir_layout()}"}
+  for name, what in wanted.items():
     if not getattr(bench, name) or not os.path.isdir(getattr(bench, name)):
-      raise app.UsageError(f"--config.{name}={getattr(bench, name)!r} is not a directory")
+      raise app.UsageError(f"--config.{name}={getattr(bench, name)!r} is not a directory: "
+                           f"give {what}")
   out = {}
   for task in bench.names:
     examples = tasks.examples(task, bench.data_dir)
@@ -183,7 +186,7 @@ def main(argv):
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, FLAGS.config)
   if metrics is not None:
     for name, m in metrics["tasks"].items():
-      logging.info("%s: %s", name, m)
+      logging.info("%s", results_lib.summary(name, m))
     print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
   print(f"seconds={time.perf_counter() - start:.1f}")
 

@@ -108,12 +108,12 @@ class MetricsWriter:
     self._scalars(step, metrics)
     self.tb.flush()
 
-  def samples(self, step: int, dialogues, advantages):
-    """The step's sample dialogues (pedrl.experiments.samples), each with its advantage, as
-    samples/step_NNNNNN.txt and TensorBoard text."""
+  def samples(self, step: int, dialogues, advantages, reward_settings):
+    """The step's sample dialogues (pedrl.experiments.samples), each with its advantage and
+    its reward's terms (`reward_settings`), as samples/step_NNNNNN.txt and TensorBoard text."""
     if not self.active:
       return
-    text = samples_lib.step_text(step, dialogues, advantages)
+    text = samples_lib.step_text(step, dialogues, advantages, reward_settings)
     with open(os.path.join(self.workdir, "samples", f"step_{step:06d}.txt"), "w",
               encoding="utf-8") as f:
       f.write(text)

@@ -8,6 +8,7 @@ tutor's thinking above its visible text, an empty visible text marked as such
 marked too.
 """
 from pedrl.env import dialogue as dialogue_lib
+from pedrl.rewards import assemble
 
 EMPTY = "(nothing visible: the other side got an empty message)"
 
@@ -26,14 +27,18 @@ def _number(x) -> str:
   return "none" if x is None else f"{x:.3g}"
 
 
-def rewards_line(d, advantage: float | None) -> str:
-  """Reward total, each component (unweighted), and the dialogue's advantage."""
+def rewards_line(d, advantage: float | None, settings: assemble.RewardSettings) -> str:
+  """Reward total = its terms (each component weighted, a weight other than 1 shown, and
+  the hard variant's penalty), and the dialogue's advantage."""
   adv = "none (no tokens trained)" if advantage is None else f"{advantage:+.3f}"
   if d.rewards is None:
     return f"Reward: none{' (dropped by the judge failure policy)' if d.dropped else ''}" \
            f"; advantage {adv}"
-  parts = ", ".join(f"{k} {v:+.3f}" for k, v in d.rewards.components.items())
-  return f"Reward {d.rewards.total:+.3f} ({parts}; components unweighted); advantage {adv}"
+  weights = dict(settings.weights)
+  parts = [f"{k} {v:+.3f}" + (f" ({weights[k]:g} × {d.rewards.components[k]:+.3f})"
+                              if weights.get(k, 1.0) != 1.0 else "")
+           for k, v in assemble.terms(d.rewards.components, d, settings).items()]
+  return f"Reward {d.rewards.total:+.3f} = {' '.join(parts)}; advantage {adv}"
 
 
 def judges_line(v) -> str:
@@ -93,14 +98,15 @@ def message_text(i: int, m, show_thinking: bool, turn_reward=None) -> str:
   return "\n".join(lines)
 
 
-def describe(d, advantage: float | None = None) -> str:
-  """One dialogue record (pedrl.env.dialogue.Dialogue) as readable text."""
+def describe(d, settings: assemble.RewardSettings, advantage: float | None = None) -> str:
+  """One dialogue record (pedrl.env.dialogue.Dialogue), rewarded with `settings`, as
+  readable text."""
   head = (f"## problem {d.problem_id}, rollout {d.rollout} (uid {d.uid}), {d.scenario}"
           + (f", step {d.step}" if d.step is not None else ""))
   lines = [head, "Problem: " + d.problem, "Reference answer: " + d.answer]
   if d.persona:
     lines.append("Student persona: " + d.persona)
-  lines += [rewards_line(d, advantage), judges_line(d.judgement), solve_line(d),
+  lines += [rewards_line(d, advantage, settings), judges_line(d.judgement), solve_line(d),
             f"Ended: {d.end_reason or '?'} after {d.turns} messages"
             + (" (dropped from the batch by the judge failure policy)" if d.dropped else "")]
   # Traces under each tutor turn when any has one (a turn without says so), else one line.
@@ -112,7 +118,8 @@ def describe(d, advantage: float | None = None) -> str:
   return "\n".join(lines) + "\n\n" + "\n\n".join(messages)
 
 
-def step_text(step: int, dialogues, advantages) -> str:
+def step_text(step: int, dialogues, advantages, settings: assemble.RewardSettings) -> str:
   """A samples file: the step's sample dialogues, each with its advantage."""
   head = f"# step {step}: {len(dialogues)} sample dialogues, each of another problem"
-  return "\n\n\n".join([head, *(describe(d, a) for d, a in zip(dialogues, advantages))]) + "\n"
+  return "\n\n\n".join([head, *(describe(d, settings, a)
+                                for d, a in zip(dialogues, advantages))]) + "\n"

@@ -21,7 +21,7 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
-from pedrl.rl import trainer, update
+from pedrl.rl import offline_data, trainer, update
 
 
 def _fields(source) -> dict:
@@ -181,6 +181,27 @@ class OracleSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class BaselineDataSettings(shards.ShardSettings):
+  """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
+  fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
+  # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
+  min_margin: float = 0.0
+  # The SFT set's accepted dialogues: of every scored dialogue, or only of those in pairs
+  # (A.3 "filter the MDPO data to keep only accepted responses"; pedrl.rl.offline_data).
+  sft_source: str = "dialogues"
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not 0 < self.fraction <= 1:
+      raise ValueError(f"fraction={self.fraction} is not in (0, 1]")
+    if self.sft_source not in offline_data.SFT_SOURCES:
+      raise ValueError(f"sft_source={self.sft_source!r} is not one of "
+                       f"{offline_data.SFT_SOURCES}")
+    if not self.min_margin >= 0:
+      raise ValueError(f"min_margin={self.min_margin} must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSettings:
   """Everything a job's config says, typed; `read_settings` builds it."""
   job: JobSettings
@@ -257,3 +278,65 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
   read.check_all_read()
   return RunSettings(**out)
 
+
+# -- Offline training (SFT, MDPO) --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OfflineSettings:
+  """The loop of an offline run (the `train` section, with the optimizer's and the
+  objective's fields). Defaults are paper 003's SFT (A.3); MDPO's config sets its own."""
+  batch: int = 16  # Items per optimizer update: dialogues (SFT) or pairs (MDPO).
+  epochs: int = 1  # Passes over the items.
+  steps: int = 0  # > 0: this many steps instead (the items cycle in further epochs).
+  # Linear warm-up over this share of the run's updates (rounded), when the optimizer's
+  # warmup_steps (a count) is 0: the count of a run over data of unknown size.
+  warmup_fraction: float = 0.0
+  save_every: int = 100
+  keep: int = 3  # Checkpoints kept.
+  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
+  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
+  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The config's `data` section."""
+  workdir: str | None = None  # A pedrl.experiments.baseline_data workdir.
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedTutorSettings:
+  """An offline job's `tutor` section."""
+  path: str | None = None  # None: the tutor that made the data (its config.json's).
+
+
+@dataclasses.dataclass(frozen=True)
+class OfflineRunSettings:
+  """Everything an offline job's config says, typed (`read_offline_settings`)."""
+  job: JobSettings
+  mesh: MeshSettings
+  tutor: TrainedTutorSettings
+  data: DataSettings
+  train: OfflineSettings
+  optimizer: update.OptimizerSettings
+  objective: object  # pedrl.rl.objective.Objective: the method's settings type.
+  options: object | None  # The method's data options (SFT's SequenceSettings), if any.
+
+
+def read_offline_settings(config, objective_type: type,
+                          options_type: type | None = None) -> OfflineRunSettings:
+  """The typed settings of an offline job's config (pedrl.experiments.base_config's
+  offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""
+  read = Reader(config)
+  job = read.read(JobSettings)
+  out = OfflineRunSettings(
+      job=job, mesh=read.read(MeshSettings, "mesh"),
+      tutor=read.read(TrainedTutorSettings, "tutor"), data=read.read(DataSettings, "data"),
+      train=read.read(OfflineSettings, "train", seed=job.seed),
+      optimizer=read.read(update.OptimizerSettings, "train"),
+      objective=read.read(objective_type, "train"),
+      options=read.read(options_type, "train") if options_type else None)
+  read.check_all_read()
+  return out

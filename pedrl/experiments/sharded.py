@@ -10,7 +10,10 @@ shard that finishes the workdir's last merges them.
 A task has: `sizes` (its item count, or the sizes of segments no batch spans),
 `batch_size`, `per_item` (records per item), `unit` (for the progress bar),
 `load(mesh)`, `run(batch index, item indices, counts) -> records` and
-`postfix(records) -> {name: text}`.
+`postfix(records) -> {name: text}`; optionally `record_type` (default: the
+protocol kind's evaluation record) and `merge(workdir)` (default: the
+evaluation's, pedrl.eval.shards.write_merged), for a job whose records are not
+an evaluation's (pedrl.experiments.baseline_data).
 """
 import collections
 import contextlib
@@ -48,11 +51,13 @@ def api_counts(counts, **clients):
 
 
 def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings,
-        config=None):
+        config=None, label: str | None = None):
   """Runs this process's shard of `task`; the merged metrics when this shard finished
   the workdir's last one, else None. Stopped by a signal, it exits (128 + signal).
   `config` (the job's ConfigDict) is written to WORKDIR/config.json with absolute
-  paths, and each shard's status records where its latest start came from."""
+  paths, and each shard's status records where its latest start came from. `label`:
+  one run of a job of several (CPA's methods), shown on its progress bar, which is
+  cleared when it ends (the job's own bar stays)."""
   main_process = distributed.is_main_process()
   i, n = shard.shard, shard.num_shards
   sizes = [task.sizes] if isinstance(task.sizes, int) else list(task.sizes)
@@ -66,8 +71,8 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)
   per_batch = {j: len(idx) * task.per_item for j, idx in plan}
-  done = (shards.completed(workdir, i, n, per_batch, shards.record_kind(protocol))
-          if main_process else [])
+  kind = getattr(task, "record_type", None) or shards.record_kind(protocol)
+  done = shards.completed(workdir, i, n, per_batch, kind) if main_process else []
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
@@ -93,8 +98,9 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     task.load(mesh_settings.make())
     tick(counts, "seconds/load", clock)
   total, done_now = sum(len(idx) for _, idx in todo), 0
-  with (tqdm(total=total, unit=task.unit, desc=f"shard {i}/{n}", disable=not main_process,
-             smoothing=0.1) as bar,
+  desc = f"shard {i}/{n}" if label is None else f"{label}, shard {i}/{n}"
+  with (tqdm(total=total, unit=task.unit, desc=desc, disable=not main_process, smoothing=0.1,
+             leave=label is None) as bar,
         stopping.StopRequest("the current batch") as signals):
     for j, idx in todo:
       records = task.run(j, idx, counts)
@@ -113,7 +119,7 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
     return None
   shards.write_json(status_path, status(True))
   try:
-    return shards.write_merged(workdir)
+    return getattr(task, "merge", shards.write_merged)(workdir)
   except shards.ShardError as err:  # Other shards still running: they merge, or report does.
     logging.info("shard %d of %d finished; not merged yet: %s", i, n, err)
     return None

@@ -5,6 +5,7 @@ r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking
 Each step: problems → rollouts (current tutor params, no copy) → rewards →
 group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
+train_problems.json (the training problems' ids: pedrl.experiments.trained_on),
 metrics.jsonl (a row per step, with its learning rate and time), tensorboard/,
 samples/ (a few dialogues per step as text: thinking, verdicts, solve attempts,
 reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
@@ -13,7 +14,6 @@ warnings (rl.warn_*).
 """
 import dataclasses
 import json
-import math
 import os
 import sys
 
@@ -22,44 +22,33 @@ from tqdm import tqdm
 
 from pedrl import distributed, sharding
 from pedrl import cli
-from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exit_on_signal, exits_cleanly, load_party, load_problems,
-                                      read_settings, solver_party)
-from pedrl.rl import checkpoint, loss, trainer, update
+from pedrl.experiments import metrics as metrics_lib, trained_on, workdir as workdir_lib
+from pedrl.experiments.common import (api_backends, build_rewards, check_optimizer, check_paths,
+                                      define_flags, exit_on_signal, exits_cleanly, finite,
+                                      load_party, load_problems, read_settings, solver_party,
+                                      value_check)
+from pedrl.rl import checkpoint, loss, trainer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 FLAGS = flags.FLAGS
-
-
-def fingerprint(cfg) -> dict:
-  """What must match between a checkpoint and the tutor it is restored into."""
-  return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
-                                       "num_heads", "num_kv_heads", "intermediate_size")}
 
 
 def _check_rl(s):
   """The `rl` section's values that would make the update meaningless or non-finite."""
   rl = {**dataclasses.asdict(s.train), **dataclasses.asdict(s.grpo),
         **dataclasses.asdict(s.optimizer)}
-
-  def need(ok: bool, name: str, rule: str):
-    if not ok:
-      raise app.UsageError(f"--config.rl.{name}={rl[name]!r}: must be {rule}")
-  finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)
-  for name in ("lr", "adam_eps", "max_grad_norm"):
-    need(finite(rl[name]) and rl[name] > 0, name, "a finite number > 0")
-  for name in ("weight_decay", "beta", "advantage_eps"):
+  need = value_check("rl", rl)
+  check_optimizer(need, rl)
+  for name in ("beta", "advantage_eps"):
     need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
   need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
   need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
        "None or a finite number > 0")
-  need(rl["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
   need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
   for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
                "samples_dialogues", "max_bad_steps"):
     need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
-  for name in ("mini_batch", "warmup_steps", "dialogues_every"):
+  for name in ("mini_batch", "dialogues_every"):
     need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
 
 
@@ -84,7 +73,9 @@ def build(c, workdir: str, config_name: str = "?"):
   mesh = s.mesh.make()
   check_config(s, mesh)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
-  problems, report = load_problems(s)
+  problems, _ = load_problems(s)
+  if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
+    trained_on.record(workdir, problems, s.problems.path)
   apis = api_backends(s)
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
@@ -100,14 +91,14 @@ def build(c, workdir: str, config_name: str = "?"):
   o = s.optimizer
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
                         o.optimizer(updates), workdir, ckpt, writer,
-                        fingerprint(tutor.sampler.cfg),
+                        checkpoint.model_fingerprint(tutor.sampler.cfg),
                         o.schedule(updates))
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
     workdir_lib.write_config(workdir, c)
-  logging.info("%s; %d problems; %d steps of %d×%d dialogues", report.summary(), len(problems),
-               t.steps, t.batch_problems, t.group_size)
+  logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), t.steps,
+               t.batch_problems, t.group_size)
   return run, writer, ckpt
 
 

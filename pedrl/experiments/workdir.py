@@ -90,10 +90,12 @@ def recorded_job(workdir: str) -> str | None:
     return _inferred_job(workdir)
 
 
-def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True) -> None:
-  """Checks that `workdir` is empty or holds the run of settings `s`, then records it."""
+def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True,
+          want: dict | None = None) -> None:
+  """Checks that `workdir` is empty or holds the run of settings `s`, then records it.
+  `want`: the run's identity when it is not a dialogue job's (`identity(s, job)`)."""
   refuse_checkpoint(workdir)
-  want = identity(s, job)
+  want = identity(s, job) if want is None else want
   path = os.path.join(workdir, RECORD)
   have = None
   if os.path.exists(path):

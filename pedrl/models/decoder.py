@@ -204,6 +204,15 @@ class KVCache:
     return self._map_layers(lambda c: jax.tree.map(pick, c)).replace(
         mask=pick(self.mask), pos=pick(self.pos))
 
+  def put(self, rows, part: "KVCache") -> "KVCache":
+    """This cache with rows `rows` replaced by `part`'s (len(rows) rows, the same slots;
+    a repeated row must carry equal values) and part's end."""
+    index = (slice(None), rows) if self._stacked else (rows,)  # Stacked: [L, B, ...].
+    at = lambda a, b: a.at[index].set(b)
+    return self.replace(k=jax.tree.map(at, self.k, part.k), v=jax.tree.map(at, self.v, part.v),
+                        mask=self.mask.at[rows].set(part.mask),
+                        pos=self.pos.at[rows].set(part.pos), end=part.end)
+
   def compact(self) -> "KVCache":
     """Moves each row's filled slots to the front, in order, and the end back.
 

@@ -254,8 +254,9 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
           leaf.shape, sharding,
           lambda idx, n=name, t=transpose, l=layers: _read(tensors, n, t, idx, l, dtype)))
     unused = sorted(set(tensors.where) - used)
-    if unused:
-      logging.info("%s: %d tensors not used by pedrl (e.g. %s)", ckpt_dir, len(unused), unused[:3])
+    if unused:  # Heads pedrl has no use for (BERT's pooler): shown with --verbosity=1.
+      logging.debug("%s: %d tensors not used by pedrl (e.g. %s)", ckpt_dir, len(unused),
+                    unused[:3])
   return jax.tree_util.tree_unflatten(treedef, out)
 
 

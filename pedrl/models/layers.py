@@ -69,7 +69,7 @@ def blocked_attention(q, cache, filled, new, block: int):
   the cost follows the filled length, not the window) and the new tokens up to
   its own block (causal). On XLA:CPU, in a microbenchmark on the 2-core machine,
   a 192-token dialogue turn's attention over a 704-slot cache took 26 ms per
-  layer against 72 ms for the whole matrix (README, Benchmark).
+  layer against 72 ms for the whole matrix (docs/performance.md).
 
   Args:
     q: [B, T, H, D] queries of the new tokens.

@@ -137,10 +137,21 @@ def components(d, settings: RewardSettings) -> dict:
           else COMPONENTS[name].value(d, settings) for name, _ in settings.weights}
 
 
-def total(values: dict, d, settings: RewardSettings) -> float:
+HARD_PENALTY = "hard_penalty"
+
+
+def terms(values: dict, d, settings: RewardSettings) -> dict:
+  """The addends of the total: each component's weighted value (`values` are unweighted),
+  and with the hard variant a rejected dialogue's −λ as HARD_PENALTY."""
   weights = dict(settings.weights)
-  value = sum(weights[k] * v for k, v in values.items())
-  return value - settings.lam if rejected(d, settings) else value
+  out = {k: weights[k] * v for k, v in values.items()}
+  if rejected(d, settings):
+    out[HARD_PENALTY] = -settings.lam
+  return out
+
+
+def total(values: dict, d, settings: RewardSettings) -> float:
+  return sum(terms(values, d, settings).values())
 
 
 def weighted_turn_rewards(d, settings: RewardSettings) -> list:

@@ -1,6 +1,6 @@
 """Per-turn rewards of UCO (paper 000, eqs. 3–9) and the returns built from them.
 
-Open points decided here (each an argument; the README's method section says why):
+Open points decided here (each an argument; docs/rewards.md says why):
 - eq. 3 sums token log-probs over a whole candidate; with α = 2 tanh saturates
   at −1 for anything longer than a few tokens, so `reduce="mean"` (per-token
   mean, the default) is offered beside the literal `reduce="sum"`.

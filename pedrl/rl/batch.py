@@ -1,7 +1,9 @@
-"""The GRPO training batch: each dialogue's tutor side as right-padded [N, T] arrays.
+"""Training batches: dialogues' tutor sides as right-padded [N, T] arrays.
 
-Built once per step from the dialogues, their token advantages and the frozen
-reference's log-probs, and never changed after: the update reads rows of it.
+`SequenceBatch` is the tokens and the tokens that count (SFT's batch);
+`TrainBatch` adds what GRPO's loss reads. A GRPO batch is built once per step
+from the dialogues, their token advantages and the frozen reference's log-probs,
+and never changed after: the update reads rows of it.
 """
 import jax
 import numpy as np
@@ -11,27 +13,32 @@ from pedrl.engine.shapes import bucket
 
 
 @struct.dataclass
-class TrainBatch:
+class SequenceBatch:
   tokens: np.ndarray  # int32, the tutor's token sequence (Dialogue.tutor_ids), right-padded.
   attn_mask: np.ndarray  # bool, real tokens.
-  loss_mask: np.ndarray  # bool, tokens the tutor sampled, in dialogues that count.
-  advantages: np.ndarray  # float32, per token (pedrl.rl.advantages.token_advantages).
-  old_logp: np.ndarray  # float32, the sampler's log-probs (same code path: first-pass ratio 1).
-  ref_logp: np.ndarray  # float32, the frozen reference policy's log-probs.
+  loss_mask: np.ndarray  # bool, the tokens the loss counts.
 
   @property
   def rows(self) -> int:
     return self.tokens.shape[0]
 
-  def take(self, rows) -> "TrainBatch":
+  def take(self, rows):
     """The batch of rows `rows` (indices or a slice)."""
     return take_rows(self, rows)
 
-  def padded(self, rows: int) -> "TrainBatch":
+  def padded(self, rows: int):
     """`rows` rows: filler copies of row 0 that carry no loss."""
     out = take_rows(self, fill_rows(self.rows, rows))
     return out.replace(loss_mask=np.where(np.arange(rows)[:, None] < self.rows, out.loss_mask,
                                           False))
+
+
+@struct.dataclass
+class TrainBatch(SequenceBatch):
+  """GRPO's: loss_mask holds the tokens the tutor sampled, in dialogues that count."""
+  advantages: np.ndarray  # float32, per token (pedrl.rl.advantages.token_advantages).
+  old_logp: np.ndarray  # float32, the sampler's log-probs (same code path: first-pass ratio 1).
+  ref_logp: np.ndarray  # float32, the frozen reference policy's log-probs.
 
 
 def take_rows(tree, rows):
@@ -46,15 +53,31 @@ def fill_rows(n: int, rows: int) -> np.ndarray:
   return fill
 
 
+def padded_rows(sequences, width: int | None = None):
+  """(tokens, attn_mask) [N, T] of token-id sequences, right-padded to `width` (None: the
+  bucket of the longest, so few shapes compile)."""
+  width = width or bucket(max(len(x) for x in sequences))
+  tokens = np.zeros((len(sequences), width), np.int32)
+  attn = np.zeros((len(sequences), width), bool)
+  for i, x in enumerate(sequences):
+    tokens[i, :len(x)] = x
+    attn[i, :len(x)] = True
+  return tokens, attn
+
+
+def from_sequences(sequences) -> SequenceBatch:
+  """The batch of sequences with `tokens` and `loss_mask` (pedrl.rl.offline_data's
+  TutorSequence), padded to the bucket of the longest."""
+  tokens, attn = padded_rows([s.tokens for s in sequences])
+  loss_mask = np.zeros(tokens.shape, bool)
+  for i, s in enumerate(sequences):
+    loss_mask[i, :s.loss_mask.size] = s.loss_mask
+  return SequenceBatch(tokens, attn, loss_mask)
+
+
 def tutor_sequences(dialogues):
   """(tokens, attn_mask) [N, T] of the dialogues' tutor sides (T bucketed: few compiles)."""
-  width = bucket(max(len(d.tutor_ids) for d in dialogues))
-  tokens = np.zeros((len(dialogues), width), np.int32)
-  attn = np.zeros((len(dialogues), width), bool)
-  for i, d in enumerate(dialogues):
-    tokens[i, :len(d.tutor_ids)] = d.tutor_ids
-    attn[i, :len(d.tutor_ids)] = True
-  return tokens, attn
+  return padded_rows([d.tutor_ids for d in dialogues])
 
 
 def build(dialogues, token_advantages, ref_logprobs) -> TrainBatch:

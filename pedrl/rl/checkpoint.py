@@ -1,9 +1,10 @@
 """Training checkpoints with orbax's CheckpointManager: state pytree plus JSON metadata.
 
 The state is the tutor's params and the optimizer state; the metadata holds the
-step, the data position, the tutor's architecture and a checksum of every state
-leaf, so a restart resumes the same run, stops with a clear error when the
-workdir belongs to another model, and never trains on a corrupt file.
+step, what fixes the run's data order (pedrl.rl.loop's `data_meta`: seed, batch
+size, ...), the tutor's architecture and a checksum of every state leaf, so a
+restart resumes the same run, stops with a clear error when the workdir belongs
+to another model, and never trains on a corrupt file.
 
 A step that cannot be used (missing or truncated files, unreadable metadata,
 a checksum that does not match) is reported with its path and moved to
@@ -30,6 +31,12 @@ from pedrl.rl import update
 
 class CheckpointError(ValueError):
   """A workdir's checkpoint does not fit this run, cannot be read, or cannot be written."""
+
+
+def model_fingerprint(cfg) -> dict:
+  """What must match between a checkpoint and the tutor it is restored into."""
+  return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
+                                       "num_heads", "num_kv_heads", "intermediate_size")}
 
 
 def _bits(x):

@@ -10,19 +10,18 @@ of a sequence of seeded per-epoch permutations, and each problem's position is
 its uid for sampling. A run resumed from a checkpoint at step s therefore sees
 exactly the problems and draws of an uninterrupted run.
 """
+import collections
 import dataclasses
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import logging
 
-from pedrl import distributed, sharding, stopping, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.rewards import assemble
-from pedrl.rl import advantages as adv_lib, batch as batch_lib, checkpoint as checkpoint_lib, update
+from pedrl.rl import advantages as adv_lib, batch as batch_lib, loop, update
 
 
 ADVANTAGES = ("dialogue", "turn")
@@ -83,18 +82,9 @@ class TrainSettings:
                        "be > 0 (inf: never warn)")
 
 
-class TrainingDiverged(RuntimeError):
-  """Updates were non-finite `max_bad_steps` steps in a row; the weights were left as they were."""
-
-
 def problems_for_step(problems, step: int, batch: int, seed: int):
   """(positions, problems) of step `step`: seeded permutation per epoch."""
-  n = len(problems)
-  out = []
-  for pos in range(step * batch, (step + 1) * batch):
-    epoch, i = divmod(pos, n)
-    out.append((pos, problems[int(streams.epoch_order(n, seed, epoch)[i])]))
-  return out
+  return loop.items_for_step(problems, step, batch, seed)
 
 
 def dialogue_advantages(dialogues, settings: TrainSettings, rewards) -> list:
@@ -144,6 +134,7 @@ class Collected:
   reward_stats: dict  # Component -> (batch mean, std).
   pipeline_stats: dict  # The reward pipeline's counts for this batch, not running totals.
   tutor_seconds: float
+  tutor_compile_seconds: float  # Of tutor_seconds: getting programs, not running them.
   seconds: dict
 
 
@@ -169,34 +160,46 @@ def zero_spread_share(batch: batch_lib.TrainBatch, group_size: int) -> float:
   return float(np.mean(~signal.reshape(-1, group_size).any(axis=1)))
 
 
-def signal_warnings(metrics: dict, settings: TrainSettings) -> list[str]:
-  """What a step's metrics say is wrong with its learning signal, naming the numbers and
-  the config field that sets each bound; empty when all is in range."""
-  out = []
+def signal_warnings(metrics: dict, settings: TrainSettings) -> dict[str, str]:
+  """What a step's metrics say is wrong with its learning signal, by kind, each naming
+  the number and the config field that bounds it; empty when all is in range."""
+  out = {}
   share, kl = metrics["signal/zero_spread_groups"], metrics["kl"]
   gap = metrics["sampler_trainer_logp_diff"]
   if share > settings.warn_zero_spread:
-    out.append(f"{share:.0%} of groups have zero reward spread (all their advantages 0), "
-               f"more than rl.warn_zero_spread={settings.warn_zero_spread:g}: only the KL term "
-               "moves the policy on them (rewards that cannot tell rollouts apart, or too "
-               "few rollouts per problem)")
+    out["zero_spread"] = (f"{share:.0%} of groups have no reward spread (rl.warn_zero_spread="
+                          f"{settings.warn_zero_spread:g}): only the KL term moves them")
   if kl > settings.warn_kl:
-    out.append(f"KL to the reference {kl:.4g} per token is above rl.warn_kl="
-               f"{settings.warn_kl:g}: the policy is far from where it started (lr too high, "
-               "reward hacking?)")
+    out["kl"] = (f"KL to the reference {kl:.4g} per token > rl.warn_kl={settings.warn_kl:g}: "
+                 "lr too high, reward hacking?")
   if gap > settings.warn_logp_diff:
-    out.append(f"sampler_trainer_logp_diff {gap:.3g} is above rl.warn_logp_diff="
-               f"{settings.warn_logp_diff:g}: the sampler's log-probs are not the trainer's "
-               "(beyond rounding), so the first-pass ratio is not 1")
+    out["logp_diff"] = (f"sampler_trainer_logp_diff {gap:.3g} > rl.warn_logp_diff="
+                        f"{settings.warn_logp_diff:g}: the first-pass ratio is not 1")
   return out
 
 
-def warn_on_signal(step: int, metrics: dict, settings: TrainSettings) -> list[str]:
-  """Logs each of `signal_warnings` for step `step` (once a step) and returns them."""
-  found = signal_warnings(metrics, settings)
-  for message in found:
-    logging.warning("step %d: %s", step, message)
-  return found
+class SignalWarnings:
+  """Logs a kind of `signal_warnings` on the step it starts, not on the steps it lasts
+  (metrics.jsonl has the numbers of every step); `summary` counts the steps of each."""
+
+  def __init__(self, settings: TrainSettings):
+    self.settings, self.last, self.steps = settings, set(), collections.Counter()
+
+  def __call__(self, step: int, metrics: dict) -> dict[str, str]:
+    found = signal_warnings(metrics, self.settings)
+    for kind, message in found.items():
+      if kind not in self.last:
+        logging.warning("step %d: %s (not repeated while it lasts)", step, message)
+    self.last = set(found)
+    self.steps.update(found.keys())
+    return found
+
+  def summary(self, steps: int) -> str | None:
+    """One line for the run, when some kind lasted more than its first step."""
+    if not any(n > 1 for n in self.steps.values()):
+      return None
+    return "learning-signal warnings: " + ", ".join(
+        f"{kind} on {n} of {steps} steps" for kind, n in sorted(self.steps.items()))
 
 
 def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
@@ -205,15 +208,6 @@ def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
   groups = rows // group_size
   picked = np.unique(np.linspace(0, groups - 1, min(n, groups)).round().astype(int))
   return [int(g) * group_size + k % group_size for k, g in enumerate(picked)]
-
-
-def applied_updates(opt_state) -> int:
-  """Optimizer updates applied so far (a skipped one is not): the lr schedule's clock."""
-  state = optax.tree_utils.tree_get(opt_state, "ScaleByScheduleState")
-  if state is None:
-    raise ValueError("the optimizer has no learning-rate schedule state (optax "
-                     "scale_by_schedule); build it with pedrl.rl.update.lr_schedule")
-  return int(sharding.to_host(state.count))
 
 
 def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
@@ -247,7 +241,11 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       "dropped": sum(d.dropped for d in dialogues),
       "signal/zero_spread_groups": zero_spread_share(batch, group_size),
       **({"judges/accept_rate": float(np.mean(judged))} if judged else {}),
-      "tokens_per_second": float(sum(tutor_tokens) / max(collected.tutor_seconds, 1e-9)),
+      # The tutor's sampling rate, compilation left out (reported apart): a step that
+      # compiles new shapes would otherwise read as a slow one.
+      "tokens_per_second": float(sum(tutor_tokens) / max(
+          collected.tutor_seconds - collected.tutor_compile_seconds, 1e-9)),
+      "seconds/tutor_compile": collected.tutor_compile_seconds,
       **{f"seconds/{k}": v for k, v in collected.seconds.items()},
       "seconds/update": update_seconds,
       **({"lr": lr} if lr is not None else {}),
@@ -256,8 +254,9 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
   return metrics
 
 
-class Trainer:
-  """Holds the run's parts; `run()` trains to settings.steps, checkpointing and logging.
+class Trainer(loop.Loop):
+  """GRPO's run: each step collects rollouts with the current params, then updates
+  (pedrl.rl.loop.Loop: checkpoints, resume, non-finite guard, signals).
 
   The current params are the tutor party's (`self.tutor.params`): the sampler
   reads them, the update replaces them (its input buffers are donated)."""
@@ -265,49 +264,18 @@ class Trainer:
   def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor, student,
                rollout_settings, rewards, problems, optimizer, workdir: str, checkpoints,
                writer, model_fingerprint: dict, lr_schedule=None):
-    self.s, self.grpo, self.tutor, self.student = settings, grpo, tutor, student
+    super().__init__(settings, grpo, tutor, optimizer, checkpoints, writer, model_fingerprint,
+                     lr_schedule)
+    self.grpo, self.student = grpo, student
     self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
-    self.optimizer, self.workdir, self.ckpt, self.writer = optimizer, workdir, checkpoints, writer
-    # The optax schedule `optimizer` was built with (applied updates -> lr), for the
-    # metrics' `lr`; None: no `lr` column.
-    self.lr_schedule = lr_schedule
-    self.fingerprint = model_fingerprint
+    self.workdir = workdir
     # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
     self.ref_params = jax.tree.map(jnp.copy, tutor.params)
-    self.step = 0
-    self.opt_state = update.init_optimizer(optimizer, tutor.params)
-    self.stopped_by = None  # Set when run() returned early on a signal.
+    self.signal_warnings = SignalWarnings(settings)
 
-  @property
-  def params(self):
-    return self.tutor.params
-
-  def _set_params(self, params):
-    self.tutor = dataclasses.replace(self.tutor, params=params)
-
-  def restore_if_any(self):
-    """Restores the newest usable checkpoint (if any); metric rows, samples and dialogue
-    records of later steps are dropped either way, since those steps run again."""
-    restored = self.ckpt.restore({"params": self.params, "opt_state": self.opt_state},
-                                 self.fingerprint)
-    if restored is not None:
-      step, state, meta = restored
-      for key, value in (("seed", self.s.seed), ("batch_problems", self.s.batch_problems),
-                         ("group_size", self.s.group_size)):
-        if meta.get(key) != value:
-          raise checkpoint_lib.CheckpointError(
-              f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
-              f"config has {value}; resuming would change its data order. Use a new workdir.")
-      self._set_params(state["params"])  # Frees the loaded weights.
-      self.opt_state, self.step = state["opt_state"], int(step)
-    self.writer.resume(self.step)
-    return restored is not None
-
-  def save(self):
-    self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
-                   {"step": self.step, "data_position": self.step * self.s.batch_problems,
-                    "seed": self.s.seed, "batch_problems": self.s.batch_problems,
-                    "group_size": self.s.group_size, "model": self.fingerprint})
+  def data_meta(self) -> dict:
+    return {"seed": self.s.seed, "batch_problems": self.s.batch_problems,
+            "group_size": self.s.group_size}
 
   def collect(self) -> Collected:
     """This step's problems → rollouts with the current params → rewards."""
@@ -322,7 +290,7 @@ class Trainer:
     t1 = time.perf_counter()
     reward_stats = self.rewards(dialogues)
     return Collected(uids, dialogues, reward_stats, dict(self.rewards.batch_stats),
-                     stats.tutor_seconds,
+                     stats.tutor_seconds, stats.tutor_compile_seconds,
                      {"rollout": t1 - t0, "rewards": time.perf_counter() - t1})
 
   def batch(self, dialogues) -> batch_lib.TrainBatch:
@@ -334,31 +302,7 @@ class Trainer:
 
   def update(self, batch: batch_lib.TrainBatch) -> list:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
-    model, mesh = self.tutor.sampler.model, self.tutor.sampler.mesh
-    mini = self.s.mini_batch or batch.rows
-    order = streams.update_order(self.s.seed, self.step, batch.rows)
-    out = []
-    for _ in range(self.s.passes):
-      for lo in range(0, batch.rows, mini):
-        params, self.opt_state, m = update.train_step(
-            model, self.params, self.opt_state, self.optimizer,
-            batch.take(np.sort(order[lo:lo + mini])), self.grpo, mesh)
-        self._set_params(params)
-        out.append(m)
-    if not all(bool(m["params_finite"]) for m in out):
-      raise TrainingDiverged(
-          f"step {self.step + 1}: an update made some weights non-finite although its loss and "
-          "gradients were finite (check rl.lr and rl.adam_eps); nothing of it was saved")
-    return out
-
-  def step_lr(self, updates: list) -> float | None:
-    """The mean learning rate of this step's applied `updates` (0 if all were skipped)."""
-    if self.lr_schedule is None:
-      return None
-    applied = sum(not bool(m["skipped"]) for m in updates)
-    end = applied_updates(self.opt_state)
-    return float(np.mean([self.lr_schedule(c) for c in range(end - applied, end)])
-                 if applied else 0.0)
+    return super().update(batch, self.s.passes, self.s.mini_batch)
 
   def train_step(self) -> StepResult:
     """One step: collect → batch (advantages, reference) → update → metrics."""
@@ -374,47 +318,20 @@ class Trainer:
   def record(self, out: StepResult):
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics)
-    warn_on_signal(self.step, out.metrics, self.s)
+    self.signal_warnings(self.step, out.metrics)
     if self.step % self.s.samples_every == 0 or self.step == 1:
       rows = sample_rows(len(out.dialogues), self.s.group_size, self.s.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],
-                          [out.advantages[i] for i in rows])
+                          [out.advantages[i] for i in rows], self.rewards.settings)
     every = self.s.dialogues_every
     if every and (self.step % every == 0 or self.step == 1):
       self.writer.dialogues(out.dialogues)
 
   def run(self, progress=None):
-    """Trains to settings.steps. On SIGINT or SIGTERM it finishes the step, saves and
-    returns early (`stopped_by` names the signal). Raises TrainingDiverged after
-    max_bad_steps steps in a row with skipped updates (their weights unchanged; the
-    last checkpoint is the last good state)."""
-    bad = 0
-    with stopping.StopRequest("the current step") as signals:
-      while self.step < self.s.steps:
-        out = self.train_step()
-        metrics = out.metrics
-        self.record(out)
-        bad = bad + 1 if metrics["skipped_updates"] else 0
-        if bad:
-          logging.warning("step %d: %d updates skipped, non-finite loss=%s kl=%s grad_norm=%s "
-                          "(%d of rl.max_bad_steps=%d in a row)", self.step,
-                          metrics["skipped_updates"], metrics["loss"], metrics["kl"],
-                          metrics["grad_norm"], bad, self.s.max_bad_steps)
-        if bad >= self.s.max_bad_steps:
-          raise TrainingDiverged(
-              f"training diverged: steps {self.step - bad + 1}-{self.step} all had non-finite "
-              f"loss, KL or gradients (last: loss={metrics['loss']}, kl={metrics['kl']}, "
-              f"grad_norm={metrics['grad_norm']}); their updates were skipped. The last "
-              f"checkpoint is step {self.ckpt.latest_step()}. Lower rl.lr or check the rewards.")
-        # Hosts may get a signal on either side of a step: they stop at the same one.
-        stop = distributed.any_process(signals.requested is not None)
-        # No periodic save inside a run of skipped updates: with `keep`, such checkpoints
-        # could push out the last one before the trouble began.
-        if (self.step % self.s.save_every == 0 and not bad) or self.step == self.s.steps or stop:
-          self.save()
-        if progress is not None:
-          progress(self.step, metrics)
-        if stop:
-          self.stopped_by = signals.requested or "SIGTERM"  # Another host's signal.
-          break
+    """Loop.run, then one line for the learning-signal warnings that lasted."""
+    first = self.step
+    super().run(progress)
+    summary = self.signal_warnings.summary(self.step - first)
+    if summary:
+      logging.warning("%s", summary)
     return self.step

@@ -1,7 +1,9 @@
-"""One GRPO update of the tutor: micro-batched gradients accumulated exactly, then optax.
+"""One update of the tutor: micro-batched gradients accumulated exactly, then optax.
 
-The update reads a `pedrl.rl.batch.TrainBatch` ([B, T] arrays over the
-tutor-side token sequences, left- or right-padded).
+The update is the same compiled program for every objective (pedrl.rl.objective:
+GRPO here, SFT in pedrl.rl.sft, DPO in pedrl.rl.dpo); `GRPOSettings` is GRPO's,
+reading a `pedrl.rl.batch.TrainBatch` ([B, T] arrays over the tutor-side token
+sequences, left- or right-padded).
 """
 import dataclasses
 import functools
@@ -17,14 +19,44 @@ from pedrl.engine.scoring import sequence_logprobs
 from pedrl.rl import batch as batch_lib, loss as loss_lib
 
 
+def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
+  """log π(token_t | tokens_<t) under logits / T, float32 [B, T] (0 at t = 0)."""
+  return sequence_logprobs(model, params, tokens, attn_mask, temperature)
+
+
 @dataclasses.dataclass(frozen=True)
 class GRPOSettings:
+  """GRPO's objective (pedrl.rl.objective) on a TrainBatch: pedrl.rl.loss's clipped
+  ratio and k3 KL on the tutor's tokens."""
   beta: float = 0.001  # KL coefficient (paper 003 reference; UCO uses 0.01).
   eps_low: float = 0.2  # Clip range.
   eps_high: float | None = None  # None: symmetric.
   aggregation: str = "token_mean"  # or "sequence_mean".
   temperature: float = 1.0  # The tutor's sampling temperature (log-probs of logits / T).
   micro_batch: int = 8  # Rows per gradient computation.
+  guarded = ("loss", "kl")  # A non-finite KL (log-probs far apart) skips the update too.
+
+  def totals(self, batch: batch_lib.TrainBatch) -> tuple:
+    """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
+    return (np.float32(max(np.asarray(batch.loss_mask).sum(), 1)), np.float32(batch.rows))
+
+  def loss(self, model, params, part: batch_lib.TrainBatch, totals):
+    num_tokens, num_sequences = totals
+    logp = policy_logprobs(model, params, part.tokens, part.attn_mask, self.temperature)
+    total, norm, sums = loss_lib.grpo_loss_terms(
+        logp, part.old_logp, part.ref_logp, part.advantages, part.loss_mask,
+        self.beta, self.eps_low, self.eps_high, self.aggregation,
+        num_sequences=num_sequences, num_tokens=num_tokens)
+    mask = part.loss_mask.astype(jnp.float32)
+    sums["old_logp_diff_sum"] = (jnp.abs(logp - part.old_logp) * mask).sum()
+    return total / norm, sums
+
+  def metrics(self, sums: dict) -> dict:
+    tokens = jnp.maximum(sums["tokens"], 1.0)
+    return {"loss": sums["loss"], "kl": sums["kl_sum"] / tokens,
+            "clip_fraction": sums["clipped_sum"] / tokens, "ratio": sums["ratio_sum"] / tokens,
+            "tutor_tokens": sums["tokens"],
+            "sampler_logp_diff": sums["old_logp_diff_sum"] / tokens}
 
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -70,14 +102,6 @@ class OptimizerSettings:
                           self.max_grad_norm, eps=self.adam_eps)
 
 
-def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
-  """log π(token_t | tokens_<t) under logits / T, float32 [B, T] (0 at t = 0)."""
-  return sequence_logprobs(model, params, tokens, attn_mask, temperature)
-
-
-_METRICS = ("loss", "kl_sum", "clipped_sum", "ratio_sum", "tokens", "old_logp_diff_sum")
-
-
 def _micro_shape(rows: int, micro_batch: int, mesh) -> tuple:
   """(n, m): n micro-batches of m rows, m rounded up to the mesh's batch shards."""
   shards = sharding_lib.batch_shards(mesh)
@@ -95,51 +119,43 @@ def split_rows(tree, n: int, m: int, mesh=None):
   return jax.tree.map(one, tree)
 
 
-def micro_batches(batch: batch_lib.TrainBatch, micro_batch: int,
-                  mesh=None) -> batch_lib.TrainBatch:
-  """The batch as [n, m, T] device arrays; the last micro-batch is filled with rows that
-  carry no loss (`TrainBatch.padded`)."""
+def micro_batches(batch, micro_batch: int, mesh=None):
+  """The batch as [n, m, ...] device arrays; the last micro-batch is filled with rows that
+  carry no loss (the batch's `padded`)."""
   n, m = _micro_shape(batch.rows, micro_batch, mesh)
   return split_rows(batch.padded(n * m), n, m, mesh)
 
 
-def _accumulated_grads(model, params, micro, settings: GRPOSettings, num_tokens, num_sequences):
+def _accumulated_grads(model, params, micro, objective, totals):
   """Sum over micro-batches (a scan: one compiled body) of the gradient of each one's
   share of the mini-batch loss, and of the metric sums."""
-  def objective(p, part):
-    logp = policy_logprobs(model, p, part.tokens, part.attn_mask, settings.temperature)
-    total, norm, metrics = loss_lib.grpo_loss_terms(
-        logp, part.old_logp, part.ref_logp, part.advantages, part.loss_mask,
-        settings.beta, settings.eps_low, settings.eps_high, settings.aggregation,
-        num_sequences=num_sequences, num_tokens=num_tokens)
-    mask = part.loss_mask.astype(jnp.float32)
-    metrics["old_logp_diff_sum"] = (jnp.abs(logp - part.old_logp) * mask).sum()
-    return total / norm, metrics
+  loss = lambda p, part: objective.loss(model, p, part, totals)
 
   def body(carry, part):
-    (value, m), g = jax.value_and_grad(objective, has_aux=True)(params, part)
+    (value, m), g = jax.value_and_grad(loss, has_aux=True)(params, part)
     m["loss"] = value  # This micro-batch's share: the shares add up to the mini-batch loss.
     return jax.tree.map(jnp.add, carry, (g, m)), None
 
-  zeros = (jax.tree.map(jnp.zeros_like, params), {k: jnp.float32(0) for k in _METRICS})
+  _, sums = jax.eval_shape(loss, params, jax.tree.map(lambda x: x[0], micro))
+  zeros = (jax.tree.map(jnp.zeros_like, params),
+           {k: jnp.float32(0) for k in ("loss", *sums)})
   return jax.lax.scan(body, zeros, micro)[0]
 
 
-def _totals(batch: batch_lib.TrainBatch):
-  """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
-  return np.float32(max(np.asarray(batch.loss_mask).sum(), 1)), np.float32(batch.rows)
+def _totals(objective, batch) -> tuple:
+  return tuple(np.float32(x) for x in objective.totals(batch))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
-def _gradients(model, params, micro, settings, num_tokens, num_sequences):
-  return _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
+def _gradients(model, params, micro, objective, totals):
+  return _accumulated_grads(model, params, micro, objective, totals)
 
 
-def gradients(model, params, batch, settings: GRPOSettings, mesh=None):
-  """The mini-batch gradient, accumulated over micro-batches of settings.micro_batch rows;
-  equal to one pass over the whole batch. Returns (grads, summed metrics)."""
-  return _gradients(model, params, micro_batches(batch, settings.micro_batch, mesh), settings,
-                    *_totals(batch))
+def gradients(model, params, batch, objective, mesh=None):
+  """The mini-batch gradient, accumulated over micro-batches of objective.micro_batch
+  rows; equal to one pass over the whole batch. Returns (grads, summed metrics)."""
+  return _gradients(model, params, micro_batches(batch, objective.micro_batch, mesh), objective,
+                    _totals(objective, batch))
 
 
 def state_shardings(optimizer, params):
@@ -173,18 +189,15 @@ def all_finite(tree) -> jax.Array:
   return jnp.stack(leaves).all() if leaves else jnp.bool_(True)
 
 
-def _step(model, optimizer, settings, params, opt_state, micro, num_tokens, num_sequences):
-  grads, m = _accumulated_grads(model, params, micro, settings, num_tokens, num_sequences)
-  tokens = jnp.maximum(m["tokens"], 1.0)
-  metrics = {"loss": m["loss"], "kl": m["kl_sum"] / tokens,
-             "clip_fraction": m["clipped_sum"] / tokens, "ratio": m["ratio_sum"] / tokens,
-             "tutor_tokens": m["tokens"], "sampler_logp_diff": m["old_logp_diff_sum"] / tokens,
-             "grad_norm": optax.tree.norm(grads)}
-  # A non-finite loss, KL or gradient skips the update: params and optimizer state stay as
-  # they were. Deciding on these scalars (not on the updated weights) costs no second copy of
-  # the state; with finite gradients, clipping, a finite lr and adam_eps > 0 (checked in the
-  # config) AdamW cannot produce a non-finite value, and `params_finite` reports if it did.
-  ok = all_finite((metrics["loss"], metrics["kl"], metrics["grad_norm"]))
+def _step(model, optimizer, objective, params, opt_state, micro, totals):
+  grads, sums = _accumulated_grads(model, params, micro, objective, totals)
+  metrics = {**objective.metrics(sums), "grad_norm": optax.tree.norm(grads)}
+  # A non-finite loss, guarded metric or gradient skips the update: params and optimizer
+  # state stay as they were. Deciding on these scalars (not on the updated weights) costs
+  # no second copy of the state; with finite gradients, clipping, a finite lr and
+  # adam_eps > 0 (checked in the config) AdamW cannot produce a non-finite value, and
+  # `params_finite` reports if it did.
+  ok = all_finite(tuple(metrics[k] for k in (*objective.guarded, "grad_norm")))
 
   def update(state):
     p, s = state
@@ -204,39 +217,39 @@ def _layout(tree) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled_step(model, optimizer, settings, layout):
+def _compiled_step(model, optimizer, objective, layout):
   """_step jitted with params and optimizer state donated and returned in their input
   layout (so the buffers are reused and the sampler's programs see the same shardings)."""
   param_leaves, param_def, state_leaves, state_def = layout
   out = (jax.tree.unflatten(param_def, param_leaves), jax.tree.unflatten(state_def, state_leaves),
          None)
-  return jax.jit(functools.partial(_step, model, optimizer, settings), donate_argnums=(0, 1),
+  return jax.jit(functools.partial(_step, model, optimizer, objective), donate_argnums=(0, 1),
                  out_shardings=out)
 
 
-def _step_call(model, params, opt_state, optimizer, batch, settings, mesh):
+def _step_call(model, params, opt_state, optimizer, batch, objective, mesh):
   """(the jitted step, its arguments) for one mini-batch of host arrays."""
-  micro = micro_batches(batch, settings.micro_batch, mesh)
-  step = _compiled_step(model, optimizer, settings, _layout(params) + _layout(opt_state))
-  return step, (params, opt_state, micro, *_totals(batch))
+  micro = micro_batches(batch, objective.micro_batch, mesh)
+  step = _compiled_step(model, optimizer, objective, _layout(params) + _layout(opt_state))
+  return step, (params, opt_state, micro, _totals(objective, batch))
 
 
-def train_step(model, params, opt_state, optimizer, batch: batch_lib.TrainBatch,
-               settings: GRPOSettings, mesh=None):
-  """One optimizer step on a mini-batch of host arrays, as one compiled program
-  (micro-batch gradients, accumulation, clipping, AdamW). `opt_state` comes from
-  `init_optimizer` (placed like the params); both are donated: their buffers become
-  the new ones. Returns (params, opt_state, metrics)."""
-  step, args = _step_call(model, params, opt_state, optimizer, batch, settings, mesh)
+def train_step(model, params, opt_state, optimizer, batch, objective, mesh=None):
+  """One optimizer step of `objective` (pedrl.rl.objective; GRPOSettings is GRPO's) on a
+  mini-batch of host arrays, as one compiled program (micro-batch gradients,
+  accumulation, clipping, AdamW). `opt_state` comes from `init_optimizer` (placed like
+  the params); both are donated: their buffers become the new ones. Returns (params,
+  opt_state, metrics)."""
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
   params, opt_state, metrics = step(*args)
   return params, opt_state, sharding_lib.to_host(metrics)
 
 
 def train_step_program(model, params, opt_state, optimizer, batch: batch_lib.TrainBatch,
-                       settings: GRPOSettings, mesh=None) -> jax.stages.Compiled:
+                       objective, mesh=None) -> jax.stages.Compiled:
   """The program `train_step` runs for these arguments, for XLA's memory and cost
   analyses (from the compilation caches once train_step has run it)."""
-  step, args = _step_call(model, params, opt_state, optimizer, batch, settings, mesh)
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
   return step.lower(*args).compile()
 
 

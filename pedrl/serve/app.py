@@ -1,184 +1,440 @@
-"""The OpenAI-compatible HTTP API over a Batcher: /v1/models, /v1/completions,
-/v1/chat/completions and /health, on FastAPI.
+"""The OpenAI-compatible HTTP API, on FastAPI: /v1/models, /v1/completions,
+/v1/chat/completions (both also as server-sent events with `stream=true`),
+/v1/embeddings (encoder models), vLLM's /tokenize and /detokenize, /health and
+/metrics (Prometheus).
 
 Responses are built from the `openai` package's own types. Every error is an
-OpenAI-style body (`{"error": {"message", "type", "param", "code"}}`): a bad
-field or malformed JSON 400, a wrong key 401, an unknown model 404, a prompt
-past the context 400 (`context_length_exceeded`), a full queue 503 with
-Retry-After, a failure inside the engine 500; none stops the server.
+OpenAI-style body (`{"error": {"message", "type", "param", "code"}}`): a bad or
+unsupported field, malformed JSON or invalid UTF-8 400, a wrong key 401, an unknown
+model or path 404, a wrong method 405, a body past the limit 413, a prompt past the
+context 400 (`context_length_exceeded`), a full queue 503 with Retry-After, a
+failure inside the engine 500 for the requests of that engine call only; none
+stops the server or drops the caller's connection. Tokenizing and chat templates
+run on worker threads, never on the event loop. A client that disconnects has its
+sequences dropped at the next decode step boundary.
 """
 import asyncio
+import base64
 import dataclasses
+import json
 import os
 import queue
 import time
 import uuid
 
+import anyio
 import fastapi
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
-from openai.types import Completion, CompletionChoice, CompletionUsage, Model
-from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types import (Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
+                          Embedding, Model)
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice as ChatChoice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice, ChoiceDelta
 from openai.types.completion_choice import Logprobs
+from starlette.exceptions import HTTPException
 
 from pedrl.env import chat as chat_lib
 from pedrl.serve import protocol
-from pedrl.serve.batcher import Ask, Batcher
+from pedrl.serve.metrics import Metrics
+from pedrl.serve.middleware import Gate
 from pedrl.serve.protocol import APIError
+from pedrl.serve.scheduler import Job, Scheduler, Sequence
 
 
 @dataclasses.dataclass
 class ServeSettings:
   served_name: str = "pedrl"
-  api_key_env: str | None = None  # Bearer-token auth with this variable's value.
+  api_key: str | None = None  # Bearer-token auth with this key (read from --api_key_env).
   max_tokens: int = 1024  # A chat request's limit when it gives none (and the context allows).
   reasoning: str = "keep"  # "keep" <think> in the content, or "split" it into reasoning_content.
+  max_body: int = 8 << 20  # Bytes of a request body.
+  access_log: bool = True
 
 
 def _error(e: APIError):
   return responses.JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
-def make_app(batcher: Batcher, tokenizer, settings: ServeSettings, chat=None) -> fastapi.FastAPI:
-  """The API for one model: its batcher, tokenizer and chat format (None: no chat)."""
-  app = fastapi.FastAPI(title="pedrl", docs_url=None, redoc_url=None)
-  context = batcher.engine.context
-  key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
-  if settings.api_key_env and not key:
-    raise ValueError(f"${settings.api_key_env} is empty: it holds the server's API key")
+class _Gone(Exception):
+  """The client disconnected before its answer was ready."""
+
+
+class EventStream(responses.StreamingResponse):
+  """Server-sent events that stop as soon as the client disconnects, whatever ASGI
+  version the server speaks (the generator is cancelled, and its `finally` aborts
+  the request's sequences)."""
+  media_type = "text/event-stream"
+
+  async def __call__(self, scope, receive, send):
+    async with anyio.create_task_group() as tasks:
+      async def stream():
+        await self.stream_response(send)
+        tasks.cancel_scope.cancel()
+      tasks.start_soon(stream)
+      await _disconnected(receive)
+      tasks.cancel_scope.cancel()
+
+
+async def _disconnected(receive):
+  while (await receive())["type"] != "http.disconnect":
+    pass
+
+
+def _sse(obj) -> str:
+  return f"data: {json.dumps(obj)}\n\n"
+
+
+class _Channel:
+  """The coroutine's side of a Job: the engine thread's notifications, in order."""
+
+  def __init__(self, sequences: list[Sequence]):
+    loop, self.events = asyncio.get_running_loop(), asyncio.Queue()
+    post = lambda item: loop.call_soon_threadsafe(self.events.put_nowait, item)
+    self.job = Job(sequences, notify=post, fail=post)
+
+  @property
+  def complete(self) -> bool:
+    return all(s.finish_reason and (s.logprobs is None or s.alternatives is not None)
+               for s in self.job.sequences)
+
+  async def next(self) -> list[Sequence]:
+    item = await self.events.get()
+    if isinstance(item, Exception):
+      raise APIError(500, f"the engine failed on this request: {type(item).__name__}: {item}",
+                     type="server_error")
+    return item
+
+
+def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
+             metrics: Metrics | None = None) -> Gate:
+  """The API for one model (an ASGI app: the FastAPI routes behind the Gate): its backend
+  (a Scheduler for a decoder, an Encoder for an encoder), tokenizer and chat format
+  (None: no chat)."""
+  metrics = metrics or getattr(backend, "metrics", None) or Metrics()
+  app = fastapi.FastAPI(title="pedrl", version="1", redoc_url=None)
+  generator = backend if isinstance(backend, Scheduler) else None
+  encoder = None if generator else backend
+  context = generator.engine.context if generator else None
+  vocab = (generator.engine.model if generator else encoder.embedder).cfg.vocab_size
 
   @app.exception_handler(APIError)
   async def _api_error(request, e: APIError):
     return _error(e)
 
+  @app.exception_handler(HTTPException)
+  async def _http_error(request, e: HTTPException):  # 404, 405, a body that does not parse.
+    detail = e.detail if isinstance(e.detail, str) else json.dumps(e.detail)
+    if e.status_code == 404:
+      detail = f"no route {request.method} {request.url.path}"
+    return _error(APIError(e.status_code, detail, code={404: "not_found",
+                                                        405: "method_not_allowed"}.get(
+                                                            e.status_code)))
+
   @app.exception_handler(RequestValidationError)
   async def _invalid(request, e: RequestValidationError):
-    first = e.errors()[0] if e.errors() else {}
+    errors = e.errors()
+    first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
-      return _error(APIError(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error')}"))
+      why = first.get("ctx", {}).get("error")
+      return _error(APIError(400, f"the body is not valid JSON: {why}"))
     where = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
     message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ())[1:]) or 'body'}: "
-                        f"{err.get('msg')}" for err in e.errors()[:5])
+                        f"{_reason(err)}" for err in errors[:5])
     return _error(APIError(400, message or "invalid request", param=where))
 
-  @app.exception_handler(Exception)
-  async def _internal(request, e: Exception):
-    return _error(APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
-
-  @app.middleware("http")
-  async def _auth(request: fastapi.Request, call_next):
-    if key and request.url.path.startswith("/v1/"):
-      if request.headers.get("authorization", "") != f"Bearer {key}":
-        return _error(APIError(401, "invalid or missing API key (Authorization: Bearer ...)",
-                               type="authentication_error", code="invalid_api_key"))
-    return await call_next(request)
-
-  def check_model(name: str):
-    if name != settings.served_name:
+  def check_model(name: str | None):
+    if name is not None and name != settings.served_name:
       raise APIError(404, f"the model {name!r} does not exist; this server serves "
                      f"{settings.served_name!r}", param="model", code="model_not_found")
 
-  async def run(ask: Ask):
-    if len(ask.prompt) + ask.max_tokens > context:
-      raise APIError(400, f"this model's context is {context} tokens; the prompt has "
-                     f"{len(ask.prompt)} and max_tokens asks for {ask.max_tokens} more",
-                     param="prompt" if len(ask.prompt) >= context else "max_tokens",
+  def need(what, kind: str):
+    if what is None:
+      model = "an encoder" if generator is None else "a decoder"
+      raise APIError(400, f"this server's model is {model}: it does not serve {kind}",
+                     code="model_not_supported")
+
+  def check_ids(ids, param: str = "prompt"):
+    if any(not p for p in ids):
+      raise APIError(400, "a prompt has no tokens", param=param)
+    if any(max(p) >= vocab or min(p) < 0 for p in ids):
+      raise APIError(400, f"a token id is outside the vocabulary [0, {vocab})", param=param)
+
+  def check_room(prompt_len: int, max_tokens: int):
+    if prompt_len + max_tokens > context:
+      raise APIError(400, f"this server's context is {context} tokens; the prompt has "
+                     f"{prompt_len} and max_tokens asks for {max_tokens} more",
+                     param="prompt" if prompt_len >= context else "max_tokens",
                      code="context_length_exceeded")
+
+  def sampling(req) -> dict:
+    if req.top_k > vocab:
+      raise APIError(400, f"top_k={req.top_k} exceeds the vocabulary ({vocab}); 0 or -1 "
+                     "turns top-k off", param="top_k")
+    seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little")
+    return dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                stop=req.stops, seed=seed)
+
+  async def submit(sequences: list[Sequence]) -> _Channel:
+    if len(sequences) > generator.max_queue:
+      raise APIError(400, f"this request has {len(sequences)} prompts x choices; the server "
+                     f"takes at most {generator.max_queue} per request (--max_queue)",
+                     param="prompt")
+    channel = _Channel(sequences)
     try:
-      future = batcher.submit(ask)
+      generator.submit(channel.job)
     except queue.Full:
       raise APIError(503, "the server's queue is full; retry shortly", type="server_error",
                      headers={"Retry-After": "1"}) from None
-    return await asyncio.wrap_future(future)
+    return channel
 
-  def sampling(req) -> dict:
-    if req.stream:
-      raise APIError(400, "stream=true is not supported", param="stream")
-    seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
-    return dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                stop=tuple(req.stop or ()), seed=seed, n=req.n)
+  async def finished(channel: _Channel, request: fastapi.Request):
+    """Waits for every sequence of the job; drops the job if the client leaves first."""
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+      while not channel.complete:
+        event = asyncio.ensure_future(channel.next())
+        await asyncio.wait({event, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not event.done():
+          event.cancel()
+          generator.abort(channel.job)
+          raise _Gone
+        event.result()
+    finally:
+      gone.cancel()
+
+  @app.exception_handler(_Gone)
+  async def _gone(request, e):
+    return responses.Response(status_code=499)
 
   @app.get("/health")
   async def health():
     return {"status": "ok"}
 
+  @app.get("/metrics")
+  async def prometheus():
+    return responses.Response(metrics.text(), media_type="text/plain; version=0.0.4")
+
   @app.get("/v1/models")
   async def models():
     card = Model(id=settings.served_name, created=int(time.time()), object="model",
                  owned_by="pedrl")
-    return {"object": "list", "data": [card.model_dump(exclude_none=True)]}
+    return {"object": "list", "data": [card.model_dump(exclude_none=True)
+                                       | ({"max_model_len": context} if context else {})]}
 
   @app.post("/v1/completions")
-  async def completions(req: protocol.CompletionRequest):
+  async def completions(req: protocol.CompletionRequest, request: fastapi.Request):
     check_model(req.model)
+    need(generator, "completions")
     if req.max_tokens == 0 and not req.echo:
       raise APIError(400, "max_tokens=0 needs echo=true", param="max_tokens")
     common = sampling(req)
     prompts = req.prompts()
-    ids = [tuple(p) if isinstance(p, list) else tuple(tokenizer(p)["input_ids"])
-           for p in prompts]
-    if any(not p for p in ids):
-      raise APIError(400, "a prompt has no tokens", param="prompt")
-    if any(max(p) >= batcher.engine.model.cfg.vocab_size or min(p) < 0 for p in ids):
-      raise APIError(400, "a token id is outside the vocabulary", param="prompt")
+    ids = await asyncio.to_thread(
+        lambda: [tuple(p) if isinstance(p, list) else tuple(tokenizer(p)["input_ids"])
+                 for p in prompts])
+    check_ids(ids)
     limit = 16 if req.max_tokens is None else req.max_tokens
-    asks = [Ask(prompt=p, max_tokens=limit, logprobs=req.logprobs, echo=req.echo, **common)
-            for p in ids]
-    results = await asyncio.gather(*(run(a) for a in asks))
-    choices, used = [], 0
-    for p, a, samples in zip(prompts, asks, results):
-      prompt_text = (p if isinstance(p, str) else tokenizer.decode(list(p))) if req.echo else ""
-      for s in samples:
-        choices.append(CompletionChoice(
-            index=len(choices), text=prompt_text + s.text, finish_reason=s.finish_reason,
-            logprobs=_logprobs(tokenizer, a, s) if req.logprobs is not None else None))
-        used += len(s.tokens)
+    for p in ids:
+      check_room(len(p), limit)
+    sequences = [Sequence(prompt=p, max_tokens=limit, index=j, logprobs=req.logprobs,
+                          echo=req.echo, **common) for p in ids for j in range(req.n)]
+    channel = await submit(sequences)
+    texts = [(p if isinstance(p, str) else tokenizer.decode(list(p))) if req.echo else ""
+             for p in prompts]
+    echo = [texts[i // req.n] for i in range(len(sequences))]
+    if req.stream:
+      return EventStream(_completion_events(channel, generator, settings, echo,
+                                            req.include_usage))
+    await finished(channel, request)
+    choices = [CompletionChoice(
+        index=i, text=echo[i] + s.text, finish_reason=s.finish_reason,
+        logprobs=_logprobs(tokenizer, s) if req.logprobs is not None else None)
+        for i, s in enumerate(sequences)]
     return Completion(
         id=f"cmpl-{uuid.uuid4().hex}", object="text_completion", created=int(time.time()),
-        model=settings.served_name, choices=choices,
-        usage=CompletionUsage(prompt_tokens=sum(map(len, ids)), completion_tokens=used,
-                              total_tokens=sum(map(len, ids)) + used)).model_dump()
+        model=settings.served_name, choices=choices, usage=_usage(sequences)).model_dump()
 
   @app.post("/v1/chat/completions")
-  async def chat_completions(req: protocol.ChatCompletionRequest):
+  async def chat_completions(req: protocol.ChatCompletionRequest, request: fastapi.Request):
     check_model(req.model)
+    need(generator, "chat completions")
     if chat is None:
       raise APIError(400, "this model has no chat template; use /v1/completions")
-    try:
-      messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-      prompt = tuple(chat.prompt_ids(messages))
-    except Exception as e:  # The template's own complaint (roles out of order, …).
-      raise APIError(400, f"the chat template cannot render these messages: {e}",
-                     param="messages") from None
-    limit = req.limit() or max(1, min(settings.max_tokens, context - len(prompt)))
-    samples = await run(Ask(prompt=prompt, max_tokens=limit, **sampling(req)))
+    common = sampling(req)
+    prompt = await _render(chat, req.messages)
+    check_ids([prompt], "messages")
+    check_room(len(prompt), req.limit() or 1)
+    limit = req.limit() or min(settings.max_tokens, context - len(prompt))
+    sequences = [Sequence(prompt=prompt, max_tokens=limit, index=j, **common)
+                 for j in range(req.n)]
+    channel = await submit(sequences)
+    if req.stream:
+      return EventStream(_chat_events(channel, generator, settings, req.include_usage))
+    await finished(channel, request)
     choices = []
-    for s in samples:
+    for i, s in enumerate(sequences):
       message = ChatCompletionMessage(role="assistant", content=s.text)
       if settings.reasoning == "split":
         visible, thinking = chat_lib.split_thinking(s.text)
         message = ChatCompletionMessage(role="assistant", content=visible,
                                         reasoning_content=thinking or None)
-      choices.append(ChatChoice(index=len(choices), message=message,
-                                finish_reason=s.finish_reason))
-    used = sum(len(s.tokens) for s in samples)
+      choices.append(ChatChoice(index=i, message=message, finish_reason=s.finish_reason))
     return ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex}", object="chat.completion", created=int(time.time()),
         model=settings.served_name, choices=choices,
-        usage=CompletionUsage(prompt_tokens=len(prompt), completion_tokens=used,
-                              total_tokens=len(prompt) + used)).model_dump(exclude_none=True)
+        usage=_usage(sequences)).model_dump(exclude_none=True)
 
-  return app
+  @app.post("/v1/embeddings")
+  async def embeddings(req: protocol.EmbeddingRequest):
+    check_model(req.model)
+    need(encoder, "embeddings")
+    vectors, used = await encoder.embed(req.input)
+    encode = ((lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode())
+              if req.encoding_format == "base64" else (lambda v: v.tolist()))
+    return CreateEmbeddingResponse(  # base64 strings where the type says floats.
+        object="list", model=settings.served_name,
+        data=[Embedding.model_construct(object="embedding", index=i, embedding=encode(v))
+              for i, v in enumerate(vectors)],
+        usage={"prompt_tokens": used, "total_tokens": used}).model_dump(warnings=False)
+
+  @app.post("/tokenize")
+  async def tokenize(req: protocol.TokenizeRequest):
+    check_model(req.model)
+    if req.messages is not None:
+      if chat is None:
+        raise APIError(400, "this model has no chat template; give prompt", param="messages")
+      ids = await _render(chat, req.messages)
+    else:
+      ids = await asyncio.to_thread(
+          lambda: tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
+    return {"count": len(ids), "max_model_len": context, "tokens": list(ids)}
+
+  @app.post("/detokenize")
+  async def detokenize(req: protocol.DetokenizeRequest):
+    check_model(req.model)
+    check_ids([req.tokens or [0]], "tokens")
+    return {"prompt": await asyncio.to_thread(tokenizer.decode, req.tokens)}
+
+  routes = {r.path for r in app.routes}
+  return Gate(app, metrics, settings.api_key, settings.max_body, routes, settings.access_log)
 
 
-def _logprobs(tokenizer, ask: Ask, sample) -> Logprobs:
+def _reason(err: dict) -> str:
+  """pydantic's message, without its 'Value error, ' prefix."""
+  return str(err.get("msg", "")).removeprefix("Value error, ")
+
+
+async def _render(chat, messages) -> tuple:
+  """The conversation's prompt tokens (the template's own complaint: a 400)."""
+  try:
+    return tuple(await asyncio.to_thread(
+        chat.prompt_ids, [{"role": m.role, "content": m.text()} for m in messages]))
+  except Exception as e:  # Roles out of order, …
+    raise APIError(400, f"the chat template cannot render these messages: {e}",
+                   param="messages") from None
+
+
+def _usage(sequences) -> CompletionUsage:
+  prompt = sum(len(s.prompt) for s in sequences if s.index == 0)
+  used = sum(len(s.tokens) for s in sequences)
+  return CompletionUsage(prompt_tokens=prompt, completion_tokens=used,
+                         total_tokens=prompt + used)
+
+
+async def _stream(channel: _Channel, generator: Scheduler, render, include_usage: bool,
+                  usage_chunk):
+  """The SSE frames of a streamed job: `render(i, sequence, new_text)` per change, the
+  usage chunk when asked, then [DONE]; if the stream ends early, the job is dropped."""
+  sent = [0] * len(channel.job.sequences)
+  index = {id(s): i for i, s in enumerate(channel.job.sequences)}
+  try:
+    while not channel.complete:
+      try:
+        changed = await channel.next()
+      except APIError as e:
+        yield _sse(e.body())
+        break
+      for s in changed:
+        i = index[id(s)]
+        upto = len(s.text) if s.finish_reason else s.streamed
+        new, sent[i] = s.text[sent[i]:upto], max(sent[i], upto)
+        for frame in render(i, s, new):
+          yield _sse(frame)
+    else:
+      if include_usage:
+        yield _sse(usage_chunk(_usage(channel.job.sequences)))
+    yield "data: [DONE]\n\n"
+  finally:
+    if not channel.complete:
+      generator.abort(channel.job)
+
+
+def _chunks(kind, prefix: str, obj: str, settings: ServeSettings):
+  """chunk(choices, usage=None): a stream's chunks as dicts, all with one id and time."""
+  cid, created = f"{prefix}-{uuid.uuid4().hex}", int(time.time())
+  return lambda choices, usage=None: kind(
+      id=cid, object=obj, created=created, model=settings.served_name, choices=choices,
+      usage=usage).model_dump(exclude_none=True)
+
+
+def _completion_events(channel, generator, settings: ServeSettings, echo: list,
+                       include_usage: bool):
+  chunk, started = _chunks(Completion, "cmpl", "text_completion", settings), set()
+
+  def render(i, s, new):
+    if i not in started:
+      started.add(i)
+      new = echo[i] + new
+    if new or s.finish_reason:
+      yield chunk([CompletionChoice.model_construct(
+          index=i, text=new, logprobs=None, finish_reason=s.finish_reason)])
+
+  return _stream(channel, generator, render, include_usage, lambda u: chunk([], u))
+
+
+def _chat_events(channel, generator, settings: ServeSettings, include_usage: bool):
+  chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings)
+  split = settings.reasoning == "split"
+  started, shown = set(), {}
+
+  def render(i, s, new):
+    if i not in started:
+      started.add(i)
+      yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content=""))])
+    if split:  # Re-split what may be shown; send what each part gained.
+      text = s.text if s.finish_reason else _without_open_tag(s.text[:s.streamed])
+      parts, before = chat_lib.split_thinking(text), shown.get(i, ("", ""))
+      if all(p.startswith(b) for p, b in zip(parts, before)):
+        content, thinking = (p[len(b):] for p, b in zip(parts, before))
+        shown[i] = parts
+        if content or thinking:
+          yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(
+              content=content or None, reasoning_content=thinking or None))])
+    elif new:
+      yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(content=new))])
+    if s.finish_reason:
+      yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(), finish_reason=s.finish_reason)])
+
+  return _stream(channel, generator, render, include_usage, lambda u: chunk([], u))
+
+
+def _without_open_tag(text: str) -> str:
+  """text without a trailing start of <think> or </think> (a tag still being written)."""
+  for tag in (chat_lib.THINK_OPEN, chat_lib.THINK_CLOSE):
+    for k in range(len(tag) - 1, 0, -1):
+      if text.endswith(tag[:k]):
+        return text[:-k]
+  return text
+
+
+def _logprobs(tokenizer, s: Sequence) -> Logprobs:
   """The completions API's log-probs: per token its text, log-prob, top alternatives and
   offset in the returned text; with echo the prompt's tokens come first (the first
   has no log-prob)."""
-  lp = sample.logprobs
-  ids = list(ask.prompt) + sample.tokens
-  start = 0 if ask.echo else len(ask.prompt)
+  lp = s.alternatives
+  ids = list(s.prompt) + s.tokens
+  start = 0 if s.echo else len(s.prompt)
   pieces = [tokenizer.decode([t]) for t in ids[start:]]
   offsets, at = [], 0
   for piece in pieces:
@@ -192,8 +448,8 @@ def _logprobs(tokenizer, ask: Ask, sample) -> Logprobs:
       continue
     values.append(float(lp.logprobs[t - 1]))
     alternatives.append({tokenizer.decode([int(i)]): float(v)
-                         for i, v in zip(lp.top_ids[t - 1, :ask.logprobs],
-                                         lp.top_logprobs[t - 1, :ask.logprobs])})
+                         for i, v in zip(lp.top_ids[t - 1, :s.logprobs],
+                                         lp.top_logprobs[t - 1, :s.logprobs])})
   # Constructed unvalidated: the API's first echoed token has null entries, which the
   # openai package's type does not declare.
   return Logprobs.model_construct(tokens=pieces, token_logprobs=values,

@@ -97,7 +97,7 @@ def kind(workdir: str) -> str:
     raise PlotError(f"{workdir}: no such directory")
   has = lambda name: os.path.exists(os.path.join(workdir, name))
   job = workdir_lib.recorded_job(workdir)
-  if job == "train":
+  if job in ("train", "sft", "mdpo"):  # GRPO's, and the offline baselines' (same loop).
     return TRAIN
   if job == "rollout":
     return ROLLOUT

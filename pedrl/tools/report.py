@@ -5,12 +5,13 @@ r"""Merges evaluation workdirs and lays their metrics out as papers 003 (table 2
 For each workdir: every shard must be there, finished and of one protocol
 (else an error naming them); its records are merged into
 WORKDIR/eval_dialogues.jsonl and its metrics written to WORKDIR/metrics.json.
-Then one row per run (named by its config) is printed as a markdown table and
-written to OUT/report.md and OUT/report.csv, with OUT/pareto.png: Δ solve rate
-against leak rate with 95% intervals (paper 003 figure 1; needs matplotlib,
-`pip install "pedrl[plot]"`). Reasoning runs (`evaluate.py:reasoning`, `:wbeb`) get a
-table of their own, laid out like paper 003 table 3 (and 001 table 2: WBEB's
-categories), and MathTutorBench runs
+Then one row per run (named by its config, and a tutor read from a training run
+by its method as paper 003's rows name it: RL, SFT or MDPO) is printed as a
+markdown table and written to OUT/report.md and OUT/report.csv, with
+OUT/pareto.png: Δ solve rate against leak rate with 95% intervals (paper 003
+figure 1; needs matplotlib, `pip install "pedrl[plot]"`). Reasoning runs
+(`evaluate.py:reasoning`, `:wbeb`) get a table of their own, laid out like paper
+003 table 3 (and 001 table 2: WBEB's categories), and MathTutorBench runs
 (`pedrl.experiments.mathtutorbench`) one in the leaderboard's nine columns
 (003 table 4). OUT defaults to the first workdir.
 """
@@ -24,6 +25,7 @@ from absl import app, flags, logging
 from pedrl import cli
 from pedrl.eval import shards
 from pedrl.eval.mathtutorbench import results as bench_results
+from pedrl.experiments import workdir as workdir_lib
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")
@@ -64,8 +66,20 @@ def choice_columns(runs: dict) -> tuple:
       ("wbeb_accuracy", "WBEB overall (%)", True),)
 
 
-def run_name(workdir: str, config: str) -> str:
-  return f"{config} ({os.path.basename(os.path.normpath(workdir))})"
+# Paper 003's name for a tutor trained by each job (its tables' rows: RL, SFT, MDPO).
+METHODS = {"train": "RL", "sft": "SFT", "mdpo": "MDPO"}
+
+
+def run_name(workdir: str, config: str, protocol: dict | None = None) -> str:
+  """The row of an evaluation: its config and folder, and, when the tutor under test is a
+  pedrl training run, its method as the paper's tables name it, its folder and step."""
+  base = lambda path: os.path.basename(os.path.normpath(path))
+  name = f"{config} ({base(workdir)})"
+  tutor = (protocol or {}).get("tutor") or (protocol or {}).get("model") or {}
+  if tutor.get("workdir"):
+    job = workdir_lib.recorded_job(tutor["workdir"])
+    name += f" [{METHODS.get(job, job)} tutor: {base(tutor['workdir'])} step {tutor.get('step')}]"
+  return name
 
 
 def _kind(m: dict) -> str:
@@ -150,7 +164,7 @@ def report(workdirs, out: str | None = None) -> dict:
     metrics = shards.write_merged(w)
     written = shards.read_json(os.path.join(w, "metrics.json"))
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
-    name = run_name(w, metrics["config"])
+    name = run_name(w, metrics["config"], metrics["protocol"])
     if name in runs:  # Same config, same folder name: keep both rows.
       name = f"{name} [{os.path.abspath(w)}]"
     runs[name] = metrics

@@ -13,7 +13,8 @@ scaffolding and instruction following are the four pedagogical tasks. Table 1
 asks one question of Socratic questioning; the benchmark's task scores a list
 of sub-questions against the reference's, and its task file asks for "a list
 of questions on one line" and stops at the first line break, so pedrl's
-contract asks for the list on one line (a decision, documented in the docs).
+contract asks for the list on one line (a decision, documented in
+docs/paper-differences.md).
 
 "tutoring" is the contract of a tutor in pedrl's dialogues (`pedrl.agents.tutor`):
 guidance without the benchmark's two-sentence rule; its rules are the empty

@@ -41,9 +41,16 @@ BUCKETS = "0.01,0.1,0.2,0.3,0.4,0.5,0.6"  # Paper 003 section 5.2: solve rates o
 class ViewSettings:
   """The config's `views` section: what to draw besides the transcript analysis."""
   problems_path: str = ""  # A BigMath-style problems file: 003 table 1 and fig. 3.
+  # With test_path, problems_path and test_path are the released training and test splits
+  # (rd211/Big-Math-RL-Verified-Filtered's `train` and `test`, the papers' partition), read
+  # as given (n_test rows in the test split); without, problems_path is a pool split here.
+  test_path: str = ""
   filter: bool = True  # Paper 003's filter before the split (one number, 1-60% solve rate).
   n_train: int = problems_lib.ProblemSettings.n_train
   n_test: int = problems_lib.ProblemSettings.n_test
+  # The split's seed: the training configs' (0), so the views show the problems the jobs
+  # split off; not analysis.seed, which draws the sentences to label.
+  split_seed: int = 0
   solve_rates_workdir: str = ""  # An evaluation workdir: fig. 3 from its measured rates.
   buckets: str = BUCKETS  # Bucket edges of fig. 3, ascending.
   sweep: str = ""  # 000 fig. 3: 'G=TRAINING_WORKDIR,...' (e.g. '2=/runs/g2,4=/runs/g4').
@@ -79,15 +86,22 @@ def by_source(problems) -> list:
   return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
-def split_problems(v: ViewSettings, seed: int):
-  """(train, test) of the file, as the jobs split it."""
+def split_problems(v: ViewSettings):
+  """(train, test): the released splits as given (views.test_path), or the file split as
+  the jobs split a pool (views.split_seed)."""
+  if v.test_path:
+    try:
+      return (problems_lib.load_published_train(v.problems_path)[0],
+              problems_lib.load_published(v.test_path, v.n_test)[0])
+    except problems_lib.DataError as e:
+      raise AnalysisError(str(e)) from None
   rows, report = problems_lib.load_bigmath(v.problems_path)
   if v.filter:
     rows = problems_lib.paper_filter(rows)
   if not rows:
     raise AnalysisError(f"{v.problems_path}: no problems ({report.summary()}, filter={v.filter})")
   try:
-    return problems_lib.split(rows, v.n_train, v.n_test, seed)
+    return problems_lib.split(rows, v.n_train, v.n_test, v.split_seed)
   except problems_lib.DataError as e:
     raise AnalysisError(f"{v.problems_path}: {e} (views.n_test={v.n_test})") from None
 

@@ -211,7 +211,9 @@ class LabelRow:
 
 class LabelStore:
   """One labeller's labels of one scheme: every shard file of its folder, read together
-  (so a rerun with another shard count still finds them); later rows win."""
+  (so a rerun with another shard count still finds them). A text's label beats its
+  failures, whichever file holds which: files are read by name, not by when they were
+  written, so "the later row" is only known within one file, where it wins."""
 
   def __init__(self, folder: str):
     self.folder = folder
@@ -224,7 +226,8 @@ class LabelStore:
           r = LabelRow(**row)
         except TypeError as e:
           raise dialogue_lib.RecordError(f"{path}, line {n}: not a label row ({e})") from None
-        out[r.key] = r
+        if r.label is not None or r.key not in out or out[r.key].label is None:
+          out[r.key] = r
     return out
 
   def append(self, rows, shard: int, num_shards: int) -> None:

@@ -36,19 +36,22 @@ def dialogues(workdir: str) -> list:
     raise AnalysisError(f"{workdir}: no such directory")
   if os.path.exists(merged):
     return [r.dialogue for r in records_lib.load(merged)]
-  if os.path.isdir(os.path.join(workdir, "shards")):
-    try:
+  try:
+    # An evaluation's shards; another job's (baseline_data's) leave dialogues.jsonl.
+    kind = shards.recorded(workdir, ("kind",))
+    if shards.is_evaluation({"kind": kind} if kind else {}) and os.path.isdir(
+        os.path.join(workdir, "shards")):
       records, _ = shards.merge(workdir)
-    except shards.ShardError as e:
-      raise AnalysisError(str(e)) from None
-    if records and not isinstance(records[0], records_lib.EvalRecord):
-      raise AnalysisError(f"{workdir}: an evaluation of {type(records[0]).__name__}s, not of "
-                          "dialogues")
-    return [r.dialogue for r in records]
+      if records and not isinstance(records[0], records_lib.EvalRecord):
+        raise AnalysisError(f"{workdir}: an evaluation of {type(records[0]).__name__}s, not "
+                            "of dialogues")
+      return [r.dialogue for r in records]
+  except shards.ShardError as e:
+    raise AnalysisError(str(e)) from None
   if os.path.exists(rollout):
     return dialogue_lib.load_jsonl(rollout)
   raise AnalysisError(f"{workdir}: no eval_dialogues.jsonl, evaluation shards or "
-                      "dialogues.jsonl (an evaluation or rollout workdir)")
+                      "dialogues.jsonl (an evaluation, rollout or baseline_data workdir)")
 
 
 def load(condition: str, workdir: str) -> list:

@@ -150,15 +150,16 @@ def guidance_violations(response: str, answer: str | None,
 
 
 def rates(rows) -> dict:
-  """BVR numbers of (task, violations) rows: "bvr" the share of replies with any
-  violation, "bvr/<task>" per task, "violations/<rule>" how many replies broke each
-  rule (every rule listed), "checked" the number of rows; no rows, no shares."""
+  """BVR numbers of (task, violations) rows: "broken" the replies with any violation
+  and "bvr" their share, "bvr/<task>" per task, "violations/<rule>" how many replies
+  broke each rule (every rule listed), "checked" the number of rows; no rows, no shares."""
   rows = list(rows)
   out: dict = {f"violations/{rule}": 0 for rule in RULES}
   out["checked"] = len(rows)
+  out["broken"] = sum(bool(v) for _, v in rows)
   if not rows:
     return out
-  out["bvr"] = sum(bool(v) for _, v in rows) / len(rows)
+  out["bvr"] = out["broken"] / len(rows)
   for task in dict.fromkeys(t for t, _ in rows):
     mine = [bool(v) for t, v in rows if t == task]
     out[f"bvr/{task}"] = sum(mine) / len(mine)

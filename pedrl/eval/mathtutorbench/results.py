@@ -49,10 +49,10 @@ def violations(records) -> list[tuple[str, tuple]]:
 
 
 def metrics(records, counts=None) -> dict:
-  """{task: the harness's metrics, the win rate where Ped-RM scored every reply, bvr
-  and violations/<rule> (replies breaking it), and examples, prompts_cut,
-  pedrm_inputs_cut, seconds and examples_per_s (the last three from the shards'
-  counts)}."""
+  """{task: the harness's metrics, the win rate where Ped-RM scored every reply, bvr,
+  broken (replies breaking any rule) and violations/<rule> (replies breaking it), and
+  examples, prompts_cut, pedrm_inputs_cut, seconds and examples_per_s (the last three
+  from the shards' counts)}."""
   counts = counts or {}
   out = {}
   for task, rows in by_task(records).items():
@@ -60,7 +60,8 @@ def metrics(records, counts=None) -> dict:
     if task in tasks.PEDAGOGICAL and all(r.score is not None for r in rows):
       m.update(win_rate.win_rate([r.score for r in rows], [r.baseline_score for r in rows]))
     rates = constraints.rates(violations(rows))
-    m.update(bvr=rates["bvr"], **{k: v for k, v in rates.items() if k.startswith("violations/")})
+    m.update(bvr=rates["bvr"], broken=rates["broken"],
+             **{k: v for k, v in rates.items() if k.startswith("violations/")})
     m.update(examples=len(rows), prompts_cut=sum(r.prompt_cut for r in rows))
     if f"pedrm_inputs_cut/{task}" in counts:  # Ped-RM inputs cut to its context (tiny runs).
       m["pedrm_inputs_cut"] = counts[f"pedrm_inputs_cut/{task}"]
@@ -89,11 +90,26 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
     f.write(table({run: results}) + "\n")
 
 
+def summary(task: str, m: dict) -> str:
+  """One short line for a task's results: its leaderboard number (percent), how many
+  examples, prompts cut, seconds. results.json holds every metric."""
+  metric = next(k for name, k, _ in COLUMNS if name == task)
+  value = m.get(metric)
+  parts = [f"{m['examples']} examples"]
+  if m.get("prompts_cut"):
+    parts.append(f"{m['prompts_cut']} prompt{'s' if m['prompts_cut'] > 1 else ''} cut")
+  if m.get("seconds"):
+    parts.append(f"{m['seconds']:.1f} s")
+  shown = "–" if value is None else f"{100 * value:.1f}%"
+  return f"{task}: {metric} {shown} ({', '.join(parts)})"
+
+
 def pooled_bvr(results: dict, names=None) -> float | None:
   """BVR over the tasks `names` (default: every task) of one run's results: the share
-  of their replies that break a rule; None where no such task has a BVR."""
-  got = [(round(m["bvr"] * m["examples"]), m["examples"]) for t, m in results.items()
-         if "bvr" in m and (names is None or t in names)]
+  of their replies that break a rule (their counts, `broken`, pooled); None where no such
+  task has them."""
+  got = [(m["broken"], m["examples"]) for t, m in results.items()
+         if "broken" in m and (names is None or t in names)]
   n = sum(e for _, e in got)
   return sum(v for v, _ in got) / n if n else None
 

@@ -32,8 +32,8 @@ MODES = ("chat", "completion")
 @dataclasses.dataclass(frozen=True)
 class BenchSettings:
   """The config's top-level benchmark keys (defaults: the harness's)."""
-  benchmark_dir: str | None = None  # A MathTutorBench checkout (its configs/).
-  data_dir: str | None = None  # gsm8k/, stepverify/, mathtutorbench/ (as ../shared/data).
+  benchmark_dir: str | None = None  # A MathTutorBench checkout (its configs/): tasks.BENCHMARK.
+  data_dir: str | None = None  # gsm8k/, stepverify/, mathtutorbench/: tasks.SOURCES.
   tasks: str = ",".join(tasks.TASKS)
   # completion (the harness's default, its vLLM command): the prompt as raw text, the reply
   # stripped; chat (its is_chat=True, its OpenAI command): the prompt as the only, system,

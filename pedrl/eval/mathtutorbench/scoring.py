@@ -1,6 +1,7 @@
 """MathTutorBench's parsing and metrics, rule for rule as the harness computes them.
 
-Facts from the harness's task code (../shared/data/SOURCES.md): which part of a
+Facts from the harness's task code (github.com/eth-lre/mathtutorbench tasks/, commit
+54b62137c717): which part of a
 reply each task reads, what an unreadable reply counts as, and the metric
 functions (sacrebleu's sentence BLEU, scikit-learn's classification scores).
 """

@@ -4,7 +4,8 @@ the harness builds from each data file, and the prompts it renders.
 Nothing of the benchmark is copied into pedrl: the task files (`configs/*.yaml`:
 a Jinja `system_prompt`, `few_shot_samples`, `ground_truth_format`, `stop`)
 are read from the user's MathTutorBench checkout, the data from local files.
-The examples follow the harness's loaders (facts in ../shared/data/SOURCES.md):
+The examples follow the harness's loaders (its dataloaders/ and tasks/ at the commit
+in SOURCES):
 
 - GSM8K (problem solving; Socratic questioning on the socratic file): the rows
   as they are (`question`, `answer`).
@@ -23,6 +24,10 @@ The examples follow the harness's loaders (facts in ../shared/data/SOURCES.md):
 
 A prompt is `system_prompt` rendered with the example's fields and
 `shots=few_shot_samples`; the target is `ground_truth_format` rendered the same way.
+
+Where a paper run's files come from is `SOURCES` (a missing one's error names it);
+testdata/mathtutorbench holds a tiny benchmark written for pedrl in the same format
+and layout.
 """
 import dataclasses
 import functools
@@ -31,8 +36,8 @@ import os
 
 import jinja2
 
-from pedrl.env import problems
-from pedrl.env.problems import DataError
+from pedrl.env import sources
+from pedrl.env.sources import DataError
 
 # Task name -> (task file, data kind): the nine tasks of the leaderboard.
 TASKS = {
@@ -85,7 +90,7 @@ def read_task(benchmark_dir: str, task: str) -> TaskFile:
   path = os.path.join(benchmark_dir, "configs", TASKS[task][0])
   if not os.path.isfile(path):
     raise TaskError(f"{path} does not exist: --config.benchmark_dir must be a MathTutorBench "
-                    "checkout (its configs/ holds the task files)")
+                    f"checkout, {BENCHMARK}")
   try:
     with open(path, encoding="utf-8") as f:
       raw = yaml.safe_load(f)
@@ -123,7 +128,7 @@ def _need(path: str, n: int, row, keys) -> None:
 
 
 def gsm8k(path: str) -> list[dict]:
-  rows = problems.json_rows(path)
+  rows = sources.json_rows(path)
   for n, row in enumerate(rows, 1):
     _need(path, n, row, ("question", "answer"))
   return rows
@@ -167,6 +172,29 @@ def bridge(path: str) -> list[dict]:
   return out
 
 
+# Where the official files come from: the benchmark checkout (--config.benchmark_dir), then
+# each file of a data directory (--config.data_dir) by its name there.
+BENCHMARK = ("a checkout of github.com/eth-lre/mathtutorbench (commit 54b62137c717 read: "
+             "its configs/ holds the nine task files)")
+SOURCES = {
+    "gsm8k/test.jsonl": "GSM8K's main test split (github.com/openai/grade-school-math, "
+                        "grade_school_math/data/test.jsonl)",
+    "gsm8k/test_socratic.jsonl": "GSM8K's socratic test split (same repository, "
+                                 "grade_school_math/data/test_socratic.jsonl)",
+    "stepverify/dataset.json": "the step-verification data (github.com/eth-lre/"
+                               "verify-then-generate dataset/dataset.json; HF eth-nlped/stepverify)",
+    "mathtutorbench/mathdial_bridge.json": "the MathTutorBench checkout's "
+                                           "datasets/mathdial_bridge.json",
+    "mathtutorbench/mathdial_bridge_hard.json": "the MathTutorBench checkout's "
+                                                "datasets/mathdial_bridge_hard.json",
+}
+
+
+def data_dir_layout() -> str:
+  """What a data directory holds, one clause per file, for the errors that point to it."""
+  return "; ".join(f"{name}: {source}" for name, source in SOURCES.items())
+
+
 # Data kind -> (the data file's name in a data directory, its loader).
 DATA = {
     "gsm8k": ("gsm8k/test.jsonl", gsm8k),
@@ -181,11 +209,12 @@ DATA = {
 
 def examples(task: str, data_dir: str) -> list[dict]:
   """Task `task`'s examples, in the harness's order, from `data_dir` (laid out as
-  ../shared/data: gsm8k/, stepverify/, mathtutorbench/)."""
+  `SOURCES` names: gsm8k/, stepverify/, mathtutorbench/)."""
   if task not in TASKS:
     raise TaskError(f"unknown MathTutorBench task {task!r}; the tasks: {', '.join(TASKS)}")
   name, load = DATA[TASKS[task][1]]
   path = os.path.join(data_dir, name)
   if not os.path.isfile(path):
-    raise DataError(f"{path} does not exist: task {task} reads its data there")
+    raise DataError(f"{path} does not exist: task {task} reads its data there, "
+                    f"{SOURCES[name]}")
   return load(path)

@@ -1,0 +1,153 @@
+r"""The offline baselines' data (paper 003 A.3): the untrained tutor's scored dialogues on a
+seeded fraction of the training split, as preference pairs (MDPO) and accepted dialogues (SFT).
+
+  python -m pedrl.experiments.baseline_data --config=experiments/baselines.py:tiny --workdir=/tmp/baselines
+
+`baselines.fraction` of the configured split (paper: 30% of the training
+problems), chosen by the seed (pedrl.streams.subset); per batch of problems,
+group_size dialogues each (the rollout job's, pedrl.env.rollout) scored with the
+configured training rewards (pedrl.rewards.pipeline: judges, post-dialogue solve
+attempts, weights). Batches are shared out to shards as the evaluation jobs'
+(--config.baselines.shard=I --config.baselines.num_shards=N; pedrl.eval.shards):
+each shard appends its scored dialogues to WORKDIR/shards/records-I-of-N.jsonl
+batch by batch, and a rerun skips the batches written. The shard that finishes
+the workdir's last writes
+
+  WORKDIR/dialogues.jsonl   every scored dialogue (token ids, mask, rewards, verdicts)
+  WORKDIR/pairs.jsonl       preference pairs (pedrl.rl.offline_data.PreferencePair)
+  WORKDIR/accepted.jsonl    accepted dialogues, deduplicated (AcceptedDialogue)
+  WORKDIR/summary.json      the counts, also printed (key=value)
+  WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
+                            (pedrl.experiments.trained_on)
+
+with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
+ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
+dialogue, or with baselines.sft_source=pairs of those in pairs).
+"""
+import dataclasses
+import json
+import os
+import time
+
+import ml_collections
+import numpy as np
+from absl import app, flags
+
+from pedrl import cli, distributed, streams
+from pedrl.env import dialogue as dialogue_lib, rollout
+from pedrl.eval import shards
+from pedrl.eval.shards import jsonable
+from pedrl.experiments import settings as settings_lib, sharded, trained_on
+from pedrl.experiments import workdir as workdir_lib
+from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
+                                      exits_cleanly, judges_protocol, load_party, load_problems,
+                                      read_settings, rollout_protocol, solver_party)
+from pedrl.experiments.sharded import tick
+from pedrl.rl import offline_data
+
+define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
+FLAGS = flags.FLAGS
+
+
+def read(config) -> tuple:
+  """(RunSettings, BaselineDataSettings) of the config; one `error: …` line for a bad value."""
+  tree = config.to_dict()
+  baselines = tree.pop("baselines")
+  s = read_settings(ml_collections.ConfigDict(tree))
+  try:
+    b = settings_lib.BaselineDataSettings(**baselines)
+  except (TypeError, ValueError) as e:
+    raise app.UsageError(f"--config.baselines: {e}") from None
+  if not s.rewards.needs_judges:
+    raise app.UsageError(f"rewards.components={s.rewards.components!r} use no judges, so no "
+                         "dialogue is accepted: the SFT set needs the pedagogical judges "
+                         "(paper 003: pedagogy)")
+  if s.job.group_size < 2:
+    raise app.UsageError(f"group_size={s.job.group_size}: pairs need at least 2 dialogues "
+                         "per problem")
+  return s, b
+
+
+def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
+  """Everything that decides the data: shards of one workdir must agree on it."""
+  models = workdir_lib.identity(s, "baseline_data")
+  return {"kind": "baselines", "seed": s.job.seed, "num_shards": b.num_shards,
+          "baselines": {k: v for k, v in jsonable(b).items() if k != "shard"},
+          "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
+          "tutor": {**jsonable(s.tutor), **models["tutor"]},
+          "student": {**jsonable(s.student), **models["student"]},
+          "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
+          "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
+          "rewards": jsonable(s.rewards),
+          "judges": judges_protocol(s)}  # `read` made sure the rewards use them.
+
+
+class ScoredRollouts:
+  """The task of pedrl.experiments.sharded: G scored dialogues per problem of the subset."""
+  unit = "problem"
+  record_type = offline_data.ScoredDialogue
+
+  def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
+    self.s, self.b, self.apis = s, b, apis
+    rows, _ = load_problems(s)
+    self.split_size = len(rows)
+    self.items = [rows[i] for i in streams.subset(s.job.seed, len(rows), b.fraction)]
+    self.sizes = len(self.items)
+    self.batch_size, self.per_item = s.job.batch_problems, s.job.group_size
+
+  def load(self, mesh):
+    s = self.s
+    self.tutor = load_party(s.tutor, mesh, s.job.scan_layers,
+                            {"enable_thinking": s.rollout.thinking})
+    self.student = load_party(s.student, mesh, s.job.scan_layers)
+    self.rewards = build_rewards(s, self.student, solver_party(self.student, s.solve), mesh,
+                                 self.apis)
+
+  def run(self, j: int, idx, counts) -> list:
+    clock = time.perf_counter()
+    # uid = item · G + rollout: a dialogue's draws do not depend on the shard running it.
+    dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
+                            self.student, self.s.rollout, problem_uids=list(idx))
+    clock = tick(counts, "seconds/dialogues", clock)
+    self.rewards(dialogues)
+    tick(counts, "seconds/rewards", clock)
+    counts.update({f"pipeline/{k}": v for k, v in self.rewards.batch_stats.items()})
+    return [offline_data.ScoredDialogue(j, d) for d in dialogues]
+
+  @staticmethod
+  def postfix(records) -> dict:
+    totals = [r.dialogue.rewards.total for r in records if r.dialogue.rewards is not None]
+    return {"reward": f"{np.mean(totals):.2f}" if totals else "none"}
+
+  def merge(self, workdir: str) -> dict:
+    """Writes the dialogues, pairs, accepted dialogues and summary of every shard."""
+    records, _, counts = shards.gather(workdir, offline_data.ScoredDialogue)
+    dialogues = [r.dialogue for r in records]
+    pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin,
+                                                  self.b.sft_source)
+    dialogue_lib.save_jsonl(dialogues, os.path.join(workdir, offline_data.DIALOGUES), mode="w")
+    offline_data.save(pairs, os.path.join(workdir, offline_data.PAIRS))
+    offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
+    summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
+               "counts": dict(sorted(counts.items()))}
+    shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    trained_on.record(workdir, self.items, self.s.problems.path)
+    return summary
+
+
+@exits_cleanly
+def main(argv):
+  del argv
+  distributed.initialize(FLAGS.multihost)
+  workdir = FLAGS.workdir
+  s, b = read(FLAGS.config)
+  check_paths(s)
+  task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
+  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config)
+  if summary is not None:
+    for k, v in summary.items():
+      print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,50 @@
+r"""Multi-turn DPO of the tutor on the baseline data's preference pairs (paper 003's MDPO
+baseline, A.3).
+
+  python -m pedrl.experiments.mdpo --config=experiments/mdpo.py:tiny --workdir=/tmp/mdpo \
+      --config.data.workdir=/tmp/baselines
+
+The DPO loss over whole dialogues, only the tutor's sampled tokens counted
+(pedrl.rl.dpo; WORKDIR/pairs.jsonl of the data workdir), against the frozen
+initial tutor, whose log-probs of each step's pairs are computed once, before
+the update, with the trainer's jitted scorer (pedrl.rl.update.logprobs_in_chunks).
+The loop, checkpoints and outputs are the offline jobs'
+(pedrl.experiments.offline). A row of metrics.jsonl has, before the update,
+`loss`, `rewards/chosen` and `rewards/rejected` (DPO's implicit rewards β·Δ,
+means over the step's pairs), `rewards/margins`, `rewards/accuracies` (the share
+of pairs whose chosen reward is the higher) and `logps/chosen|rejected`.
+"""
+import os
+
+from pedrl import cli
+from pedrl.experiments import offline
+from pedrl.experiments.common import define_flags
+from pedrl.rl import dpo, offline_data, update
+
+define_flags("experiments/mdpo.py:tiny", "Run directory (checkpoints, metrics).")
+
+
+class MDPO(offline.Method):
+  name = "mdpo"
+  objective_type = dpo.DPOObjective
+  data_file = offline_data.PAIRS
+  reference = True
+  shown = ("loss", "rewards/accuracies", "rewards/margins")
+
+  def items(self, run, data_dir: str, tokenizer) -> list:
+    pairs = offline_data.load(os.path.join(data_dir, self.data_file),
+                              offline_data.PreferencePair)
+    sequences = offline_data.tutor_sequences(
+        os.path.join(data_dir, offline_data.DIALOGUES),
+        [u for p in pairs for u in (p.chosen, p.rejected)])
+    return [(sequences[p.chosen], sequences[p.rejected]) for p in pairs]
+
+  def batch(self, trainer, items):
+    model, mesh = trainer.tutor.sampler.model, trainer.tutor.sampler.mesh
+    chunk = 2 * trainer.objective.micro_batch
+    return dpo.build(items, lambda tokens, attn: update.logprobs_in_chunks(
+        model, trainer.ref_params, tokens, attn, 1.0, chunk, mesh))
+
+
+if __name__ == "__main__":
+  cli.run(offline.main(MDPO()))

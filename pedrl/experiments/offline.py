@@ -1,0 +1,239 @@
+r"""Offline training of the tutor on the baseline data: the body of the sft and mdpo entry points.
+
+  python -m pedrl.experiments.sft --config=experiments/sft.py:tiny --workdir=/tmp/sft \
+      --config.data.workdir=/tmp/baselines
+
+The data is a pedrl.experiments.baseline_data workdir (`data.workdir`); the
+tutor is the one that made it (its config.json's tutor.path) unless
+`tutor.path` names another of the same architecture. Each step takes
+`train.batch` items (accepted dialogues, or preference pairs) in a seeded order
+that is a function of (seed, step) (pedrl.rl.loop.items_for_step), makes their
+batch and applies one optimizer update of the method's objective with GRPO's
+loop and update (pedrl.rl.loop, pedrl.rl.update): micro-batches split over the
+mesh, clipping, AdamW, the non-finite guard, checkpoints with verification and
+fallback. The run lasts `train.epochs` passes over the items (the last step
+takes what is left), or `train.steps` steps when set. WORKDIR gets
+checkpoints/ (a rerun resumes at the last one, same data order),
+metrics.jsonl and tensorboard/ (a row per step: the objective's metrics, the
+learning rate, the epoch, the time), run.json, config.json (tutor.path
+resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so
+pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench, pedrl.serve and
+pedrl.tools.export read it as a GRPO run (--config.tutor.workdir=WORKDIR).
+"""
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags, logging
+from tqdm import tqdm
+
+from pedrl import distributed
+from pedrl.engine.distribution import SamplingParams
+from pedrl.env import party as party_lib
+from pedrl.experiments import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.experiments import workdir as workdir_lib
+from pedrl.experiments.common import (check_optimizer, define_flags, exit_on_signal,
+                                      exits_cleanly, finite, value_check)
+from pedrl.rl import checkpoint, loop
+from pedrl.tokenizer import load_tokenizer
+
+define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
+FLAGS = flags.FLAGS
+
+
+class Method:
+  """What sft and mdpo add to the shared job (pedrl.experiments.sft, .mdpo)."""
+  name: str  # The job, in run.json.
+  objective_type: type
+  options_type: type | None = None
+  data_file: str  # The set it trains on, in the data workdir.
+  reference: bool = False  # Keeps a frozen copy of the initial tutor (ref_params).
+  shown: tuple = ("loss",)  # Metrics on the progress bar and printed at the end.
+
+  def items(self, run: settings_lib.OfflineRunSettings, data_dir: str, tokenizer) -> list:
+    """The training items, read before any model loads."""
+    raise NotImplementedError
+
+  def batch(self, trainer, items):
+    """The batch (pedrl.rl.objective.Batch) of one step's items."""
+    raise NotImplementedError
+
+
+def read(c, method: Method) -> settings_lib.OfflineRunSettings:
+  """The typed settings of an offline job's config, or one `error: …` line."""
+  try:
+    out = settings_lib.read_offline_settings(c, method.objective_type, method.options_type)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  _check_train(out)
+  return out
+
+
+def _check_train(run: settings_lib.OfflineRunSettings) -> None:
+  values = {**dataclasses.asdict(run.train), **dataclasses.asdict(run.optimizer),
+            **dataclasses.asdict(run.objective)}
+  need = value_check("train", values)
+  check_optimizer(need, values)
+  for name in ("batch", "epochs", "save_every", "keep", "max_bad_steps", "micro_batch"):
+    need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
+  need(isinstance(values["steps"], int) and values["steps"] >= 0, "steps", "an integer >= 0")
+  need(0 <= values["warmup_fraction"] < 1 and not (values["warmup_fraction"] and
+                                                   values["warmup_steps"]),
+       "warmup_fraction", "in [0, 1), and 0 when warmup_steps is given")
+  if "beta" in values:
+    need(finite(values["beta"]) and values["beta"] > 0, "beta", "a finite number > 0")
+
+
+def data_tutor(data_dir: str) -> str:
+  """The tutor checkpoint a baseline data workdir's dialogues were sampled from."""
+  path = os.path.join(data_dir, "config.json")
+  try:
+    with open(path) as f:
+      return json.load(f)["tutor"]["path"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise app.UsageError(f"--config.data.workdir={data_dir!r}: not a baseline_data workdir "
+                         f"({path}: {e})") from None
+
+
+def resolve_paths(run: settings_lib.OfflineRunSettings, method: Method) -> tuple[str, str]:
+  """(data workdir, tutor checkpoint), checked: the set exists, the tutor is a checkpoint
+  of the data tutor's architecture (its token ids are the tutor's tokenizer's)."""
+  data_dir = run.data.workdir
+  if not data_dir or not os.path.exists(os.path.join(data_dir, method.data_file)):
+    raise app.UsageError(f"--config.data.workdir={data_dir!r} has no {method.data_file}: give "
+                         "a pedrl.experiments.baseline_data workdir whose run finished")
+  made_by = data_tutor(data_dir)
+  tutor = run.tutor.path or made_by
+  if not os.path.isfile(os.path.join(tutor, "config.json")):
+    raise app.UsageError(f"--config.tutor.path={tutor!r} is not a checkpoint directory "
+                         "(no config.json)")
+  mine, theirs = workdir_lib.architecture(tutor), workdir_lib.architecture(made_by)
+  if theirs and mine != theirs:
+    raise app.UsageError(f"--config.tutor.path={tutor!r} is a {mine}, but the data of "
+                         f"{data_dir} was sampled by {made_by} ({theirs}): its token ids "
+                         "are another tokenizer's")
+  return data_dir, tutor
+
+
+def file_id(path: str, count: int) -> str:
+  """A set file's identity in checkpoint metadata: a resume on other data is refused."""
+  digest = hashlib.sha1()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return f"{os.path.basename(path)}: {count} items, sha1 {digest.hexdigest()[:16]}"
+
+
+@dataclasses.dataclass
+class StepResult:
+  metrics: dict  # The step's row of metrics.jsonl.
+
+
+class OfflineTrainer(loop.Loop):
+  """An offline run (pedrl.rl.loop.Loop): a step is one update on `batch` items."""
+
+  def __init__(self, settings: settings_lib.OfflineSettings, method: Method, objective, tutor, items: list,
+               data_id: str, optimizer, checkpoints, writer, lr_schedule=None):
+    super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
+                     checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule)
+    self.method, self.items, self.data_id = method, items, data_id
+    self.positions = None if settings.steps else settings.epochs * len(items)
+    self.steps = settings.steps or -(-self.positions // settings.batch)
+    # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
+    self.ref_params = jax.tree.map(jnp.copy, tutor.params) if method.reference else None
+
+  def data_meta(self) -> dict:
+    # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
+    # and warm-up over every update): a resume with others would jump along it.
+    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id,
+            "epochs": self.s.epochs, "steps": self.s.steps}
+
+  def train_step(self) -> StepResult:
+    t0 = time.perf_counter()
+    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.s.seed,
+                                 self.positions)
+    batch = self.method.batch(self, [item for _, item in chosen])
+    t1 = time.perf_counter()
+    (m,) = self.update(batch)
+    self.step += 1
+    metrics = {"step": self.step, "epoch": chosen[-1][0] // len(self.items) + 1,
+               "items": len(chosen),
+               **{k: float(v) for k, v in m.items() if k not in ("skipped", "params_finite")},
+               "skipped_updates": int(bool(m["skipped"])),
+               **({"lr": lr} if (lr := self.step_lr([m])) is not None else {}),
+               "seconds/batch": t1 - t0, "seconds/update": time.perf_counter() - t1,
+               "time": time.time()}
+    return StepResult(metrics)
+
+  def record(self, out: StepResult):
+    self.writer.write(self.step, out.metrics)
+
+
+def build(c, method: Method, workdir: str, config_name: str = "?"):
+  """(OfflineTrainer, writer, checkpoints) for config `c`, restored from `workdir` if it
+  has a checkpoint. The config, paths, workdir and data are checked before the model loads."""
+  run = read(c, method)
+  data_dir, tutor_path = resolve_paths(run, method)
+  main_process = distributed.is_main_process()
+  identity = {"job": method.name, "tutor": workdir_lib.architecture(tutor_path),
+              "data": os.path.abspath(data_dir)}
+  workdir_lib.claim(workdir, run, method.name, config_name, main_process, want=identity)
+  if main_process:
+    trained_on.inherit(data_dir, workdir)
+  items = method.items(run, data_dir, load_tokenizer(tutor_path))
+  if not items:
+    raise app.UsageError(f"{os.path.join(data_dir, method.data_file)} holds no items: nothing "
+                         f"to train on (see {os.path.join(data_dir, 'summary.json')})")
+  t = run.train
+  mesh = run.mesh.make()
+  # The trained tutor's weights are float32 whatever the checkpoint stores (as GRPO's).
+  tutor = party_lib.load(tutor_path, SamplingParams(max_new_tokens=1), mesh=mesh,
+                         scan_layers=run.job.scan_layers, remat=t.remat, dtype=t.param_dtype)
+  steps = t.steps or -(-t.epochs * len(items) // t.batch)
+  o = run.optimizer
+  if t.warmup_fraction:
+    o = dataclasses.replace(o, warmup_steps=round(t.warmup_fraction * steps))
+  ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
+  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  trainer = OfflineTrainer(t, method, run.objective, tutor, items,
+                           file_id(os.path.join(data_dir, method.data_file), len(items)),
+                           o.optimizer(steps), ckpt, writer, o.schedule(steps))
+  if trainer.restore_if_any():
+    logging.info("resumed from %s at step %d", ckpt.directory, trainer.step)
+  if main_process:
+    c.tutor.path = tutor_path  # What evaluate, serve and export read the base model from.
+    workdir_lib.write_config(workdir, c)
+  logging.info("%s: %d items from %s; %d steps of %d", method.name, len(items), data_dir,
+               trainer.steps, t.batch)
+  return trainer, writer, ckpt
+
+
+def main(method: Method):
+  """The entry point's main for `method`."""
+  @exits_cleanly
+  def run(argv):
+    del argv
+    distributed.initialize(FLAGS.multihost)
+    trainer, writer, ckpt = build(FLAGS.config, method, FLAGS.workdir,
+                                  workdir_lib.config_name(sys.argv))
+    main_process = distributed.is_main_process()
+    with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
+              disable=not main_process) as bar:
+      def progress(step, m):
+        bar.update(1)
+        bar.set_postfix({k.split("/")[-1]: f"{m[k]:.4f}" for k in method.shown})
+      trainer.run(progress)
+    writer.close()
+    ckpt.close()
+    exit_on_signal(trainer.stopped_by, f"step {trainer.step} (saved)")
+    if main_process:
+      rows = writer.rows()
+      print(f"step={trainer.step}")
+      for k in method.shown:
+        print(f"{k}={rows[-1].get(k) if rows else None}")
+  return run

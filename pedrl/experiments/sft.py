@@ -1,0 +1,44 @@
+r"""SFT of the tutor on the baseline data's accepted dialogues (paper 003's SFT baseline, A.3).
+
+  python -m pedrl.experiments.sft --config=experiments/sft.py:tiny --workdir=/tmp/sft \
+      --config.data.workdir=/tmp/baselines
+
+The next-token loss of the tutor's tokens of every accepted dialogue
+(pedrl.rl.sft; WORKDIR/accepted.jsonl of the data workdir), in batches of
+train.batch dialogues padded to a length bucket; the loop, checkpoints and
+outputs are the offline jobs' (pedrl.experiments.offline). A row of
+metrics.jsonl has `loss` (the batch's mean NLL per counted token, before the
+update) and `tutor_tokens`.
+"""
+import os
+
+from pedrl import cli
+from pedrl.experiments import offline
+from pedrl.experiments.common import define_flags
+from pedrl.rl import batch as batch_lib, offline_data, sft
+
+define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
+
+
+class SFT(offline.Method):
+  name = "sft"
+  objective_type = sft.SFTObjective
+  options_type = offline_data.SequenceSettings
+  data_file = offline_data.ACCEPTED
+  shown = ("loss",)
+
+  def items(self, run, data_dir: str, tokenizer) -> list:
+    accepted = offline_data.load(os.path.join(data_dir, self.data_file),
+                                 offline_data.AcceptedDialogue)
+    o = run.options
+    sequences = offline_data.tutor_sequences(
+        os.path.join(data_dir, offline_data.DIALOGUES), [a.uid for a in accepted],
+        tokens=o.tokens, thinking=o.thinking, decode=tokenizer.decode)
+    return [sequences[a.uid] for a in accepted]
+
+  def batch(self, trainer, items):
+    return batch_lib.from_sequences(items)
+
+
+if __name__ == "__main__":
+  cli.run(offline.main(SFT()))

@@ -1,0 +1,38 @@
+"""Supervised fine-tuning on accepted dialogues (paper 003's SFT baseline, A.3).
+
+The next-token loss of the tutor's tokens, averaged over every counted token of
+the mini-batch (pedrl.rl.offline_data.sequence says which count: by default the
+tutor's sampled tokens, the student's and the template's masked). The batch is
+a `pedrl.rl.batch.SequenceBatch`, padded to a length bucket; no packing.
+"""
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from pedrl.rl import batch as batch_lib, update
+
+
+def token_nll(logp, mask):
+  """−Σ_t m_t log π(y_t | y_<t): the summed negative log-likelihood of the counted tokens
+  (divided by the mini-batch's count, the mean next-token cross-entropy)."""
+  return -(logp * mask.astype(jnp.float32)).sum()
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTObjective:
+  """The SFT objective (pedrl.rl.objective) on a SequenceBatch: mean NLL per counted token."""
+  micro_batch: int = 4  # Rows per gradient computation.
+  guarded = ("loss",)
+
+  def totals(self, batch: batch_lib.SequenceBatch) -> tuple:
+    return (max(np.asarray(batch.loss_mask).sum(), 1),)
+
+  def loss(self, model, params, part: batch_lib.SequenceBatch, totals):
+    (num_tokens,) = totals
+    logp = update.policy_logprobs(model, params, part.tokens, part.attn_mask, 1.0)
+    nll = token_nll(logp, part.loss_mask)
+    return nll / num_tokens, {"tokens": part.loss_mask.sum().astype(jnp.float32)}
+
+  def metrics(self, sums: dict) -> dict:
+    return {"loss": sums["loss"], "tutor_tokens": sums["tokens"]}

@@ -1,0 +1,57 @@
+"""The server's SSE chunks from a scripted sequence (no model): text sent once, in order,
+and with --reasoning=split each part of a <think> reply streamed to its own field."""
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from pedrl.serve import app as app_lib
+from pedrl.serve.scheduler import Job, Sequence
+
+
+class Scripted:
+  """A channel whose engine side is a list of (text, streamable chars, finish_reason)."""
+
+  def __init__(self, states):
+    self.seq, self.states = Sequence(prompt=(1, 2), max_tokens=64), list(states)
+    self.job = Job([self.seq], notify=None, fail=None)
+
+  @property
+  def complete(self):
+    return self.seq.finish_reason is not None
+
+  async def next(self):
+    self.seq.text, self.seq.streamed, self.seq.finish_reason = self.states.pop(0)
+    return [self.seq]
+
+
+async def _frames(events) -> list:
+  return [json.loads(f[6:]) for f in [f async for f in events] if f != "data: [DONE]\n\n"]
+
+
+def _chat(states, reasoning: str) -> list[dict]:
+  settings = app_lib.ServeSettings(served_name="m", reasoning=reasoning)
+  events = app_lib._chat_events(Scripted(states), None, settings, include_usage=True)
+  return [c["choices"][0]["delta"] if c["choices"] else c["usage"]
+          for c in asyncio.run(_frames(events))]
+
+
+STATES = [("<thi", 0, None), ("<think>I add", 12, None), ("<think>I add.</think> Sev", 20, None),
+          ("<think>I add.</think> Seven.", 28, "stop")]
+
+
+def test_chat_stream_sends_the_text_once_in_order():
+  deltas = _chat(STATES, "keep")
+  assert deltas[0] == {"role": "assistant", "content": ""}
+  assert "".join(d.get("content") or "" for d in deltas[1:-1]) == STATES[-1][0]
+  assert deltas[-1] == {"completion_tokens": 0, "prompt_tokens": 2, "total_tokens": 2}
+
+
+def test_split_reasoning_streams_each_part_to_its_field():
+  deltas = _chat(STATES, "split")
+  content = "".join(d.get("content") or "" for d in deltas[1:-1])
+  thinking = "".join(d.get("reasoning_content") or "" for d in deltas[1:-1])
+  assert (content, thinking) == (" Seven.", "I add.")
+  assert not any("<" in (d.get("content") or "") for d in deltas)  # No half-written tag.
