@@ -31,6 +31,7 @@ import jax
 from absl import app, flags, logging
 
 from pedrl import cli, stopping
+from pedrl.clients import openai_compat
 from pedrl.env import party as party_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views,
                                  labelling, report, responses as responses_lib,
@@ -83,7 +84,7 @@ def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
     labellers = tuple(Labeller(role, r.read(labelling.LabelSettings, role),
-                               r.values(backends.OpenAIBackend, f"{role}.openai"),
+                               r.values(openai_compat.OpenAIBackend, f"{role}.openai"),
                                r.read(party_lib.PartySettings, f"{role}.local"))
                       for role in labelling.ROLES)
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
@@ -143,7 +144,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
     if jax.process_count() > 1:
       raise app.UsageError("an API labeller on a multi-host run is not supported: run the "
                            "analysis on one host (its shards may run on many)")
-    client = backends.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
+    client = openai_compat.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
     client.preflight()
     return client
   if b == "local":

@@ -4,6 +4,7 @@ rollout job's whole config; the training configs add their `rl` section; default
 are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
+from pedrl.clients import openai_compat
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm, protocol as protocol_lib
 from pedrl.eval.mathtutorbench import runner
@@ -35,7 +36,7 @@ def dialogue_config(variant: str = "paper"):
   # thinking, template, uco. Paper 003: r_sol + pedagogy (λ) + template; paper 001 adds
   # thinking with judges=thinking; UCO: uco (+ anything else, to mix families).
   c.rewards = settings.section(assemble.RewardSettings, settings.JudgeSettings)
-  c.rewards.openai = settings.section(backends.OpenAIBackend, model="gpt-4o-mini")
+  c.rewards.openai = settings.section(openai_compat.OpenAIBackend, model="gpt-4o-mini")
   c.rewards.local_judge = settings.section(party.PartySettings, path=None, temperature=0.6,
                                            top_k=0, top_p=1.0, max_new_tokens=512)
   # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend).

@@ -12,6 +12,7 @@ import jax
 from absl import app, logging
 
 from pedrl import cli, distributed, logs
+from pedrl.clients import openai_compat
 from pedrl.engine.scoring import Scorer
 from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
@@ -31,7 +32,7 @@ EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
                    oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
-                   shards.ShardError, pedrm.PedRMError, party_lib.EndpointError,
+                   shards.ShardError, pedrm.PedRMError, openai_compat.EndpointError,
                    mtb_tasks.TaskError)
 
 
@@ -124,7 +125,7 @@ def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, ro
   if side.top_k:
     logging.info("%s endpoint %s: top_k=%d is not sent (the chat API has no such field)",
                  role, endpoint.model, side.top_k)
-  client = backends.OpenAIBackend(
+  client = openai_compat.OpenAIBackend(
       model=endpoint.model, base_url=endpoint.base_url, api_key_env=endpoint.api_key_env,
       temperature=side.temperature if temperature is None else temperature, top_p=side.top_p,
       max_tokens=side.max_new_tokens if max_new_tokens is None else max_new_tokens,
@@ -201,7 +202,7 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
   """
   out = {}
   for role, overrides in _api_roles(s).items():
-    make = lambda: backends.OpenAIBackend(**dict(s.openai, **overrides))
+    make = lambda: openai_compat.OpenAIBackend(**dict(s.openai, **overrides))
     backend = (make() if jax.process_count() == 1 else
                backends.MainProcessCalls(make() if distributed.is_main_process() else None))
     backend.preflight()

@@ -23,6 +23,7 @@ import typing
 
 import numpy as np
 
+from pedrl.clients import openai_compat
 from pedrl.env import prompts
 from pedrl.env.dialogue import TUTOR, Dialogue, Verdict, transcript
 from pedrl.rewards import asking, pedagogy
@@ -172,8 +173,11 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
     value = parse(text, r.spec.kind)
     reasons[r.uid] = reason(text) if value is not None else None
     return value
-  asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
-                     error=JudgeError)
+  try:
+    asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
+                       error=JudgeError)
+  except openai_compat.EndpointError as e:  # A refused key or model: the judges cannot run.
+    raise JudgeError(str(e)) from None
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
   failed = asked.to_policy(on_failure, max_failed_share,
                            f"judge answers were still missing after {rounds} rounds and would "
