@@ -123,7 +123,7 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
     template_kwargs: passed to the chat template (e.g. {"enable_thinking": True}).
     stop_strings: strings that also end a turn.
     params: the model's params, already placed (e.g. a training run's tutor,
-      `pedrl.rl.checkpoint.trained_tutor`); None reads them from `path`.
+      `pedrl.runs.trained_tutor`); None reads them from `path`.
     **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
   """
   if params is None:

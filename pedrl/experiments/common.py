@@ -11,7 +11,7 @@ import sys
 import jax
 from absl import app, logging
 
-from pedrl import cli, distributed, logs
+from pedrl import cli, distributed, logs, runs
 from pedrl.clients import openai_compat
 from pedrl.engine.scoring import Scorer
 from pedrl.env import problems as problems_lib, solving, sources
@@ -30,7 +30,7 @@ from pedrl.rl import checkpoint, loop, update
 # (130 SIGINT, 143 SIGTERM): run the same command again to resume.
 EXIT_ERROR, EXIT_DIVERGED = 1, 3
 # A user's mistake or a failing service: one line, no traceback. Anything else is a bug.
-EXPECTED_ERRORS = (app.UsageError, checkpoint.CheckpointError, judging.JudgeError,
+EXPECTED_ERRORS = (app.UsageError, runs.CheckpointError, judging.JudgeError,
                    oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
                    shards.ShardError, pedrm.PedRMError, openai_compat.EndpointError,
                    mtb_tasks.TaskError)
@@ -114,6 +114,17 @@ def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=Non
                         template_kwargs=template_kwargs, params=params, **runtime)
 
 
+def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh, scan_layers: bool,
+                template_kwargs=None) -> Party:
+  """The local tutor under test: the side's checkpoint directory, or with `run.workdir`
+  the params that training run saved at `run.step` (the side's path is its base)."""
+  params = None
+  if run.workdir:
+    params = runs.trained_tutor(run.workdir, run.step, scan_layers, mesh).params
+    logging.info("the tutor under test: %s step %s", run.workdir, run.step)
+  return load_party(side, mesh, scan_layers, template_kwargs, params=params)
+
+
 def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, role: str,
                    temperature: float | None = None, max_new_tokens: int | None = None):
   """A side played by an OpenAI-compatible endpoint, checked with one small request (a
@@ -140,15 +151,15 @@ def tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
   one this evaluation's workdir recorded at `recorded_at` in its protocol (a resumed or
   later shard reads the weights the first one read, even if training saved newer steps
   since), else the latest."""
-  base, _, steps = checkpoint.training_run(run.workdir)
+  base, _, steps = runs.training_run(run.workdir)
   step = run.step
   if step is None:
     step = shards.recorded(workdir, recorded_at)
   if step is None and steps:
     step = steps[-1]
   if step not in steps:
-    raise checkpoint.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
-                                     f"steps: {steps}")
+    raise runs.CheckpointError(f"{run.workdir}: no checkpoint at step {step}; saved "
+                               f"steps: {steps}")
   return base, step
 
 

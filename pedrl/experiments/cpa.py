@@ -33,8 +33,7 @@ from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench import constraints, results as results_lib
 from pedrl.eval.protocol import jsonable
 from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, load_party
-from pedrl.rl import checkpoint
+from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, tutor_party
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
 FLAGS = flags.FLAGS
@@ -106,11 +105,7 @@ class AgentBench(mtb.Bench):
       backbone = backbone_lib.EndpointBackbone(self.client)
     else:
       if self.models.party is None:
-        params = None
-        if s.run.workdir:
-          _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                     s.job.scan_layers, mesh)
-        self.models.party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+        self.models.party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       backbone = backbone_lib.LocalBackbone(
           self.models.party, settings_lib.sampling(s.tutor), s.job.seed,
           truncate_prompts=s.agents.truncate_prompts)

@@ -33,10 +33,9 @@ from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
                                       exits_cleanly, judge_panel, judges_protocol, load_party,
                                       load_problems, read_settings, rollout_protocol,
-                                      solver_party, tutor_checkpoint)
+                                      solver_party, tutor_checkpoint, tutor_party)
 from pedrl.experiments.sharded import tick
 from pedrl.rewards import asking
-from pedrl.rl import checkpoint
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
 FLAGS = flags.FLAGS
@@ -242,12 +241,8 @@ class Reasoning:
 
 def load_tutor(s, mesh):
   """The local tutor under test: a Hugging Face directory, or a training run's step."""
-  params = None
-  if s.tutor_run.workdir:
-    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
-                                               s.job.scan_layers, mesh)
-  return load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                    params=params)
+  return tutor_party(s.tutor, s.tutor_run, mesh, s.job.scan_layers,
+                     {"enable_thinking": s.rollout.thinking})
 
 
 @exits_cleanly

@@ -30,9 +30,8 @@ from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
-                                      tutor_checkpoint)
-from pedrl.rl import checkpoint
+from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, tutor_checkpoint,
+                                      tutor_party)
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS
@@ -145,12 +144,7 @@ class Bench:
   def load(self, mesh):
     s = self.s
     if self.policy is None:
-      params = None
-      if s.run.workdir:
-        _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                   s.job.scan_layers, mesh)
-        logging.info("the model under test: %s step %d", s.run.workdir, s.run.step)
-      party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       self.policy = runner.ModelPolicy(party, s.bench, s.job.seed)
     self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
     if self.rm is None:
