@@ -13,6 +13,7 @@ from scipy import stats as scipy_stats
 
 import jobs
 from chat_server import ChatServer
+from pedrl import files
 from pedrl.clients import openai_compat
 from pedrl.env import problems, prompts
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
@@ -333,7 +334,7 @@ def test_a_baseline_data_workdir_gives_its_dialogues_and_no_evaluation(tmp_path)
   from pedrl.tools import report
   workdir = tmp_path / "baselines"
   status = {"protocol": {"kind": "baselines", "num_shards": 1}, "finished": True}
-  shards.write_json(shards.status_path(str(workdir), 0, 1), status)
+  files.write_json(shards.status_path(str(workdir), 0, 1), status)
   (workdir / "shards" / "records-00000-of-00001.jsonl").write_text("")
   d = Dialogue(problem_id="p0", problem="What is 12 + 30?", answer="42", scenario="guided",
                rollout=0, messages=[Message(TUTOR, "Great job! What is 12 + 30?"),

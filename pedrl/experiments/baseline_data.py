@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from pedrl import cli, distributed, streams
+from pedrl import cli, distributed, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
@@ -129,7 +129,7 @@ class ScoredRollouts:
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
     summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
-    shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    files.write_json(os.path.join(workdir, "summary.json"), summary)
     trained_on.record(workdir, self.items, self.s.problems.path)
     return summary
 

@@ -23,7 +23,7 @@ from pedrl.eval.mathtutorbench import tasks as mtb_tasks
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
 from pedrl.experiments.workdir import WorkdirError
-from pedrl.rl import checkpoint, loop, update
+from pedrl.rl import loop, update
 
 # Exit codes, for schedulers: 0 done; 1 a configuration, input, endpoint or checkpoint error
 # (one line on stderr); 3 training diverged; 128 + N stopped on signal N after saving

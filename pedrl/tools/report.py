@@ -22,7 +22,7 @@ import sys
 
 from absl import app, flags, logging
 
-from pedrl import cli
+from pedrl import cli, files
 from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
@@ -166,7 +166,7 @@ def report(workdirs, out: str | None = None) -> dict:
   runs = {}
   for w in workdirs:
     metrics = shards.write_merged(w)
-    written = shards.read_json(os.path.join(w, "metrics.json"))
+    written = files.read_json(os.path.join(w, "metrics.json"), shards.ShardError)
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
     name = run_name(w, metrics["config"], EvalProtocol.from_dict(written["protocol"]))
     if name in runs:  # Same config, same folder name: keep both rows.

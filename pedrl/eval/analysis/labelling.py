@@ -41,11 +41,11 @@ import zlib
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib, prompts
 from pedrl.eval.analysis import text as text_lib
 from pedrl.eval.analysis.codebook import Codebook
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 
 SCHEMES = ("codebook", "schoenfeld")
 PHASES = ("Explore", "General", "Verify")  # Appendix E.2, table 10.
@@ -163,7 +163,7 @@ def parse_code(reply: str, codebook) -> int | None:
   """The code a reply names: {"code": N} (a number or a numeric string) or, failing that,
   a `"code": N` pair in prose, or {"code": "NAME"} for a name only one code has; None
   otherwise (a number the codebook lacks, an ambiguous name, no code)."""
-  obj = json_object(reply or "") or {}
+  obj = files.json_object(reply or "") or {}
   value = obj.get("code")
   if value is None:
     m = re.search(r"""["']?code["']?\s*[:=]\s*["']?(\d+)""", reply or "", re.I)
@@ -179,7 +179,7 @@ def parse_code(reply: str, codebook) -> int | None:
 def parse_phase(reply: str) -> str | None:
   """Explore, General or Verify from {"phase": ...}, a `phase: X` pair, or a reply that is
   the bare word; None otherwise."""
-  obj = json_object(reply or "") or {}
+  obj = files.json_object(reply or "") or {}
   value = obj.get("phase")
   if value is None:
     m = re.search(r"""["']?phase["']?\s*[:=]\s*["']?([A-Za-z]+)""", reply or "", re.I)
@@ -222,7 +222,7 @@ class LabelStore:
   def read(self) -> dict:
     out = {}
     for path in sorted(glob.glob(os.path.join(self.folder, "shard-*.jsonl"))):
-      for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+      for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
         try:
           r = LabelRow(**row)
         except TypeError as e:
@@ -234,7 +234,7 @@ class LabelStore:
   def append(self, rows, shard: int, num_shards: int) -> None:
     os.makedirs(self.folder, exist_ok=True)
     path = os.path.join(self.folder, f"shard-{shard:05d}-of-{num_shards:05d}.jsonl")
-    dialogue_lib.append_rows([dataclasses.asdict(r) for r in rows], path)
+    files.append_rows([dataclasses.asdict(r) for r in rows], path)
 
 
 def pending(texts, cache: dict, shard: int, num_shards: int, retry_failures: bool) -> list:

@@ -16,7 +16,7 @@ import collections
 import json
 import os
 
-from pedrl.env import dialogue as rows_io
+from pedrl import files
 from pedrl.eval.mathtutorbench import constraints, scoring, tasks, win_rate
 
 # The leaderboard's nine columns: (task, metric, title).
@@ -76,9 +76,9 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
   """The harness's files in `workdir`, and results.md: the leaderboard table with one
   row, named `run`."""
   for task, rows in by_task(records).items():
-    rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "trace", "schema")}
-                         for r in rows], os.path.join(workdir, f"responses-{task}.jsonl"),
-                        mode="w")
+    skip = ("context", "trace", "schema")
+    files.append_rows([{k: v for k, v in r.to_dict().items() if k not in skip} for r in rows],
+                      os.path.join(workdir, f"responses-{task}.jsonl"), mode="w")
     if task in tasks.PEDAGOGICAL:
       gens = [{**r.context, "generated_teacher_utterance": r.prediction} for r in rows]
       with open(os.path.join(workdir, f"generations-{model_name}-{task}.json"), "w",
