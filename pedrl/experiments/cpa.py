@@ -9,7 +9,7 @@ is one MathTutorBench job in WORKDIR/<method>/seed<seed> (sharded and resumed
 like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPolicy`
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
-standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
+standard deviation); BVR is pedrl.mathtutorbench.constraints' rule count on
 the replies (as every MathTutorBench job reports it), BVR† on the two hard splits
 (paper 002 reports it there); `repair` the share of replies whose monitor
 repaired a step.
@@ -30,10 +30,11 @@ from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
-from pedrl.eval.mathtutorbench import constraints, results as results_lib
+from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
 from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
 from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, tutor_party
+from pedrl.mathtutorbench import constraints
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
 FLAGS = flags.FLAGS

@@ -8,7 +8,7 @@ checkpoint batched on the engine, a training run's step, or an
 OpenAI-compatible endpoint; greedy, the task's stop strings), parsed as the
 harness does; the pedagogical tasks' replies and human teacher turns are
 scored by Ped-RM; every reply is also checked by paper 002's BVR rules
-(pedrl.eval.mathtutorbench.constraints: bvr per task in results.json, BVR and
+(pedrl.mathtutorbench.constraints: bvr per task in results.json, BVR and
 BVR† in the printed table). Examples run in batches sharded like the evaluation job's
 (`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.experiments.sharded):
 each batch's records are written as it ends, a rerun resumes after the last

@@ -25,7 +25,8 @@ from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
 from pedrl.eval import records as records_lib
-from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
+from pedrl.eval.mathtutorbench import tasks, win_rate
+from pedrl.mathtutorbench import scoring
 
 MODES = ("chat", "completion")
 
