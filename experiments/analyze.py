@@ -22,7 +22,7 @@ from pedrl.clients import openai_compat
 from pedrl.env import party
 from pedrl.eval.analysis import data_views, labelling, summary
 from pedrl.eval.protocol import ShardSettings
-from pedrl.experiments import settings, variants
+from pedrl.jobs import settings, variants
 
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

@@ -125,7 +125,8 @@ def test_sft_resumed_with_another_length_is_refused(data, sft_run, tmp_path):
   jump along it. One line, before any step (in process, on a copy of the 3-epoch run)."""
   import shutil
   from pedrl import paths
-  from pedrl.experiments import offline, sft as sft_job
+  from pedrl.jobs import offline
+  from pedrl.experiments import sft as sft_job
   from pedrl.rl import checkpoint
   run = tmp_path / "run"
   shutil.copytree(sft_run, run)
@@ -149,7 +150,7 @@ def jax_leaves(tree):
 def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(data, sft_run, tmp_path):
   # The run's training problems are its data's: the subset the dialogues were sampled on.
   from pedrl.env import problems
-  from pedrl.experiments import trained_on
+  from pedrl.jobs import trained_on
   record = trained_on.read(str(sft_run))
   assert record == trained_on.read(str(data[0])) and len(record.ids) == 4
   pool = problems.load(problems.ProblemSettings(path="testdata/problems/bigmath_sample.jsonl",
@@ -188,7 +189,8 @@ def test_mdpo_raises_the_margin_and_accuracy_on_its_pairs(data, tmp_path):
   # frozen reference still the initial tutor's, not the restored ones (MDPO's own state
   # on resume; a kill at any step goes through the loop SFT's kill test covers).
   from pedrl import models, paths, runs
-  from pedrl.experiments import mdpo as mdpo_job, offline
+  from pedrl.jobs import offline
+  from pedrl.experiments import mdpo as mdpo_job
   c = paths.load_config("mdpo.py", "tiny")
   c.data.workdir = str(data[0])
   trainer, writer, ckpt = offline.build(c, mdpo_job.MDPO(), str(workdir))

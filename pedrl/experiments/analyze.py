@@ -36,8 +36,9 @@ from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_v
                                  labelling, report, responses as responses_lib,
                                  significance, summary as summary_lib, text as text_lib)
 from pedrl.eval.protocol import ShardSettings
-from pedrl.experiments import settings as settings_lib, workdir as workdir_lib
-from pedrl.experiments.common import define_flags, exit_on_signal, exits_cleanly, load_party
+from pedrl.jobs import settings as settings_lib, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party
 from pedrl.rewards import asking, backends
 
 define_flags("experiments/analyze.py:tiny", "Analysis directory (labels, tables, figures).")

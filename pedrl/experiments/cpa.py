@@ -32,8 +32,10 @@ from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
-from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, tutor_party
+from pedrl.jobs import settings as settings_lib, sharded
+from pedrl.experiments import mathtutorbench as mtb
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_party
 from pedrl.mathtutorbench import constraints
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")

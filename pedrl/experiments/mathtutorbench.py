@@ -10,7 +10,7 @@ harness does; the pedagogical tasks' replies and human teacher turns are
 scored by Ped-RM; every reply is also checked by paper 002's BVR rules
 (pedrl.mathtutorbench.constraints: bvr per task in results.json, BVR and
 BVR† in the printed table). Examples run in batches sharded like the evaluation job's
-(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.experiments.sharded):
+(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.jobs.sharded):
 each batch's records are written as it ends, a rerun resumes after the last
 whole batch, and the shard that finishes last (or `python -m pedrl.tools.report
 WORKDIR`) merges them into WORKDIR/responses-<task>.jsonl,
@@ -29,9 +29,9 @@ from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, tutor_checkpoint,
-                                      tutor_party)
+from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS

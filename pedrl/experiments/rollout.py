@@ -25,10 +25,11 @@ from tqdm import tqdm
 from pedrl import cli, distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
-from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exit_on_signal, exits_cleanly, load_party, load_problems,
-                                      read_settings, solver_party)
+from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards
 
 define_flags("experiments/rollout.py:tiny", "Output directory.")
 FLAGS = flags.FLAGS

@@ -26,7 +26,7 @@ from pedrl import cli, files
 from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
-from pedrl.experiments import workdir as workdir_lib
+from pedrl.jobs import workdir as workdir_lib
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")

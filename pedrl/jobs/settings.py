@@ -329,7 +329,7 @@ class OfflineRunSettings:
 
 def read_offline_settings(config, objective_type: type,
                           options_type: type | None = None) -> OfflineRunSettings:
-  """The typed settings of an offline job's config (pedrl.experiments.base_config's
+  """The typed settings of an offline job's config (pedrl.jobs.base_config's
   offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""
   read = Reader(config)
   job = read.read(JobSettings)

@@ -12,7 +12,7 @@ import shutil
 
 from pedrl import files
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.experiments import samples as samples_lib
+from pedrl.jobs import samples as samples_lib
 
 NOT_SCALARS = ("step", "time")  # Row entries that are no TensorBoard scalar.
 
@@ -110,7 +110,7 @@ class MetricsWriter:
     self.tb.flush()
 
   def samples(self, step: int, dialogues, advantages, reward_settings):
-    """The step's sample dialogues (pedrl.experiments.samples), each with its advantage and
+    """The step's sample dialogues (pedrl.jobs.samples), each with its advantage and
     its reward's terms (`reward_settings`), as samples/step_NNNNNN.txt and TensorBoard text."""
     if not self.active:
       return

@@ -8,7 +8,7 @@ from pedrl.clients import openai_compat
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm, protocol as protocol_lib
 from pedrl.eval.mathtutorbench import runner
-from pedrl.experiments import settings, variants
+from pedrl.jobs import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
 from pedrl.rl import update
 
@@ -18,7 +18,7 @@ VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 def dialogue_config(variant: str = "paper"):
   """Models, problems, dialogue rules, solve attempts and rewards; variants paper, tiny, tiny_uco."""
   v = variants.parse(variant, VARIANTS)
-  # Every section is made from the settings type that reads it (pedrl.experiments.settings),
+  # Every section is made from the settings type that reads it (pedrl.jobs.settings),
   # which holds the defaults; values written here are the papers' where a type has none or
   # a paper differs.
   c = settings.section(settings.JobSettings)
@@ -109,7 +109,7 @@ def bench_config(tiny: bool, **tutor_sampling):
 
 
 def offline_config(objective: type, options: type | None = None, **train):
-  """An offline job's config (pedrl.experiments.offline): the top level, mesh, tutor,
+  """An offline job's config (pedrl.jobs.offline): the top level, mesh, tutor,
   data and the `train` section (OfflineSettings, OptimizerSettings, the objective's and
   the options' fields, then `train`'s values)."""
   c = settings.section(settings.JobSettings, skip=("batch_problems", "group_size"))

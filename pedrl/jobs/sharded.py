@@ -25,8 +25,8 @@ from tqdm import tqdm
 from pedrl import distributed, files, stopping
 from pedrl.eval import records as records_lib, shards
 from pedrl.eval.protocol import EvalProtocol, ShardSettings
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import exit_on_signal
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.exits import exit_on_signal
 
 
 def tick(counts, key: str, since: float) -> float:
