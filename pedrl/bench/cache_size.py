@@ -21,9 +21,8 @@ import jax
 import numpy as np
 
 from pedrl import cli
-from pedrl.bench import hlo
+from pedrl.bench import hlo, qwen2, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
-from pedrl.models.config import ModelConfig
 from pedrl.models.hf_checkpoint import build_model, random_params
 
 FLAGS = flags.FLAGS
@@ -38,16 +37,16 @@ flags.DEFINE_integer("kv_heads", 4, "Key/value heads.")
 flags.DEFINE_integer("intermediate", 1536, "MLP size.")
 flags.DEFINE_integer("vocab", 1024, "Vocabulary size.")
 flags.DEFINE_string("dtype", "float32", "Parameter and cache dtype.")
-flags.DEFINE_bool("scan_layers", True, "Scanned layers (the engine's default layout).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per size; the best is reported.")
+qwen2.define_scan_layers(True)
+timing.define_repeats("size")
 
 
 def main(argv):
   del argv
-  cfg = ModelConfig("qwen2", "causal_lm", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
-                    FLAGS.kv_heads, FLAGS.hidden // FLAGS.heads, FLAGS.intermediate, 1e-6, 32768,
-                    qkv_bias=True, rope_theta=1e6, dtype=FLAGS.dtype,
-                    scan_layers=FLAGS.scan_layers, pad_token_id=0)
+  shape = dict(num_hidden_layers=FLAGS.layers, hidden_size=FLAGS.hidden,
+               num_attention_heads=FLAGS.heads, num_key_value_heads=FLAGS.kv_heads,
+               intermediate_size=FLAGS.intermediate, vocab_size=FLAGS.vocab)
+  cfg = qwen2.config(shape, FLAGS.dtype, FLAGS.scan_layers)
   model, params = build_model(cfg), random_params(cfg)
   sampler = Sampler(model)
   rng = np.random.default_rng(0)

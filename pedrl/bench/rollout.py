@@ -47,7 +47,7 @@ flags.DEFINE_list("messages", ["6", "12"], "Messages per dialogue, one measureme
 flags.DEFINE_integer("tokens_per_turn", 48, "Tokens sampled per turn.")
 flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conversation_tokens,
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per engine and length; the best is reported.")
+timing.define_repeats("engine and length")
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -26,7 +26,7 @@ import numpy as np
 
 from pedrl import cli
 from pedrl import models
-from pedrl.bench import roofline, timing
+from pedrl.bench import qwen2, roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 
 FLAGS = flags.FLAGS
@@ -36,8 +36,8 @@ flags.DEFINE_integer("batch", 16, "Sequences per call.")
 flags.DEFINE_integer("prompt_len", 64, "Prompt tokens.")
 flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
 flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
-flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per engine; the best is reported.")
+qwen2.define_scan_layers(False)
+timing.define_repeats("engine")
 flags.DEFINE_integer("gpu_layers", 28, "Layers of the GPU profile's model (28 = Qwen2.5-7B; fewer to smoke-test).")
 flags.DEFINE_list("gpu_cache_slots", ["0", "4096"],
                   "GPU profile: pedrl cache slots per case (0: prompt + new tokens).")
@@ -52,8 +52,6 @@ SIZES = {  # Qwen2 architecture, fp32.
 # + new tokens)).
 CASES = {"small": ("small", None, 0), "medium": ("medium", None, 0),
          "medium_cache": ("medium", 320, 4096)}
-QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944,
-                 num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
 
 
 def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
@@ -154,14 +152,9 @@ def cpu_profile():
 
 
 def gpu_profile():
-  from pedrl.models.config import ModelConfig
   from pedrl.models.hf_checkpoint import random_params
-  c = dict(QWEN25_7B, num_hidden_layers=FLAGS.gpu_layers)
-  cfg = ModelConfig(
-      "qwen2", "causal_lm", c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
-      c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
-      c["intermediate_size"], 1e-6, 32768, qkv_bias=True, rope_theta=1e6, dtype="bfloat16",
-      scan_layers=FLAGS.scan_layers, pad_token_id=0)
+  cfg = qwen2.config(dict(qwen2.QWEN25_7B, num_hidden_layers=FLAGS.gpu_layers), "bfloat16",
+                     FLAGS.scan_layers)
   params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()

@@ -1,6 +1,14 @@
 """Timing shared by the benchmarks: engines timed in alternation on one machine."""
 import time
 
+from absl import flags
+
+
+def define_repeats(per: str) -> None:
+  """--repeats: the timed runs behind each reported time, the best of them."""
+  flags.DEFINE_integer("repeats", 3, f"Timed runs per {per}; the best is reported.",
+                       lower_bound=1)
+
 
 def interleaved_best(runs: dict, n: int, repeats: int) -> dict:
   """Best wall time of runs[name](n) per engine, alternating engines each round so a
