@@ -35,7 +35,7 @@ from absl import app, flags
 from pedrl import cli
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.experiments import workdir as workdir_lib
-from pedrl.figures import pyplot
+from pedrl.figures import colors as run_colors, pyplot, save_png, whiskers
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"
 MANY_POINTS = 30  # Lines with fewer points get markers (a 1-step run is then visible).
@@ -352,7 +352,7 @@ def evaluation_figures(plt, runs: list, colors: dict) -> dict:
       if name not in m:
         continue
       value, ci = m[name]
-      err = [[max(value - ci[0], 0)], [max(ci[1] - value, 0)]] if ci else None
+      err = whiskers(value, *ci) if ci else None
       # The edge keeps a bar of height 0 visible; the value is its tick label.
       ax.bar(i, value, color=colors[run.workdir], edgecolor=colors[run.workdir], lw=1.5,
              yerr=err, capsize=4, width=0.7)
@@ -372,8 +372,7 @@ def figures(runs: list) -> dict:
   """{file stem: matplotlib Figure} for the runs (Run objects, see `load`): each kind's
   figures, the runs of a kind together, each run in its own colour in all of them."""
   plt = pyplot()
-  palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  colors = {r.workdir: palette[i % len(palette)] for i, r in enumerate(runs)}
+  colors = run_colors(plt, [r.workdir for r in runs])
   out = {}
   for kind_, draw in ((TRAIN, training_figures), (ROLLOUT, rollout_figures),
                       (EVAL, evaluation_figures)):
@@ -404,14 +403,7 @@ def plot(workdirs, out: str | None = None) -> list[str]:
   figs = figures(runs)
   if not figs:
     raise PlotError(f"nothing to plot in {', '.join(r.workdir for r in runs)}")
-  out = out or os.path.join(runs[0].workdir, "plots")
-  os.makedirs(out, exist_ok=True)
-  plt, paths = pyplot(), []
-  for stem, fig in figs.items():
-    paths.append(os.path.join(out, f"{stem}.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-  return paths
+  return save_png(figs, out or os.path.join(runs[0].workdir, "plots"), dpi=110)
 
 
 def main(argv):
