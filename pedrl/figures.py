@@ -21,6 +21,18 @@ def colors(plt, names) -> dict:
   return {n: palette[i % len(palette)] for i, n in enumerate(names)}
 
 
+def style_panel(ax, title: str, xlabel: str = "", ylabel: str = "", grid: str = "both"):
+  """What every panel of pedrl's figures shares: a small title, labels and ticks, and a
+  light grid (along `grid`: "x", "y" or "both")."""
+  ax.set_title(title, fontsize=9)
+  if xlabel:
+    ax.set_xlabel(xlabel, fontsize=8)
+  if ylabel:
+    ax.set_ylabel(ylabel, fontsize=8)
+  ax.tick_params(labelsize=7)
+  ax.grid(alpha=0.3, axis=grid)
+
+
 def whiskers(value: float, low: float, high: float, scale: float = 1.0) -> list:
   """matplotlib's error bar ([[below], [above]]) of `value` in its interval (low, high),
   times `scale`; never negative (a bound rounded past the value)."""

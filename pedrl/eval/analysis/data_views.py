@@ -266,11 +266,8 @@ def sweep_figure(plt, runs: list, footer: str):
       if getattr(r, name):
         ax.plot(r.steps, getattr(r, name), marker="o", ms=3, color=color[r.group_size],
                 label=f"G={r.group_size}")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("step", fontsize=8)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
+    figures.style_panel(ax, title, xlabel="step")
   axes[0].legend(fontsize=7, frameon=False)
   ax = axes[i]
   i += 1
@@ -281,9 +278,7 @@ def sweep_figure(plt, runs: list, footer: str):
     ax.text(x, h, f"{h:.2g} h", ha="center", va="bottom", fontsize=7)
   ax.set_ylim(0, max(hours) * 1.15 or 1)
   ax.set_xticks(range(len(gs)), [f"G={g}" for g in gs], fontsize=7)
-  ax.set_title("training time (sum of step seconds)", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, "training time (sum of step seconds)", grid="y")
   for key, title in EVAL_PANELS if evaluated else ():
     ax = axes[i]
     i += 1
@@ -296,10 +291,7 @@ def sweep_figure(plt, runs: list, footer: str):
     ax.plot([r.group_size for r in evaluated if r.evaluation.get(key) is not None],
             [r.evaluation[key] for r in evaluated if r.evaluation.get(key) is not None],
             color="0.5", lw=0.8)
-    ax.set_title(f"{title} (evaluation)", fontsize=9)
-    ax.set_xlabel("G (rollouts per problem)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
+    figures.style_panel(ax, f"{title} (evaluation)", xlabel="G (rollouts per problem)")
   report.add_footer(fig, footer)
   return fig
 

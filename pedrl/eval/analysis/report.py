@@ -173,10 +173,7 @@ def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool 
     ax.scatter(i + rng.uniform(-0.18, 0.18, v.size), v, s=4, color=colors[n], alpha=0.35, lw=0)
     ax.plot(i, v.mean(), "o", color="black", ms=3.5, zorder=5)
   ax.set_xticks(range(1, len(names) + 1), names, rotation=20, ha="right", fontsize=7)
-  ax.set_title(title, fontsize=9)
-  ax.set_ylabel(ylabel, fontsize=8)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, title, ylabel=ylabel, grid="y")
 
 
 def response_figures(plt, per_response: dict, stats: dict, colors: dict, confidence: float,
@@ -212,10 +209,7 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
   ax.legend(handles=[Patch(facecolor="0.75", edgecolor="0.4", label="visible"),
                      Patch(facecolor="white", edgecolor="0.4", hatch="//", label="thinking")],
             fontsize=7, frameon=False)
-  ax.set_title("math words / words per response (%)", fontsize=9)
-  ax.set_ylabel("%", fontsize=8)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, "math words / words per response (%)", ylabel="%", grid="y")
   ax = axes[1]
   for i, c in enumerate(conds):
     q = sum(s.questions for s in per_response[c])
@@ -225,9 +219,8 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
       ax.bar(i, 100 * sh.value, color=colors[c], alpha=0.7,
              yerr=figures.whiskers(sh.value, sh.low, sh.high, 100), capsize=3)
   ax.set_xticks(range(len(conds)), conds, rotation=20, ha="right", fontsize=7)
-  ax.set_title(f"questions / visible sentences (%, {confidence:.0%} Wilson)", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, f"questions / visible sentences (%, {confidence:.0%} Wilson)",
+                      grid="y")
   add_footer(fig, footer)
   out["math_content"] = fig
   return out
@@ -257,9 +250,7 @@ def phase_figure(plt, shares: dict, footer: str, confidence: float):
     ax.errorbar(100 * s.value, y, xerr=figures.whiskers(s.value, s.low, s.high, 100), fmt="o",
                 color=colors["Explore"], capsize=3, ms=4)
   ax.set_yticks(range(len(conds)), conds)
-  ax.set_title(f"Explore (%), {confidence:.0%} Wilson", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="x")
+  figures.style_panel(ax, f"Explore (%), {confidence:.0%} Wilson", grid="x")
   add_footer(fig, footer)
   return fig
 
