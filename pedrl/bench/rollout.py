@@ -33,7 +33,7 @@ import jax
 
 from pedrl import cli
 from pedrl.bench import timing
-from pedrl.engine import SamplingParams, compiler
+from pedrl.engine import SamplingParams, compiler, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
 from pedrl.env.problems import load_bigmath
@@ -106,16 +106,6 @@ def system_views(problems, settings: rollout.RolloutSettings):
   return view(settings.tutor_prompt), view(settings.student_prompt)
 
 
-def _left_pad(rows, pad: int):
-  import torch
-  width = max(map(len, rows))
-  ids = torch.full((len(rows), width), pad, dtype=torch.long)
-  mask = torch.zeros((len(rows), width), dtype=torch.long)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
-  return ids, mask
-
-
 class _TransformersSide:
   """One side of a transformers loop: its model, every dialogue's view (roles as in
   `rollout.run`) and, when carrying KV, all tokens fed so far and their cache."""
@@ -139,7 +129,8 @@ class _TransformersSide:
     """One batched turn for every dialogue; the raw texts."""
     import torch
     rows = [self.new_tokens(d) for d in range(len(self.views))]
-    ids, mask = (x.to(self.model.device) for x in _left_pad(rows, config.pad_token_id))
+    padded = shapes.left_padded(rows, len(rows), max(map(len, rows)), config.pad_token_id)
+    ids, mask = (torch.from_numpy(x).long().to(self.model.device) for x in padded)
     if self.ids is not None:  # Generate feeds only what follows the cache's tokens.
       ids, mask = torch.cat([self.ids, ids], 1), torch.cat([self.mask, mask], 1)
     kwargs = dict(cache=self.cache) if self.carry_kv else {}

@@ -247,7 +247,7 @@ def training_figures(plt, runs: list, colors: dict) -> dict:
       # min_n_ticks=1: else with one or two steps the locator falls back to fractions.
       ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
       style_panel(ax, key + (" ± std" if std_key(key, keys) else "") +
-             (" (s since the first step)" if key == "time" else ""), xlabel="step")
+                  (" (s since the first step)" if key == "time" else ""), xlabel="step")
     _legend(fig, runs, colors)
     out[theme] = fig
   return out
