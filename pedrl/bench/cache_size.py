@@ -21,8 +21,9 @@ import jax
 import numpy as np
 
 from pedrl import cli
-from pedrl.bench import hlo, qwen2, timing
+from pedrl.bench import hlo, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
+from pedrl.models.architectures import Architecture
 from pedrl.models.hf_checkpoint import build_model, random_params
 
 FLAGS = flags.FLAGS
@@ -37,16 +38,15 @@ flags.DEFINE_integer("kv_heads", 4, "Key/value heads.")
 flags.DEFINE_integer("intermediate", 1536, "MLP size.")
 flags.DEFINE_integer("vocab", 1024, "Vocabulary size.")
 flags.DEFINE_string("dtype", "float32", "Parameter and cache dtype.")
-qwen2.define_scan_layers(True)
+timing.define_scan_layers(True)
 timing.define_repeats("size")
 
 
 def main(argv):
   del argv
-  shape = dict(num_hidden_layers=FLAGS.layers, hidden_size=FLAGS.hidden,
-               num_attention_heads=FLAGS.heads, num_key_value_heads=FLAGS.kv_heads,
-               intermediate_size=FLAGS.intermediate, vocab_size=FLAGS.vocab)
-  cfg = qwen2.config(shape, FLAGS.dtype, FLAGS.scan_layers)
+  shape = Architecture("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
+                       FLAGS.kv_heads, FLAGS.intermediate, 32768)
+  cfg = shape.config(dtype=FLAGS.dtype, scan_layers=FLAGS.scan_layers)
   model, params = build_model(cfg), random_params(cfg)
   sampler = Sampler(model)
   rng = np.random.default_rng(0)

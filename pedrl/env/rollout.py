@@ -22,6 +22,7 @@ prompt.
 import dataclasses
 import os
 import time
+import typing
 
 import numpy as np
 from absl import logging
@@ -80,6 +81,17 @@ class RolloutSettings:
         raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
+class Call(typing.NamedTuple):
+  """One batched sampling call: the side, its live dialogues, the rows it computed (live
+  ones and batch filler), its decode steps (the longest row's tokens) and the tokens
+  sampled for live dialogues."""
+  side: str
+  live: int
+  rows: int
+  steps: int = 0
+  tokens: int = 0
+
+
 @dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
@@ -87,8 +99,20 @@ class RolloutStats:
   # a throughput leaves it out.
   tutor_compile_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
-  calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
+  calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
+
+  def idle_rows(self) -> float:
+    """Share of the calls' rows that held no live dialogue: filler of a batch padded
+    to its bucket (dialogues that ended leave it)."""
+    rows = sum(c.rows for c in self.calls)
+    return 1 - sum(c.live for c in self.calls) / rows if rows else 0.0
+
+  def idle_steps(self) -> float:
+    """Share of decode row-steps that sampled no token of a live dialogue: filler rows,
+    and rows whose turn had ended while the call's longest went on."""
+    steps = sum(c.rows * c.steps for c in self.calls)
+    return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
@@ -127,12 +151,14 @@ class _Side:
     return ids + self.prefix_ids
 
   def place(self, live: list[int], need: int):
-    """Points the cache at the live dialogues, in order (batch bucketed to powers of two);
-    a first cache gets the `need` slots of this turn (it grows later, see make_room)."""
+    """Points the cache at the live dialogues, in order (batch bucketed to powers of two).
+    A first cache gets twice the `need` slots of this turn, room for the next exchange
+    too: a cache that grew at its second turn would cost a copy and two more compiled
+    programs (the grow, and the turn on the grown size); later it grows as make_room says."""
     sampler = self.party.sampler
     batch = sampler.padded_batch(min(_pow2(len(live)), len(self.views)))
     if self.cache is None:
-      self.cache = sampler.new_cache(batch, min(need, self.capacity))
+      self.cache = sampler.new_cache(batch, min(2 * need, self.capacity))
     elif self.rows != live:
       where = {d: i for i, d in enumerate(self.rows)}
       self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
@@ -165,11 +191,12 @@ class _Side:
       return []
     keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in live],
                        [len(dialogues[d].messages) for d in live])
-    stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
     with compiler.compilations() as compiling:
       gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
                                          self.cache)
+    stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
+                            int(gen.lengths.sum())))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
@@ -206,7 +233,8 @@ class _EndpointSide:
     replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
-    stats.calls.append((self.name, len(live), len(live)))
+    used = [r.completion_tokens for r in replies]
+    stats.calls.append(Call(self.name, len(live), len(live), max(used), sum(used)))
     out = []
     for d, r in zip(live, replies):
       raw = self.prefix + r.text
@@ -247,7 +275,8 @@ def _attempts(student, settings, dialogues, todo, stats) -> list[tuple]:
   start = time.perf_counter()
   gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
   stats.student_seconds += time.perf_counter() - start
-  stats.calls.append(("attempt", len(todo), _pow2(len(todo))))
+  stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
+                          int(gen.lengths.sum())))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
 
 

@@ -114,7 +114,7 @@ def split_rows(tree, n: int, m: int, mesh=None):
   over the mesh's batch axes."""
   def one(v):
     v = np.asarray(v).reshape(n, m, *np.shape(v)[1:])
-    return (jnp.asarray(v) if mesh is None else sharding_lib.put(
+    return (sharding_lib.on_device(v) if mesh is None else sharding_lib.put(
         v, NamedSharding(mesh, P(None, sharding_lib.BATCH, *(None,) * (v.ndim - 2)))))
   return jax.tree.map(one, tree)
 
@@ -227,16 +227,30 @@ def _compiled_step(model, optimizer, objective, layout):
                  out_shardings=out)
 
 
+def _step_call(model, params, opt_state, optimizer, batch, objective, mesh):
+  """(the jitted step, its arguments) for one mini-batch of host arrays."""
+  micro = micro_batches(batch, objective.micro_batch, mesh)
+  step = _compiled_step(model, optimizer, objective, _layout(params) + _layout(opt_state))
+  return step, (params, opt_state, micro, _totals(objective, batch))
+
+
 def train_step(model, params, opt_state, optimizer, batch, objective, mesh=None):
   """One optimizer step of `objective` (pedrl.rl.objective; GRPOSettings is GRPO's) on a
   mini-batch of host arrays, as one compiled program (micro-batch gradients,
   accumulation, clipping, AdamW). `opt_state` comes from `init_optimizer` (placed like
   the params); both are donated: their buffers become the new ones. Returns (params,
   opt_state, metrics)."""
-  micro = micro_batches(batch, objective.micro_batch, mesh)
-  step = _compiled_step(model, optimizer, objective, _layout(params) + _layout(opt_state))
-  params, opt_state, metrics = step(params, opt_state, micro, _totals(objective, batch))
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
+  params, opt_state, metrics = step(*args)
   return params, opt_state, sharding_lib.to_host(metrics)
+
+
+def train_step_program(model, params, opt_state, optimizer, batch: batch_lib.TrainBatch,
+                       objective, mesh=None) -> jax.stages.Compiled:
+  """The program `train_step` runs for these arguments, for XLA's memory and cost
+  analyses (from the compilation caches once train_step has run it)."""
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
+  return step.lower(*args).compile()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -245,13 +259,25 @@ def _chunked_logprobs(model, params, tokens, attn_mask, temperature):
                      (tokens, attn_mask))
 
 
+def _chunked(tokens, attn_mask, chunk: int, mesh):
+  """[B, T] host arrays as [n, chunk, T] device arrays (rows filled with copies of row 0)."""
+  rows = tokens.shape[0]
+  n, m = _micro_shape(rows, chunk, mesh)
+  fill = batch_lib.fill_rows(rows, n * m)
+  return split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
+
+
 def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chunk: int,
                        mesh=None) -> np.ndarray:
   """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
   would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
   rows = tokens.shape[0]
-  n, m = _micro_shape(rows, chunk, mesh)
-  fill = batch_lib.fill_rows(rows, n * m)
-  tokens, attn_mask = split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
-  lp = _chunked_logprobs(model, params, tokens, attn_mask, temperature)
-  return sharding_lib.to_host(lp).reshape(n * m, -1)[:rows]
+  lp = _chunked_logprobs(model, params, *_chunked(tokens, attn_mask, chunk, mesh), temperature)
+  return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:rows]
+
+
+def logprobs_program(model, params, tokens, attn_mask, temperature: float, chunk: int,
+                     mesh=None) -> jax.stages.Compiled:
+  """The program `logprobs_in_chunks` runs for these arguments (see train_step_program)."""
+  return _chunked_logprobs.lower(model, params, *_chunked(tokens, attn_mask, chunk, mesh),
+                                 temperature).compile()
