@@ -20,7 +20,7 @@ Cohen's κ against the first goes in reliability.md. A seeded subset:
 """
 from pedrl.env import party
 from pedrl.eval.analysis import data_views, labelling, summary
-from pedrl.eval.shards import ShardSettings
+from pedrl.eval.protocol import ShardSettings
 from pedrl.experiments import settings, variants
 from pedrl.rewards import backends
 

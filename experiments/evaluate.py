@@ -44,7 +44,7 @@ from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.tutor import TutorAgentSettings
 from pedrl.env import party
 from pedrl.experiments import base_config, conditions, settings, variants
-from pedrl.eval import pedrm, reasoning, shards
+from pedrl.eval import pedrm, protocol as protocol_lib, reasoning
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
@@ -107,11 +107,11 @@ def get_config(arg: str = "paper"):
   if v.condition != tuple(conditions.THINKING)[0] and v.protocol != "thinking":
     raise ValueError(f"variant {arg!r}: condition is paper 001's (the thinking protocol only)")
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
-  c.eval = settings.section(shards.EvalSettings)
+  c.eval = settings.section(protocol_lib.EvalSettings)
   c.eval.pedrm = settings.section(pedrm.PedRMSettings)
   # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
   # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
-  c.tutor = settings.section(party.PartySettings, shards.TutorRun, TutorAgentSettings,
+  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, TutorAgentSettings,
                              **c.tutor.to_dict())
   # Or an agent over that model (or endpoint) as its backbone: --config.tutor.agent=cpa (paper
   # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot), with

@@ -270,11 +270,13 @@ def test_tables_average_seeds_with_their_spread():
 
 
 def test_trace_stats_count_bvr_on_the_hard_splits_apart():
+  from pedrl.agents.cpa.state import Trace
   from pedrl.eval.records import BenchRecord
   from pedrl.experiments import cpa as job
   ref = {"reference_solution": "3 + 4 = 7\n#### 7"}
-  rec = lambda task, response, trace: BenchRecord(task, 0, 0, "", response, None, None,
-                                                  context=ref, trace=trace)
+  rec = lambda task, response, trace: BenchRecord(
+      task, 0, 0, "", response, None, None, context=ref,
+      trace=Trace(task, 0, "cpa", **trace).to_dict())  # What an agent's trace holds.
   records = [rec("scaffolding_generation_hard", "The answer is 7.", {"repairs": 1}),
              rec("pedagogy_following_hard", "What is 3 + 4?", {"repairs": 0}),
              rec("scaffolding_generation", "It is 7. Done. Really.", {"fallbacks": {"m1": 2}}),

@@ -148,8 +148,8 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 
   def step():
     state[0], state[1], metrics = update.train_step(model, *state, optimizer, batch, settings)
-    if not np.isfinite(metrics["loss"]):
-      raise FloatingPointError(f"the update's loss is {metrics['loss']}")
+    if not np.isfinite(metrics.objective.loss):
+      raise FloatingPointError(f"the update's loss is {metrics.objective.loss}")
 
   with compiles.compilations() as compiled:
     step()

@@ -51,9 +51,11 @@ class Message:
 
 @dataclasses.dataclass
 class Verdict:
-  """The judges' answers on one dialogue (pedrl.rewards.judging)."""
-  decisions: dict  # Judge name -> [bool] per sample (decision judges).
-  scores: dict  # Judge name -> [float] per sample (score judges).
+  """The judges' answers on one dialogue: training's (pedrl.rewards.judging), where a
+  policy fills in what never parsed, and an evaluation's (pedrl.eval.judges), where it
+  stays None and nothing is filled in."""
+  decisions: dict[str, list[bool | None]]  # Judge name -> per sample (decision judges).
+  scores: dict[str, list[float | None]]  # Judge name -> per sample (score judges).
   r_ped: float | None = None  # Π of every decision (paper 003 eq. 3).
   r_think: float | None = None  # Mean score of the thinking judge, if any (paper 001).
   # Judge name -> [bool] parallel to its decisions/scores: True where the on_failure

@@ -35,7 +35,8 @@ from pedrl.env import party as party_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views,
                                  labelling, report, responses as responses_lib,
                                  significance, summary as summary_lib, text as text_lib)
-from pedrl.eval.shards import ShardSettings, write_json
+from pedrl.eval.protocol import ShardSettings
+from pedrl.eval.shards import write_json
 from pedrl.experiments import settings as settings_lib, workdir as workdir_lib
 from pedrl.experiments.common import define_flags, exit_on_signal, exits_cleanly, load_party
 from pedrl.rewards import asking, backends

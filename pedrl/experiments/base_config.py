@@ -5,7 +5,7 @@ are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
 from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm, shards
+from pedrl.eval import pedrm, protocol as protocol_lib
 from pedrl.eval.mathtutorbench import runner
 from pedrl.experiments import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
@@ -86,10 +86,10 @@ def bench_config(tiny: bool, **tutor_sampling):
   as testdata/mathtutorbench."""
   c = settings.section(settings.JobSettings, runner.BenchSettings)
   c.mesh = settings.section(settings.MeshSettings)
-  c.tutor = settings.section(party.PartySettings, shards.TutorRun, path=None, top_k=0,
+  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, path=None, top_k=0,
                              **tutor_sampling)
   c.tutor.endpoint = settings.section(party.EndpointSettings)
-  c.eval = settings.section(shards.ShardSettings)
+  c.eval = settings.section(protocol_lib.ShardSettings)
   # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
   # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).
   c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench", dtype="bfloat16")

@@ -36,7 +36,7 @@ from absl import app, flags
 from pedrl import cli, distributed, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
-from pedrl.eval.shards import jsonable
+from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.experiments import settings as settings_lib, sharded, trained_on
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
@@ -68,24 +68,23 @@ def read(config) -> tuple:
   return s, b
 
 
-def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
+def protocol(s, b: settings_lib.BaselineDataSettings) -> EvalProtocol:
   """Everything that decides the data: shards of one workdir must agree on it."""
   models = workdir_lib.identity(s, "baseline_data")
-  return {"kind": "baselines", "seed": s.job.seed, "num_shards": b.num_shards,
-          "baselines": {k: v for k, v in jsonable(b).items() if k != "shard"},
-          "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
-          "tutor": {**jsonable(s.tutor), **models["tutor"]},
-          "student": {**jsonable(s.student), **models["student"]},
-          "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
-          "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
-          "rewards": jsonable(s.rewards),
-          "judges": judges_protocol(s)}  # `read` made sure the rewards use them.
+  return EvalProtocol(kind="baselines", seed=s.job.seed, num_shards=b.num_shards, sections={
+      "baselines": {k: v for k, v in jsonable(b).items() if k != "shard"},
+      "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
+      "tutor": {**jsonable(s.tutor), **models["tutor"]},
+      "student": {**jsonable(s.student), **models["student"]},
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
+      "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
+      "rewards": jsonable(s.rewards),
+      "judges": judges_protocol(s)})  # `read` made sure the rewards use them.
 
 
 class ScoredRollouts:
   """The task of pedrl.experiments.sharded: G scored dialogues per problem of the subset."""
   unit = "problem"
-  record_type = offline_data.ScoredDialogue
 
   def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
     self.s, self.b, self.apis = s, b, apis
@@ -109,9 +108,9 @@ class ScoredRollouts:
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
                             self.student, self.s.rollout, problem_uids=list(idx))
     clock = tick(counts, "seconds/dialogues", clock)
-    self.rewards(dialogues)
+    scored = self.rewards(dialogues)
     tick(counts, "seconds/rewards", clock)
-    counts.update({f"pipeline/{k}": v for k, v in self.rewards.batch_stats.items()})
+    counts.update({f"pipeline/{k}": v for k, v in scored.counts.items()})
     return [offline_data.ScoredDialogue(j, d) for d in dialogues]
 
   @staticmethod
@@ -143,7 +142,8 @@ def main(argv):
   s, b = read(FLAGS.config)
   check_paths(s)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
-  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config)
+  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config,
+                        record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:
     for k, v in summary.items():
       print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")

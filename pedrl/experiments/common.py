@@ -17,7 +17,7 @@ from pedrl.env import problems as problems_lib, solving, sources
 from pedrl.env.dialogue import RecordError
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
-from pedrl.eval import pedrm, shards
+from pedrl.eval import pedrm, protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import tasks as mtb_tasks
 from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
 from pedrl.experiments import settings as settings_lib
@@ -133,7 +133,8 @@ def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, ro
   return party_lib.EndpointParty(client, role)
 
 
-def tutor_checkpoint(run: shards.TutorRun, workdir: str, recorded_at: tuple) -> tuple[str, int]:
+def tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
+                     recorded_at: tuple) -> tuple[str, int]:
   """(base checkpoint, step) of the training run under test: the step given, else the
   one this evaluation's workdir recorded at `recorded_at` in its protocol (a resumed or
   later shard reads the weights the first one read, even if training saved newer steps
@@ -285,8 +286,8 @@ def judges_protocol(s: settings_lib.RunSettings) -> dict:
   j = s.judging
   model = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
                                                    "max_tokens", "top_p")},
-           "local": shards.jsonable(s.local_judge),
-           "rule": shards.jsonable(s.rule_judges)}.get(j.judge_backend)
+           "local": protocol_lib.jsonable(s.local_judge),
+           "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
           "samples": j.judge_samples, "rounds": j.judge_rounds}
 
@@ -294,7 +295,7 @@ def judges_protocol(s: settings_lib.RunSettings) -> dict:
 def rollout_protocol(rollout) -> dict:
   """The dialogue rules as a protocol records them; a tutor prompt file by its path and
   its content's SHA-1, so an edited file at the same path makes another protocol."""
-  out = shards.jsonable(rollout)
+  out = protocol_lib.jsonable(rollout)
   if rollout.tutor_prompt_file:
     with open(rollout.tutor_prompt_file, "rb") as f:
       out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()

@@ -28,7 +28,7 @@ from pedrl import cli
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
-from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
+from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
 from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
                                       tutor_checkpoint)
@@ -97,12 +97,14 @@ def load_tasks(bench, rm_settings) -> dict:
   return out
 
 
-def protocol(s: Settings) -> dict:
-  """Everything that decides the numbers: shards of one run must agree on it."""
+def protocol(s: Settings, **more) -> EvalProtocol:
+  """Everything that decides the numbers: shards of one run must agree on it. `more`:
+  a job's own sections (CPA's method and settings)."""
   model = ({"endpoint": [s.endpoint.model, s.endpoint.base_url]} if s.endpoint.model else
            {"path": s.tutor.path, **jsonable(s.run), **workdir_lib.architecture(s.tutor.path)})
-  return {"kind": "mathtutorbench", "seed": s.job.seed, "num_shards": s.shard.num_shards,
-          "bench": jsonable(s.bench), "model": model, "pedrm": jsonable(s.pedrm)}
+  return EvalProtocol(kind="mathtutorbench", seed=s.job.seed, num_shards=s.shard.num_shards,
+                      sections={"bench": jsonable(s.bench), "model": model,
+                                "pedrm": jsonable(s.pedrm), **more})
 
 
 def resolve_run(s: Settings, workdir: str) -> Settings:

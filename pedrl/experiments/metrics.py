@@ -3,7 +3,7 @@
 
 The training job writes a row per GRPO step, the rollout job a row per batch
 of problems, with the same names for what they share (`step`, `problem_uids`,
-and `pedrl.rewards.assemble.batch_metrics`: reward/…, reward_std/…, pipeline/…).
+and `pedrl.rewards.assemble.BatchRewards.to_row`: reward/…, reward_std/…, pipeline/…).
 """
 import glob
 import json

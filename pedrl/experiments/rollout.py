@@ -81,9 +81,10 @@ def _convert_old_rows(path: str):
     if "step" in r:
       out.append(r)
       continue
-    stats = {k: (v["mean"], v["std"]) for k, v in r.items() if isinstance(v, dict) and "mean" in v}
+    stats = {k: assemble.Spread(v["mean"], v["std"]) for k, v in r.items()
+             if isinstance(v, dict) and "mean" in v}
     out.append({"step": step, "problem_uids": r["batch_problem_uids"],
-                **assemble.batch_metrics(stats, r.get("pipeline", {}))})
+                **assemble.BatchRewards(stats, r.get("pipeline", {})).to_row()})
   dialogue.append_rows(out, path, mode="w")
   logging.warning("%s: %d metric rows of an older pedrl rewritten in today's names", path,
                   len(rows))
@@ -169,11 +170,10 @@ def main(argv):
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
       seconds["solve"] += time.perf_counter() - t0
-      batch_stats = rewards(dialogues)
+      scored = rewards(dialogues)
       logging.info("batch %d: %s", lo // b, "  ".join(
-          f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in batch_stats.items()))
-      row = {"step": len(batch_rows) + 1, "problem_uids": list(uids),
-             **assemble.batch_metrics(batch_stats, rewards.batch_stats)}
+          f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in scored.stats.items()))
+      row = {"step": len(batch_rows) + 1, "problem_uids": list(uids), **scored.to_row()}
       if main_process:  # The row first, then the dialogues: see `resume`.
         writer.write(row["step"], row)
         dialogue.save_jsonl(dialogues, out_path)
@@ -181,7 +181,7 @@ def main(argv):
       batch_rows.append(row)
       bar.update(len(batch))
       bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
-                      reward=f"{batch_stats['total'][0]:.2f}")
+                      reward=f"{scored.total:.2f}")
       if distributed.any_process(signals.requested is not None):
         stopped_by = signals.requested or "SIGTERM"
         break

@@ -19,9 +19,10 @@ from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
+from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import offline_data, trainer, update
+from pedrl.rl.objective import Objective
 
 
 def _fields(source) -> dict:
@@ -181,7 +182,7 @@ class OracleSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class BaselineDataSettings(shards.ShardSettings):
+class BaselineDataSettings(protocol_lib.ShardSettings):
   """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
   # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
@@ -222,9 +223,9 @@ class RunSettings:
   train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
   grpo: update.GRPOSettings | None = None
   optimizer: update.OptimizerSettings | None = None
-  evaluation: shards.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
+  evaluation: protocol_lib.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
   pedrm: pedrm_lib.PedRMSettings | None = None
-  tutor_run: shards.TutorRun | None = None
+  tutor_run: protocol_lib.TutorRun | None = None
   tutor_endpoint: party.EndpointSettings | None = None
   tutor_agent: agent_tutor.TutorAgentSettings | None = None
   tutor_cpa: CPASettings | None = None  # The agent tutor's CPA numbers (`tutor.cpa`).
@@ -266,9 +267,9 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
                        temperature=sampling(tutor).logprob_temperature),
         optimizer=read.read(update.OptimizerSettings, "rl"))
   if evaluation:
-    out.update(evaluation=read.read(shards.EvalSettings, "eval"),
+    out.update(evaluation=read.read(protocol_lib.EvalSettings, "eval"),
                pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
-               tutor_run=read.read(shards.TutorRun, "tutor"),
+               tutor_run=read.read(protocol_lib.TutorRun, "tutor"),
                tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
                tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
                tutor_cpa=(read.read(CPASettings, "tutor.cpa") if "cpa" in config.tutor
@@ -321,8 +322,8 @@ class OfflineRunSettings:
   data: DataSettings
   train: OfflineSettings
   optimizer: update.OptimizerSettings
-  objective: object  # pedrl.rl.objective.Objective: the method's settings type.
-  options: object | None  # The method's data options (SFT's SequenceSettings), if any.
+  objective: Objective  # The method's (GRPO's is in `rl`).
+  options: offline_data.SequenceSettings | None  # SFT's data options; None for MDPO.
 
 
 def read_offline_settings(config, objective_type: type,

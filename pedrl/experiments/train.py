@@ -13,8 +13,6 @@ steps, the step's dialogue records). Steps low on learning signal are logged as
 warnings (rl.warn_*).
 """
 import dataclasses
-import json
-import os
 import sys
 
 from absl import app, flags, logging
@@ -113,19 +111,16 @@ def main(argv):
             disable=not main_process) as bar:
     def progress(step, m):
       bar.update(1)
-      bar.set_postfix(reward=f"{m['reward/total']:.3f}", kl=f"{m['kl']:.4f}")
+      bar.set_postfix(reward=f"{m.rewards.total:.3f}", kl=f"{m.signal.kl:.4f}")
     run.run(progress)
   writer.close()
   ckpt.close()
   exit_on_signal(run.stopped_by, f"step {run.step} (saved)")
   if not main_process:
     return
-  last = {}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      last = json.loads(line)
   print(f"step={run.step}")
-  print(f"reward_total={last.get('reward/total')}")
+  if run.last is not None:  # None: the run had finished before (metrics.jsonl has its steps).
+    print(f"reward_total={run.last.rewards.total}")
 
 
 if __name__ == "__main__":

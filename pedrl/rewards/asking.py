@@ -11,6 +11,23 @@ answers is an error: its values would be mostly stand-ins.
 """
 import collections
 import dataclasses
+from typing import Protocol, Sequence
+
+
+class TextRequest(Protocol):
+  """What every request to a text backend has (judging.Request, oracle.OracleRequest, …);
+  a rule backend reads the fields of its own request type besides."""
+  prompt: str
+  uid: int  # Distinct within a batch: seeds a local model's sample.
+
+
+class TextBackend(Protocol):
+  """Where replies to prompts come from (pedrl.rewards.backends: an OpenAI-compatible
+  endpoint, a local model, rules): per request its reply text, or the exception that
+  ended its API retries (`ask` counts it and asks again next round)."""
+
+  def complete(self, requests: Sequence[TextRequest],
+               round_: int = 0) -> list[str | Exception]: ...
 
 
 class AskStats(collections.Counter):

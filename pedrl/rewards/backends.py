@@ -1,8 +1,9 @@
 """Where judge replies come from: an OpenAI-compatible endpoint, a local model, or rules.
 
-Every backend has `complete(requests, round) -> [reply text | Exception]`, one
-entry per request; an exception stands for a request whose API retries ran
-out, and `asking.ask` counts it and asks again next round. A backend's own
+Every backend is a `pedrl.rewards.asking.TextBackend`: `complete(requests, round)
+-> [reply text | Exception]`, one entry per request; an exception stands for a
+request whose API retries ran out, and `asking.ask` counts it and asks again
+next round. A backend's own
 `stats` count its API retries (retries, retries/<kind>).
 """
 import collections
@@ -17,13 +18,14 @@ import random
 import re
 import threading
 import time
-import typing
+from typing import Sequence
 
 from pedrl import distributed, streams
 from pedrl.env import chat
 from pedrl.env.dialogue import STUDENT, TUTOR
-from pedrl.rewards.asking import failure_kind
-from pedrl.rewards.judging import JudgeError
+from pedrl.env.party import Chat, Party, Reply
+from pedrl.rewards.asking import TextRequest, failure_kind
+from pedrl.rewards.judging import JudgeError, Request
 
 
 
@@ -78,15 +80,6 @@ def retry_after(headers) -> float | None:
   return max(when.timestamp() - time.time(), 0.0)
 
 
-class Reply(typing.NamedTuple):
-  """One chat completion: its text, why it ended ("stop", "length"), and the tokens the
-  endpoint counted (0 when it reports no usage)."""
-  text: str
-  finish_reason: str
-  prompt_tokens: int
-  completion_tokens: int
-
-
 @dataclasses.dataclass
 class OpenAIBackend:
   """Chat completions through the `openai` client, with bounded concurrency and retries.
@@ -137,21 +130,25 @@ class OpenAIBackend:
   def endpoint(self) -> str:
     return self.base_url or "api.openai.com"
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[TextRequest],
+               round_: int = 0) -> list[str | Exception]:
     del round_
     prompts = [[{"role": "user", "content": r.prompt}] for r in requests]
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
       return [r if isinstance(r, Exception) else r.text
               for r in pool.map(self._one, prompts)]
 
-  def chat(self, conversations, stop=()) -> list:
+  def chat(self, conversations: Sequence[Chat],
+           stop: Sequence[str] = ()) -> list[Reply | Exception]:
     """Per conversation ([{"role", "content"}] messages, any roles), a `Reply` or the
-    exception that ended its retries: the endpoint taking one side of a dialogue.
-    `stop`: strings the endpoint ends a reply before (the reply leaves them out)."""
+    exception that ended its retries: the endpoint taking one side of a dialogue (a
+    pedrl.env.party.ChatClient). `stop`: strings the endpoint ends a reply before (the
+    reply leaves them out)."""
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
       return list(pool.map(lambda m: self._one(m, stop), conversations))
 
-  def text_completions(self, prompts, stop=()) -> list:
+  def text_completions(self, prompts: Sequence[str],
+                       stop: Sequence[str] = ()) -> list[Reply | Exception]:
     """Per prompt, the raw-text continuation (`/v1/completions`, no chat template) as a
     `Reply`, or the exception that ended its retries."""
     with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
@@ -245,13 +242,14 @@ class MainProcessCalls:
   hangs), and every host calling would multiply the API bill. `inner` is None
   on the other processes (they need no API key).
   """
-  inner: object
+  inner: OpenAIBackend | None
 
   @property
   def stats(self):  # Counted on process 0, the one that writes metrics.
     return self.inner.stats if self.inner is not None else collections.Counter()
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[TextRequest],
+               round_: int = 0) -> list[str | Exception]:
     message = self._on_main(lambda: [
         {"error": f"{type(r).__name__}: {r}", "kind": failure_kind(r)}
         if isinstance(r, Exception) else {"text": r}
@@ -295,12 +293,12 @@ class LocalBackend:
   Paper 003's training judge is a local Qwen2.5-14B-Instruct. Each request is
   one sample with its own key (seed, request uid, round).
   """
-  party: object
+  party: Party
   temperature: float = 0.6
   prompts_per_call: int = 32
   seed: int = 0
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     from pedrl.env import solving
     party = dataclasses.replace(self.party, sampling=dataclasses.replace(
         self.party.sampling, temperature=self.temperature))
@@ -337,7 +335,7 @@ class RuleBackend:
   max_tutor_words: int = 150
   max_tutor_share: float = 0.6
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     del round_
     rules = {"leakage": self.leakage, "helpfulness": self.helpfulness, "thinking": self.thinking}
     out = []

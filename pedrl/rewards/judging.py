@@ -24,7 +24,7 @@ import typing
 import numpy as np
 
 from pedrl.env import prompts
-from pedrl.env.dialogue import TUTOR, Verdict, transcript
+from pedrl.env.dialogue import TUTOR, Dialogue, Verdict, transcript
 from pedrl.rewards import asking, pedagogy
 
 DECISION, SCORE = "decision", "score"
@@ -60,7 +60,7 @@ THINKING = (JudgeSpec("leakage", "judges/thinking_leakage"),
 @dataclasses.dataclass(frozen=True)
 class Request:
   """One judge sample of one dialogue: what a backend answers."""
-  dialogue: object  # pedrl.env.dialogue.Dialogue
+  dialogue: Dialogue
   spec: JudgeSpec
   sample: int
   prompt: str

@@ -23,8 +23,9 @@ import sys
 from absl import app, flags, logging
 
 from pedrl import cli
-from pedrl.eval import shards
+from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
+from pedrl.eval.protocol import EvalProtocol, TutorRun
 from pedrl.experiments import workdir as workdir_lib
 from pedrl.figures import pyplot, whiskers
 
@@ -71,20 +72,23 @@ def choice_columns(runs: dict) -> tuple:
 METHODS = {"train": "RL", "sft": "SFT", "mdpo": "MDPO"}
 
 
-def run_name(workdir: str, config: str, protocol: dict | None = None) -> str:
+def run_name(workdir: str, config: str, protocol: EvalProtocol | None = None) -> str:
   """The row of an evaluation: its config and folder, and, when the tutor under test is a
   pedrl training run, its method as the paper's tables name it, its folder and step."""
   base = lambda path: os.path.basename(os.path.normpath(path))
   name = f"{config} ({base(workdir)})"
-  tutor = (protocol or {}).get("tutor") or (protocol or {}).get("model") or {}
-  if tutor.get("workdir"):
-    job = workdir_lib.recorded_job(tutor["workdir"])
-    name += f" [{METHODS.get(job, job)} tutor: {base(tutor['workdir'])} step {tutor.get('step')}]"
+  if protocol is None:
+    return name
+  tutor = protocol.section(shards.evaluation(protocol.kind, workdir).tutor_section, TutorRun)
+  if tutor.workdir:
+    job = workdir_lib.recorded_job(tutor.workdir)
+    name += f" [{METHODS.get(job, job)} tutor: {base(tutor.workdir)} step {tutor.step}]"
   return name
 
 
 def _kind(m: dict) -> str:
-  return m.get("protocol", {}).get("kind", "tutoring")
+  """The evaluation of a metrics.json row (its recorded protocol's kind)."""
+  return protocol_lib.kind_of(m.get("protocol", {}))
 
 
 def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
@@ -168,7 +172,7 @@ def report(workdirs, out: str | None = None) -> dict:
     metrics = shards.write_merged(w)
     written = shards.read_json(os.path.join(w, "metrics.json"))
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
-    name = run_name(w, metrics["config"], metrics["protocol"])
+    name = run_name(w, metrics["config"], EvalProtocol.from_dict(written["protocol"]))
     if name in runs:  # Same config, same folder name: keep both rows.
       name = f"{name} [{os.path.abspath(w)}]"
     runs[name] = metrics

@@ -43,6 +43,7 @@ import numpy as np
 
 from pedrl.env import dialogue as dialogue_lib, prompts
 from pedrl.eval.analysis import text as text_lib
+from pedrl.eval.analysis.codebook import Codebook
 from pedrl.rewards import asking
 from pedrl.rewards.judging import json_object
 
@@ -308,7 +309,7 @@ class RuleLabeller:
   """Keyword rules answering in the labellers' JSON (CODE_RULES, PHASE_RULES; else
   FALLBACK_CODE or General): the whole labelling path runs offline, with labels that
   follow the text. A stand-in for smoke runs and tests, not a judgment."""
-  codebook: object
+  codebook: Codebook
 
   def __post_init__(self):
     self._codes = [(re.compile(p), self.codebook.code(name).id) for p, name in CODE_RULES]
