@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from pedrl.agents import bench
 from pedrl.agents.backbone import Usage
 from pedrl.agents.cpa import agent, contracts
 from pedrl.agents.cpa.agent import CPA, Instance
@@ -112,7 +113,7 @@ def test_a_rule_violation_at_the_deliverable_step_is_repaired():
 def test_each_ablation_removes_exactly_its_stage(variant, removed):
   full, ablated = Scripted(), Scripted()
   CPA(full).run([inst(0), inst(1)])
-  CPA(ablated, agent.settings_for(variant), variant).run([inst(0), inst(1)])
+  bench.build(variant, ablated, agent.CPASettings()).run([inst(0), inst(1)])
   expected = {k: v for k, v in calls(full).items() if k not in removed}
   if variant == "no_m2_loop":  # One template is asked for, never checked.
     assert "Propose 1 " in ablated.prompts["generate"][0]
@@ -125,7 +126,7 @@ def test_without_m4_the_deliverable_step_is_the_reply_as_written():
   outputs = lambda p, n: {"output": f"output {n % 3 + 1}: the total is 12"}
   full, ablated = (Scripted(generate={"templates": [template]}, execute=outputs)
                    for _ in range(2))
-  [t] = CPA(ablated, agent.settings_for("no_m4"), "no_m4").run([inst(task="problem_solving")])
+  [t] = bench.build("no_m4", ablated, agent.CPASettings()).run([inst(task="problem_solving")])
   assert t.response == "output 2: the total is 12"
   [t] = CPA(full).run([inst(task="problem_solving")])
   assert t.response == "Final Answer: 12"

@@ -53,7 +53,7 @@ import jax
 
 from pedrl import cli
 from pedrl.bench import compiles, timing
-from pedrl.engine import SamplingParams
+from pedrl.engine import SamplingParams, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
 from pedrl.env.problems import load_bigmath
@@ -76,7 +76,7 @@ flags.DEFINE_list("messages", ["6", "12"], "Messages per dialogue, one measureme
 flags.DEFINE_integer("tokens_per_turn", 48, "Tokens sampled per turn.")
 flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conversation_tokens,
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per engine and length; the best is reported.")
+timing.define_repeats("engine and length")
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -161,16 +161,6 @@ def system_views(problems, settings: rollout.RolloutSettings):
   return view(settings.tutor_prompt), view(settings.student_prompt)
 
 
-def _left_pad(rows, pad: int):
-  import torch
-  width = max(map(len, rows))
-  ids = torch.full((len(rows), width), pad, dtype=torch.long)
-  mask = torch.zeros((len(rows), width), dtype=torch.long)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
-  return ids, mask
-
-
 # transformers' `generate` takes a cache carried across calls as `past_key_values` in every
 # version setup.py allows (5.0 on), deprecated in 5.24 (for removal in 6) for `cache`, which
 # 5.17 refused ("model_kwargs are not used by the model: ['cache']") and 5.24 takes.
@@ -207,7 +197,8 @@ class _TransformersSide:
     """One batched turn for every dialogue; the raw texts."""
     import torch
     rows = [self.new_tokens(d) for d in range(len(self.views))]
-    ids, mask = (x.to(self.model.device) for x in _left_pad(rows, config.pad_token_id))
+    padded = shapes.left_padded(rows, len(rows), max(map(len, rows)), config.pad_token_id)
+    ids, mask = (torch.from_numpy(x).long().to(self.model.device) for x in padded)
     if self.ids is not None:  # Generate feeds only what follows the cache's tokens.
       ids, mask = torch.cat([self.ids, ids], 1), torch.cat([self.mask, mask], 1)
     kwargs = cache_kwargs(self.cache) if self.carry_kv else {}

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from pedrl import cli
-from pedrl.bench import compiles, roofline
+from pedrl.bench import compiles, roofline, timing
 from pedrl.models import architectures, costs
 from pedrl.models.hf_checkpoint import build_model, random_params
 from pedrl.rl import batch as batch_lib, memory, update
@@ -53,7 +53,7 @@ def define_flags():
   flags.DEFINE_string("param_dtype", TrainSettings.param_dtype, "Weights and AdamW moments.")
   flags.DEFINE_string("compute_dtype", "bfloat16", "Activations and matmuls.")
   flags.DEFINE_bool("remat", TrainSettings.remat, "Recompute layer activations in the backward.")
-  flags.DEFINE_integer("repeats", 3, "Timed runs per pass; the best is reported.")
+  timing.define_repeats("pass")
 
 
 @dataclasses.dataclass(frozen=True)

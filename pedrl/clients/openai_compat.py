@@ -53,7 +53,7 @@ def failure_kind(error: Exception) -> str:
 class NonCompletionReply(ValueError):
   """An answer that is no chat completion: a proxy's HTML error page (the client then
   returns a str), a body that is not JSON, JSON without choices or a message."""
-  kind = "non_completion_reply"  # Its counter name (asking.failure_kind).
+  kind = "non_completion_reply"  # Its counter name (failure_kind).
 
 
 def _describe(out, raw: bool = False) -> str:

@@ -38,7 +38,8 @@ from flax import struct
 from pedrl import sharding as sharding_lib
 from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
-from pedrl.engine.shapes import CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below
+from pedrl.engine.shapes import (CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below,
+                                 left_padded)
 from pedrl.models.decoder import Decoder, KVCache
 from pedrl.streams import sequence_keys
 
@@ -250,11 +251,7 @@ class Sampler:
     if pos + longest + extra > self.cfg.max_position_embeddings:
       raise ValueError(f"position {pos} + {longest} new + {extra} generated tokens exceeds "
                        f"the model's context of {self.cfg.max_position_embeddings}")
-    tokens = np.full((b, t), self.pad_id, np.int32)
-    mask = np.zeros((b, t), bool)
-    for i, r in enumerate(rows):
-      if r.size:
-        tokens[i, t - r.size:], mask[i, t - r.size:] = r, True
+    tokens, mask = left_padded(rows, b, t, self.pad_id)
     for i in range(len(rows), b):  # Filler rows: one token, so their logits stay finite.
       tokens[i, -1], mask[i, -1] = self.pad_id, True
     # Attend only to the slots this call can reach (bucketed: few compiled windows).

@@ -140,10 +140,6 @@ class Dialogue:
                        "(records converted from schema 1 lack it); run its rollout again")
     return self.student_system
 
-  def visible_messages(self) -> list[dict]:
-    """The dialogue as the student and the judges see it."""
-    return [{"role": m.role, "content": m.text} for m in self.messages]
-
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
 

@@ -67,7 +67,7 @@ class MainProcessCalls:
 
 
 def _failed_request(message: dict) -> JudgeError:
-  """Process 0's failed request, keeping its counter name (asking.failure_kind)."""
+  """Process 0's failed request, keeping its counter name (openai_compat.failure_kind)."""
   error = JudgeError(message["error"])
   error.kind = message.get("kind")
   return error

@@ -27,6 +27,7 @@ from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
 from pedrl.jobs import workdir as workdir_lib
+from pedrl.figures import pyplot, whiskers
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")
@@ -131,25 +132,28 @@ def write_csv(runs: dict, path: str):
                   for x in row])
 
 
+def percent_whiskers(m: dict, key: str) -> list | None:
+  """The error bar of metric `key` of metrics.json `m`, in %; None for a metric without a
+  (finite) interval."""
+  ci = m.get(f"{key}_ci")
+  return whiskers(m[key], *ci, 100) if ci and None not in ci and not math.isnan(ci[0]) else None
+
+
 def pareto(runs: dict, path: str) -> bool:
   """Δ solve rate (y) against leak rate (x), with intervals; False without matplotlib."""
   try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    logging.warning('pareto.png needs matplotlib: pip install "pedrl[plot]"')
+    plt = pyplot()
+  except ImportError as e:
+    logging.warning("no pareto.png: %s", e)
     return False
   runs = {k: m for k, m in runs.items() if _kind(m) == "tutoring"}
   if not runs:
     return False
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for name, m in runs.items():
-    x, y = 100 * m["leak_rate"], 100 * m["delta_solve_rate"]
-    (xl, xh), (yl, yh) = (m.get("leak_rate_ci") or (x, x)), (m.get("delta_solve_rate_ci") or (y, y))
-    err = lambda v, lo, hi: ([[max(v - 100 * lo, 0)], [max(100 * hi - v, 0)]]
-                             if lo is not None and not math.isnan(lo) else None)
-    ax.errorbar(x, y, xerr=err(x, xl, xh), yerr=err(y, yl, yh), fmt="o", capsize=3, label=name)
+    ax.errorbar(100 * m["leak_rate"], 100 * m["delta_solve_rate"],
+                xerr=percent_whiskers(m, "leak_rate"), yerr=percent_whiskers(m, "delta_solve_rate"),
+                fmt="o", capsize=3, label=name)
   ax.set_xlabel("leak rate (%)")
   ax.set_ylabel("Δ solve rate (%)")
   ax.set_title("Teaching vs. telling (up and left is better)")

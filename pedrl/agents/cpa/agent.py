@@ -443,12 +443,5 @@ class CPA:
                   trace.passed, trace.answer)
 
 
-def settings_for(variant: str, **overrides) -> CPASettings:
-  """The settings of a table 3 row (`ABLATIONS`), with `overrides` on top."""
-  if variant not in ABLATIONS:
-    raise ValueError(f"unknown CPA variant {variant!r}; the variants: {', '.join(ABLATIONS)}")
-  return CPASettings(**{**ABLATIONS[variant], **overrides})
-
-
 def dumps(trace: Trace) -> str:
   return json.dumps(trace.to_dict(), ensure_ascii=False)

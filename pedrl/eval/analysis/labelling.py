@@ -159,15 +159,21 @@ def prompt_for(scheme: str, prompt: str, text: str, codebook) -> str:
     raise LabelError(f"the {scheme} prompt {prompt!r}: {e}") from None
 
 
+def _field(reply: str, key: str, pattern: str):
+  """`key`'s value in the reply's JSON object or, failing that, in a `"key": value` pair in
+  prose (a value matching `pattern`); None otherwise."""
+  value = (files.json_object(reply or "") or {}).get(key)
+  if value is None:
+    m = re.search(rf"""["']?{key}["']?\s*[:=]\s*["']?({pattern})""", reply or "", re.I)
+    value = m.group(1) if m else None
+  return value
+
+
 def parse_code(reply: str, codebook) -> int | None:
   """The code a reply names: {"code": N} (a number or a numeric string) or, failing that,
   a `"code": N` pair in prose, or {"code": "NAME"} for a name only one code has; None
   otherwise (a number the codebook lacks, an ambiguous name, no code)."""
-  obj = files.json_object(reply or "") or {}
-  value = obj.get("code")
-  if value is None:
-    m = re.search(r"""["']?code["']?\s*[:=]\s*["']?(\d+)""", reply or "", re.I)
-    value = m.group(1) if m else None
+  value = _field(reply, "code", r"\d+")
   if isinstance(value, str) and not value.strip().isdigit():
     found = codebook.named(value)
     return found[0].id if len(found) == 1 else None
@@ -179,11 +185,9 @@ def parse_code(reply: str, codebook) -> int | None:
 def parse_phase(reply: str) -> str | None:
   """Explore, General or Verify from {"phase": ...}, a `phase: X` pair, or a reply that is
   the bare word; None otherwise."""
-  obj = files.json_object(reply or "") or {}
-  value = obj.get("phase")
+  value = _field(reply, "phase", "[A-Za-z]+")
   if value is None:
-    m = re.search(r"""["']?phase["']?\s*[:=]\s*["']?([A-Za-z]+)""", reply or "", re.I)
-    value = m.group(1) if m else (reply or "").strip().strip(".\"'")
+    value = (reply or "").strip().strip(".\"'")
   word = str(value).strip().capitalize()
   return word if word in PHASES else None
 
