@@ -30,20 +30,20 @@ Protocols (`paper` is `pedagogical_rl`):
 `tiny` runs a protocol on the testdata models (rule judges, the testdata classifier as
 Ped-RM, 4 problems of the testdata published-split sample; under 2 minutes on a CPU):
 `tiny,thinking`. A training run of `X.py:V` is evaluated with the variant `X.py`'s
-`evaluation_variant(V)` names (the same dialogue definition, pedrl.experiments.conditions).
+`evaluation_variant(V)` names (the same dialogue definition, pedrl.jobs.conditions).
 
 Every tutoring protocol samples as paper 003's reference evaluation does (eth-lre/
 PedagogicalRL @ bae10cd, config/eval.py and config/eval/*.yaml; `reference_evaluation`
 below). The tutor under test: --config.tutor.path (a Hugging Face directory),
 --config.tutor.workdir [--config.tutor.step] (a pedrl training run; the evaluation stops
-with one line if any of its problems is one the run trained on, pedrl.experiments.trained_on)
+with one line if any of its problems is one the run trained on, pedrl.jobs.trained_on)
 or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.tutor import TutorAgentSettings
 from pedrl.env import party
-from pedrl.experiments import base_config, conditions, settings, variants
+from pedrl.jobs import base_config, conditions, settings, variants
 from pedrl.eval import pedrm, protocol as protocol_lib, reasoning
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
@@ -127,7 +127,7 @@ def get_config(arg: str = "paper"):
   # config/eval/*.yaml: judge_model google/gemma-3-27b-it).
   c.rewards.openai.model = "google/gemma-3-27b-it"
   c.batch_problems = 16
-  # The dialogues: the condition the tutor was trained in (pedrl.experiments.conditions).
+  # The dialogues: the condition the tutor was trained in (pedrl.jobs.conditions).
   if v.protocol == "pedagogical_rl":
     conditions.pedagogical_rl(c, v.think, v.tiny)
   if v.protocol == "thinking":

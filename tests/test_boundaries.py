@@ -59,7 +59,7 @@ def _hints(fn) -> str:
 def test_the_protocols_exist_and_appear_in_signatures():
   from pedrl.env import party, rollout
   from pedrl.eval import evaluations, records, shards
-  from pedrl.experiments import sharded
+  from pedrl.jobs import sharded
   from pedrl.rewards import asking, oracle, pipeline
   from pedrl.rl import objective, update
   protocols = {

@@ -6,7 +6,8 @@ import sys
 
 import jobs
 from pedrl.eval import shards
-from pedrl.eval.mathtutorbench import constraints, tasks
+from pedrl.mathtutorbench import constraints
+from pedrl.eval.mathtutorbench import tasks
 
 
 def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 import jobs
 from jobs import ROOT
-from pedrl.experiments import conditions, settings
+from pedrl.jobs import conditions, settings
 
 
 def _settings(variant, **tutor):

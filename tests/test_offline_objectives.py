@@ -265,7 +265,8 @@ def test_offline_jobs_refuse_bad_input_in_one_line_before_loading(tmp_path, test
   from absl import app
   from pedrl import paths
   from pedrl.env import party
-  from pedrl.experiments import offline, sft as sft_job
+  from pedrl.jobs import offline
+  from pedrl.experiments import sft as sft_job
   monkeypatch.setattr(party, "load", lambda *a, **k: pytest.fail("a model was loaded"))
   data = tmp_path / "data"
   data.mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Rewards, TurnScore, Verdict
-from pedrl.experiments import metrics as metrics_lib, samples
+from pedrl.jobs import metrics as metrics_lib, samples
 from pedrl.rewards import assemble
 from pedrl.rl import batch as batch_lib, loop, trainer, update
 

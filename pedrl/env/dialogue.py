@@ -19,9 +19,8 @@ prefixes and everything from the student are 0. GRPO trains on the 1s.
 """
 import dataclasses
 import json
-import os
 
-from absl import logging
+from pedrl import files
 
 # 3: Dialogue.step and Verdict.reasons (version-2 rows read as they are, without them).
 SCHEMA_VERSION = 3
@@ -183,55 +182,9 @@ def transcript(messages) -> str:
   return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def _write_lines(lines, path: str, mode: str) -> None:
-  """One synced write. Appending, a crash can cut at most the last line (`repair_jsonl`
-  removes it); rewriting (mode "w") goes through a temporary file renamed over `path`,
-  so a crash leaves the old file or the new one, never a part."""
-  target, path = path, (f"{path}.tmp{os.getpid()}" if mode == "w" else path)
-  with open(path, mode, encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in lines))
-    f.flush()
-    os.fsync(f.fileno())
-  if path != target:
-    os.replace(path, target)
-
-
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
-  """Appends (or, mode="w", writes) the records."""
-  _write_lines([d.to_json() for d in dialogues], path, mode)
-
-
-def append_rows(rows, path: str, mode: str = "a") -> None:
-  """Appends (or writes) JSON objects, one a line: metrics rows beside the records."""
-  _write_lines([json.dumps(r) for r in rows], path, mode)
-
-
-def read_rows(path: str) -> list:
-  """The JSON values of a JSONL file (none if it does not exist); a line cut by a crash
-  is removed first and logged, any other bad line raises with its number."""
-  if not os.path.exists(path):
-    return []
-  if cut := repair_jsonl(path):
-    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    for n, line in enumerate(f, 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-          raise RecordError(f"{path}, line {n}: not JSON ({e})") from None
-  return rows
-
-
-def repair_jsonl(path: str) -> int:
-  """Cuts a partly written last line (no newline) off `path`; returns the bytes cut."""
-  with open(path, "rb+") as f:
-    data = f.read()
-    keep = data.rfind(b"\n") + 1
-    if keep < len(data):
-      f.truncate(keep)
-  return len(data) - keep
+  """Appends (or, mode="w", writes) the records (pedrl.files: synced, a rewrite atomic)."""
+  files.write_lines([d.to_json() for d in dialogues], path, mode)
 
 
 def load_jsonl(path: str) -> list[Dialogue]:

@@ -5,9 +5,10 @@ that answers whole conversations is a `Replier`: an OpenAI-compatible endpoint
 (`EndpointParty` over a `ChatClient`) or an agent (pedrl.agents.tutor.AgentTutor).
 """
 import dataclasses
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from pedrl import models
+from pedrl.clients.openai_compat import Chat, EndpointError, Reply
 from pedrl.engine import Sampler
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import chat
@@ -36,24 +37,8 @@ class EndpointSettings:
   timeout: float = 120.0
 
 
-class EndpointError(RuntimeError):
-  """An endpoint playing a side failed a request after all its retries."""
-
-
-Chat = list[dict[str, str]]  # {"role", "content"} messages.
-
-
-class Reply(NamedTuple):
-  """One reply to a conversation: its text, why it ended ("stop", "length"), and the
-  tokens the endpoint counted (0 when it reports no usage, or no endpoint made it)."""
-  text: str
-  finish_reason: str
-  prompt_tokens: int = 0
-  completion_tokens: int = 0
-
-
 class ChatClient(Protocol):
-  """An OpenAI-compatible chat endpoint's client (pedrl.rewards.backends.OpenAIBackend):
+  """An OpenAI-compatible chat endpoint's client (pedrl.clients.openai_compat.OpenAIBackend):
   per conversation a Reply, or the exception that ended its retries."""
   max_tokens: int  # Per reply.
 
@@ -138,7 +123,7 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
     template_kwargs: passed to the chat template (e.g. {"enable_thinking": True}).
     stop_strings: strings that also end a turn.
     params: the model's params, already placed (e.g. a training run's tutor,
-      `pedrl.rl.checkpoint.trained_tutor`); None reads them from `path`.
+      `pedrl.runs.trained_tutor`); None reads them from `path`.
     **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
   """
   if params is None:

@@ -9,6 +9,7 @@ tutor's token ids, mask and log-probs (training data) are left out.
 import dataclasses
 from typing import Any, Protocol, TypeVar
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.env.dialogue import Dialogue, RecordError
 
@@ -129,14 +130,14 @@ def _checked(row: dict, what: str) -> dict:
 
 def save(records: list[Record], path: str, mode: str = "a") -> None:
   """Appends (or writes) records in one synced write; a crash cuts at most the last line."""
-  dialogue_lib.append_rows([r.to_dict() for r in records], path, mode)
+  files.append_rows([r.to_dict() for r in records], path, mode)
 
 
 def load(path: str, kind: type[R] = EvalRecord) -> list[R]:
   """The records (of type `kind`) of `path` (none if absent); a line cut by a crash is
   removed (logged), any other bad line is a RecordError naming the file and line."""
   out = []
-  for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+  for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
     try:
       out.append(kind.from_dict(row))
     except (ValueError, TypeError, KeyError, AttributeError) as e:

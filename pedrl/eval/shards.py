@@ -17,10 +17,10 @@ records (eval_dialogues.jsonl, eval_reasoning.jsonl, or MathTutorBench's
 files) and WORKDIR/metrics.json.
 """
 import collections
-import json
 import math
 import os
 
+from pedrl import files
 from pedrl.env.dialogue import RecordError
 from pedrl.eval import evaluations, protocol as protocol_lib, records as records_lib
 from pedrl.eval.protocol import EvalProtocol
@@ -52,25 +52,6 @@ def status_path(workdir: str, shard: int, num_shards: int) -> str:
   return os.path.join(workdir, _name("status", shard, num_shards, "json"))
 
 
-def write_json(path: str, value) -> None:
-  """Through a temporary file renamed over `path`: a kill leaves the old or the new file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"  # Shards finishing together each write their own.
-  with open(tmp, "w") as f:
-    json.dump(value, f, indent=2)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
-def read_json(path: str):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except ValueError as e:
-    raise ShardError(f"{path}: not JSON ({e})") from None
-
-
 def check_protocol(workdir: str, protocol: EvalProtocol) -> None:
   """Refuses a workdir holding shards of another protocol (or another shard count)."""
   for name, other in _protocols(workdir).items():
@@ -98,8 +79,8 @@ def _statuses(workdir: str) -> dict:
   folder = os.path.join(workdir, "shards")
   if not os.path.isdir(folder):
     return {}
-  return {n: read_json(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
-          if n.startswith("status-") and n.endswith(".json")}
+  return {n: files.read_json(os.path.join(folder, n), ShardError)
+          for n in sorted(os.listdir(folder)) if n.startswith("status-") and n.endswith(".json")}
 
 
 def _protocols(workdir: str) -> dict[str, EvalProtocol]:
@@ -200,8 +181,8 @@ def write_merged(workdir: str) -> dict:
   protocol = recorded_protocol(workdir)
   config = next(iter(_statuses(workdir).values())).get("config", "?")
   evaluation(protocol.kind, workdir).write(workdir, out, metrics, protocol, config)
-  write_json(os.path.join(workdir, "metrics.json"),
-             {**_nan_to_none(metrics), "config": config, "protocol": protocol.to_dict()})
+  files.write_json(os.path.join(workdir, "metrics.json"),
+                   {**_nan_to_none(metrics), "config": config, "protocol": protocol.to_dict()})
   return metrics
 
 

@@ -18,7 +18,7 @@ the workdir's last writes
   WORKDIR/accepted.jsonl    accepted dialogues, deduplicated (AcceptedDialogue)
   WORKDIR/summary.json      the counts, also printed (key=value)
   WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
-                            (pedrl.experiments.trained_on)
+                            (pedrl.jobs.trained_on)
 
 with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
 ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
@@ -33,16 +33,17 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from pedrl import cli, distributed, streams
+from pedrl import cli, distributed, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
-from pedrl.experiments import settings as settings_lib, sharded, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exits_cleanly, judges_protocol, load_party, load_problems,
-                                      read_settings, rollout_protocol, solver_party)
-from pedrl.experiments.sharded import tick
+from pedrl.jobs import settings as settings_lib, sharded, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards, judges_protocol, rollout_protocol
+from pedrl.jobs.sharded import tick
 from pedrl.rl import offline_data
 
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
@@ -83,7 +84,7 @@ def protocol(s, b: settings_lib.BaselineDataSettings) -> EvalProtocol:
 
 
 class ScoredRollouts:
-  """The task of pedrl.experiments.sharded: G scored dialogues per problem of the subset."""
+  """The task of pedrl.jobs.sharded: G scored dialogues per problem of the subset."""
   unit = "problem"
 
   def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
@@ -129,7 +130,7 @@ class ScoredRollouts:
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
     summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
-    shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    files.write_json(os.path.join(workdir, "summary.json"), summary)
     trained_on.record(workdir, self.items, self.s.problems.path)
     return summary
 

@@ -9,7 +9,7 @@ is one MathTutorBench job in WORKDIR/<method>/seed<seed> (sharded and resumed
 like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPolicy`
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
-standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
+standard deviation); BVR is pedrl.mathtutorbench.constraints' rule count on
 the replies (as every MathTutorBench job reports it), BVR† on the two hard splits
 (paper 002 reports it there); `repair` the share of replies whose monitor
 repaired a step.
@@ -30,11 +30,13 @@ from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
-from pedrl.eval.mathtutorbench import constraints, results as results_lib
+from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
-from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, load_party
-from pedrl.rl import checkpoint
+from pedrl.jobs import settings as settings_lib, sharded
+from pedrl.experiments import mathtutorbench as mtb
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_party
+from pedrl.mathtutorbench import constraints
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
 FLAGS = flags.FLAGS
@@ -106,11 +108,7 @@ class AgentBench(mtb.Bench):
       backbone = backbone_lib.EndpointBackbone(self.client)
     else:
       if self.models.party is None:
-        params = None
-        if s.run.workdir:
-          _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                     s.job.scan_layers, mesh)
-        self.models.party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+        self.models.party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       backbone = backbone_lib.LocalBackbone(
           self.models.party, settings_lib.sampling(s.tutor), s.job.seed,
           truncate_prompts=s.agents.truncate_prompts)

@@ -8,7 +8,7 @@ rate), samples_per_problem dialogues with the tutor under test, K attempts
 after each (post), the evaluation judges (every sample kept, unparsed ones as
 None) and Ped-RM on every tutor turn; then the batch's EvalRecords are
 appended to this shard's file (pedrl.eval.shards; the loop is
-pedrl.experiments.sharded, shared with the MathTutorBench job). A rerun
+pedrl.jobs.sharded, shared with the MathTutorBench job). A rerun
 resumes after the last whole batch. When every shard of the workdir has finished, the one that
 finishes last merges them into WORKDIR/eval_dialogues.jsonl and
 WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
@@ -28,15 +28,15 @@ from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
 from pedrl.eval.protocol import EvalProtocol, jsonable
-from pedrl.experiments import conditions, settings as settings_lib, sharded, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
-                                      exits_cleanly, judge_panel, judges_protocol, load_party,
-                                      load_problems, read_settings, rollout_protocol,
-                                      solver_party, tutor_checkpoint)
-from pedrl.experiments.sharded import tick
+from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import (endpoint_party, load_party, load_problems, solver_party,
+                                tutor_checkpoint, tutor_party)
+from pedrl.jobs.reward_factory import api_backends, judge_panel, judges_protocol, rollout_protocol
+from pedrl.jobs.sharded import tick
 from pedrl.rewards import asking
-from pedrl.rl import checkpoint
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
 FLAGS = flags.FLAGS
@@ -242,12 +242,8 @@ class Reasoning:
 
 def load_tutor(s, mesh):
   """The local tutor under test: a Hugging Face directory, or a training run's step."""
-  params = None
-  if s.tutor_run.workdir:
-    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
-                                               s.job.scan_layers, mesh)
-  return load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                    params=params)
+  return tutor_party(s.tutor, s.tutor_run, mesh, s.job.scan_layers,
+                     {"enable_thinking": s.rollout.thinking})
 
 
 @exits_cleanly

@@ -8,9 +8,9 @@ checkpoint batched on the engine, a training run's step, or an
 OpenAI-compatible endpoint; greedy, the task's stop strings), parsed as the
 harness does; the pedagogical tasks' replies and human teacher turns are
 scored by Ped-RM; every reply is also checked by paper 002's BVR rules
-(pedrl.eval.mathtutorbench.constraints: bvr per task in results.json, BVR and
+(pedrl.mathtutorbench.constraints: bvr per task in results.json, BVR and
 BVR† in the printed table). Examples run in batches sharded like the evaluation job's
-(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.experiments.sharded):
+(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.jobs.sharded):
 each batch's records are written as it ends, a rerun resumes after the last
 whole batch, and the shard that finishes last (or `python -m pedrl.tools.report
 WORKDIR`) merges them into WORKDIR/responses-<task>.jsonl,
@@ -29,10 +29,9 @@ from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
-                                      tutor_checkpoint)
-from pedrl.rl import checkpoint
+from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS
@@ -145,12 +144,7 @@ class Bench:
   def load(self, mesh):
     s = self.s
     if self.policy is None:
-      params = None
-      if s.run.workdir:
-        _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                   s.job.scan_layers, mesh)
-        logging.info("the model under test: %s step %d", s.run.workdir, s.run.step)
-      party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       self.policy = runner.ModelPolicy(party, s.bench, s.job.seed)
     self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
     if self.rm is None:

@@ -22,13 +22,14 @@ import numpy as np
 from absl import flags, logging
 from tqdm import tqdm
 
-from pedrl import cli, distributed, stopping
+from pedrl import cli, distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
-from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exit_on_signal, exits_cleanly, load_party, load_problems,
-                                      read_settings, solver_party)
+from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards
 
 define_flags("experiments/rollout.py:tiny", "Output directory.")
 FLAGS = flags.FLAGS
@@ -49,7 +50,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   rows = writer.rows()
   done = []
   if os.path.exists(d_path):
-    if cut := dialogue.repair_jsonl(d_path):
+    if cut := files.repair_jsonl(d_path):
       logging.warning("%s: removed a partly written last line (%d bytes)", d_path, cut)
     done = dialogue.load_jsonl(d_path)
   if done and not rows:  # Rows are written first: only a lost metrics.jsonl gets here.
@@ -72,7 +73,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
 def _convert_old_rows(path: str):
   """Rewrites the metric rows of a workdir from before the shared metric names
   (batch_problem_uids, {component: {mean, std}}, pipeline: {…}) in today's names."""
-  rows = dialogue.read_rows(path)
+  rows = files.read_rows(path, dialogue.RecordError)
   if not any(isinstance(r, dict) and "step" not in r and "batch_problem_uids" in r
              for r in rows):
     return
@@ -85,7 +86,7 @@ def _convert_old_rows(path: str):
              if isinstance(v, dict) and "mean" in v}
     out.append({"step": step, "problem_uids": r["batch_problem_uids"],
                 **assemble.BatchRewards(stats, r.get("pipeline", {})).to_row()})
-  dialogue.append_rows(out, path, mode="w")
+  files.append_rows(out, path, mode="w")
   logging.warning("%s: %d metric rows of an older pedrl rewritten in today's names", path,
                   len(rows))
 

@@ -13,6 +13,8 @@ import collections
 import dataclasses
 from typing import Protocol, Sequence
 
+from pedrl.clients.openai_compat import failure_kind
+
 
 class TextRequest(Protocol):
   """What every request to a text backend has (judging.Request, oracle.OracleRequest, …);
@@ -43,12 +45,6 @@ class AskStats(collections.Counter):
     policy/<name>       requests still unanswered after every round, which the caller's
                         failure policy <name> filled in (or dropped)
   """
-
-
-def failure_kind(error: Exception) -> str:
-  """A counter name for a failed request: the error's `kind` if it has one (e.g.
-  non_completion_reply), else its class name (RateLimitError, APITimeoutError, ...)."""
-  return getattr(error, "kind", None) or type(error).__name__
 
 
 def check_max_failed_share(share: float):

@@ -16,10 +16,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import prompts
 from pedrl.env.dialogue import Dialogue, transcript
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 from pedrl.rewards.uco import SCAFFOLD_LEVELS
 
 N_CANDIDATES = 5  # n in paper 000 eq. 3.
@@ -89,7 +89,7 @@ class ReferenceOracle:
 
 def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
   """The first n non-empty candidates and all five hints, or None."""
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   if not obj:
     return None
   candidates = obj.get("candidates")
@@ -152,7 +152,7 @@ def nearest_hint_level(message_embedding, hint_embeddings) -> int:
 
 
 def parse_level(text: str) -> int | None:
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   value = obj.get("level") if obj else None
   if isinstance(value, str):
     name = value.strip().lower().replace("-", "_").replace(" ", "_")

@@ -1,5 +1,5 @@
 """What every training job shares, whatever its objective: GRPO (pedrl.rl.trainer), SFT
-and MDPO (pedrl.experiments.offline).
+and MDPO (pedrl.jobs.offline).
 
 A `Loop` holds the trained params and the optimizer state, applies an
 objective's updates over a batch in mini-batches (pedrl.rl.update), saves and
@@ -28,7 +28,7 @@ from pedrl.rl.update import UpdateMetrics
 
 class StepMetrics(Protocol):
   """What the loop reads of a step's metrics (pedrl.rl.trainer.StepMetrics for GRPO,
-  pedrl.experiments.offline.OfflineStepMetrics for SFT and MDPO)."""
+  pedrl.jobs.offline.OfflineStepMetrics for SFT and MDPO)."""
   step: int
   skipped_updates: int  # Updates of the step skipped as non-finite.
   skipped_values: dict[str, float]  # What the last skipped one measured ({}: none was).
@@ -77,7 +77,7 @@ class Loop:
   """The shared part of a training run; `run()` trains to `steps` (settings.steps).
 
   settings: has steps, save_every, max_bad_steps and seed (TrainSettings for GRPO,
-  pedrl.experiments.settings.OfflineSettings for SFT and MDPO). objective: the
+  pedrl.jobs.settings.OfflineSettings for SFT and MDPO). objective: the
   update's (pedrl.rl.objective). The trained params are the tutor party's
   (`self.tutor.params`): GRPO's sampler reads them, the update replaces them (its
   input buffers are donated). A subclass implements `data_meta`, `train_step` and

@@ -34,7 +34,7 @@ from absl import app, flags
 
 from pedrl import cli
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.experiments import workdir as workdir_lib
+from pedrl.jobs import workdir as workdir_lib
 from pedrl.figures import colors as run_colors, pyplot, save_png, style_panel, whiskers
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"

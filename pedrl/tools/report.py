@@ -22,11 +22,11 @@ import sys
 
 from absl import app, flags, logging
 
-from pedrl import cli
+from pedrl import cli, files
 from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
-from pedrl.experiments import workdir as workdir_lib
+from pedrl.jobs import workdir as workdir_lib
 from pedrl.figures import pyplot, whiskers
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
@@ -170,7 +170,7 @@ def report(workdirs, out: str | None = None) -> dict:
   runs = {}
   for w in workdirs:
     metrics = shards.write_merged(w)
-    written = shards.read_json(os.path.join(w, "metrics.json"))
+    written = files.read_json(os.path.join(w, "metrics.json"), shards.ShardError)
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
     name = run_name(w, metrics["config"], EvalProtocol.from_dict(written["protocol"]))
     if name in runs:  # Same config, same folder name: keep both rows.

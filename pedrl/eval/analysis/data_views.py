@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from pedrl import figures
+from pedrl import figures, files
 from pedrl.env import dialogue as dialogue_lib, problems as problems_lib
 from pedrl.eval.analysis import AnalysisError
 from pedrl.eval.analysis import report
@@ -229,7 +229,7 @@ def _step_solve_rates(path: str, steps) -> list:
   """Per step, the mean post-dialogue solve rate (r_sol) of the dialogues a training run
   kept in dialogues.jsonl; [] without the file or any r_sol."""
   by_step = collections.defaultdict(list)
-  for row in dialogue_lib.read_rows(path):
+  for row in files.read_rows(path, dialogue_lib.RecordError):
     if row.get("r_sol") is not None and row.get("step") is not None:
       by_step[row["step"]].append(row["r_sol"])
   if not by_step:

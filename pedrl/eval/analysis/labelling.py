@@ -41,11 +41,11 @@ import zlib
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib, prompts
 from pedrl.eval.analysis import text as text_lib
 from pedrl.eval.analysis.codebook import Codebook
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 
 SCHEMES = ("codebook", "schoenfeld")
 PHASES = ("Explore", "General", "Verify")  # Appendix E.2, table 10.
@@ -162,7 +162,7 @@ def prompt_for(scheme: str, prompt: str, text: str, codebook) -> str:
 def _field(reply: str, key: str, pattern: str):
   """`key`'s value in the reply's JSON object or, failing that, in a `"key": value` pair in
   prose (a value matching `pattern`); None otherwise."""
-  value = (json_object(reply or "") or {}).get(key)
+  value = (files.json_object(reply or "") or {}).get(key)
   if value is None:
     m = re.search(rf"""["']?{key}["']?\s*[:=]\s*["']?({pattern})""", reply or "", re.I)
     value = m.group(1) if m else None
@@ -226,7 +226,7 @@ class LabelStore:
   def read(self) -> dict:
     out = {}
     for path in sorted(glob.glob(os.path.join(self.folder, "shard-*.jsonl"))):
-      for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+      for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
         try:
           r = LabelRow(**row)
         except TypeError as e:
@@ -238,7 +238,7 @@ class LabelStore:
   def append(self, rows, shard: int, num_shards: int) -> None:
     os.makedirs(self.folder, exist_ok=True)
     path = os.path.join(self.folder, f"shard-{shard:05d}-of-{num_shards:05d}.jsonl")
-    dialogue_lib.append_rows([dataclasses.asdict(r) for r in rows], path)
+    files.append_rows([dataclasses.asdict(r) for r in rows], path)
 
 
 def pending(texts, cache: dict, shard: int, num_shards: int, retry_failures: bool) -> list:

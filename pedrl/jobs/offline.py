@@ -16,7 +16,7 @@ takes what is left), or `train.steps` steps when set. WORKDIR gets
 checkpoints/ (a rerun resumes at the last one, same data order),
 metrics.jsonl and tensorboard/ (a row per step: the objective's metrics, the
 learning rate, the epoch, the time), run.json, config.json (tutor.path
-resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so
+resolved) and train_problems.json (the data's, pedrl.jobs.trained_on), so
 pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench, pedrl.serve and
 pedrl.tools.export read it as a GRPO run (--config.tutor.workdir=WORKDIR).
 """
@@ -35,10 +35,10 @@ from tqdm import tqdm
 from pedrl import distributed
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
-from pedrl.experiments import metrics as metrics_lib, settings as settings_lib, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (check_optimizer, define_flags, exit_on_signal,
-                                      exits_cleanly, finite, value_check)
+from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_optimizer, finite, value_check
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer

@@ -17,6 +17,7 @@ from ml_collections import config_dict
 from pedrl import sharding
 from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
+from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
 from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
@@ -253,7 +254,7 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
       rollout=read.read(rollout.RolloutSettings, "rollout", seed=job.seed),
       solve=read.read(solving.SolveSettings, "solve", seed=job.seed),
       rewards=read.read(assemble.RewardSettings, "rewards"), judging=judging,
-      openai=read.values(backends.OpenAIBackend, "rewards.openai"),
+      openai=read.values(openai_compat.OpenAIBackend, "rewards.openai"),
       local_judge=read.read(party.PartySettings, "rewards.local_judge"),
       rule_judges=read.read(backends.RuleBackend, "rewards.rule_judges"),
       uco=read.read(uco_turns.UCOSettings, "rewards.uco",
@@ -328,7 +329,7 @@ class OfflineRunSettings:
 
 def read_offline_settings(config, objective_type: type,
                           options_type: type | None = None) -> OfflineRunSettings:
-  """The typed settings of an offline job's config (pedrl.experiments.base_config's
+  """The typed settings of an offline job's config (pedrl.jobs.base_config's
   offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""
   read = Reader(config)
   job = read.read(JobSettings)

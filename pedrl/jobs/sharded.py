@@ -22,11 +22,11 @@ from typing import Callable, Protocol, Sequence
 from absl import logging
 from tqdm import tqdm
 
-from pedrl import distributed, stopping
+from pedrl import distributed, files, stopping
 from pedrl.eval import records as records_lib, shards
 from pedrl.eval.protocol import EvalProtocol, ShardSettings
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import exit_on_signal
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.exits import exit_on_signal
 
 
 def tick(counts, key: str, since: float) -> float:
@@ -97,7 +97,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
   if os.path.exists(status_path):
-    counts.update(shards.read_json(status_path).get("counts", {}))
+    counts.update(files.read_json(status_path, shards.ShardError).get("counts", {}))
   name = workdir_lib.config_name(sys.argv)
   start = workdir_lib.provenance() if main_process else None
   status = lambda finished_: {"protocol": protocol.to_dict(), "config": name, "shard": i,
@@ -107,7 +107,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
     if config is not None:  # Shards of one protocol differ in their shard fields only.
       os.makedirs(workdir, exist_ok=True)
       workdir_lib.write_config(workdir, config)
-    shards.write_json(status_path, status(not todo))
+    files.write_json(status_path, status(not todo))
   if done:
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", i, n,
                  len(finished), len(plan), out_path)
@@ -127,7 +127,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
       done_now += len(records)
       if main_process:
         records_lib.save(records, out_path)
-        shards.write_json(status_path, status(False))
+        files.write_json(status_path, status(False))
       bar.update(len(idx))
       rate = done_now / max(bar.format_dict["elapsed"], 1e-9)
       bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
@@ -137,7 +137,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   exit_on_signal(stopped_by, f"shard {i}, batch {j} (earlier batches written)")
   if not main_process:
     return None
-  shards.write_json(status_path, status(True))
+  files.write_json(status_path, status(True))
   try:
     return (merge or shards.write_merged)(workdir)
   except shards.ShardError as err:  # Other shards still running: they merge, or report does.
