@@ -56,8 +56,11 @@ setuptools.setup(
         "flax>=0.10",
         "optax>=0.2.4",
         "orbax-checkpoint>=0.11",
-        # v5 normalises rope settings into `rope_parameters`; v4 configs still load.
-        "transformers>=4.51",
+        # 5.0: testdata's tokenizers (written by v5, class TokenizersBackend) load from 5.0
+        # on only, and the benchmarks' transformers loops were run with 5.0.0 and 5.24.0;
+        # 4.51 cannot load those tokenizers. v4 checkpoints' configs still load
+        # (pedrl.models.config reads rope settings in both forms).
+        "transformers>=5.0",
         "safetensors>=0.4.3",
         "sentencepiece",
         "numpy",

@@ -18,11 +18,11 @@ minutes on a CPU). A second labeller: --config.label2.backend=openai|local and i
 Cohen's κ against the first goes in reliability.md. A seeded subset:
 --config.sample=N units per condition and scheme.
 """
+from pedrl.clients import openai_compat
 from pedrl.env import party
 from pedrl.eval.analysis import data_views, labelling, summary
-from pedrl.eval.shards import ShardSettings
-from pedrl.experiments import settings, variants
-from pedrl.rewards import backends
+from pedrl.eval.protocol import ShardSettings
+from pedrl.jobs import settings, variants
 
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
@@ -42,7 +42,7 @@ def get_config(arg: str = "paper"):
     c[role] = settings.section(labelling.LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
     # max_completion_tokens, in which their reasoning counts.
-    c[role].openai = settings.section(backends.OpenAIBackend, model="gpt-5-mini",
+    c[role].openai = settings.section(openai_compat.OpenAIBackend, model="gpt-5-mini",
                                       temperature=1.0, max_tokens=4096,
                                       max_tokens_field="max_completion_tokens")
     c[role].local = settings.section(party.PartySettings, path=None, temperature=0.0, top_k=0,

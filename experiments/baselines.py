@@ -16,7 +16,7 @@ rule judges on a CPU, under two minutes). Shards: add
 pedrl.experiments.sft (experiments/sft.py) and pedrl.experiments.mdpo
 (experiments/mdpo.py) through --config.data.workdir.
 """
-from pedrl.experiments import base_config, settings, variants
+from pedrl.jobs import base_config, settings, variants
 
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

@@ -18,7 +18,7 @@ picks the rows: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor, no_m4, cot,
 plan_solve, sot.
 """
 from pedrl.agents.cpa.agent import CPASettings
-from pedrl.experiments import base_config, settings, variants
+from pedrl.jobs import base_config, settings, variants
 from pedrl.experiments.cpa import AgentRuns
 
 VARIANTS = dict(tiny=bool)

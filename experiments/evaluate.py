@@ -30,21 +30,21 @@ Protocols (`paper` is `pedagogical_rl`):
 `tiny` runs a protocol on the testdata models (rule judges, the testdata classifier as
 Ped-RM, 4 problems of the testdata published-split sample; under 2 minutes on a CPU):
 `tiny,thinking`. A training run of `X.py:V` is evaluated with the variant `X.py`'s
-`evaluation_variant(V)` names (the same dialogue definition, pedrl.experiments.conditions).
+`evaluation_variant(V)` names (the same dialogue definition, pedrl.jobs.conditions).
 
 Every tutoring protocol samples as paper 003's reference evaluation does (eth-lre/
 PedagogicalRL @ bae10cd, config/eval.py and config/eval/*.yaml; `reference_evaluation`
 below). The tutor under test: --config.tutor.path (a Hugging Face directory),
 --config.tutor.workdir [--config.tutor.step] (a pedrl training run; the evaluation stops
-with one line if any of its problems is one the run trained on, pedrl.experiments.trained_on)
+with one line if any of its problems is one the run trained on, pedrl.jobs.trained_on)
 or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.tutor import TutorAgentSettings
 from pedrl.env import party
-from pedrl.experiments import base_config, conditions, settings, variants
-from pedrl.eval import pedrm, reasoning, shards
+from pedrl.jobs import base_config, conditions, settings, variants
+from pedrl.eval import pedrm, protocol as protocol_lib, reasoning
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
@@ -107,11 +107,11 @@ def get_config(arg: str = "paper"):
   if v.condition != tuple(conditions.THINKING)[0] and v.protocol != "thinking":
     raise ValueError(f"variant {arg!r}: condition is paper 001's (the thinking protocol only)")
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
-  c.eval = settings.section(shards.EvalSettings)
+  c.eval = settings.section(protocol_lib.EvalSettings)
   c.eval.pedrm = settings.section(pedrm.PedRMSettings)
   # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
   # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
-  c.tutor = settings.section(party.PartySettings, shards.TutorRun, TutorAgentSettings,
+  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, TutorAgentSettings,
                              **c.tutor.to_dict())
   # Or an agent over that model (or endpoint) as its backbone: --config.tutor.agent=cpa (paper
   # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot), with
@@ -127,7 +127,7 @@ def get_config(arg: str = "paper"):
   # config/eval/*.yaml: judge_model google/gemma-3-27b-it).
   c.rewards.openai.model = "google/gemma-3-27b-it"
   c.batch_problems = 16
-  # The dialogues: the condition the tutor was trained in (pedrl.experiments.conditions).
+  # The dialogues: the condition the tutor was trained in (pedrl.jobs.conditions).
   if v.protocol == "pedagogical_rl":
     conditions.pedagogical_rl(c, v.think, v.tiny)
   if v.protocol == "thinking":

@@ -22,7 +22,7 @@ endpoint (`tutor.endpoint.model`, `base_url`, `api_key_env`); `mode=chat` asks
 as the harness's is_chat=True does.
 Shards: `--config.eval.shard=I --config.eval.num_shards=N` (launch/eval_array.sbatch).
 """
-from pedrl.experiments import base_config, variants
+from pedrl.jobs import base_config, variants
 
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

@@ -13,7 +13,7 @@ a cosine schedule from the M-DPO code; its warm-up is unverified, 10% is pedrl's
 choice, see below) and `tiny` (the testdata tutor on a CPU, a few steps over the
 tiny pairs).
 """
-from pedrl.experiments import base_config, variants
+from pedrl.jobs import base_config, variants
 from pedrl.rl import dpo
 
 VARIANTS = dict(tiny=bool)

@@ -18,7 +18,7 @@ Qwen2.5-14B-Instruct (section 5.4): --config.rewards.local_judge.path=... (or an
 endpoint: --config.rewards.judge_backend=openai --config.rewards.openai.model=...,
 the key from $OPENAI_API_KEY).
 """
-from pedrl.experiments import base_config, conditions, rl_config, variants
+from pedrl.jobs import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})

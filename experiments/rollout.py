@@ -11,7 +11,7 @@ the reference oracle and the testdata embedder). Writes
 WORKDIR/dialogues.jsonl (appended batch by batch: a rerun resumes) and
 WORKDIR/summary.json.
 """
-from pedrl.experiments import base_config
+from pedrl.jobs import base_config
 
 VARIANTS = base_config.VARIANTS
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

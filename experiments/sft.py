@@ -13,7 +13,7 @@ CPU, a few steps over the tiny data). The loss counts the tutor's tokens
 (train.tokens=all: every token, as the reference trainer) and its thinking
 as it was rolled out (train.thinking=false masks it).
 """
-from pedrl.experiments import base_config, variants
+from pedrl.jobs import base_config, variants
 from pedrl.rl import offline_data, sft
 
 VARIANTS = dict(tiny=bool)

@@ -27,9 +27,9 @@ Paper 001 leaves these unstated; pedrl decides them on purpose:
   student temperature 0.6 with 1024 new tokens; solve attempts K 8; the rest of
   the dialogue rules (scenario mix, prompts aside).
 """
-from pedrl.experiments import base_config, conditions, rl_config, variants
+from pedrl.jobs import base_config, conditions, rl_config, variants
 
-# The conditions (thinking, tutor prompt, thinking reward) are pedrl.experiments.conditions',
+# The conditions (thinking, tutor prompt, thinking reward) are pedrl.jobs.conditions',
 # shared with the evaluation; the paper's method first (the default).
 VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

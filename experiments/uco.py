@@ -22,7 +22,7 @@ draws the figure from the runs); the older `lam0.3` still parses. `tiny`: the
 testdata models, the offline reference oracle (`--config.rewards.uco.oracle=reference`,
 fixed templates) and the testdata BERT embedder, 3 steps on a CPU.
 """
-from pedrl.experiments import base_config, conditions, rl_config, variants
+from pedrl.jobs import base_config, conditions, rl_config, variants
 
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool, rollouts=int)

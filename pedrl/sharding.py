@@ -88,10 +88,16 @@ def put(x, sharding: NamedSharding):
   return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
+def on_device(x):
+  """A host array on the default device. A transfer (`jax.device_put`), where
+  `jnp.asarray` would compile a program per shape: a rollout's dozens of them."""
+  return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
+
+
 def put_rows(x, mesh: Mesh | None):
   """A host array [B, ...] on the devices: rows split over (data, fsdp), or one device."""
   if mesh is None:
-    return jax.numpy.asarray(x)
+    return on_device(x)
   return put(x, batch_sharding(mesh, np.ndim(x)))
 
 

@@ -27,11 +27,23 @@ import numpy as np
 DIALOGUE, PRE_SOLVE, POST_SOLVE, JUDGE, REASONING, AGENT = 0, 1, 2, 3, 4, 5
 
 
-def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:
-  """One PRNG key per (uid, step) pair of `stream`."""
+@jax.jit
+def _folded_key_data(seed, stream, uids, steps):
   base = jax.random.fold_in(jax.random.key(seed), stream)
   fold = lambda u, t: jax.random.fold_in(jax.random.fold_in(base, u), t)
-  return jax.vmap(fold)(np.asarray(uids, np.uint32), np.asarray(steps, np.uint32))
+  return jax.random.key_data(jax.vmap(fold)(uids, steps))
+
+
+def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:
+  """One PRNG key per (uid, step) pair of `stream`: key(seed) folded with the stream,
+  the uid and the step. One compiled program for up to 64 pairs (and one per power of
+  two above): eagerly, each fold and each batch size compiled one."""
+  uids, steps = np.asarray(uids, np.uint32), np.asarray(steps, np.uint32)
+  n = uids.size
+  width = max(64, 1 << max(n - 1, 0).bit_length())
+  pad = lambda a: np.pad(a, (0, width - n))
+  data = np.asarray(_folded_key_data(np.int32(seed), np.uint32(stream), pad(uids), pad(steps)))
+  return jax.random.wrap_key_data(jax.device_put(data[:n]))
 
 
 def sequence_keys(seed: int, ids) -> jax.Array:

@@ -1,9 +1,22 @@
-"""Test setup: 8 simulated CPU devices (for the mesh tests) before jax is imported."""
+"""Test setup before jax is imported: 8 simulated CPU devices (for the mesh tests), and
+full float32 matmuls on accelerators.
+
+The suite runs on CPU unless JAX_PLATFORMS names another platform
+(`JAX_PLATFORMS=cuda pytest tests/...` on a GPU). There jax has the GPU's devices
+only, so the tests that need 8 skip with a reason, and float32 matmuls default
+to full precision (JAX_DEFAULT_MATMUL_PRECISION=highest, unless set): at jax's
+default a GPU multiplies float32 in TF32 (10-bit mantissas), which moved the
+decoder's logits by up to 0.023 from transformers' on an H100, far outside the
+parity tests' 1e-4. The subprocess jobs the tests start run on CPU either way
+(tests/jobs.py).
+"""
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if os.environ["JAX_PLATFORMS"] != "cpu":
+  os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The jobs the tests start share one compilation cache, not the user's ~/.cache/pedrl/jax.
 os.environ.setdefault("PEDRL_COMPILATION_CACHE", os.path.join(

@@ -44,7 +44,7 @@ def compute(ckpt: str, mesh) -> dict:
                                          batch, settings, mesh)
   row = sharding.to_host(params["embed"]["embedding"])[7]
   return {"tokens": np.asarray(gen.tokens).tolist(), "logp": logp.tolist(),
-          "metrics": {k: float(v) for k, v in metrics.items()}, "embedding_row": row.tolist()}
+          "metrics": metrics.to_row(), "embedding_row": row.tolist()}
 
 
 def main(process_id: int, port: int, out: str):

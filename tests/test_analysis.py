@@ -13,12 +13,14 @@ from scipy import stats as scipy_stats
 
 import jobs
 from chat_server import ChatServer
+from pedrl import files
+from pedrl.clients import openai_compat
 from pedrl.env import problems, prompts
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.eval import records as records_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views, labelling,
                                  responses, significance, summary, text)
-from pedrl.rewards import asking, backends
+from pedrl.rewards import asking
 
 CODEBOOK = codebook_lib.load()
 
@@ -277,7 +279,7 @@ def test_an_openai_labeller_sends_max_completion_tokens_and_counts_failures(monk
   server = ChatServer([("reply", "no idea"), ("reply", '{"phase": "Verify"}'),
                        ("reply", "still no idea")])
   try:
-    client = backends.OpenAIBackend(model="gpt-5-mini", base_url=server.url,
+    client = openai_compat.OpenAIBackend(model="gpt-5-mini", base_url=server.url,
                                     api_key_env="PEDRL_TEST_LABEL_KEY", max_concurrency=1,
                                     temperature=1.0, max_tokens=64,
                                     max_tokens_field="max_completion_tokens")
@@ -333,7 +335,7 @@ def test_a_baseline_data_workdir_gives_its_dialogues_and_no_evaluation(tmp_path)
   from pedrl.tools import report
   workdir = tmp_path / "baselines"
   status = {"protocol": {"kind": "baselines", "num_shards": 1}, "finished": True}
-  shards.write_json(shards.status_path(str(workdir), 0, 1), status)
+  files.write_json(shards.status_path(str(workdir), 0, 1), status)
   (workdir / "shards" / "records-00000-of-00001.jsonl").write_text("")
   d = Dialogue(problem_id="p0", problem="What is 12 + 30?", answer="42", scenario="guided",
                rollout=0, messages=[Message(TUTOR, "Great job! What is 12 + 30?"),

@@ -93,7 +93,7 @@ def test_sft_lowers_the_nll_of_its_accepted_dialogues(sft_run):
 
 @pytest.mark.job
 def test_sft_killed_and_resumed_ends_with_the_uninterrupted_weights(data, sft_run, tmp_path):
-  from pedrl.rl import checkpoint
+  from pedrl import runs
   killed = tmp_path / "killed"
   proc = subprocess.Popen(jobs.cmd("sft", killed, f"--config.data.workdir={data[0]}"),
                           cwd=jobs.ROOT, env=jobs.env(), stdout=subprocess.DEVNULL,
@@ -112,8 +112,8 @@ def test_sft_killed_and_resumed_ends_with_the_uninterrupted_weights(data, sft_ru
   assert [m["step"] for m in got] == list(range(1, 7))  # Rows of redone steps replaced.
   for a, b in zip(got, want):
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
-  _, _, params, step = checkpoint.trained_tutor(str(killed))
-  _, _, straight, _ = checkpoint.trained_tutor(str(sft_run))
+  resumed = runs.trained_tutor(str(killed))
+  params, step, straight = resumed.params, resumed.step, runs.trained_tutor(str(sft_run)).params
   assert step == 6
   for a, b in zip(jax_leaves(params), jax_leaves(straight)):
     np.testing.assert_array_equal(a, b)
@@ -125,7 +125,8 @@ def test_sft_resumed_with_another_length_is_refused(data, sft_run, tmp_path):
   jump along it. One line, before any step (in process, on a copy of the 3-epoch run)."""
   import shutil
   from pedrl import paths
-  from pedrl.experiments import offline, sft as sft_job
+  from pedrl.jobs import offline
+  from pedrl.experiments import sft as sft_job
   from pedrl.rl import checkpoint
   run = tmp_path / "run"
   shutil.copytree(sft_run, run)
@@ -149,7 +150,7 @@ def jax_leaves(tree):
 def test_the_evaluation_job_reads_an_sft_run_as_a_trained_tutor(data, sft_run, tmp_path):
   # The run's training problems are its data's: the subset the dialogues were sampled on.
   from pedrl.env import problems
-  from pedrl.experiments import trained_on
+  from pedrl.jobs import trained_on
   record = trained_on.read(str(sft_run))
   assert record == trained_on.read(str(data[0])) and len(record.ids) == 4
   pool = problems.load(problems.ProblemSettings(path="testdata/problems/bigmath_sample.jsonl",
@@ -187,15 +188,16 @@ def test_mdpo_raises_the_margin_and_accuracy_on_its_pairs(data, tmp_path):
   # Resumed (in process), the run continues from its last checkpoint's weights, with the
   # frozen reference still the initial tutor's, not the restored ones (MDPO's own state
   # on resume; a kill at any step goes through the loop SFT's kill test covers).
-  from pedrl import models, paths
-  from pedrl.experiments import mdpo as mdpo_job, offline
-  from pedrl.rl import checkpoint
+  from pedrl import models, paths, runs
+  from pedrl.jobs import offline
+  from pedrl.experiments import mdpo as mdpo_job
   c = paths.load_config("mdpo.py", "tiny")
   c.data.workdir = str(data[0])
   trainer, writer, ckpt = offline.build(c, mdpo_job.MDPO(), str(workdir))
   writer.close()
   ckpt.close()
-  _, _, saved, step = checkpoint.trained_tutor(str(workdir), scan_layers=False)
+  trained = runs.trained_tutor(str(workdir), scan_layers=False)
+  saved, step = trained.params, trained.step
   _, _, initial = models.load(offline.data_tutor(str(data[0])), scan_layers=False)
   assert trainer.step == step == 4
   leaves = lambda tree: [np.asarray(x, np.float32) for x in jax_leaves(tree)]

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from pedrl.bench import rollout as bench
+from pedrl.env import rollout
 
 pytestmark = pytest.mark.job  # The benchmark's report end to end, in-process.
 
@@ -19,3 +20,28 @@ def test_engines_roll_out_the_same_workload(capsys):
   assert work["pedrl"].fed < work["transformers"].fed
   last = capsys.readouterr().out.strip().splitlines()[-1]
   assert re.fullmatch(r"rollout_speedup_vs_transformers_kv=\d+\.\d\d", last)
+
+
+def test_idle_shares_count_filler_rows_and_turns_that_ended_early():
+  """Hand-computed: 4 rows for 3 live dialogues then 2 for 2; 10 and 8 decode steps
+  that sampled 25 and 12 tokens for live dialogues."""
+  stats = rollout.RolloutStats(calls=[rollout.Call("tutor", 3, 4, 10, 25),
+                                      rollout.Call("student", 2, 2, 8, 12)])
+  assert stats.idle_rows() == pytest.approx(1 - 5 / 6)
+  assert stats.idle_steps() == pytest.approx(1 - 37 / (4 * 10 + 2 * 8))
+  assert rollout.RolloutStats().idle_steps() == 0.0
+
+
+def test_a_ragged_workload_runs_pedrl_alone_and_reports_its_idle_shares(capsys):
+  """Stops end turns at random lengths: rows wait for the call's longest, so some decode
+  row-steps sample nothing; no speedup line (the engines' draws differ)."""
+  results = bench.report("tiny", dialogues=2, lengths=[4], new_tokens=12, repeats=1,
+                         group_size=2, stop_rate=0.1)
+  assert set(results[4]) == {"pedrl"}
+  work = results[4]["pedrl"]["work"]
+  assert work.messages == 4 * 4 and work.sampled < 4 * 4 * 12
+  assert work.idle_rows == 0.0 and 0.0 < work.idle_steps < 1.0
+  out = capsys.readouterr().out
+  row = next(line for line in out.splitlines() if re.match(r"pedrl +4 ", line))
+  assert row.split()[-2:] == ["0.0%", f"{work.idle_steps:.1%}"]
+  assert "rollout_speedup" not in out

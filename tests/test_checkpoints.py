@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pedrl import runs
 from pedrl.rl import checkpoint
 
 MODEL = {"model_type": "qwen2", "hidden_size": 64}
@@ -96,7 +97,7 @@ def test_flipped_bytes_are_caught_by_the_checksums(tmp_path, monkeypatch):
   ckpt = _saved(tmp_path)
   _flip_bytes(ckpt.step_path(3))
   want = checkpoint.checksums(_state(3))
-  monkeypatch.setattr(checkpoint, "checksums", lambda state: want)  # No verification.
+  monkeypatch.setattr(runs, "checksums", lambda state: want)  # No verification.
   state, _ = checkpoint.Checkpoints(str(tmp_path))._restore_step(3, _state(0), MODEL)
   monkeypatch.undo()
   got = checkpoint.checksums(state)
@@ -195,6 +196,6 @@ def test_a_tensorstore_write_error_is_summarised_with_the_os_reason():
   e = ValueError('RESOURCE_EXHAUSTED: Error writing "params.w/0.0" in OCDBT database at local '
                  'file "/ckpt/1.orbax-checkpoint-tmp/state/": Failed writing: "' + "x" * 300 +
                  "\": No space left on device [os_error_code='28']\n" + "more\n" * 40)
-  line = checkpoint._short(e)
+  line = runs.one_line(e)
   assert "\n" not in line and line.startswith("ValueError: RESOURCE_EXHAUSTED")
   assert line.endswith("[No space left on device]")

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from pedrl.agents import bench
 from pedrl.agents.backbone import Usage
 from pedrl.agents.cpa import agent, contracts
 from pedrl.agents.cpa.agent import CPA, Instance
@@ -112,7 +113,7 @@ def test_a_rule_violation_at_the_deliverable_step_is_repaired():
 def test_each_ablation_removes_exactly_its_stage(variant, removed):
   full, ablated = Scripted(), Scripted()
   CPA(full).run([inst(0), inst(1)])
-  CPA(ablated, agent.settings_for(variant), variant).run([inst(0), inst(1)])
+  bench.build(variant, ablated, agent.CPASettings()).run([inst(0), inst(1)])
   expected = {k: v for k, v in calls(full).items() if k not in removed}
   if variant == "no_m2_loop":  # One template is asked for, never checked.
     assert "Propose 1 " in ablated.prompts["generate"][0]
@@ -125,7 +126,7 @@ def test_without_m4_the_deliverable_step_is_the_reply_as_written():
   outputs = lambda p, n: {"output": f"output {n % 3 + 1}: the total is 12"}
   full, ablated = (Scripted(generate={"templates": [template]}, execute=outputs)
                    for _ in range(2))
-  [t] = CPA(ablated, agent.settings_for("no_m4"), "no_m4").run([inst(task="problem_solving")])
+  [t] = bench.build("no_m4", ablated, agent.CPASettings()).run([inst(task="problem_solving")])
   assert t.response == "output 2: the total is 12"
   [t] = CPA(full).run([inst(task="problem_solving")])
   assert t.response == "Final Answer: 12"
@@ -269,11 +270,13 @@ def test_tables_average_seeds_with_their_spread():
 
 
 def test_trace_stats_count_bvr_on_the_hard_splits_apart():
+  from pedrl.agents.cpa.state import Trace
   from pedrl.eval.records import BenchRecord
   from pedrl.experiments import cpa as job
   ref = {"reference_solution": "3 + 4 = 7\n#### 7"}
-  rec = lambda task, response, trace: BenchRecord(task, 0, 0, "", response, None, None,
-                                                  context=ref, trace=trace)
+  rec = lambda task, response, trace: BenchRecord(
+      task, 0, 0, "", response, None, None, context=ref,
+      trace=Trace(task, 0, "cpa", **trace).to_dict())  # What an agent's trace holds.
   records = [rec("scaffolding_generation_hard", "The answer is 7.", {"repairs": 1}),
              rec("pedagogy_following_hard", "What is 3 + 4?", {"repairs": 0}),
              rec("scaffolding_generation", "It is 7. Done. Really.", {"fallbacks": {"m1": 2}}),
@@ -311,7 +314,7 @@ def _changed(value):
 def _leaky(examples):
   """A backbone whose deliverable states the problem's answer (the reference's, looked up
   by the problem text in the prompt), and whose solve stage finds that answer."""
-  from pedrl.eval.mathtutorbench import constraints
+  from pedrl.mathtutorbench import constraints
   answers = {x["question"]: constraints.final_answer(x.get("reference_solution")
                                                      or x.get("answer") or "") for x in examples}
   of = lambda prompt: next(a for q, a in answers.items() if q in prompt)
@@ -325,7 +328,8 @@ def test_the_agent_reads_nothing_its_prompt_does_not_show(shared_data):
   changed: the agent's backbone calls and replies stay the same, and its rule against
   stating the answer still fires, judged against the answer its solve stage derived."""
   from pedrl.agents import bench
-  from pedrl.eval.mathtutorbench import constraints, runner, tasks
+  from pedrl.mathtutorbench import constraints
+  from pedrl.eval.mathtutorbench import runner, tasks
   configs, data = shared_data("mathtutorbench", "configs"), shared_data()
   for task in tasks.TASKS:
     t = tasks.read_task(os.path.dirname(configs), task)

@@ -8,7 +8,8 @@ import pytest
 
 import jobs
 from pedrl.eval import shards
-from pedrl.eval.mathtutorbench import constraints, tasks
+from pedrl.mathtutorbench import constraints
+from pedrl.eval.mathtutorbench import tasks
 
 pytestmark = pytest.mark.job  # Every test here starts a job.
 

@@ -1,4 +1,7 @@
-"""The decoder port equals transformers: logits, greedy KV-cache generation, variants."""
+"""The decoder port equals transformers: logits, greedy KV-cache generation, variants.
+
+ATOL holds for float32 matmuls at full precision: on a GPU the suite's conftest sets
+JAX_DEFAULT_MATMUL_PRECISION=highest (jax's default there is TF32, 0.023 off)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

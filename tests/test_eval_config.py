@@ -9,7 +9,7 @@ import pytest
 
 import jobs
 from jobs import ROOT
-from pedrl.experiments import conditions, settings
+from pedrl.jobs import conditions, settings
 
 
 def _settings(variant, **tutor):
@@ -142,13 +142,13 @@ def test_a_tutor_prompt_file_is_in_the_protocol_by_its_content(tmp_path):
   c = jobs.config("evaluate", "tiny")
   c.rollout.tutor_prompt_file = str(prompt)
   s = settings.read_settings(c, evaluation=True)
-  before = evaluate.protocol(s)
+  before = evaluate.protocol(s).to_dict()  # As the status files record it.
   assert before["rollout"]["tutor_prompt_file_sha1"] == (
       "d18a56ee0be2d6cba88e5136e0ec97a1fd836c5f")  # `sha1sum` of the file.
   prompt.write_text("Tell the student the answer to {{ problem }}.\n")
-  after = evaluate.protocol(s)
+  after = evaluate.protocol(s).to_dict()
   assert after != before and after["rollout"]["tutor_prompt_file"] == str(prompt)
-  assert "tutor_prompt_file_sha1" not in evaluate.protocol(_settings("tiny"))["rollout"]
+  assert "tutor_prompt_file_sha1" not in evaluate.protocol(_settings("tiny")).to_dict()["rollout"]
 
 
 def test_reasoning_protocol():

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Verdict
 from pedrl.eval import judges, metrics, records as records_lib
 from pedrl.eval.records import EvalRecord
 from pedrl.rewards import asking, judging
@@ -153,8 +153,13 @@ def test_eval_judges_keep_unparsed_samples_as_none():
       return '{"decision": "REJECT"}'
     return '{"decision": "OK"}' if round_ or r.sample else "no"
   stats = asking.AskStats()
-  out = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
-                     max_failed_share=0.5, stats=stats)
+  verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
+                          max_failed_share=0.5, stats=stats)
+  # Training's type: booleans per decision sample, None where nothing parsed, none filled.
+  assert all(isinstance(v, Verdict) and not v.filled for v in verdicts)
+  assert verdicts[0].decisions == {"leakage": [None, None], "helpfulness": [None, None]}
+  assert verdicts[1].decisions == {"leakage": [False, False], "helpfulness": [False, False]}
+  out = [judges.labels(v) for v in verdicts]  # As the records keep them.
   assert out[0] == {"leakage": [None, None], "helpfulness": [None, None]}
   assert out[1] == {"leakage": ["REJECT", "REJECT"], "helpfulness": ["REJECT", "REJECT"]}
   assert out[2] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}

@@ -34,7 +34,7 @@ def test_sigint_finishes_the_step_saves_and_exits_130(tmp_path):
 
 def test_a_workdir_of_another_run_is_refused(tmp_path, monkeypatch):
   import importlib.util
-  from pedrl.experiments import settings, workdir
+  from pedrl.jobs import settings, workdir
   spec = importlib.util.spec_from_file_location(
       "ped_config", os.path.join(ROOT, "experiments", "pedagogical_rl.py"))
   config = importlib.util.module_from_spec(spec)

@@ -6,6 +6,7 @@ import types
 import pytest
 
 from chat_server import ChatServer
+from pedrl.clients import openai_compat
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.party import Party
 from pedrl.rewards import asking, backends, judging
@@ -166,7 +167,7 @@ def api_key(monkeypatch):
 def _backend(server, **kw):
   kw = dict(dict(model="judge-model", base_url=server.url, api_key_env="PEDRL_TEST_JUDGE_KEY",
                  timeout=0.5, backoff_base=0.01, max_concurrency=1), **kw)
-  return backends.OpenAIBackend(**kw)
+  return openai_compat.OpenAIBackend(**kw)
 
 
 @pytest.mark.job
@@ -176,8 +177,8 @@ def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
                     ("reply", 'Here you go: {"reasoning": "fine", "decision": "OK"} Thanks!')])
   delays = []
   # The backend's own view of time and randomness (the server keeps the real ones).
-  monkeypatch.setattr(backends, "time", types.SimpleNamespace(sleep=delays.append))
-  monkeypatch.setattr(backends, "random", types.SimpleNamespace(
+  monkeypatch.setattr(openai_compat, "time", types.SimpleNamespace(sleep=delays.append))
+  monkeypatch.setattr(openai_compat, "random", types.SimpleNamespace(
       uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
   try:
     backend = _backend(server)
@@ -229,7 +230,7 @@ def test_openai_backend_bad_key_and_missing_key_are_clear_errors(api_key, monkey
   finally:
     server.close()
   monkeypatch.delenv("PEDRL_TEST_JUDGE_KEY")
-  with pytest.raises(judging.JudgeError, match="PEDRL_TEST_JUDGE_KEY is not set"):
+  with pytest.raises(openai_compat.EndpointError, match="PEDRL_TEST_JUDGE_KEY is not set"):
     _backend(server)
 
 
@@ -293,10 +294,10 @@ def test_completion_text_refuses_every_reply_that_is_no_completion():
   for out in ("<html>502</html>", b"", None, [], ns(choices=None), ns(choices=[]),
               ns(choices="x"), ns(choices=[ns(message=None)]),
               ns(choices=[ns(message=ns(content=5))])):
-    with pytest.raises(backends.NonCompletionReply, match="no chat completion"):
-      backends.completion_text(out)
-  assert backends.completion_text(ns(choices=[ns(message=ns(content=None))])) == ""
-  assert backends.completion_text(ns(choices=[ns(message=ns(content="hi"))])) == "hi"
+    with pytest.raises(openai_compat.NonCompletionReply, match="no chat completion"):
+      openai_compat.completion_text(out)
+  assert openai_compat.completion_text(ns(choices=[ns(message=ns(content=None))])) == ""
+  assert openai_compat.completion_text(ns(choices=[ns(message=ns(content="hi"))])) == "hi"
 
 
 @pytest.mark.job
@@ -328,9 +329,9 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
                     ("status", 500),  # No header: exponential backoff with jitter.
                     ("reply", '{"decision": "OK"}')])
   delays = []
-  monkeypatch.setattr(backends, "time", types.SimpleNamespace(sleep=delays.append,
+  monkeypatch.setattr(openai_compat, "time", types.SimpleNamespace(sleep=delays.append,
                                                               time=lambda: now))
-  monkeypatch.setattr(backends, "random", types.SimpleNamespace(
+  monkeypatch.setattr(openai_compat, "random", types.SimpleNamespace(
       uniform=lambda a, b: (a, b) == (0.5, 1.5) and 1.25))
   try:
     backend = _backend(server, max_tries=6, backoff_max=10.0)
@@ -339,8 +340,8 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
     assert delays == pytest.approx([2.0, 10.0, 1.5, 5.0, 0.01 * 2 ** 4 * 1.25])
   finally:
     server.close()
-  assert backends.retry_after({"Retry-After": "soon"}) is None
-  assert backends.retry_after({"Retry-After": "-3"}) == 0.0 and backends.retry_after({}) is None
+  assert openai_compat.retry_after({"Retry-After": "soon"}) is None
+  assert openai_compat.retry_after({"Retry-After": "-3"}) == 0.0 and openai_compat.retry_after({}) is None
 
 
 def _mostly_down():
@@ -393,7 +394,7 @@ def test_preflight_names_endpoint_model_and_key_variable(api_key):
                            ("failed the preflight request: HTTP 503", 2),
                            ("is no OpenAI-compatible endpoint", 2)):
       before = len(server.bodies)
-      with pytest.raises(judging.JudgeError) as e:
+      with pytest.raises(openai_compat.EndpointError) as e:
         backend.preflight()
       assert str(e.value).startswith(where) and want in str(e.value)
       assert "sk-test" not in str(e.value) and len(server.bodies) - before == requests
@@ -410,7 +411,8 @@ def test_preflight_of_an_unreachable_or_slow_endpoint(api_key):
     backends.MainProcessCalls(_backend(server)).preflight()  # Raised as process 0 saw it.
   server = ChatServer([("sleep", 0.6), ("sleep", 0.6)])
   try:
-    with pytest.raises(judging.JudgeError, match="did not answer within the timeout of 0.2 s"):
+    with pytest.raises(openai_compat.EndpointError,
+                       match="did not answer within the timeout of 0.2 s"):
       _backend(server, timeout=0.2).preflight()
   finally:
     server.close()

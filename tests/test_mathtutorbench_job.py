@@ -13,10 +13,10 @@ import pytest
 import jobs
 import reference
 from chat_server import ChatServer
+from pedrl.clients import openai_compat
 from pedrl.env import chat
 from pedrl.eval import pedrm, shards
 from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
-from pedrl.rewards import backends
 from pedrl.tokenizer import load_tokenizer
 
 # pedrl's tiny benchmark (testdata/make_mathtutorbench.py): the tiny config's task files and data.
@@ -172,7 +172,7 @@ def test_any_policy_answers_and_is_scored():
 
 
 def _client(url, mode):
-  return runner.EndpointPolicy(backends.OpenAIBackend(
+  return runner.EndpointPolicy(openai_compat.OpenAIBackend(
       model="scripted", base_url=url, api_key_env="PEDRL_TEST_KEY", temperature=0.0,
       max_tokens=64, max_tries=1), runner.BenchSettings(mode=mode))
 

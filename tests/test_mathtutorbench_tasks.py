@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from pedrl.env.problems import DataError
-from pedrl.eval.mathtutorbench import scoring, tasks
+from pedrl.mathtutorbench import scoring
+from pedrl.eval.mathtutorbench import tasks
 
 COUNTS = {"problem_solving": 1319, "socratic_questioning": 1319, "solution_correctness": 2004,
           "mistake_location": 2004, "mistake_correction": 1002, "scaffolding_generation": 1150,

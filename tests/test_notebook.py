@@ -88,7 +88,7 @@ def test_installs_nothing_inside_the_clone(executed):
 def test_dialogues_are_printed_with_tutor_text_thinking_and_rewards(executed):
   _, cells, _ = executed
   assert re.search(r"4 dialogues in [\d.]+ s", _text(_cell(cells, "import time")))
-  stats = _text(_cell(cells, "rewards = common.build_rewards"))
+  stats = _text(_cell(cells, "rewards = reward_factory.build_rewards"))
   assert re.search(r"^uco: mean [-+]\d+\.\d+, std \d+\.\d+$", stats, re.M)
   assert re.search(r"^total: mean [-+]\d+\.\d+", stats, re.M)
 

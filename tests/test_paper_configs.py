@@ -2,7 +2,7 @@
 the papers' text (../shared/papers), each row citing where the paper states it.
 
 A row is (setting, value, where): `setting` is a path into the typed settings the
-training job reads (pedrl.experiments.settings.read_settings).
+training job reads (pedrl.jobs.settings.read_settings).
 """
 import inspect
 import os
@@ -14,7 +14,7 @@ import pytest
 import jobs
 from jobs import ROOT
 from pedrl.env import problems
-from pedrl.experiments import common, settings, train
+from pedrl.jobs import reward_factory, settings, train
 from pedrl.rewards import oracle, template
 
 
@@ -142,7 +142,7 @@ def test_paper_001_five_conditions(condition, thinking, prompt, think_reward):
       ("rewards.components", "r_sol:1,pedagogy:1" + (",thinking:1" if think_reward else "")),
       ("judging.judges", "thinking" if think_reward else "thinking_no_quality")]]
   s = _check(f"thinking.py:{condition}", table)
-  judges = {j.name for j in common.JUDGE_PANELS[s.judging.judges]}
+  judges = {j.name for j in reward_factory.JUDGE_PANELS[s.judging.judges]}
   assert judges == {"leakage", "helpfulness"} | ({"thinking"} if think_reward else set())
 
 

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib  # noqa: E402
 from pedrl.tools import plot  # noqa: E402
 
@@ -32,7 +33,7 @@ def _rows(steps: int, scale: float = 1.0) -> list:
 
 def _workdir(path, rows):
   path.mkdir(parents=True)
-  dialogue_lib.append_rows(rows, str(path / "metrics.jsonl"))
+  files.append_rows(rows, str(path / "metrics.jsonl"))
   return path
 
 

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from pedrl.env import prompts
+from pedrl.env import chat, prompts
 from pedrl.tokenizer import load_tokenizer
 
 
@@ -39,8 +39,8 @@ def test_missing_variables_and_unknown_prompts_are_named():
 def test_chat_rendering_uses_the_tokenizers_template(testdata, tokenizer):
   tok = load_tokenizer(testdata(tokenizer, kind="tokenizers"))
   system = prompts.render("pedagogical_rl/student_system", problem="What is 7 * 8?")
-  ids = prompts.chat_ids(tok, [{"role": "system", "content": system},
-                               {"role": "user", "content": "Hello!"}])
+  ids = chat.ChatFormat(tok).prompt_ids([{"role": "system", "content": system},
+                                        {"role": "user", "content": "Hello!"}])
   text = tok.decode(ids)
   assert text == tok.apply_chat_template(
       [{"role": "system", "content": system}, {"role": "user", "content": "Hello!"}],
@@ -52,8 +52,8 @@ def test_real_qwen_chat_template(shared_data):
   path = shared_data("tokenizers", "qwen2_5_instruct")
   tok = load_tokenizer(path)
   tutor = prompts.render("thinking/tutor_polya", problem="What is 7 * 8?")
-  ids = prompts.chat_ids(tok, [{"role": "system", "content": tutor},
-                               {"role": "user", "content": "I think it's 54."}])
+  ids = chat.ChatFormat(tok).prompt_ids([{"role": "system", "content": tutor},
+                                        {"role": "user", "content": "I think it's 54."}])
   text = tok.decode(ids)
   assert text.startswith("<|im_start|>system\n" + tutor[:40])
   assert text.endswith("<|im_start|>user\nI think it's 54.<|im_end|>\n<|im_start|>assistant\n")

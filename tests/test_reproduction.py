@@ -8,7 +8,7 @@ import pytest
 
 import jobs
 from jobs import ROOT
-from pedrl.experiments import settings
+from pedrl.jobs import settings
 
 PAGE = os.path.join(ROOT, "docs", "reproduction.md")
 DIFFERENCES = os.path.join(ROOT, "docs", "paper-differences.md")

@@ -89,7 +89,7 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   ok = _dialogue(1, r_sol=None)
   p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL[:1], backends.RuleBackend())
-  stats = p([leak, ok])
+  stats = p([leak, ok]).stats
   assert solved == [1] and p.stats["hard_rejected"] == 1
   assert leak.rewards.total == pytest.approx(-0.75) and leak.r_sol is None
   assert ok.rewards.total == pytest.approx(1.0 + 0.0 + ok.rewards.components["template"])
@@ -103,7 +103,7 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL, Garbage(), judge_rounds=1,
                               on_judge_failure="drop")
-  stats = p([a, b])
+  stats = p([a, b]).stats
   assert solved == [] and a.dropped and not a.rewards
   assert p.stats["dropped"] == 2 and p.stats["judge/policy/drop"] == 8  # 2 x 2 judges x 2.
   assert np.isnan(stats["total"][0])
@@ -120,17 +120,17 @@ class _CountingRules:
     return self.rules.complete(requests, round_)
 
 
-def test_batch_stats_hold_the_latest_call_and_stats_the_totals(monkeypatch):
+def test_batch_counts_hold_the_latest_call_and_stats_the_totals(monkeypatch):
   monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings: None)
   leak = _dialogue(0, tutor="The answer is 7.", r_sol=1.0)
   leak.messages[0].text = "The answer is 7."
   p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL[:1], _CountingRules())
-  p([leak, _dialogue(1, r_sol=1.0)])
-  assert p.batch_stats == {"judge/requests": 4, "judge/replies": 4, "dropped": 0,
+  batch = p([leak, _dialogue(1, r_sol=1.0)])
+  assert batch.counts == {"judge/requests": 4, "judge/replies": 4, "dropped": 0,
                            "hard_rejected": 1, "judge_backend/retries": 4}
-  p([_dialogue(2, r_sol=1.0)])
-  assert p.batch_stats == {"judge/requests": 2, "judge/replies": 2, "dropped": 0,
+  batch = p([_dialogue(2, r_sol=1.0)])
+  assert batch.counts == {"judge/requests": 2, "judge/replies": 2, "dropped": 0,
                            "hard_rejected": 0, "judge_backend/retries": 2}
   assert p.stats == {"judge/requests": 6, "judge/replies": 6, "dropped": 0,
                      "hard_rejected": 1, "judge_backend/retries": 6}
@@ -154,7 +154,7 @@ def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
   with pytest.raises(judging.JudgeError, match="2 of 2 judge answers.*parse_failures 2"):
     strict([b])
   assert b.judgement.r_ped == 1.0  # Untouched: no verdict was written.
-  assert strict.batch_stats == {"judge/requests": 2, "judge/replies": 2,
+  assert strict.stats == {"judge/requests": 2, "judge/replies": 2,
                                 "judge/parse_failures": 2}
 
 

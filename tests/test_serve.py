@@ -25,9 +25,10 @@ pytest.importorskip("fastapi")
 import reference
 from jobs import ROOT
 from pedrl import cli
+from pedrl.clients import openai_compat
 from pedrl.engine import RowSampling, Sampler, SamplingParams
 from pedrl.env import chat as chat_lib, dialogue
-from pedrl.rewards import asking, backends, judging
+from pedrl.rewards import asking, judging
 from pedrl.serve import server
 from pedrl.streams import sequence_keys
 
@@ -509,7 +510,7 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
                         options=server.Options(max_num_seqs=4, warmup=False))
   url, stop = server.start(app)
   monkeypatch.setenv("PEDRL_JUDGE_KEY", "unused")
-  backend = backends.OpenAIBackend(model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY",
+  backend = openai_compat.OpenAIBackend(model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY",
                                    max_tokens=16, max_tries=1)
   backend.preflight()
   d = dialogue.Dialogue(problem_id="p", problem="What is 2 + 2?", answer="4", scenario="guided",
@@ -537,7 +538,7 @@ def test_mathtutorbench_policies_get_the_same_replies_served_or_local(served, mo
   monkeypatch.setenv("PEDRL_TEST_KEY", "unused")
   bench = runner.BenchSettings(mode=mode, max_new_tokens=12)
   local = runner.ModelPolicy(party_lib.load(MODEL, SamplingParams(12), scan_layers=False), bench)
-  remote = runner.EndpointPolicy(backends.OpenAIBackend(
+  remote = runner.EndpointPolicy(openai_compat.OpenAIBackend(
       model=NAME, base_url=served[0], api_key_env="PEDRL_TEST_KEY", temperature=0.0,
       max_tokens=12, max_tries=1), bench)
   stop = ["Student:", "?"]

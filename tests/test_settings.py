@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pedrl.experiments import settings
+from pedrl.jobs import settings
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 FILES = {"uco": True, "pedagogical_rl": True, "thinking": True, "rollout": False}  # Trains?
@@ -80,7 +80,7 @@ def test_sections_carry_the_papers_defaults_from_the_settings_types():
 _PRINT_SETTINGS = """
 from absl import app, flags
 from ml_collections import config_flags
-from pedrl.experiments import settings
+from pedrl.jobs import settings
 config_flags.DEFINE_config_file("config", None, "")
 def main(_):
   s = settings.read_settings(flags.FLAGS.config, training=True)

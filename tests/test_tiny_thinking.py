@@ -6,16 +6,16 @@ import dataclasses
 from pedrl import paths
 from pedrl.env import chat, rollout
 from pedrl.env.dialogue import TUTOR
-from pedrl.experiments import common, samples, settings
+from pedrl.jobs import loading, samples, settings
 from pedrl.rewards import assemble
 
 
 def test_the_tiny_thinking_tutor_thinks_then_replies():
   s = settings.read_settings(paths.load_config("thinking.py", "tiny"), training=True)
   assert s.rollout.force_thinking and s.tutor.path.endswith("qwen2_think")
-  tutor = common.load_party(s.tutor, None, False, {"enable_thinking": True})
-  student = common.load_party(s.student, None, False)
-  problems, _ = common.load_problems(s)
+  tutor = loading.load_party(s.tutor, None, False, {"enable_thinking": True})
+  student = loading.load_party(s.student, None, False)
+  problems, _ = loading.load_problems(s)
   dialogues = rollout.run(problems[:2], 2, tutor, student,
                           dataclasses.replace(s.rollout, max_turns=2))
   turns = [m for d in dialogues for m in d.messages if m.role == TUTOR]

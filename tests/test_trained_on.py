@@ -5,7 +5,7 @@ import os
 import pytest
 
 from pedrl.env import problems as P
-from pedrl.experiments import trained_on
+from pedrl.jobs import trained_on
 
 POOL = "testdata/problems/bigmath_sample.jsonl"
 PUBLISHED = "testdata/problems/bigmath_published_sample.jsonl"

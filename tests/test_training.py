@@ -12,7 +12,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.problems import Problem
-from pedrl.experiments import metrics as metrics_lib, samples
+from pedrl.jobs import metrics as metrics_lib, samples
 from pedrl.rl import trainer
 
 from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics

@@ -12,7 +12,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Rewards, TurnScore, Verdict
-from pedrl.experiments import metrics as metrics_lib, samples
+from pedrl.jobs import metrics as metrics_lib, samples
 from pedrl.rewards import assemble
 from pedrl.rl import batch as batch_lib, loop, trainer, update
 
@@ -130,8 +130,22 @@ def test_zero_spread_share_counts_groups_without_any_advantage():
 
 
 def _row(**overrides):
-  return {"signal/zero_spread_groups": 0.25, "kl": 0.003, "sampler_trainer_logp_diff": 1e-6,
-          **overrides}
+  """A step's learning signal, given by its metrics.jsonl names."""
+  row = {"signal/zero_spread_groups": 0.25, "kl": 0.003, "sampler_trainer_logp_diff": 1e-6,
+         **overrides}
+  return trainer.LearningSignal(row["signal/zero_spread_groups"], row["kl"],
+                                row["sampler_trainer_logp_diff"])
+
+
+def _metrics(signal):
+  """A step's metrics around `signal` (what record() reads besides is not looked at)."""
+  rewards = assemble.BatchRewards({"total": assemble.Spread(0.5, 0.1)})
+  return trainer.StepMetrics(
+      step=1, problem_uids=(0,), rewards=rewards, loss=0.0, skipped_updates=0,
+      skipped_values={}, clip_fraction=0.0, grad_norm=1.0, first_pass_ratio=1.0,
+      signal=signal, advantage_mean=0.0, advantage_std=1.0, entropy=1.0,
+      tutor_tokens_mean=10.0, turns_mean=4.0, dropped=0, judges_accept_rate=None,
+      tokens_per_second=1.0, seconds={}, lr=None, time=0.0)
 
 
 def test_a_step_without_signal_logs_a_warning_naming_numbers_and_field(caplog):
@@ -201,8 +215,8 @@ def test_record_writes_samples_of_different_problems_records_and_warnings(caplog
   with caplog.at_level(logging.WARNING):
     for step in (1, 2, 3):
       run.step = step
-      run.record(trainer.StepResult(_row(**{"signal/zero_spread_groups": 2 / 3}), dialogues,
-                                    advantages))
+      run.record(trainer.StepResult(_metrics(_row(**{"signal/zero_spread_groups": 2 / 3})),
+                                    dialogues, advantages))
   assert run.writer.rows == [1, 2, 3]
   assert run.writer.sampled == [(1, ["p0", "p2"], [0.5, None]), (2, ["p0", "p2"], [0.5, None])]
   assert run.writer.kept == [6, 6]  # Steps 1 and 3.
@@ -248,7 +262,9 @@ def test_the_learning_rate_of_a_step_follows_the_applied_updates():
     _, state = optimizer.update({"w": jnp.ones(3)}, state, params)
   run = object.__new__(trainer.Trainer)
   run.lr_schedule, run.opt_state = schedule, state
-  ok, skipped = {"skipped": np.bool_(False)}, {"skipped": np.bool_(True)}
+  grpo = update.GRPOMetrics(*[np.float32(0)] * 6)
+  ok, skipped = (update.UpdateMetrics(grpo, np.float32(1), np.bool_(s), np.bool_(True))
+                 for s in (False, True))
   # Three applied updates: schedule(0), (1), (2); a skipped one is not on the clock.
   assert run.step_lr([ok, skipped, ok, ok]) == pytest.approx(
       np.mean([schedule(0), schedule(1), schedule(2)]))

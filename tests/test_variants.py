@@ -8,7 +8,7 @@ from ml_collections import config_flags
 import pytest
 
 from jobs import ROOT
-from pedrl.experiments import variants
+from pedrl.jobs import variants
 
 SPEC = dict(lam=float, steps=int, hard=bool, condition=("a", "b"))
 

@@ -7,9 +7,9 @@ import ml_collections
 import pytest
 
 from pedrl import stopping
-from pedrl.experiments import settings, workdir
-from pedrl.experiments.base_config import dialogue_config
-from pedrl.experiments.rl_config import rl_section
+from pedrl.jobs import settings, workdir
+from pedrl.jobs.base_config import dialogue_config
+from pedrl.jobs.rl_config import rl_section
 
 
 def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue",

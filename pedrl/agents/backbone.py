@@ -61,7 +61,7 @@ class LocalBackbone:
 
 
 class EndpointBackbone:
-  """An OpenAI-compatible chat endpoint (pedrl.rewards.backends.OpenAIBackend, with the
+  """An OpenAI-compatible chat endpoint (pedrl.clients.openai_compat.OpenAIBackend, with the
   agent's temperature, top_p and max_tokens): concurrent requests, retried by the client."""
 
   def __init__(self, client):

@@ -13,9 +13,9 @@ import json
 
 import pydantic
 
+from pedrl import files
 from pedrl.env import prompts
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 
 
 class Schema(pydantic.BaseModel):
@@ -34,7 +34,7 @@ def user_turn(prompt: str, **variables) -> list[dict]:
 
 def parse(text: str, schema: type[Schema]):
   """`schema` read from `text`, or None."""
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   if obj is None:
     return None
   try:

@@ -17,10 +17,12 @@ does not apply to this side, as for an endpoint that reports no usage.
 import dataclasses
 import hashlib
 import json
-import typing
+from typing import Sequence
 
 from pedrl.agents import bench
 from pedrl.agents.cpa import agent as cpa
+from pedrl.agents.cpa.state import Trace
+from pedrl.env.party import Chat, Reply
 
 TASK = "tutoring"
 
@@ -37,14 +39,6 @@ class TutorAgentSettings:
       raise ValueError(f"tutor.agent={self.agent!r} is not one of: {', '.join(bench.METHODS)}")
 
 
-class Reply(typing.NamedTuple):
-  """The endpoint reply's fields that `rollout.run` reads."""
-  text: str
-  finish_reason: str
-  prompt_tokens: int = 0
-  completion_tokens: int = 0
-
-
 def _key(messages) -> str:
   return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
 
@@ -58,15 +52,16 @@ def transcript(conversation) -> str:
 
 
 class AgentTutor:
-  """A tutor side played by an agent (CPA, an ablation or a baseline)."""
+  """A tutor side played by an agent (CPA, an ablation or a baseline): a
+  pedrl.env.party.Replier, as an endpoint is."""
 
   def __init__(self, agent, max_new_tokens: int = 0):
     self.agent, self.max_new_tokens = agent, max_new_tokens
     self.memories: dict[str, cpa.Memory] = {}
-    self.traces: list = []  # Every turn's trace, in order (for a caller that keeps them).
+    self.traces: list[Trace] = []  # Every turn's trace, in order (for a caller that keeps them).
     self._uid = 0
 
-  def replies(self, conversations, what: str) -> list[Reply]:
+  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
     del what
     instances = []
     for conv in conversations:

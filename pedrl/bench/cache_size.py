@@ -21,9 +21,9 @@ import jax
 import numpy as np
 
 from pedrl import cli
-from pedrl.bench import hlo
+from pedrl.bench import hlo, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
-from pedrl.models.config import ModelConfig
+from pedrl.models.architectures import Architecture
 from pedrl.models.hf_checkpoint import build_model, random_params
 
 FLAGS = flags.FLAGS
@@ -38,16 +38,15 @@ flags.DEFINE_integer("kv_heads", 4, "Key/value heads.")
 flags.DEFINE_integer("intermediate", 1536, "MLP size.")
 flags.DEFINE_integer("vocab", 1024, "Vocabulary size.")
 flags.DEFINE_string("dtype", "float32", "Parameter and cache dtype.")
-flags.DEFINE_bool("scan_layers", True, "Scanned layers (the engine's default layout).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per size; the best is reported.")
+timing.define_scan_layers(True)
+timing.define_repeats("size")
 
 
 def main(argv):
   del argv
-  cfg = ModelConfig("qwen2", "causal_lm", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
-                    FLAGS.kv_heads, FLAGS.hidden // FLAGS.heads, FLAGS.intermediate, 1e-6, 32768,
-                    qkv_bias=True, rope_theta=1e6, dtype=FLAGS.dtype,
-                    scan_layers=FLAGS.scan_layers, pad_token_id=0)
+  shape = Architecture("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
+                       FLAGS.kv_heads, FLAGS.intermediate, 32768)
+  cfg = shape.config(dtype=FLAGS.dtype, scan_layers=FLAGS.scan_layers)
   model, params = build_model(cfg), random_params(cfg)
   sampler = Sampler(model)
   rng = np.random.default_rng(0)

@@ -18,7 +18,7 @@ from absl import flags
 from tqdm import tqdm
 
 from pedrl import cli, paths
-from pedrl.experiments import train
+from pedrl.jobs import train
 
 flags.DEFINE_integer("steps", 30, "GRPO steps.")
 flags.DEFINE_float("lr", 1e-3, "Learning rate (large: the tiny model must move in 30 steps).")

@@ -2,9 +2,16 @@ r"""pedrl's vectorized rollout against transformers dialogue loops, same models 
 
   python -m pedrl.bench.rollout                  # 8 dialogues of 6 and 12 messages, ~26M models
   python -m pedrl.bench.rollout --size=tiny --messages=4 --repeats=1
+  python -m pedrl.bench.rollout --size=7b+8b --layers=4 --torch_device=cuda   # a GPU
+  python -m pedrl.bench.rollout --size=tiny --group_size=8 --dialogues=16 \
+      --stop_rate=0.05 --max_conversation_tokens=900 --messages=16   # ragged: pedrl only
 
-Two random Qwen2 models (tutor and student, fp32) are built with transformers and
-saved as safetensors beside testdata's ChatML tokenizer; every engine loads them.
+Two random models (tutor and student) are built with transformers and saved as
+safetensors beside testdata's ChatML tokenizer; every engine loads them. Sizes:
+`bench` and `tiny` are small Qwen2 models in float32; `qwen2.5-0.5b` (both sides)
+and `7b+8b` (paper 003's Qwen2.5-7B tutor and Llama-3.1-8B student) have the real
+architectures' shapes (`pedrl.models.architectures`) in bfloat16, --layers trimming
+their stacks (their vocabularies past the tokenizer are never sampled, below).
 Guided dialogues on testdata's BigMath problems with paper 003's prompts, each
 turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 
@@ -18,36 +25,58 @@ The workload is fixed: no stop tokens anywhere, and the models' output rows of
 `<end_of_conversation>` and of the ids past the tokenizer are zero, so top-k 50
 never keeps them and no dialogue ends early. Messages and sampled tokens are
 asserted equal between engines. Warm-up (each length's first rollout after
-clearing jax's caches, compiling included) is timed apart from steady state
-(best of --repeats, engines alternated). The last line is
+clearing jax's in-memory caches, compiling or loading from the persistent
+compilation cache included) is timed apart from steady state (best of --repeats,
+engines alternated); pedrl's warm-up reports the programs it made and how many
+came from the persistent cache (`--compilation_cache`; a second run of the same
+command finds them all there). The last line is
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
+
+Idle shares (pedrl): of the rows its sampling calls computed, the share that held
+no live dialogue (batch filler: dialogues that ended leave the batch, which is
+bucketed), and of the decode row-steps, the share that sampled nothing for a
+live dialogue (filler, and rows whose turn ended while the call's longest went
+on). The fixed workload has neither. --stop_rate > 0 makes a ragged one, as
+dialogues at the papers' group sizes are: that share of the tokenizer's ids
+stop a turn (turns of random lengths), and dialogues end at different turns on
+--max_conversation_tokens; its draws differ between engines, so it runs pedrl
+alone and prints no speedup.
 """
 import dataclasses
 import os
 import tempfile
 import time
 
-from absl import flags
+from absl import app, flags
 import jax
 
 from pedrl import cli
-from pedrl.bench import timing
-from pedrl.engine import SamplingParams, compiler
+from pedrl.bench import compiles, timing
+from pedrl.engine import SamplingParams, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
 from pedrl.env.problems import load_bigmath
+from pedrl.models import architectures
 from pedrl.models.decoder import KVCache
 from pedrl.tokenizer import load_tokenizer
 
+# Paired real shapes: (tutor, student) architectures, in bfloat16.
+REAL_SIZES = {"qwen2.5-0.5b": ("qwen2.5-0.5b", "qwen2.5-0.5b"),
+              "7b+8b": ("qwen2.5-7b", "llama-3.1-8b")}  # Paper 003's tutor and student.
+
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("size", "bench", ["bench", "tiny"], "Model size (tiny: smoke runs).")
-flags.DEFINE_integer("dialogues", 8, "Dialogues per rollout (the batch).")
+flags.DEFINE_enum("size", "bench", ["bench", "tiny", *REAL_SIZES],
+                  "Model sizes (tiny: smoke runs).")
+flags.DEFINE_integer("layers", 0, "Decoder layers of a real size's models (0: all).")
+flags.DEFINE_integer("dialogues", 8, "Problems per rollout.")
+flags.DEFINE_integer("group_size", 1, "Dialogues per problem (the batch: dialogues x this).")
+flags.DEFINE_float("stop_rate", 0.0, "Share of the tokenizer's ids that end a turn (0: none).")
 flags.DEFINE_list("messages", ["6", "12"], "Messages per dialogue, one measurement each.")
 flags.DEFINE_integer("tokens_per_turn", 48, "Tokens sampled per turn.")
 flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conversation_tokens,
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per engine and length; the best is reported.")
+timing.define_repeats("engine and length")
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -68,35 +97,61 @@ ENGINES = ("transformers", "transformers_kv", "pedrl")
 @dataclasses.dataclass(frozen=True)
 class Workload:
   """What one rollout did: messages, sampled tokens, prompt tokens fed (real ones, no
-  padding), and the most KV slots one side's cache held per row."""
+  padding), the most KV slots one side's cache held per row, and (pedrl) the idle
+  shares of its computed rows and decode row-steps (module docstring)."""
   messages: int
   sampled: int
   fed: int
   cache_slots: int
+  idle_rows: float | None = None
+  idle_steps: float | None = None
 
 
-def save_models(path: str, shape: dict) -> tuple[dict, int]:
-  """Random tutor and student checkpoints (seeds 0 and 1) under `path`: their
-  directories by side, and the parameters of one."""
+def hf_configs(size: str, layers: int = 0) -> dict:
+  """The transformers configs of a size's tutor and student, by side."""
+  import transformers
+  if size in REAL_SIZES:
+    return {side: architectures.get(name).hf_config(layers or None)
+            for side, name in zip((TUTOR, STUDENT), REAL_SIZES[size])}
+  cfg = lambda: transformers.Qwen2Config(vocab_size=VOCAB, tie_word_embeddings=False,
+                                         **SIZES[size])
+  return {TUTOR: cfg(), STUDENT: cfg()}
+
+
+def save_models(path: str, shape: dict | None = None, configs: dict | None = None,
+                dtype: str = "float32", device: str = "cpu") -> tuple[dict, int]:
+  """Random tutor and student checkpoints (seeds 0 and 1) under `path`, made on
+  `device` in `dtype`: their directories by side, and the tutor's parameter count.
+  `configs` (transformers configs by side) or `shape` (Qwen2 fields, both sides)."""
   import torch
   import transformers
   tok = load_tokenizer(TOKENIZER, require_chat_template=True)
-  # Zero output rows give logit 0, far below top-k 50's threshold among ~900 random
-  # logits: the end marker and undecodable ids are never sampled.
-  never = [tok.convert_tokens_to_ids(chat.END_OF_CONVERSATION)] + list(range(len(tok), VOCAB))
-  paths = {}
-  for seed, side in enumerate((TUTOR, STUDENT)):
-    cfg = transformers.Qwen2Config(vocab_size=VOCAB, tie_word_embeddings=False,
-                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                   **shape)
+  if configs is None:
+    configs = {side: transformers.Qwen2Config(vocab_size=VOCAB, tie_word_embeddings=False,
+                                              **shape) for side in (TUTOR, STUDENT)}
+  paths, sizes = {}, {}
+  for seed, (side, cfg) in enumerate(configs.items()):
+    cfg.eos_token_id, cfg.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    # Zero output rows give logit 0, far below top-k 50's threshold among ~900 random
+    # logits: the end marker and undecodable ids are never sampled.
+    never = [tok.convert_tokens_to_ids(chat.END_OF_CONVERSATION)] + list(range(len(tok),
+                                                                               cfg.vocab_size))
     torch.manual_seed(seed)
-    model = transformers.Qwen2ForCausalLM(cfg)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+      with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    finally:
+      torch.set_default_dtype(previous)
     with torch.no_grad():
-      model.lm_head.weight[never] = 0.0
+      model.get_output_embeddings().weight[never] = 0.0
     paths[side] = os.path.join(path, side)
     model.save_pretrained(paths[side])
     tok.save_pretrained(paths[side])
-  return paths, sum(p.numel() for p in model.parameters())
+    sizes[side] = sum(p.numel() for p in model.parameters())
+    del model
+  return paths, sizes[TUTOR]
 
 
 def system_views(problems, settings: rollout.RolloutSettings):
@@ -106,14 +161,17 @@ def system_views(problems, settings: rollout.RolloutSettings):
   return view(settings.tutor_prompt), view(settings.student_prompt)
 
 
-def _left_pad(rows, pad: int):
-  import torch
-  width = max(map(len, rows))
-  ids = torch.full((len(rows), width), pad, dtype=torch.long)
-  mask = torch.zeros((len(rows), width), dtype=torch.long)
-  for i, r in enumerate(rows):
-    ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
-  return ids, mask
+# transformers' `generate` takes a cache carried across calls as `past_key_values` in every
+# version setup.py allows (5.0 on), deprecated in 5.24 (for removal in 6) for `cache`, which
+# 5.17 refused ("model_kwargs are not used by the model: ['cache']") and 5.24 takes.
+CACHE_KEYWORD_SINCE = (5, 24)
+
+
+def cache_kwargs(cache) -> dict:
+  """`generate`'s keyword for a cache carried across calls, in this transformers' spelling."""
+  import transformers
+  version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+  return {"cache" if version >= CACHE_KEYWORD_SINCE else "past_key_values": cache}
 
 
 class _TransformersSide:
@@ -139,10 +197,11 @@ class _TransformersSide:
     """One batched turn for every dialogue; the raw texts."""
     import torch
     rows = [self.new_tokens(d) for d in range(len(self.views))]
-    ids, mask = (x.to(self.model.device) for x in _left_pad(rows, config.pad_token_id))
+    padded = shapes.left_padded(rows, len(rows), max(map(len, rows)), config.pad_token_id)
+    ids, mask = (torch.from_numpy(x).long().to(self.model.device) for x in padded)
     if self.ids is not None:  # Generate feeds only what follows the cache's tokens.
       ids, mask = torch.cat([self.ids, ids], 1), torch.cat([self.mask, mask], 1)
-    kwargs = dict(cache=self.cache) if self.carry_kv else {}
+    kwargs = cache_kwargs(self.cache) if self.carry_kv else {}
     with torch.no_grad():
       out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                 **kwargs)
@@ -162,13 +221,13 @@ class _TransformersSide:
 
 
 def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bool,
-                        device: str = "cpu"):
-  """run(n) rolling out n-message dialogues with transformers' generate (torch, float32)."""
+                        device: str = "cpu", dtype: str = "float32"):
+  """run(n) rolling out n-message dialogues with transformers' generate (torch)."""
   import torch
   import transformers
   sides = {}
   for side, path in paths.items():
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model = model.to(device).eval()
     # transformers 5 fills a call's unset eos_token_id from here: None stops nothing.
     model.generation_config.eos_token_id = None
@@ -193,37 +252,44 @@ def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bo
   return run
 
 
-def pedrl_runner(paths, problems, settings, new_tokens: int):
+def stop_ids(tokenizer, rate: float) -> tuple:
+  """Every round(1 / rate)-th id of the tokenizer, the end marker left out: about that
+  share of the sampled tokens ends a turn (the models sample ids near uniformly)."""
+  if not rate:
+    return ()
+  never = tokenizer.convert_tokens_to_ids(chat.END_OF_CONVERSATION)
+  return tuple(i for i in range(0, len(tokenizer), max(1, round(1 / rate))) if i != never)
+
+
+def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1,
+                 stop_rate: float = 0.0):
   """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties."""
-  # No stops (a logged warning): every turn samples new_tokens.
-  sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=())
+  stops = stop_ids(load_tokenizer(paths[TUTOR]), stop_rate)
+  # No stops: a logged warning, and every turn samples new_tokens.
+  sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=stops)
   parties = {side: party_lib.load(path, sampling, scan_layers=False) for side, path in paths.items()}
 
   def run(n):
     stats = rollout.RolloutStats()
-    out = rollout.run(problems, 1, parties[TUTOR], parties[STUDENT],
+    out = rollout.run(problems, group_size, parties[TUTOR], parties[STUDENT],
                       dataclasses.replace(settings, max_turns=n, turn_limit="message"), stats=stats)
-    assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
+    if not stops:
+      assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
     sampled = sum(m.num_tokens for d in out for m in d.messages)
     # Both sides' tokens, fed and sampled: the tutor's ids and the student's cache length.
     total = sum(len(d.tutor_ids) + d.student_tokens for d in out)
     return Workload(sum(len(d.messages) for d in out), sampled, total - sampled,
-                    max(stats.cache_slots.values()))
+                    max(stats.cache_slots.values()), stats.idle_rows(), stats.idle_steps())
   return run, parties
 
 
-def compilations():
-  """Seconds of each XLA compilation in the block (jax's backend-compile events)."""
-  return compiler.compilations(("/jax/core/compile/backend_compile_duration",))
-
-
 def measure(runs: dict, n: int, repeats: int) -> dict:
-  """Per engine: workload, warm-up seconds (first rollout after clearing jax's caches),
-  best steady seconds; and pedrl's compilations in the warm-up and in the timed runs."""
+  """Per engine: workload, warm-up seconds (first rollout after clearing jax's in-memory
+  caches), best steady seconds; and pedrl's programs in the warm-up and the timed runs."""
   jax.clear_caches()  # Each length's warm-up starts cold, as a job's first rollout does.
   out = {}
   for name, run in runs.items():
-    with compilations() as compiled:
+    with compiles.compilations() as compiled:
       t = time.perf_counter()
       work = run(n)
       out[name] = dict(work=work, warmup=time.perf_counter() - t, compiled=compiled)
@@ -231,7 +297,7 @@ def measure(runs: dict, n: int, repeats: int) -> dict:
   for name, r in out.items():  # Loud, not a silent unfair comparison.
     w = r["work"]
     assert (w.messages, w.sampled) == (first.messages, first.sampled), (name, w, first)
-  with compilations() as compiled:
+  with compiles.compilations() as compiled:
     best = timing.interleaved_best(runs, n, repeats)
   for name, r in out.items():
     r.update(seconds=best[name], tok_s=r["work"].sampled / best[name])
@@ -245,58 +311,90 @@ def cache_megabytes(party, slots: int, rows: int) -> float:
   return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) / 1e6
 
 
-def report(shape: dict, dialogues: int, lengths, new_tokens: int, repeats: int,
+def _described(side: str, party, n_params: int | None) -> str:
+  cfg = party.sampler.cfg
+  count = "" if n_params is None else f", {n_params / 1e6:.1f}M parameters"
+  return (f"{side}: random {cfg.model_type}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+          f"vocab {cfg.vocab_size}{count}, {cfg.dtype}")
+
+
+def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
-           torch_device: str = "cpu") -> dict:
-  """Runs every engine at every length and prints the table; results by length."""
+           torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
+           layers: int = 0) -> dict:
+  """Runs every engine at every length and prints the table; results by length.
+  `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides."""
   import torch
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
   assert len(problems) == dialogues, f"{PROBLEMS} has {len(problems)} problems"
   settings = rollout.RolloutSettings(scenario=GUIDED,
                                      max_conversation_tokens=max_conversation_tokens)
+  dtype = "bfloat16" if isinstance(shape, str) and shape in REAL_SIZES else "float32"
+  configs = hf_configs(shape, layers) if isinstance(shape, str) else None
+  rows = [p for p in problems for _ in range(group_size)]  # transformers' dialogues, in order.
   results = {}
   with tempfile.TemporaryDirectory() as path:
-    paths, n_params = save_models(path, shape)
-    pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens)
-    runs = {name: transformers_runner(paths, problems, settings, new_tokens, carry_kv,
-                                      torch_device)
-            for name, carry_kv in (("transformers", False), ("transformers_kv", True))}
+    paths, n_params = save_models(path, None if configs else shape, configs, dtype, torch_device)
+    pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens, group_size,
+                                      stop_rate)
+    runs = {}
+    if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
+      runs = {name: transformers_runner(paths, rows, settings, new_tokens, carry_kv,
+                                        torch_device, dtype)
+              for name, carry_kv in (("transformers", False), ("transformers_kv", True))}
     runs["pedrl"] = pedrl_run
     for n in lengths:
       results[n] = measure(runs, n, repeats)
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
            else f"{torch.get_num_threads()} torch threads")
-  print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores; transformers on "
-        f"{where}")
-  print(f"tutor and student: random Qwen2, {shape['num_hidden_layers']} layers, hidden "
-        f"{shape['hidden_size']}, vocab {VOCAB}, {n_params / 1e6:.1f}M parameters each, fp32")
-  print(f"{dialogues} guided dialogues, {new_tokens} sampled tokens per turn (no stops), "
+  device = jax.devices()[0]
+  print(f"machine: {device.device_kind} ({device.platform}), {os.cpu_count()} cores; jax "
+        f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
+  print(_described(TUTOR, parties[TUTOR], n_params) + "; " +
+        _described(STUDENT, parties[STUDENT], None))
+  batch = len(rows)
+  print(f"{batch} guided dialogues ({dialogues} problems x {group_size}), {new_tokens} sampled "
+        f"tokens per turn ({f'stop rate {stop_rate}' if stop_rate else 'no stops'}), "
         f"temperature 1, top-k {TOP_K}; best of {repeats} interleaved runs")
-  print(f"pedrl KV cache per side: grows to at most {limit} slots x {dialogues} rows = "
-        f"{cache_megabytes(parties[TUTOR], limit, dialogues):.0f} MB (max_conversation_tokens "
+  print(f"pedrl KV cache per side: grows to at most {limit} slots x {batch} rows = "
+        f"{cache_megabytes(parties[TUTOR], limit, batch):.0f} MB (max_conversation_tokens "
         f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
         f"largest it reached")
   print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
-        f"{'cache_slots':>13}{'warmup_s':>10}")
+        f"{'cache_slots':>13}{'warmup_s':>10}{'programs':>10}{'cached':>8}{'idle_rows':>11}"
+        f"{'idle_steps':>12}")
+  share = lambda x: "-" if x is None else f"{x:.1%}"
   for n, by_engine in results.items():
     for name in ENGINES:
-      r = by_engine[name]
-      print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{r['work'].fed:>12}"
-            f"{r['work'].cache_slots:>13}{r['warmup']:>10.2f}")
+      if name not in by_engine:
+        continue
+      r, w = by_engine[name], by_engine[name]["work"]
+      programs = (f"{len(r['compiled']):>10}{r['compiled'].cache_hits:>8}" if name == "pedrl"
+                  else f"{'-':>10}{'-':>8}")
+      print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{w.fed:>12}"
+            f"{w.cache_slots:>13}{r['warmup']:>10.2f}{programs}{share(w.idle_rows):>11}"
+            f"{share(w.idle_steps):>12}")
   for n, by_engine in results.items():
     r = by_engine["pedrl"]
-    print(f"pedrl programs compiled, {n} messages: {len(r['compiled'])} in the warm-up rollout "
-          f"({sum(r['compiled']):.1f} s), {len(r['steady_compiled'])} in {repeats} timed rollouts")
-  speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
-  print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")
+    print(f"pedrl programs, {n} messages: {len(r['compiled'])} in the warm-up rollout "
+          f"({sum(r['compiled'].seconds):.1f} s, {r['compiled'].cache_hits} from the persistent "
+          f"cache), {len(r['steady_compiled'])} in {repeats} timed rollouts")
+  if not stop_rate:
+    speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
+    print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")
   return results
 
 
 def main(argv):
   del argv
-  report(SIZES[FLAGS.size], FLAGS.dialogues, [int(n) for n in FLAGS.messages],
-         FLAGS.tokens_per_turn, FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device)
+  size = FLAGS.size
+  if FLAGS.layers and size not in REAL_SIZES:
+    raise app.UsageError(f"--layers trims a real size's models ({', '.join(REAL_SIZES)}), "
+                         f"not --size={size}")
+  report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
+         FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
+         FLAGS.stop_rate, FLAGS.layers)
 
 
 if __name__ == "__main__":

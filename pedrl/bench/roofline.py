@@ -4,8 +4,27 @@ import time
 import jax
 import jax.numpy as jnp
 
-# Peak HBM bandwidth (bytes/s) of accelerators by device_kind substring.
-HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}
+# Datasheet figures of accelerators by device_kind substring (the longest that matches
+# wins: "NVIDIA H100 PCIe" is not the SXM part that "NVIDIA H100 80GB HBM3" names).
+# HBM bandwidth in bytes/s.
+HBM_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H100 PCIe": 2.0e12, "A100": 2.0e12}
+# Dense (no sparsity) tensor-core FLOP/s by compute dtype; float32 matmuls run as TF32 at
+# XLA's default precision on these GPUs. NVIDIA's H100/H200 and A100 datasheets.
+PEAK_FLOPS = {
+    "H200": {"bfloat16": 989e12, "float32": 495e12},
+    "H100": {"bfloat16": 989e12, "float32": 495e12},
+    "H100 PCIe": {"bfloat16": 756e12, "float32": 378e12},
+    "A100": {"bfloat16": 312e12, "float32": 156e12},
+}
+# Memory in bytes (the 80 GB A100 and H100; the H200's 141 GB).
+DEVICE_MEMORY = {"H200": 141e9, "H100": 80e9, "A100": 80e9, "A100-SXM4-40GB": 40e9}
+
+
+def by_kind(table: dict, kind: str | None = None):
+  """The entry of `table` for a device kind (default: the first device's), or None."""
+  kind = jax.devices()[0].device_kind if kind is None else kind
+  names = [name for name in table if name in kind]
+  return table[max(names, key=len)] if names else None
 
 
 def _best_time(fn, *args, repeats: int = 5) -> float:
@@ -32,5 +51,9 @@ def memory_bandwidth(num_bytes: int = 1 << 29) -> float:
 
 def hbm_bandwidth() -> float | None:
   """Peak HBM bandwidth of the first device from its kind, or None if unknown."""
-  kind = jax.devices()[0].device_kind
-  return next((bw for name, bw in HBM_BANDWIDTH.items() if name in kind), None)
+  return by_kind(HBM_BANDWIDTH)
+
+
+def peak_flops(dtype: str) -> float | None:
+  """Datasheet matmul FLOP/s of the first device in `dtype`, or None if unknown."""
+  return (by_kind(PEAK_FLOPS) or {}).get(str(jnp.dtype(dtype)))

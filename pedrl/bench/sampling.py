@@ -28,6 +28,7 @@ from pedrl import cli
 from pedrl import models
 from pedrl.bench import roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
+from pedrl.models import architectures, costs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("device_profile", "cpu", ["cpu", "gpu"], "cpu: vs transformers; gpu: 7B bf16 decode.")
@@ -36,9 +37,11 @@ flags.DEFINE_integer("batch", 16, "Sequences per call.")
 flags.DEFINE_integer("prompt_len", 64, "Prompt tokens.")
 flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
 flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
-flags.DEFINE_bool("scan_layers", False, "Use pedrl's scanned-layer layout (slower decode).")
-flags.DEFINE_integer("repeats", 3, "Timed runs per engine; the best is reported.")
-flags.DEFINE_integer("gpu_layers", 28, "Layers of the GPU profile's model (28 = Qwen2.5-7B; fewer to smoke-test).")
+timing.define_scan_layers(False)
+timing.define_repeats("engine")
+flags.DEFINE_string("gpu_size", "qwen2.5-7b", "GPU profile: the model's shape "
+                    "(pedrl.models.architectures; tiny to smoke-test).")
+flags.DEFINE_integer("gpu_layers", 0, "GPU profile: the model's layers (0: the shape's own).")
 flags.DEFINE_list("gpu_cache_slots", ["0", "4096"],
                   "GPU profile: pedrl cache slots per case (0: prompt + new tokens).")
 
@@ -52,17 +55,14 @@ SIZES = {  # Qwen2 architecture, fp32.
 # + new tokens)).
 CASES = {"small": ("small", None, 0), "medium": ("medium", None, 0),
          "medium_cache": ("medium", 320, 4096)}
-QWEN25_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944,
-                 num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
 
 
 def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
-  """(matmul FLOPs, bytes read) of one decode step of `batch` rows."""
-  e, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-  per_layer = e * d * (cfg.num_heads * 2 + cfg.num_kv_heads * 2) + 3 * e * f
-  weights = cfg.num_layers * per_layer + e * cfg.vocab_size
-  cache = 2 * cfg.num_layers * batch * cfg.num_kv_heads * cache_len * d
-  return 2 * batch * weights, (weights + cache) * dtype_bytes
+  """(matmul FLOPs, bytes read) of one decode step of `batch` rows: the matmuls' weights
+  (`costs.matmul_params`) once, and each row's keys and values."""
+  weights = costs.matmul_params(cfg)
+  cache = batch * cache_len * costs.kv_bytes_per_token(cfg, dtype_bytes)
+  return 2 * batch * weights, weights * dtype_bytes + cache
 
 
 def transformers_runner(path, prompts, top_p):
@@ -154,22 +154,19 @@ def cpu_profile():
 
 
 def gpu_profile():
-  from pedrl.models.config import ModelConfig
   from pedrl.models.hf_checkpoint import random_params
-  c = dict(QWEN25_7B, num_hidden_layers=FLAGS.gpu_layers)
-  cfg = ModelConfig(
-      "qwen2", "causal_lm", c["vocab_size"], c["hidden_size"], c["num_hidden_layers"],
-      c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"],
-      c["intermediate_size"], 1e-6, 32768, qkv_bias=True, rope_theta=1e6, dtype="bfloat16",
-      scan_layers=FLAGS.scan_layers, pad_token_id=0)
+  cfg = architectures.get(FLAGS.gpu_size).config(FLAGS.gpu_layers or None, dtype="bfloat16",
+                                                 scan_layers=FLAGS.scan_layers)
   params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
-  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s; Qwen2.5-7B shape "
-        f"({cfg.num_layers} layers), bf16")
+  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s "
+        f"({'datasheet' if roofline.hbm_bandwidth() else 'measured'}); jax {jax.__version__}; "
+        f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16")
   print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
         f"{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)
+  utilization = {}
   for batch in (1, 16):
     prompts = rng.integers(1, cfg.vocab_size, (batch, FLAGS.prompt_len)).tolist()
     for slots in map(int, FLAGS.gpu_cache_slots):
@@ -179,9 +176,12 @@ def gpu_profile():
       # The roofline reads the filled slots only, whatever the cache's allocated size.
       _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
       stats = jax.devices()[0].memory_stats() or {}
+      utilization.setdefault(batch, nbytes / step / hbm)  # The first cache size's.
       print(f"{batch:>6}{slots or FLAGS.prompt_len + FLAGS.new_tokens:>7}{batch / step:>14.1f}"
             f"{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}{r['ttft']:>8.3f}{r['compile']:>11.1f}"
             f"{stats.get('peak_bytes_in_use', 0) / 2**30:>9.1f}")
+  for batch, u in utilization.items():
+    print(f"decode_hbm_utilization_batch{batch}={u:.3f}")
 
 
 def main(argv):

@@ -63,16 +63,10 @@ def token_logprobs(logits, tokens, temperature: float = 1.0):
   return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
-def _order_keys(x):
-  """uint32 keys with the same order as the float32 values x (for -inf..inf)."""
-  bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
-  negative = (bits >> 31) == 1
-  return jnp.where(negative, ~bits, bits | jnp.uint32(1 << 31))
-
-
 def _from_order_keys(keys):
-  """The float32 values of `_order_keys`; NaN patterns map to the infinity beside them,
-  so comparing floats against the result keeps the key order."""
+  """The float32 values of uint32 keys that order as the floats do (a non-negative
+  float's bits with the top bit set, a negative float's bits inverted); NaN patterns map
+  to the infinity beside them, so comparing floats against the result keeps the key order."""
   negative = (keys >> 31) == 0
   bits = jnp.where(negative, ~keys, keys & jnp.uint32(0x7FFFFFFF))
   x = jax.lax.bitcast_convert_type(bits, jnp.float32)

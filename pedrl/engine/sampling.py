@@ -38,7 +38,8 @@ from flax import struct
 from pedrl import sharding as sharding_lib
 from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
-from pedrl.engine.shapes import CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below
+from pedrl.engine.shapes import (CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below,
+                                 left_padded)
 from pedrl.models.decoder import Decoder, KVCache
 from pedrl.streams import sequence_keys
 
@@ -154,6 +155,15 @@ class Generation:
     return self.tokens[i, :self.lengths[i]]
 
 
+def _filled_keys(keys, rows: int):
+  """`keys` followed by copies of the first up to `rows` (batch filler), put together
+  on the host: eager jnp ops would compile a program per live-row count."""
+  typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
+  data = np.asarray(jax.random.key_data(keys) if typed else keys)
+  data = sharding_lib.on_device(np.concatenate([data, np.repeat(data[:1], rows - len(data), 0)]))
+  return jax.random.wrap_key_data(data, impl=jax.random.key_impl(keys)) if typed else data
+
+
 class Sampler:
   """Samples from one decoder on one mesh; holds what is fixed across calls.
 
@@ -176,6 +186,7 @@ class Sampler:
     self.share_prefix = share_prefix
     self.buckets, self.chunk_buckets = tuple(length_buckets), tuple(chunk_buckets)
     self.stop_strings = tuple(stop_strings)
+    compiler.engine_options()  # Its probe compiles now, not inside the first call.
     self.pad_id = self.cfg.pad_token_id or 0
     self._warned_no_stops = False
     self._stop_table = None
@@ -190,7 +201,7 @@ class Sampler:
 
   def _replicated(self, x):
     if self.mesh is None:
-      return jnp.asarray(x)
+      return sharding_lib.on_device(x)
     return sharding_lib.put(x, sharding_lib.replicated(self.mesh))
 
   def _rows(self, x):
@@ -240,11 +251,7 @@ class Sampler:
     if pos + longest + extra > self.cfg.max_position_embeddings:
       raise ValueError(f"position {pos} + {longest} new + {extra} generated tokens exceeds "
                        f"the model's context of {self.cfg.max_position_embeddings}")
-    tokens = np.full((b, t), self.pad_id, np.int32)
-    mask = np.zeros((b, t), bool)
-    for i, r in enumerate(rows):
-      if r.size:
-        tokens[i, t - r.size:], mask[i, t - r.size:] = r, True
+    tokens, mask = left_padded(rows, b, t, self.pad_id)
     for i in range(len(rows), b):  # Filler rows: one token, so their logits stay finite.
       tokens[i, -1], mask[i, -1] = self.pad_id, True
     # Attend only to the slots this call can reach (bucketed: few compiled windows).
@@ -383,7 +390,7 @@ class Sampler:
     if keys.shape[0] != n:
       raise ValueError(f"{keys.shape[0]} keys for {n} rows")
     if n < tokens.shape[0]:
-      keys = jnp.concatenate([keys, jnp.repeat(keys[:1], tokens.shape[0] - n, axis=0)])
+      keys = _filled_keys(keys, tokens.shape[0])
     real = self._rows(np.arange(tokens.shape[0]) < n)
     if rows_sampling is not None:
       fill = tokens.shape[0] - n

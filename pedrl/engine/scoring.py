@@ -101,13 +101,11 @@ class Scorer:
     kc = min(k, rows)
     cc = max(1, rows // kc)
 
-    ctx = np.full((n, tc), self.pad_id, np.int32)
-    ctx_mask = np.zeros((n, tc), bool)
+    ctx, ctx_mask = shapes.left_padded(contexts, n, tc, self.pad_id)
     kp = -(-k // kc) * kc
     cont = np.full((n, kp, tk), self.pad_id, np.int32)
     cont_mask = np.zeros((n, kp, tk), bool)
-    for i, c in enumerate(contexts):
-      ctx[i, tc - len(c):], ctx_mask[i, tc - len(c):] = c, True
+    for i in range(n):
       for j, x in enumerate(continuations[i]):
         cont[i, j, :len(x)], cont_mask[i, j, :len(x)] = x, True
     for a in (ctx, cont):

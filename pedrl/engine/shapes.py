@@ -1,4 +1,6 @@
-"""Shape helpers: the padded lengths the engine compiles its programs for."""
+"""Shape helpers: the padded lengths the engine compiles its programs for, and rows
+padded to them."""
+import numpy as np
 
 # Lengths are padded up to one of these (powers of two and 1.5x between), so a
 # run compiles a handful of shapes; beyond the table, multiples of 1024. A decode
@@ -27,3 +29,14 @@ def bucket_below(n: int, buckets=LENGTH_BUCKETS) -> int:
   if n > buckets[-1]:
     return n // 1024 * 1024
   return max((b for b in buckets if b <= n), default=0)
+
+
+def left_padded(rows, batch: int, width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+  """Token rows right-aligned in an int32 [batch, width] array of `pad_id` (a decoder's
+  next token follows each row's last), and the bool mask of their tokens; rows past
+  len(rows) stay empty for the caller to fill."""
+  tokens = np.full((batch, width), pad_id, np.int32)
+  mask = np.zeros((batch, width), bool)
+  for i, r in enumerate(rows):
+    tokens[i, width - len(r):], mask[i, width - len(r):] = r, True
+  return tokens, mask

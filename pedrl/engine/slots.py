@@ -44,6 +44,7 @@ from flax import struct
 from pedrl.engine import compiler, distribution
 from pedrl.engine.distribution import RowSampling
 from pedrl.engine.sampling import next_token_logits
+from pedrl.engine.shapes import left_padded
 from pedrl.models.decoder import Decoder, KVCache
 
 IMPL = "threefry2x32"  # Keys from seed words, whatever jax's default implementation.
@@ -274,11 +275,7 @@ class SlotDecoder:
                for r in range(a)]
     else:  # Filler: the first again, with the same values.
       group = group + [group[0]] * (a - len(group))
-    tokens = np.full((a, t), self.pad_id, np.int32)
-    mask = np.zeros((a, t), bool)
-    for i, x in enumerate(group):
-      if x.tokens:
-        tokens[i, t - len(x.tokens):], mask[i, t - len(x.tokens):] = x.tokens, True
+    tokens, mask = left_padded([x.tokens for x in group], a, t, self.pad_id)
     field = lambda name, dtype: np.asarray([getattr(x, name) for x in group], dtype)
     self.slots = _admit(
         self.model, self.params, self.slots, field("row", np.int32), new,

@@ -43,10 +43,6 @@ class StopStrings:
   strings: tuple
   table: np.ndarray  # int16 or int32 [states, vocab]: 2 * next_state + hit.
 
-  @property
-  def num_states(self) -> int:
-    return self.table.shape[0]
-
 
 def _byte_automaton(patterns: list[bytes]):
   """Aho-Corasick over bytes: (next [states, 256], hit [states, 256], states)."""

@@ -11,6 +11,10 @@ a marker) with the new messages and taking what follows the model's last
 message, so templates work whatever they do to contents (Qwen2.5, Qwen3, Llama).
 """
 import dataclasses
+import typing
+
+if typing.TYPE_CHECKING:  # transformers loads only where a tokenizer is made.
+  from transformers import PreTrainedTokenizerBase
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 END_OF_CONVERSATION = "<end_of_conversation>"
@@ -64,7 +68,7 @@ class ChatFormat:
 
   template_kwargs go to `apply_chat_template` (e.g. enable_thinking for Qwen3).
   """
-  tokenizer: object
+  tokenizer: "PreTrainedTokenizerBase"
   template_kwargs: dict = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):

@@ -19,9 +19,8 @@ prefixes and everything from the student are 0. GRPO trains on the 1s.
 """
 import dataclasses
 import json
-import os
 
-from absl import logging
+from pedrl import files
 
 # 3: Dialogue.step and Verdict.reasons (version-2 rows read as they are, without them).
 SCHEMA_VERSION = 3
@@ -51,9 +50,11 @@ class Message:
 
 @dataclasses.dataclass
 class Verdict:
-  """The judges' answers on one dialogue (pedrl.rewards.judging)."""
-  decisions: dict  # Judge name -> [bool] per sample (decision judges).
-  scores: dict  # Judge name -> [float] per sample (score judges).
+  """The judges' answers on one dialogue: training's (pedrl.rewards.judging), where a
+  policy fills in what never parsed, and an evaluation's (pedrl.eval.judges), where it
+  stays None and nothing is filled in."""
+  decisions: dict[str, list[bool | None]]  # Judge name -> per sample (decision judges).
+  scores: dict[str, list[float | None]]  # Judge name -> per sample (score judges).
   r_ped: float | None = None  # Π of every decision (paper 003 eq. 3).
   r_think: float | None = None  # Mean score of the thinking judge, if any (paper 001).
   # Judge name -> [bool] parallel to its decisions/scores: True where the on_failure
@@ -139,10 +140,6 @@ class Dialogue:
                        "(records converted from schema 1 lack it); run its rollout again")
     return self.student_system
 
-  def visible_messages(self) -> list[dict]:
-    """The dialogue as the student and the judges see it."""
-    return [{"role": m.role, "content": m.text} for m in self.messages]
-
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
 
@@ -185,55 +182,9 @@ def transcript(messages) -> str:
   return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def _write_lines(lines, path: str, mode: str) -> None:
-  """One synced write. Appending, a crash can cut at most the last line (`repair_jsonl`
-  removes it); rewriting (mode "w") goes through a temporary file renamed over `path`,
-  so a crash leaves the old file or the new one, never a part."""
-  target, path = path, (f"{path}.tmp{os.getpid()}" if mode == "w" else path)
-  with open(path, mode, encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in lines))
-    f.flush()
-    os.fsync(f.fileno())
-  if path != target:
-    os.replace(path, target)
-
-
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
-  """Appends (or, mode="w", writes) the records."""
-  _write_lines([d.to_json() for d in dialogues], path, mode)
-
-
-def append_rows(rows, path: str, mode: str = "a") -> None:
-  """Appends (or writes) JSON objects, one a line: metrics rows beside the records."""
-  _write_lines([json.dumps(r) for r in rows], path, mode)
-
-
-def read_rows(path: str) -> list:
-  """The JSON values of a JSONL file (none if it does not exist); a line cut by a crash
-  is removed first and logged, any other bad line raises with its number."""
-  if not os.path.exists(path):
-    return []
-  if cut := repair_jsonl(path):
-    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    for n, line in enumerate(f, 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-          raise RecordError(f"{path}, line {n}: not JSON ({e})") from None
-  return rows
-
-
-def repair_jsonl(path: str) -> int:
-  """Cuts a partly written last line (no newline) off `path`; returns the bytes cut."""
-  with open(path, "rb+") as f:
-    data = f.read()
-    keep = data.rfind(b"\n") + 1
-    if keep < len(data):
-      f.truncate(keep)
-  return len(data) - keep
+  """Appends (or, mode="w", writes) the records (pedrl.files: synced, a rewrite atomic)."""
+  files.write_lines([d.to_json() for d in dialogues], path, mode)
 
 
 def load_jsonl(path: str) -> list[Dialogue]:

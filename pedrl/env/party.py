@@ -1,7 +1,14 @@
-"""A model taking one side of a dialogue (tutor or student), or scoring, judging, solving."""
+"""A model taking one side of a dialogue (tutor or student), or scoring, judging, solving.
+
+A local model is a `Party` (sampler, params, chat format, sampling); a side
+that answers whole conversations is a `Replier`: an OpenAI-compatible endpoint
+(`EndpointParty` over a `ChatClient`) or an agent (pedrl.agents.tutor.AgentTutor).
+"""
 import dataclasses
+from typing import Any, Protocol, Sequence
 
 from pedrl import models
+from pedrl.clients.openai_compat import Chat, EndpointError, Reply
 from pedrl.engine import Sampler
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import chat
@@ -30,26 +37,42 @@ class EndpointSettings:
   timeout: float = 120.0
 
 
-class EndpointError(RuntimeError):
-  """An endpoint playing a side failed a request after all its retries."""
+class ChatClient(Protocol):
+  """An OpenAI-compatible chat endpoint's client (pedrl.clients.openai_compat.OpenAIBackend):
+  per conversation a Reply, or the exception that ended its retries."""
+  max_tokens: int  # Per reply.
+
+  def chat(self, conversations: Sequence[Chat]) -> list[Reply | Exception]: ...
+
+
+class Replier(Protocol):
+  """A side that answers whole conversations, each turn given the side's whole view:
+  `EndpointParty` or an agent (pedrl.agents.tutor.AgentTutor). pedrl.env.rollout
+  drives it turn by turn."""
+
+  @property
+  def max_new_tokens(self) -> int:
+    """The most tokens a reply may have (the other side's cache keeps room for it; 0:
+    not known)."""
+
+  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
+    """A reply per conversation; `what` names the turn in errors ("a tutor turn")."""
 
 
 @dataclasses.dataclass
 class EndpointParty:
   """A side played by an OpenAI-compatible chat endpoint (a tutor under test such as
-  GPT-4o, or an API student). `client.chat(conversations)` returns per conversation a
-  reply (.text, .finish_reason, .prompt_tokens, .completion_tokens) or the exception
-  that ended its retries (pedrl.rewards.backends.OpenAIBackend). Thinking the endpoint
-  returns inside <think> tags is hidden from the other side as for local models."""
-  client: object
+  GPT-4o, or an API student), a `Replier`. Thinking the endpoint returns inside
+  <think> tags is hidden from the other side as for local models."""
+  client: ChatClient
   name: str  # "tutor" or "student", for messages.
 
   @property
   def max_new_tokens(self) -> int:
     """The most tokens a reply may have (the other side's cache keeps room for it)."""
-    return int(getattr(self.client, "max_tokens", 0) or 0)
+    return int(self.client.max_tokens or 0)
 
-  def replies(self, conversations, what: str) -> list:
+  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
     """The client's replies; EndpointError naming the first failure."""
     out = self.client.chat(conversations)
     for r in out:
@@ -59,11 +82,14 @@ class EndpointParty:
     return out
 
 
+Params = Any  # A model's weights: a pytree of arrays (pedrl.models).
+
+
 @dataclasses.dataclass
 class Party:
   """A model taking one side: its sampler, current params, chat format, sampling."""
-  sampler: object  # pedrl.engine.Sampler (with its tokenizer).
-  params: object
+  sampler: Sampler  # With its tokenizer.
+  params: Params
   chat: chat.ChatFormat
   sampling: SamplingParams
 
@@ -97,7 +123,7 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
     template_kwargs: passed to the chat template (e.g. {"enable_thinking": True}).
     stop_strings: strings that also end a turn.
     params: the model's params, already placed (e.g. a training run's tutor,
-      `pedrl.rl.checkpoint.trained_tutor`); None reads them from `path`.
+      `pedrl.runs.trained_tutor`); None reads them from `path`.
     **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
   """
   if params is None:

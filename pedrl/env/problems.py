@@ -19,7 +19,7 @@ rows, what the reference's eval.py evaluates): read as given, in order, no
 filter, no reshuffle, exactly `n_test` rows, each problem once. A file that is
 not that shape is an error naming it. Nothing here can tell a training file from
 a test file: the evaluation of a training run checks that none of its problems
-is one the run trained on (pedrl.experiments.trained_on).
+is one the run trained on (pedrl.jobs.trained_on).
 """
 import dataclasses
 import hashlib

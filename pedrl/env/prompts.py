@@ -9,7 +9,7 @@ prompt file renders with `render_file`.
 
 A prompt is rendered with its variables (missing ones are errors), then placed in
 a conversation that each model's own Hugging Face chat template turns into
-tokens (`chat_ids`), so Qwen and Llama students both get their native format;
+tokens (`pedrl.env.chat.ChatFormat`), so Qwen and Llama students both get their native format;
 no role markers are written by hand here.
 """
 import os
@@ -88,11 +88,3 @@ def render_file(path: str, **variables) -> str:
     return template.render(**variables).strip()
   except jinja2.UndefinedError as e:
     raise ValueError(f"prompt file {path!r}: {e.message}") from None
-
-
-def chat_ids(tokenizer, messages, add_generation_prompt: bool = True) -> list[int]:
-  """Token ids of `messages` ([{"role", "content"}]) in the tokenizer's own chat template."""
-  if not getattr(tokenizer, "chat_template", None):
-    raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template")
-  return list(tokenizer.apply_chat_template(
-      messages, tokenize=True, add_generation_prompt=add_generation_prompt)["input_ids"])

@@ -22,6 +22,7 @@ prompt.
 import dataclasses
 import os
 import time
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from absl import logging
@@ -30,7 +31,7 @@ from pedrl import streams
 from pedrl.engine import compiler
 from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
-from pedrl.env.party import EndpointParty, Party
+from pedrl.env.party import Chat, Party, Replier
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
@@ -80,6 +81,17 @@ class RolloutSettings:
         raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
+class Call(NamedTuple):
+  """One batched sampling call: the side, its live dialogues, the rows it computed (live
+  ones and batch filler), its decode steps (the longest row's tokens) and the tokens
+  sampled for live dialogues."""
+  side: str
+  live: int
+  rows: int
+  steps: int = 0
+  tokens: int = 0
+
+
 @dataclasses.dataclass
 class RolloutStats:
   tutor_seconds: float = 0.0
@@ -87,8 +99,20 @@ class RolloutStats:
   # a throughput leaves it out.
   tutor_compile_seconds: float = 0.0
   student_seconds: float = 0.0  # Attempts included.
-  calls: list = dataclasses.field(default_factory=list)  # (side, live dialogues, cache rows).
+  calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
+
+  def idle_rows(self) -> float:
+    """Share of the calls' rows that held no live dialogue: filler of a batch padded
+    to its bucket (dialogues that ended leave it)."""
+    rows = sum(c.rows for c in self.calls)
+    return 1 - sum(c.live for c in self.calls) / rows if rows else 0.0
+
+  def idle_steps(self) -> float:
+    """Share of decode row-steps that sampled no token of a live dialogue: filler rows,
+    and rows whose turn had ended while the call's longest went on."""
+    steps = sum(c.rows * c.steps for c in self.calls)
+    return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
 def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
@@ -103,6 +127,31 @@ def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]
 
 def _pow2(n: int) -> int:
   return 1 << (n - 1).bit_length()
+
+
+class Turn(NamedTuple):
+  """What one dialogue's side said in a turn."""
+  dialogue: int  # Index of the dialogue in the batch.
+  fed: list[int]  # Fed before sampling: the template and the other side's new message.
+  tokens: np.ndarray  # int32 [n]: the sampled tokens (none for an endpoint or an agent).
+  logprobs: np.ndarray  # float32 [n]: their sampling log-probs.
+  raw: str  # The reply as sampled (thinking included).
+  finish_reason: str  # "stop", or "length": cut at max_new_tokens.
+  num_tokens: int  # Tokens the reply took (an endpoint's count where it has no tokens here).
+
+
+class DialogueSide(Protocol):
+  """One party's running state over the batch of dialogues (`_Side` for a local model,
+  `_EndpointSide` for an endpoint or an agent): every dialogue's view in this side's
+  roles, and its length in tokens."""
+  name: str  # TUTOR or STUDENT.
+  views: list[Chat]
+  lengths: list[int]  # Tokens of each dialogue this side's model has seen (0: not known).
+
+  def speak(self, live: list[int], dialogues: list[Dialogue], seed: int, stats: "RolloutStats",
+            ended: dict[int, str]) -> list[Turn]:
+    """One batched turn for the `live` dialogues; those that cannot fit another turn
+    leave `live` for `ended` (with their end reason)."""
 
 
 class _Side:
@@ -127,21 +176,23 @@ class _Side:
     return ids + self.prefix_ids
 
   def place(self, live: list[int], need: int):
-    """Points the cache at the live dialogues, in order (batch bucketed to powers of two);
-    a first cache gets the `need` slots of this turn (it grows later, see make_room)."""
+    """Points the cache at the live dialogues, in order (batch bucketed to powers of two).
+    A first cache gets twice the `need` slots of this turn, room for the next exchange
+    too: a cache that grew at its second turn would cost a copy and two more compiled
+    programs (the grow, and the turn on the grown size); later it grows as make_room says."""
     sampler = self.party.sampler
     batch = sampler.padded_batch(min(_pow2(len(live)), len(self.views)))
     if self.cache is None:
-      self.cache = sampler.new_cache(batch, min(need, self.capacity))
+      self.cache = sampler.new_cache(batch, min(2 * need, self.capacity))
     elif self.rows != live:
       where = {d: i for i, d in enumerate(self.rows)}
       self.cache = sampler.select_rows(self.cache, [where[d] for d in live], batch)
     self.rows, self.batch = list(live), batch
 
-  def speak(self, live: list[int], dialogues, seed: int, stats, ended: dict):
+  def speak(self, live: list[int], dialogues: list[Dialogue], seed: int,
+            stats: "RolloutStats", ended: dict[int, str]) -> list[Turn]:
     """One batched turn for the live dialogues (the list shrinks by those that
-    cannot fit another turn; they go to `ended`). Returns per speaking dialogue
-    (d, fed tokens, sampled tokens, log-probs, raw text, finish reason)."""
+    cannot fit another turn; they go to `ended`): a Turn per speaking dialogue."""
     sampler, sp = self.party.sampler, self.party.sampling
     rows = {d: self.new_tokens(d) for d in live}
     for d in list(live):  # A turn that cannot fit this model's cache ends the dialogue.
@@ -165,11 +216,12 @@ class _Side:
       return []
     keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in live],
                        [len(dialogues[d].messages) for d in live])
-    stats.calls.append((self.name, len(live), self.batch))
     start = time.perf_counter()
     with compiler.compilations() as compiling:
       gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
                                          self.cache)
+    stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
+                            int(gen.lengths.sum())))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
@@ -184,29 +236,32 @@ class _Side:
       self.views[d].append({"role": "assistant", "content": raw})
       self.fed[d] = len(self.views[d])
       self.lengths[d] += len(rows[d]) + len(tokens)
-      out.append((d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw, gen.finish_reasons[i],
-                  tokens.size))
+      out.append(Turn(d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw,
+                      gen.finish_reasons[i], int(tokens.size)))
     return out
 
 
 class _EndpointSide:
-  """A side played by an endpoint: every dialogue's view, sent whole each turn. Its
-  lengths are the endpoint's own token counts (prompt + completion) when it reports
-  usage, so the token limit applies as for local models; else they stay 0."""
+  """A side played by an endpoint or an agent (a Replier): every dialogue's view, sent
+  whole each turn. Its lengths are the endpoint's own token counts (prompt +
+  completion) when it reports usage, so the token limit applies as for local models;
+  else they stay 0."""
 
-  def __init__(self, name: str, party: EndpointParty, n: int, prefix: str = ""):
+  def __init__(self, name: str, party: Replier, n: int, prefix: str = ""):
     self.name, self.party, self.prefix = name, party, prefix
     self.views = [[] for _ in range(n)]
     self.lengths = [0] * n
     self.warned = False
 
-  def speak(self, live: list[int], dialogues, seed: int, stats, ended: dict):
+  def speak(self, live: list[int], dialogues: list[Dialogue], seed: int,
+            stats: "RolloutStats", ended: dict[int, str]) -> list[Turn]:
     del seed, dialogues, ended  # The endpoint samples with its own randomness.
     start = time.perf_counter()
     replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
-    stats.calls.append((self.name, len(live), len(live)))
+    used = [r.completion_tokens for r in replies]
+    stats.calls.append(Call(self.name, len(live), len(live), max(used), sum(used)))
     out = []
     for d, r in zip(live, replies):
       raw = self.prefix + r.text
@@ -217,8 +272,8 @@ class _EndpointSide:
         logging.warning("the %s endpoint reports no token usage: max_conversation_tokens "
                         "does not apply to its side of the dialogues", self.name)
       finish = "length" if r.finish_reason == "length" else "stop"
-      out.append((d, [], np.zeros((0,), np.int32), np.zeros((0,), np.float32), raw, finish,
-                  r.completion_tokens))
+      out.append(Turn(d, [], np.zeros((0,), np.int32), np.zeros((0,), np.float32), raw, finish,
+                      r.completion_tokens))
     return out
 
 
@@ -229,11 +284,12 @@ def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> 
   return min(bucket(want), party.sampler.cfg.max_position_embeddings)
 
 
-def _attempts(student, settings, dialogues, todo, stats) -> list[tuple]:
+def _attempts(student: Party | Replier, settings: RolloutSettings, dialogues: list[Dialogue],
+              todo: list[int], stats: RolloutStats) -> list[tuple[str, int, str]]:
   """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
   chats = [[{"role": "user", "content": prompts.render(
       settings.attempt_prompt, problem=dialogues[d].problem)}] for d in todo]
-  if isinstance(student, EndpointParty):
+  if not isinstance(student, Party):
     start = time.perf_counter()
     replies = student.replies(chats, "an attempt")
     stats.student_seconds += time.perf_counter() - start
@@ -247,19 +303,22 @@ def _attempts(student, settings, dialogues, todo, stats) -> list[tuple]:
   start = time.perf_counter()
   gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
   stats.student_seconds += time.perf_counter() - start
-  stats.calls.append(("attempt", len(todo), _pow2(len(todo))))
+  stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
+                          int(gen.lengths.sum())))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
 
 
-def run(problems, group_size: int, tutor: Party, student: Party, settings: RolloutSettings,
-        problem_uids=None, stats: RolloutStats | None = None) -> list[Dialogue]:
+def run(problems, group_size: int, tutor: Party | Replier, student: Party | Replier,
+        settings: RolloutSettings, problem_uids=None,
+        stats: RolloutStats | None = None) -> list[Dialogue]:
   """Runs len(problems) × group_size dialogues to their ends.
 
   Args:
     problems: pedrl.env.problems.Problem rows.
     group_size: G rollouts per problem (consecutive in the output).
-    tutor, student: the two parties (different models and tokenizers allowed).
-      `settings.thinking` is passed to the tutor's template as enable_thinking.
+    tutor, student: the two sides: local models (different models and tokenizers
+      allowed), or Repliers (an endpoint, an agent tutor). `settings.thinking` is
+      passed to a local tutor's template as enable_thinking.
     settings: RolloutSettings.
     problem_uids: a distinct number per problem within the run (default 0, 1,
       ...; a job passes each problem's index in its split). Dialogue g of
@@ -303,14 +362,14 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
   live = [d for d in range(n) if d not in ended]
   while live:
     for side, other in ((tutor_side, student_side), (student_side, tutor_side)):
-      for d, fed, tokens, logprobs, raw, finish_reason, count in side.speak(
-          live, dialogues, settings.seed, stats, ended):
-        dl = dialogues[d]
+      for turn in side.speak(live, dialogues, settings.seed, stats, ended):
+        d, dl, raw = turn.dialogue, dialogues[turn.dialogue], turn.raw
         msg = Message(role=side.name, text=chat.visible_text(raw),
                       thinking=chat.split_thinking(raw)[1], raw=raw,
-                      num_tokens=int(count), finish_reason=finish_reason)
+                      num_tokens=int(turn.num_tokens), finish_reason=turn.finish_reason)
         other.views[d].append({"role": "user", "content": msg.text})
         if side is tutor_side:
+          fed, tokens = turn.fed, turn.tokens
           if dl.messages:  # The tokens that brought the student's message to the tutor.
             dl.messages[-1].span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
           dl.tutor_ids += [int(t) for t in fed]
@@ -319,7 +378,7 @@ def run(problems, group_size: int, tutor: Party, student: Party, settings: Rollo
           msg.span = (len(dl.tutor_ids), len(dl.tutor_ids) + tokens.size)
           dl.tutor_ids += tokens.tolist()
           dl.tutor_mask += [1] * tokens.size
-          dl.tutor_logprobs += [float(x) for x in logprobs]
+          dl.tutor_logprobs += [float(x) for x in turn.logprobs]
         dl.messages.append(msg)
         dl.student_tokens = student_side.lengths[d]
         if side is tutor_side and chat.ends_conversation(raw):
@@ -346,9 +405,10 @@ def turn_limit_reached(dl: Dialogue, after_tutor: bool, settings: RolloutSetting
   return after_tutor and 0 < settings.max_tutor_turns <= tutor_turns
 
 
-def _sides(tutor, student, n: int, settings: RolloutSettings, prefix: str):
+def _sides(tutor: Party | Replier, student: Party | Replier, n: int, settings: RolloutSettings,
+           prefix: str) -> tuple[DialogueSide, DialogueSide]:
   """Each party's running side: a KV cache over the batch for a local model, whole
-  views for an endpoint."""
+  views for an endpoint or an agent."""
   if isinstance(tutor, Party):
     tutor = dataclasses.replace(tutor, chat=dataclasses.replace(
         tutor.chat, template_kwargs={**tutor.chat.template_kwargs,

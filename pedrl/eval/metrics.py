@@ -192,13 +192,13 @@ def compute(records, seed: int = 0, resamples: int = RESAMPLES,
   out["pedrm_dialogues"] = sum(bool(r.pedrm_turn_scores) for r in records)
   out["pedrm_unscored_dialogues"] = len(records) - out["pedrm_dialogues"]
   out["pedrm_unscored"] = pedrm_unscored
-  for judge in ("leak", "helpful"):
-    samples = [d for r in records for d in getattr(r, f"{judge}_decisions")]
+  for judge, decisions in (("leak", lambda r: r.leak_decisions),
+                           ("helpful", lambda r: r.helpful_decisions)):
+    samples = [d for r in records for d in decisions(r)]
     out[f"{judge}_samples"] = len(samples)
     out[f"{judge}_unparsed_samples"] = sum(d is None for d in samples)
     out[f"{judge}_unparsed_dialogues"] = sum(
-        1 for r in records if getattr(r, f"{judge}_decisions") and
-        share(getattr(r, f"{judge}_decisions"), OK) is None)
+        1 for r in records if decisions(r) and share(decisions(r), OK) is None)
   out["confidence"], out["bootstrap_resamples"], out["bootstrap_seed"] = (confidence, resamples,
                                                                           seed)
   return out

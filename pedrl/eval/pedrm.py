@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pedrl import models
-from pedrl.engine.shapes import bucket
+from pedrl.engine.shapes import bucket, left_padded
 from pedrl.env.chat import ChatFormat
 from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
 from pedrl.models.decoder import pool_last
@@ -211,10 +211,7 @@ class PedRM:
     for lo in range(0, len(rows), n):
       part = rows[lo:lo + n]
       t = min(bucket(max(map(len, part))), context)
-      tokens = np.full((n, t), pad, np.int32)
-      mask = np.zeros((n, t), bool)
-      for i, r in enumerate(part):
-        tokens[i, t - len(r):], mask[i, t - len(r):] = r, True
+      tokens, mask = left_padded(part, n, t, pad)
       mask[len(part):, -1] = True  # Filler rows: one token, finite scores, dropped.
       out += np.asarray(_scores(self.model, self.params, jnp.asarray(tokens),
                                 jnp.asarray(mask)))[:len(part)].tolist()

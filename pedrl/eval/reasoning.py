@@ -49,7 +49,7 @@ from absl import logging
 from pedrl.env import answers, chat, problems, sources
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
-from pedrl.eval.mathtutorbench import scoring
+from pedrl.mathtutorbench import scoring
 
 BENCHMARKS = ("gsm8k", "math500", "mmlu", "wbeb")
 MMLU_AVERAGES = ("subject", "question")

@@ -7,11 +7,33 @@ recomputed, or a surprising number read, without running anything again. The
 tutor's token ids, mask and log-probs (training data) are left out.
 """
 import dataclasses
+from typing import Any, Protocol, TypeVar
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.env.dialogue import Dialogue, RecordError
 
 SCHEMA_VERSION = 1
+
+# A value as JSON holds it: what a harness's parser returns (a number, a string, a list).
+JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
+
+
+class Record(Protocol):
+  """One line of a shard's records: the batch that computed it, a key unique in its
+  evaluation, and its JSON form."""
+  batch: int
+
+  @property
+  def key(self) -> tuple: ...
+
+  def to_dict(self) -> dict: ...
+
+  @classmethod
+  def from_dict(cls, row: dict) -> "Record": ...
+
+
+R = TypeVar("R", bound=Record)
 
 
 @dataclasses.dataclass
@@ -78,8 +100,8 @@ class BenchRecord:
   batch: int
   prompt: str  # As rendered from the task file.
   response: str  # As the harness keeps it (completion mode strips it).
-  target: object  # The task's formatted ground truth.
-  prediction: object  # What the harness's parser reads from the response.
+  target: JSONValue  # The task's formatted ground truth.
+  prediction: JSONValue  # What the harness's parser reads from the response.
   prompt_cut: bool = False  # Its start cut off to fit the context (tiny runs only).
   score: float | None = None  # Ped-RM on the response (pedagogical tasks).
   baseline_score: float | None = None  # Ped-RM on the human teacher's turn.
@@ -106,16 +128,16 @@ def _checked(row: dict, what: str) -> dict:
   return dict(row)
 
 
-def save(records, path: str, mode: str = "a") -> None:
+def save(records: list[Record], path: str, mode: str = "a") -> None:
   """Appends (or writes) records in one synced write; a crash cuts at most the last line."""
-  dialogue_lib.append_rows([r.to_dict() for r in records], path, mode)
+  files.append_rows([r.to_dict() for r in records], path, mode)
 
 
-def load(path: str, kind=EvalRecord) -> list:
+def load(path: str, kind: type[R] = EvalRecord) -> list[R]:
   """The records (of type `kind`) of `path` (none if absent); a line cut by a crash is
   removed (logged), any other bad line is a RecordError naming the file and line."""
   out = []
-  for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+  for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
     try:
       out.append(kind.from_dict(row))
     except (ValueError, TypeError, KeyError, AttributeError) as e:

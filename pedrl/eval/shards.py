@@ -17,68 +17,17 @@ records (eval_dialogues.jsonl, eval_reasoning.jsonl, or MathTutorBench's
 files) and WORKDIR/metrics.json.
 """
 import collections
-import dataclasses
-import json
 import math
 import os
 
+from pedrl import files
 from pedrl.env.dialogue import RecordError
-from pedrl.eval import metrics as metrics_lib, reasoning, records as records_lib
-from pedrl.eval.mathtutorbench import results as bench_results
+from pedrl.eval import evaluations, protocol as protocol_lib, records as records_lib
+from pedrl.eval.protocol import EvalProtocol
 
 
 class ShardError(ValueError):
   """Shards that cannot be resumed or merged (missing, unfinished, mixed protocols)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardSettings:
-  """Which shard of how many this process runs (`--config.eval.shard`, `num_shards`)."""
-  shard: int = 0
-  num_shards: int = 1
-
-  def __post_init__(self):
-    if self.num_shards < 1:
-      raise ValueError(f"num_shards={self.num_shards} must be at least 1")
-    if not 0 <= self.shard < self.num_shards:
-      raise ValueError(f"shard={self.shard} is not in [0, num_shards={self.num_shards}): shards "
-                       f"are numbered 0 to {self.num_shards - 1}")
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSettings(ShardSettings):
-  """The config's `eval` section (the protocol's own settings; the rest is the dialogue
-  config's: problems, rollout, solve, rewards.judges)."""
-  samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
-  # Ped-RM macro: a dialogue with no scored turn counts 0 (the reference's eval.py) or is
-  # left out ("drop"); either way it is counted (metrics.json: pedrm_unscored_dialogues).
-  pedrm_unscored: str = "zero"
-  bootstrap_resamples: int = metrics_lib.RESAMPLES
-  confidence: float = metrics_lib.CONFIDENCE
-
-  def __post_init__(self):
-    super().__post_init__()
-    if self.samples_per_problem < 1:
-      raise ValueError("samples_per_problem must be positive")
-    if not 0 < self.confidence < 1:
-      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
-    if self.pedrm_unscored not in metrics_lib.UNSCORED:
-      raise ValueError(f"pedrm_unscored={self.pedrm_unscored!r} is not one of "
-                       f"{metrics_lib.UNSCORED}")
-
-
-@dataclasses.dataclass(frozen=True)
-class TutorRun:
-  """The config's `tutor.workdir` and `tutor.step`: the tutor under test is a pedrl
-  training run's checkpoint, read straight from orbax (no export step)."""
-  workdir: str | None = None
-  step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
-
-
-def jsonable(settings) -> dict:
-  """A settings dataclass as a protocol records it: as JSON reads it back (tuples as lists),
-  so a resumed shard compares equal."""
-  return json.loads(json.dumps(dataclasses.asdict(settings)))
 
 
 def batches(sizes, batch_size: int, shard: int, num_shards: int) -> list[tuple]:
@@ -103,77 +52,62 @@ def status_path(workdir: str, shard: int, num_shards: int) -> str:
   return os.path.join(workdir, _name("status", shard, num_shards, "json"))
 
 
-def write_json(path: str, value) -> None:
-  """Through a temporary file renamed over `path`: a kill leaves the old or the new file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"  # Shards finishing together each write their own.
-  with open(tmp, "w") as f:
-    json.dump(value, f, indent=2)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
-def read_json(path: str):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except ValueError as e:
-    raise ShardError(f"{path}: not JSON ({e})") from None
-
-
-def check_protocol(workdir: str, protocol: dict) -> None:
+def check_protocol(workdir: str, protocol: EvalProtocol) -> None:
   """Refuses a workdir holding shards of another protocol (or another shard count)."""
-  for name, status in _statuses(workdir).items():
-    other = status.get("protocol", {})
+  for name, other in _protocols(workdir).items():
     if other != protocol:
-      raise ShardError(f"{workdir} holds {name} of a different evaluation ({_diff(other, protocol)}"
-                       f"); use a new workdir for this one")
+      raise ShardError(f"{workdir} holds {name} of a different evaluation "
+                       f"({protocol.differences(other)}); use a new workdir for this one")
+
+
+def recorded_protocol(workdir: str) -> EvalProtocol | None:
+  """The protocol the shards of `workdir` recorded (the first's), or None: no shards."""
+  return next(iter(_protocols(workdir).values()), None)
 
 
 def recorded(workdir: str, keys: tuple):
-  """A protocol value an earlier shard of this workdir recorded (e.g. the tutor's
-  training step), or None."""
-  for status in _statuses(workdir).values():
-    value = status.get("protocol", {})
-    for k in keys:
-      value = value.get(k) if isinstance(value, dict) else None
-    if value is not None:
-      return value
-  return None
-
-
-def _diff(a: dict, b: dict) -> str:
-  keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-  return "; ".join(f"{k}: {json.dumps(a.get(k))} there, {json.dumps(b.get(k))} here"
-                   for k in keys)
+  """A protocol value an earlier shard of this workdir recorded, by its path in the
+  status file (e.g. ("tutor", "step"): the tutor's training step), or None."""
+  protocol = recorded_protocol(workdir)
+  value = protocol.to_dict() if protocol else None
+  for k in keys:
+    value = value.get(k) if isinstance(value, dict) else None
+  return value
 
 
 def _statuses(workdir: str) -> dict:
   folder = os.path.join(workdir, "shards")
   if not os.path.isdir(folder):
     return {}
-  return {n: read_json(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
-          if n.startswith("status-") and n.endswith(".json")}
+  return {n: files.read_json(os.path.join(folder, n), ShardError)
+          for n in sorted(os.listdir(folder)) if n.startswith("status-") and n.endswith(".json")}
 
 
-RECORDS = {"tutoring": records_lib.EvalRecord, "reasoning": records_lib.ReasoningRecord,
-           "mathtutorbench": records_lib.BenchRecord}
+def _protocols(workdir: str) -> dict[str, EvalProtocol]:
+  """Each status file's protocol, by file name; ShardError naming a file it cannot read."""
+  out = {}
+  for name, status in _statuses(workdir).items():
+    try:
+      out[name] = EvalProtocol.from_dict(status["protocol"])
+    except (KeyError, TypeError, ValueError) as e:
+      raise ShardError(f"{workdir}/shards/{name}: no protocol this pedrl reads ({e})") from None
+  return out
 
 
-def is_evaluation(protocol: dict) -> bool:
-  """Whether shards of this protocol are an evaluation's (other jobs shard too: baselines)."""
-  return protocol.get("kind", "tutoring") in RECORDS
+def recorded_kind(workdir: str) -> str | None:
+  """The job kind the shards of `workdir` recorded (None: no shards), read before the
+  rest of their protocol: another job's shards need not have an evaluation's fields."""
+  first = next(iter(_statuses(workdir).values()), None)
+  return None if first is None else protocol_lib.kind_of(first.get("protocol", {}))
 
 
-def record_kind(protocol: dict, workdir: str = "this workdir"):
-  """The record type of an evaluation: dialogues, reasoning answers, MathTutorBench's;
-  ShardError for another job's shards."""
-  kind = protocol.get("kind", "tutoring")
-  if kind not in RECORDS:
+def evaluation(kind: str, workdir: str = "this workdir") -> evaluations.EvalTask:
+  """The evaluation whose shards are of job `kind` (dialogues, reasoning answers,
+  MathTutorBench's); ShardError for another job's shards."""
+  if kind not in evaluations.TASKS:
     raise ShardError(f"{workdir}: not an evaluation workdir (its shards are a {kind!r} job's; "
-                     f"evaluations are {', '.join(RECORDS)})")
-  return RECORDS[kind]
+                     f"evaluations are {', '.join(evaluations.TASKS)})")
+  return evaluations.TASKS[kind]
 
 
 def completed(workdir: str, shard: int, num_shards: int, plan: dict,
@@ -195,19 +129,21 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
   return keep
 
 
-def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
+def gather(workdir: str, kind: type[records_lib.Record] | None = None
+           ) -> tuple[list, EvalProtocol, collections.Counter]:
   """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
-  `kind` (None: the protocol's record type); ShardError when a shard is missing or
-  unfinished, or shards disagree on the protocol."""
+  `kind` (None: the protocol's evaluation records); ShardError when a shard is missing
+  or unfinished, or shards disagree on the protocol."""
   statuses = _statuses(workdir)
   if not statuses:
     raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
-  protocols = {json.dumps(s.get("protocol"), sort_keys=True): n for n, s in statuses.items()}
-  if len(protocols) > 1:
-    (a, na), (b, nb) = list(protocols.items())[:2]
-    raise ShardError(f"{workdir} mixes evaluation protocols: {na} and {nb} differ in "
-                     f"{_diff(json.loads(a), json.loads(b))}")
-  num_shards = next(iter(statuses.values()))["protocol"]["num_shards"]
+  kind = kind or evaluation(recorded_kind(workdir), workdir).record_type
+  (first, protocol), *others = _protocols(workdir).items()
+  for name, other in others:
+    if other != protocol:
+      raise ShardError(f"{workdir} mixes evaluation protocols: {first} and {name} differ in "
+                       f"{other.differences(protocol)}")
+  num_shards = protocol.num_shards
   missing = [i for i in range(num_shards)
              if os.path.basename(status_path(workdir, i, num_shards)) not in statuses]
   unfinished = [n for n, s in statuses.items() if not s.get("finished")]
@@ -215,11 +151,9 @@ def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
     raise ShardError(f"{workdir}: of {num_shards} shards, " + "; ".join(filter(None, [
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
-  protocol = statuses[next(iter(statuses))]["protocol"]
   out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards),
-                            kind or record_kind(protocol, workdir))
+    out += records_lib.load(records_path(workdir, i, num_shards), kind)
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
@@ -231,40 +165,24 @@ def gather(workdir: str, kind=None) -> tuple[list, dict, collections.Counter]:
 
 
 def merge(workdir: str) -> tuple[list, dict]:
-  """(records in batch order, metrics) of every shard in `workdir`; ShardError when a
-  shard is missing or unfinished, or shards disagree on the protocol."""
+  """(records in batch order, metrics) of every shard in `workdir`, the metrics as the
+  protocol's evaluation computes them; ShardError when a shard is missing or unfinished,
+  or shards disagree on the protocol."""
   out, protocol, counts = gather(workdir)
-  kind = protocol.get("kind", "tutoring")
-  if kind == "mathtutorbench":
-    metrics = {"n_examples": len(out), "tasks": bench_results.metrics(out, counts)}
-  else:
-    e = protocol["eval"]
-    args = dict(seed=protocol["seed"], resamples=e["bootstrap_resamples"],
-                confidence=e["confidence"])
-    if kind == "reasoning":  # Protocols written before a setting existed: its behaviour then.
-      mmlu = protocol["reasoning"].get("mmlu_average", "question")
-      metrics = {"n_examples": len(out), **reasoning.accuracy(out, mmlu_average=mmlu, **args)}
-    else:
-      metrics = metrics_lib.compute(out, pedrm_unscored=e.get("pedrm_unscored", "drop"), **args)
-      metrics.update(metrics_lib.dialogue_counts(out))
+  metrics = evaluation(protocol.kind, workdir).metrics(out, counts, protocol)
   metrics["counts"] = dict(sorted(counts.items()))
   return out, metrics
 
 
 def write_merged(workdir: str) -> dict:
-  """Merges the shards into WORKDIR/eval_dialogues.jsonl (eval_reasoning.jsonl for the
-  reasoning benchmarks; MathTutorBench's own files) and WORKDIR/metrics.json."""
+  """Merges the shards into the evaluation's files (eval_dialogues.jsonl,
+  eval_reasoning.jsonl, MathTutorBench's own) and WORKDIR/metrics.json."""
   out, metrics = merge(workdir)
-  first = next(iter(_statuses(workdir).values()))
-  protocol, config = first["protocol"], first.get("config", "?")
-  kind = protocol.get("kind", "tutoring")
-  if kind == "mathtutorbench":
-    bench_results.write(workdir, out, metrics["tasks"], protocol["bench"]["model_name"], config)
-  else:
-    name = "eval_reasoning.jsonl" if kind == "reasoning" else "eval_dialogues.jsonl"
-    records_lib.save(out, os.path.join(workdir, name), mode="w")
-  write_json(os.path.join(workdir, "metrics.json"),
-             {**_nan_to_none(metrics), "config": config, "protocol": protocol})
+  protocol = recorded_protocol(workdir)
+  config = next(iter(_statuses(workdir).values())).get("config", "?")
+  evaluation(protocol.kind, workdir).write(workdir, out, metrics, protocol, config)
+  files.write_json(os.path.join(workdir, "metrics.json"),
+                   {**_nan_to_none(metrics), "config": config, "protocol": protocol.to_dict()})
   return metrics
 
 

@@ -23,21 +23,22 @@ adds paper 003's table 1 and fig. 3, `--config.views.sweep='2=W2,4=W4,…'` pape
 """
 import collections
 import dataclasses
-import json
 import os
 import time
 
 import jax
 from absl import app, flags, logging
 
-from pedrl import cli, stopping
+from pedrl import cli, files, stopping
+from pedrl.clients import openai_compat
 from pedrl.env import party as party_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views,
                                  labelling, report, responses as responses_lib,
                                  significance, summary as summary_lib, text as text_lib)
-from pedrl.eval.shards import ShardSettings, write_json
-from pedrl.experiments import settings as settings_lib, workdir as workdir_lib
-from pedrl.experiments.common import define_flags, exit_on_signal, exits_cleanly, load_party
+from pedrl.eval.protocol import ShardSettings
+from pedrl.jobs import settings as settings_lib, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party
 from pedrl.rewards import asking, backends
 
 define_flags("experiments/analyze.py:tiny", "Analysis directory (labels, tables, figures).")
@@ -82,7 +83,7 @@ def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
     labellers = tuple(Labeller(role, r.read(labelling.LabelSettings, role),
-                               r.values(backends.OpenAIBackend, f"{role}.openai"),
+                               r.values(openai_compat.OpenAIBackend, f"{role}.openai"),
                                r.read(party_lib.PartySettings, f"{role}.local"))
                       for role in labelling.ROLES)
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
@@ -142,7 +143,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
     if jax.process_count() > 1:
       raise app.UsageError("an API labeller on a multi-host run is not supported: run the "
                            "analysis on one host (its shards may run on many)")
-    client = backends.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
+    client = openai_compat.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
     client.preflight()
     return client
   if b == "local":
@@ -283,12 +284,11 @@ def write_report(s: Settings, workdir: str, conditions: dict, responses: dict,
                  "levels": t.levels, "skipped": t.skipped,
                  **(dataclasses.asdict(t.result) if t.result else {})} for t in tests],
       "reliability": rel}
-  write_json(os.path.join(workdir, "analysis.json"), _finite(summary))
-  with open(os.path.join(workdir, "response_stats.jsonl"), "w") as f:
-    for c, rs in per_response.items():
-      for r, st in zip(responses[c], rs):
-        f.write(json.dumps({"condition": c, "dialogue": r.dialogue, "turn": r.turn,
-                            **dataclasses.asdict(st)}) + "\n")
+  files.write_json(os.path.join(workdir, "analysis.json"), _finite(summary))
+  files.append_rows([{"condition": c, "dialogue": r.dialogue, "turn": r.turn,
+                      **dataclasses.asdict(st)}
+                     for c, rs in per_response.items() for r, st in zip(responses[c], rs)],
+                    os.path.join(workdir, "response_stats.jsonl"), mode="w")
   return paths + [os.path.join(workdir, "analysis.json")]
 
 

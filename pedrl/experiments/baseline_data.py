@@ -18,7 +18,7 @@ the workdir's last writes
   WORKDIR/accepted.jsonl    accepted dialogues, deduplicated (AcceptedDialogue)
   WORKDIR/summary.json      the counts, also printed (key=value)
   WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
-                            (pedrl.experiments.trained_on)
+                            (pedrl.jobs.trained_on)
 
 with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
 ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
@@ -33,16 +33,17 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from pedrl import cli, distributed, streams
+from pedrl import cli, distributed, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
-from pedrl.eval.shards import jsonable
-from pedrl.experiments import settings as settings_lib, sharded, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exits_cleanly, judges_protocol, load_party, load_problems,
-                                      read_settings, rollout_protocol, solver_party)
-from pedrl.experiments.sharded import tick
+from pedrl.eval.protocol import EvalProtocol, jsonable
+from pedrl.jobs import settings as settings_lib, sharded, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards, judges_protocol, rollout_protocol
+from pedrl.jobs.sharded import tick
 from pedrl.rl import offline_data
 
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
@@ -68,24 +69,23 @@ def read(config) -> tuple:
   return s, b
 
 
-def protocol(s, b: settings_lib.BaselineDataSettings) -> dict:
+def protocol(s, b: settings_lib.BaselineDataSettings) -> EvalProtocol:
   """Everything that decides the data: shards of one workdir must agree on it."""
   models = workdir_lib.identity(s, "baseline_data")
-  return {"kind": "baselines", "seed": s.job.seed, "num_shards": b.num_shards,
-          "baselines": {k: v for k, v in jsonable(b).items() if k != "shard"},
-          "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
-          "tutor": {**jsonable(s.tutor), **models["tutor"]},
-          "student": {**jsonable(s.student), **models["student"]},
-          "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
-          "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
-          "rewards": jsonable(s.rewards),
-          "judges": judges_protocol(s)}  # `read` made sure the rewards use them.
+  return EvalProtocol(kind="baselines", seed=s.job.seed, num_shards=b.num_shards, sections={
+      "baselines": {k: v for k, v in jsonable(b).items() if k != "shard"},
+      "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
+      "tutor": {**jsonable(s.tutor), **models["tutor"]},
+      "student": {**jsonable(s.student), **models["student"]},
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
+      "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
+      "rewards": jsonable(s.rewards),
+      "judges": judges_protocol(s)})  # `read` made sure the rewards use them.
 
 
 class ScoredRollouts:
-  """The task of pedrl.experiments.sharded: G scored dialogues per problem of the subset."""
+  """The task of pedrl.jobs.sharded: G scored dialogues per problem of the subset."""
   unit = "problem"
-  record_type = offline_data.ScoredDialogue
 
   def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
     self.s, self.b, self.apis = s, b, apis
@@ -109,9 +109,9 @@ class ScoredRollouts:
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
                             self.student, self.s.rollout, problem_uids=list(idx))
     clock = tick(counts, "seconds/dialogues", clock)
-    self.rewards(dialogues)
+    scored = self.rewards(dialogues)
     tick(counts, "seconds/rewards", clock)
-    counts.update({f"pipeline/{k}": v for k, v in self.rewards.batch_stats.items()})
+    counts.update({f"pipeline/{k}": v for k, v in scored.counts.items()})
     return [offline_data.ScoredDialogue(j, d) for d in dialogues]
 
   @staticmethod
@@ -130,7 +130,7 @@ class ScoredRollouts:
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
     summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
-    shards.write_json(os.path.join(workdir, "summary.json"), summary)
+    files.write_json(os.path.join(workdir, "summary.json"), summary)
     trained_on.record(workdir, self.items, self.s.problems.path)
     return summary
 
@@ -143,7 +143,8 @@ def main(argv):
   s, b = read(FLAGS.config)
   check_paths(s)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
-  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config)
+  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config,
+                        record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:
     for k, v in summary.items():
       print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")

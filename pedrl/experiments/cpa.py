@@ -9,7 +9,7 @@ is one MathTutorBench job in WORKDIR/<method>/seed<seed> (sharded and resumed
 like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPolicy`
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
-standard deviation); BVR is pedrl.eval.mathtutorbench.constraints' rule count on
+standard deviation); BVR is pedrl.mathtutorbench.constraints' rule count on
 the replies (as every MathTutorBench job reports it), BVR† on the two hard splits
 (paper 002 reports it there); `repair` the share of replies whose monitor
 repaired a step.
@@ -27,12 +27,16 @@ from tqdm import tqdm
 from pedrl import cli, distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.agent import CPASettings
+from pedrl.agents.cpa.state import Trace
+from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
-from pedrl.eval.mathtutorbench import constraints, results as results_lib
-from pedrl.eval.shards import jsonable
-from pedrl.experiments import mathtutorbench as mtb, settings as settings_lib, sharded
-from pedrl.experiments.common import define_flags, endpoint_party, exits_cleanly, load_party
-from pedrl.rl import checkpoint
+from pedrl.eval.mathtutorbench import results as results_lib
+from pedrl.eval.protocol import jsonable
+from pedrl.jobs import settings as settings_lib, sharded
+from pedrl.experiments import mathtutorbench as mtb
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_party
+from pedrl.mathtutorbench import constraints
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
 FLAGS = flags.FLAGS
@@ -74,17 +78,25 @@ def read(config) -> Settings:
   return out
 
 
+@dataclasses.dataclass
+class SharedModels:
+  """The models every method and seed of the job shares, each loaded once per process."""
+  client: ChatClient | None = None  # The backbone endpoint, checked once by main; or
+  party: Party | None = None  # the local backbone, loaded by the first run that needs it.
+  rm: pedrm_lib.PedRM | None = None  # Ped-RM (win rates), if the config names one.
+
+
 class AgentBench(mtb.Bench):
   """The benchmark job of one method and seed; the backbone model is loaded once per
-  process and shared by every method (`loaded`)."""
+  process and shared by every method (`models`)."""
 
-  def __init__(self, s: Settings, loaded_tasks: dict, method: str, models: dict):
+  def __init__(self, s: Settings, loaded_tasks: dict, method: str, models: SharedModels):
     self.method, self.models = method, models
     super().__init__(s, loaded_tasks)
 
   def connect(self):
     """The backbone endpoint, checked once by main and shared by every method."""
-    self.client = self.models["client"]
+    self.client = self.models.client
 
   def run(self, j: int, idx, counts) -> list:
     with sharded.api_counts(counts, backbone=self.backbone):
@@ -95,20 +107,16 @@ class AgentBench(mtb.Bench):
     if self.client is not None:
       backbone = backbone_lib.EndpointBackbone(self.client)
     else:
-      if "party" not in self.models:
-        params = None
-        if s.run.workdir:
-          _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                     s.job.scan_layers, mesh)
-        self.models["party"] = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      if self.models.party is None:
+        self.models.party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       backbone = backbone_lib.LocalBackbone(
-          self.models["party"], settings_lib.sampling(s.tutor), s.job.seed,
+          self.models.party, settings_lib.sampling(s.tutor), s.job.seed,
           truncate_prompts=s.agents.truncate_prompts)
     self.backbone = backbone
     self.policy = agent_bench.AgentPolicy(agent_bench.build(self.method, backbone, s.cpa))
-    if "rm" not in self.models:
-      self.models["rm"] = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
-    self.rm = self.models["rm"]
+    if self.models.rm is None and s.pedrm.path:
+      self.models.rm = pedrm_lib.PedRM(s.pedrm)
+    self.rm = self.models.rm
 
 
 HARD = results_lib.HARD  # Table 3's † splits.
@@ -151,14 +159,14 @@ def trace_stats(records, counts: dict) -> TraceStats:
   (shards' counts)."""
   rows = results_lib.violations(records)  # The MathTutorBench job's BVR, the same rows.
   rates = constraints.rates(rows)
-  traces = [r.trace or {} for r in records]
+  traces = [Trace.from_dict(r.trace) if r.trace else None for r in records]
   n = max(len(records), 1)
   return TraceStats(
       bvr=rates.get("bvr"),
       bvr_hard=constraints.rates(row for row in rows if row[0] in HARD).get("bvr"),
       rates=rates,
-      repair_share=float(np.mean([t.get("repairs", 0) > 0 for t in traces])),
-      fallbacks=int(sum(sum((t.get("fallbacks") or {}).values()) for t in traces)),
+      repair_share=float(np.mean([t is not None and t.repairs > 0 for t in traces])),
+      fallbacks=int(sum(sum(t.fallbacks.values()) for t in traces if t is not None)),
       calls_per_instance=counts.get("backbone/calls", 0) / n,
       tokens_per_instance=(counts.get("backbone/prompt_tokens", 0)
                            + counts.get("backbone/completion_tokens", 0)) / n,
@@ -210,9 +218,9 @@ def main(argv):
     raise app.UsageError("give the backbone: --config.tutor.path (a Hugging Face directory), "
                          "--config.tutor.workdir (a training run) or --config.tutor.endpoint.model")
   start = time.perf_counter()
-  models = {}
+  models = SharedModels()
   if s.endpoint.model:  # Checked with one request before anything runs.
-    models["client"] = endpoint_party(s.tutor, s.endpoint, "CPA backbone").client
+    models.client = endpoint_party(s.tutor, s.endpoint, "CPA backbone").client
   runs = {}
   jobs = [(method, seed) for method in s.agents.method_names for seed in s.agents.seed_list]
   with tqdm(total=len(jobs), unit="run", desc="cpa: methods × seeds",
@@ -220,8 +228,7 @@ def main(argv):
     for method, seed in jobs:
       run_s = dataclasses.replace(s, job=dataclasses.replace(s.job, seed=seed))
       where = os.path.join(workdir, method, f"seed{seed}")
-      protocol = {**mtb.protocol(run_s), "kind": "mathtutorbench", "method": method,
-                  "cpa": jsonable(s.cpa)}
+      protocol = mtb.protocol(run_s, method=method, cpa=jsonable(s.cpa))
       metrics = sharded.run(AgentBench(run_s, loaded, method, models), protocol, where,
                             s.shard, s.mesh, FLAGS.config, label=f"{method} seed {seed}")
       bar.update(1)

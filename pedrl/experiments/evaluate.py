@@ -8,7 +8,7 @@ rate), samples_per_problem dialogues with the tutor under test, K attempts
 after each (post), the evaluation judges (every sample kept, unparsed ones as
 None) and Ped-RM on every tutor turn; then the batch's EvalRecords are
 appended to this shard's file (pedrl.eval.shards; the loop is
-pedrl.experiments.sharded, shared with the MathTutorBench job). A rerun
+pedrl.jobs.sharded, shared with the MathTutorBench job). A rerun
 resumes after the last whole batch. When every shard of the workdir has finished, the one that
 finishes last merges them into WORKDIR/eval_dialogues.jsonl and
 WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
@@ -27,22 +27,22 @@ from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor a
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
 from pedrl.eval import reasoning
-from pedrl.eval.shards import jsonable
-from pedrl.experiments import conditions, settings as settings_lib, sharded, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, check_paths, define_flags, endpoint_party,
-                                      exits_cleanly, judge_panel, judges_protocol, load_party,
-                                      load_problems, read_settings, rollout_protocol,
-                                      solver_party, tutor_checkpoint)
-from pedrl.experiments.sharded import tick
+from pedrl.eval.protocol import EvalProtocol, jsonable
+from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import (endpoint_party, load_party, load_problems, solver_party,
+                                tutor_checkpoint, tutor_party)
+from pedrl.jobs.reward_factory import api_backends, judge_panel, judges_protocol, rollout_protocol
+from pedrl.jobs.sharded import tick
 from pedrl.rewards import asking
-from pedrl.rl import checkpoint
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
 FLAGS = flags.FLAGS
 
 
-def protocol(s) -> dict:
+def protocol(s) -> EvalProtocol:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   e = jsonable(s.evaluation)
   del e["shard"]
@@ -52,19 +52,19 @@ def protocol(s) -> dict:
            **models["tutor"]}
   if s.tutor_agent.agent:  # Only when set: earlier runs' protocols stay the same.
     tutor["agent"] = {**jsonable(s.tutor_agent), "cpa": jsonable(s.tutor_cpa)}
-  common = {"seed": s.job.seed, "num_shards": s.evaluation.num_shards, "eval": e,
-            "tutor": tutor}
+  common = dict(seed=s.job.seed, num_shards=s.evaluation.num_shards)
   if s.reasoning.names:
-    return {"kind": "reasoning", **common, "reasoning": jsonable(s.reasoning),
-            "thinking": s.rollout.thinking}
-  return {
-      "kind": "tutoring", **common, "batch_problems": s.job.batch_problems,
+    return EvalProtocol(kind="reasoning", **common, sections={
+        "eval": e, "tutor": tutor, "reasoning": jsonable(s.reasoning),
+        "thinking": s.rollout.thinking})
+  return EvalProtocol(kind="tutoring", **common, sections={
+      "eval": e, "tutor": tutor, "batch_problems": s.job.batch_problems,
       "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
       "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
       "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
       "judges": judges_protocol(s),
       "pedrm": jsonable(s.pedrm),
-  }
+  })
 
 
 def _endpoint(e) -> dict:
@@ -126,8 +126,8 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
   clock = tick(counts, "seconds/post_solve", clock)
   stats = asking.AskStats()
   try:
-    answers = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
-                                s.judging.max_failed_share, stats)
+    verdicts = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
+                                 s.judging.max_failed_share, stats)
   finally:
     counts.update({f"judge/{k}": v for k, v in stats.items()})
   clock = tick(counts, "seconds/judges", clock)
@@ -138,7 +138,7 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
       pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
       leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],  # Every panel has both.
       thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)
-      for d, a, t in zip(dialogues, answers, scores)]
+      for d, a, t in zip(dialogues, map(eval_judges.labels, verdicts), scores)]
 
 
 class Tutoring:
@@ -242,12 +242,8 @@ class Reasoning:
 
 def load_tutor(s, mesh):
   """The local tutor under test: a Hugging Face directory, or a training run's step."""
-  params = None
-  if s.tutor_run.workdir:
-    _, _, params, _ = checkpoint.trained_tutor(s.tutor_run.workdir, s.tutor_run.step,
-                                               s.job.scan_layers, mesh)
-  return load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                    params=params)
+  return tutor_party(s.tutor, s.tutor_run, mesh, s.job.scan_layers,
+                     {"enable_thinking": s.rollout.thinking})
 
 
 @exits_cleanly

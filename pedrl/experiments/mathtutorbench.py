@@ -8,9 +8,9 @@ checkpoint batched on the engine, a training run's step, or an
 OpenAI-compatible endpoint; greedy, the task's stop strings), parsed as the
 harness does; the pedagogical tasks' replies and human teacher turns are
 scored by Ped-RM; every reply is also checked by paper 002's BVR rules
-(pedrl.eval.mathtutorbench.constraints: bvr per task in results.json, BVR and
+(pedrl.mathtutorbench.constraints: bvr per task in results.json, BVR and
 BVR† in the printed table). Examples run in batches sharded like the evaluation job's
-(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.experiments.sharded):
+(`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.jobs.sharded):
 each batch's records are written as it ends, a rerun resumes after the last
 whole batch, and the shard that finishes last (or `python -m pedrl.tools.report
 WORKDIR`) merges them into WORKDIR/responses-<task>.jsonl,
@@ -28,11 +28,10 @@ from pedrl import cli
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
-from pedrl.eval.shards import ShardSettings, TutorRun, jsonable
-from pedrl.experiments import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.experiments.common import (define_flags, endpoint_party, exits_cleanly, load_party,
-                                      tutor_checkpoint)
-from pedrl.rl import checkpoint
+from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
+from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 FLAGS = flags.FLAGS
@@ -97,12 +96,14 @@ def load_tasks(bench, rm_settings) -> dict:
   return out
 
 
-def protocol(s: Settings) -> dict:
-  """Everything that decides the numbers: shards of one run must agree on it."""
+def protocol(s: Settings, **more) -> EvalProtocol:
+  """Everything that decides the numbers: shards of one run must agree on it. `more`:
+  a job's own sections (CPA's method and settings)."""
   model = ({"endpoint": [s.endpoint.model, s.endpoint.base_url]} if s.endpoint.model else
            {"path": s.tutor.path, **jsonable(s.run), **workdir_lib.architecture(s.tutor.path)})
-  return {"kind": "mathtutorbench", "seed": s.job.seed, "num_shards": s.shard.num_shards,
-          "bench": jsonable(s.bench), "model": model, "pedrm": jsonable(s.pedrm)}
+  return EvalProtocol(kind="mathtutorbench", seed=s.job.seed, num_shards=s.shard.num_shards,
+                      sections={"bench": jsonable(s.bench), "model": model,
+                                "pedrm": jsonable(s.pedrm), **more})
 
 
 def resolve_run(s: Settings, workdir: str) -> Settings:
@@ -143,12 +144,7 @@ class Bench:
   def load(self, mesh):
     s = self.s
     if self.policy is None:
-      params = None
-      if s.run.workdir:
-        _, _, params, _ = checkpoint.trained_tutor(s.run.workdir, s.run.step,
-                                                   s.job.scan_layers, mesh)
-        logging.info("the model under test: %s step %d", s.run.workdir, s.run.step)
-      party = load_party(s.tutor, mesh, s.job.scan_layers, params=params)
+      party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
       self.policy = runner.ModelPolicy(party, s.bench, s.job.seed)
     self.rm = pedrm_lib.PedRM(s.pedrm) if s.pedrm.path else None
     if self.rm is None:

@@ -9,7 +9,7 @@ The DPO loss over whole dialogues, only the tutor's sampled tokens counted
 initial tutor, whose log-probs of each step's pairs are computed once, before
 the update, with the trainer's jitted scorer (pedrl.rl.update.logprobs_in_chunks).
 The loop, checkpoints and outputs are the offline jobs'
-(pedrl.experiments.offline). A row of metrics.jsonl has, before the update,
+(pedrl.jobs.offline). A row of metrics.jsonl has, before the update,
 `loss`, `rewards/chosen` and `rewards/rejected` (DPO's implicit rewards β·Δ,
 means over the step's pairs), `rewards/margins`, `rewards/accuracies` (the share
 of pairs whose chosen reward is the higher) and `logps/chosen|rejected`.
@@ -17,8 +17,8 @@ of pairs whose chosen reward is the higher) and `logps/chosen|rejected`.
 import os
 
 from pedrl import cli
-from pedrl.experiments import offline
-from pedrl.experiments.common import define_flags
+from pedrl.jobs import offline
+from pedrl.jobs.exits import define_flags
 from pedrl.rl import dpo, offline_data, update
 
 define_flags("experiments/mdpo.py:tiny", "Run directory (checkpoints, metrics).")
@@ -46,5 +46,7 @@ class MDPO(offline.Method):
         model, trainer.ref_params, tokens, attn, 1.0, chunk, mesh))
 
 
+main = offline.main(MDPO())
+
 if __name__ == "__main__":
-  cli.run(offline.main(MDPO()))
+  cli.run(main)

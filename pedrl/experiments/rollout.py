@@ -22,13 +22,14 @@ import numpy as np
 from absl import flags, logging
 from tqdm import tqdm
 
-from pedrl import cli, distributed, stopping
+from pedrl import cli, distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
-from pedrl.experiments import metrics as metrics_lib, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_paths, define_flags,
-                                      exit_on_signal, exits_cleanly, load_party, load_problems,
-                                      read_settings, solver_party)
+from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards
 
 define_flags("experiments/rollout.py:tiny", "Output directory.")
 FLAGS = flags.FLAGS
@@ -49,7 +50,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   rows = writer.rows()
   done = []
   if os.path.exists(d_path):
-    if cut := dialogue.repair_jsonl(d_path):
+    if cut := files.repair_jsonl(d_path):
       logging.warning("%s: removed a partly written last line (%d bytes)", d_path, cut)
     done = dialogue.load_jsonl(d_path)
   if done and not rows:  # Rows are written first: only a lost metrics.jsonl gets here.
@@ -72,7 +73,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
 def _convert_old_rows(path: str):
   """Rewrites the metric rows of a workdir from before the shared metric names
   (batch_problem_uids, {component: {mean, std}}, pipeline: {…}) in today's names."""
-  rows = dialogue.read_rows(path)
+  rows = files.read_rows(path, dialogue.RecordError)
   if not any(isinstance(r, dict) and "step" not in r and "batch_problem_uids" in r
              for r in rows):
     return
@@ -81,10 +82,11 @@ def _convert_old_rows(path: str):
     if "step" in r:
       out.append(r)
       continue
-    stats = {k: (v["mean"], v["std"]) for k, v in r.items() if isinstance(v, dict) and "mean" in v}
+    stats = {k: assemble.Spread(v["mean"], v["std"]) for k, v in r.items()
+             if isinstance(v, dict) and "mean" in v}
     out.append({"step": step, "problem_uids": r["batch_problem_uids"],
-                **assemble.batch_metrics(stats, r.get("pipeline", {}))})
-  dialogue.append_rows(out, path, mode="w")
+                **assemble.BatchRewards(stats, r.get("pipeline", {})).to_row()})
+  files.append_rows(out, path, mode="w")
   logging.warning("%s: %d metric rows of an older pedrl rewritten in today's names", path,
                   len(rows))
 
@@ -169,11 +171,10 @@ def main(argv):
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
       seconds["solve"] += time.perf_counter() - t0
-      batch_stats = rewards(dialogues)
+      scored = rewards(dialogues)
       logging.info("batch %d: %s", lo // b, "  ".join(
-          f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in batch_stats.items()))
-      row = {"step": len(batch_rows) + 1, "problem_uids": list(uids),
-             **assemble.batch_metrics(batch_stats, rewards.batch_stats)}
+          f"{k}={m:.3f}±{sd:.3f}" for k, (m, sd) in scored.stats.items()))
+      row = {"step": len(batch_rows) + 1, "problem_uids": list(uids), **scored.to_row()}
       if main_process:  # The row first, then the dialogues: see `resume`.
         writer.write(row["step"], row)
         dialogue.save_jsonl(dialogues, out_path)
@@ -181,7 +182,7 @@ def main(argv):
       batch_rows.append(row)
       bar.update(len(batch))
       bar.set_postfix(turns=f"{np.mean([d.turns for d in dialogues]):.1f}",
-                      reward=f"{batch_stats['total'][0]:.2f}")
+                      reward=f"{scored.total:.2f}")
       if distributed.any_process(signals.requested is not None):
         stopped_by = signals.requested or "SIGTERM"
         break

@@ -6,15 +6,15 @@ r"""SFT of the tutor on the baseline data's accepted dialogues (paper 003's SFT 
 The next-token loss of the tutor's tokens of every accepted dialogue
 (pedrl.rl.sft; WORKDIR/accepted.jsonl of the data workdir), in batches of
 train.batch dialogues padded to a length bucket; the loop, checkpoints and
-outputs are the offline jobs' (pedrl.experiments.offline). A row of
+outputs are the offline jobs' (pedrl.jobs.offline). A row of
 metrics.jsonl has `loss` (the batch's mean NLL per counted token, before the
 update) and `tutor_tokens`.
 """
 import os
 
 from pedrl import cli
-from pedrl.experiments import offline
-from pedrl.experiments.common import define_flags
+from pedrl.jobs import offline
+from pedrl.jobs.exits import define_flags
 from pedrl.rl import batch as batch_lib, offline_data, sft
 
 define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
@@ -40,5 +40,7 @@ class SFT(offline.Method):
     return batch_lib.from_sequences(items)
 
 
+main = offline.main(SFT())
+
 if __name__ == "__main__":
-  cli.run(offline.main(SFT()))
+  cli.run(main)

@@ -3,7 +3,7 @@ r"""GRPO training with the rewards of PedagogicalRL-Thinking (paper 001).
   python -m pedrl.experiments.thinking --config=experiments/thinking.py:tiny --workdir=/tmp/thinking
 """
 from pedrl import cli
-from pedrl.experiments import train
+from pedrl.jobs.train import main
 
 if __name__ == "__main__":
-  cli.run(train.main)
+  cli.run(main)

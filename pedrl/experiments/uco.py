@@ -3,7 +3,7 @@ r"""GRPO training with the rewards of UCO (paper 000).
   python -m pedrl.experiments.uco --config=experiments/uco.py:tiny --workdir=/tmp/uco
 """
 from pedrl import cli
-from pedrl.experiments import train
+from pedrl.jobs.train import main
 
 if __name__ == "__main__":
-  cli.run(train.main)
+  cli.run(main)

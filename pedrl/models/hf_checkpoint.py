@@ -310,10 +310,3 @@ def save_params(params, cfg: ModelConfig, out_dir: str, max_shard_bytes: int = 4
     json.dump(hf_config, f, indent=2)
   for fname in names:  # safetensors writes 0600; give the weights the umask's mode, as open() does.
     shutil.copymode(config_path, os.path.join(out_dir, fname))
-
-
-def tensor_names(ckpt_dir: str) -> list[str]:
-  """All tensor names of a checkpoint directory (for debugging)."""
-  with contextlib.ExitStack() as stack:
-    return sorted(_Tensors(ckpt_dir, stack).where)
-

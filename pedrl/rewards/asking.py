@@ -11,6 +11,25 @@ answers is an error: its values would be mostly stand-ins.
 """
 import collections
 import dataclasses
+from typing import Protocol, Sequence
+
+from pedrl.clients.openai_compat import failure_kind
+
+
+class TextRequest(Protocol):
+  """What every request to a text backend has (judging.Request, oracle.OracleRequest, …);
+  a rule backend reads the fields of its own request type besides."""
+  prompt: str
+  uid: int  # Distinct within a batch: seeds a local model's sample.
+
+
+class TextBackend(Protocol):
+  """Where replies to prompts come from (pedrl.rewards.backends: an OpenAI-compatible
+  endpoint, a local model, rules): per request its reply text, or the exception that
+  ended its API retries (`ask` counts it and asks again next round)."""
+
+  def complete(self, requests: Sequence[TextRequest],
+               round_: int = 0) -> list[str | Exception]: ...
 
 
 class AskStats(collections.Counter):
@@ -26,12 +45,6 @@ class AskStats(collections.Counter):
     policy/<name>       requests still unanswered after every round, which the caller's
                         failure policy <name> filled in (or dropped)
   """
-
-
-def failure_kind(error: Exception) -> str:
-  """A counter name for a failed request: the error's `kind` if it has one (e.g.
-  non_completion_reply), else its class name (RateLimitError, APITimeoutError, ...)."""
-  return getattr(error, "kind", None) or type(error).__name__
 
 
 def check_max_failed_share(share: float):

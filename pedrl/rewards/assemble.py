@@ -15,7 +15,7 @@ variant; no solve attempts or UCO scoring are made for it), plus the template's
 length penalty, which applies regardless.
 """
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -170,7 +170,13 @@ def dialogue_part(d, settings: RewardSettings) -> float:
   return d.rewards.total - sum(w * d.rewards.components[n] for n, w in settings.turn_level)
 
 
-def assign(dialogues, settings: RewardSettings) -> dict:
+class Spread(NamedTuple):
+  """A batch's mean and standard deviation of one reward component (NaN: no dialogue)."""
+  mean: float
+  std: float
+
+
+def assign(dialogues, settings: RewardSettings) -> dict[str, Spread]:
   """Fills d.rewards for the dialogues no judge policy dropped; returns per component
   (and "total") the batch mean and standard deviation."""
   kept = [d for d in dialogues if not d.dropped]
@@ -181,14 +187,28 @@ def assign(dialogues, settings: RewardSettings) -> dict:
   for name in [n for n, _ in settings.weights] + ["total"]:
     xs = np.asarray([d.rewards.total if name == "total" else d.rewards.components[name]
                      for d in kept], np.float64)
-    stats[name] = (float(xs.mean()), float(xs.std())) if xs.size else (float("nan"),) * 2
+    stats[name] = Spread(float(xs.mean()), float(xs.std())) if xs.size else Spread(
+        float("nan"), float("nan"))
   return stats
 
 
-def batch_metrics(stats: dict, pipeline_counts: dict) -> dict:
-  """A batch's metric row entries, named alike in every job: reward/<component> and
-  reward_std/<component> (mean, std from `assign`), pipeline/<count>."""
-  out = {f"reward/{k}": m for k, (m, _) in stats.items()}
-  out.update({f"reward_std/{k}": sd for k, (_, sd) in stats.items()})
-  out.update({f"pipeline/{k}": v for k, v in sorted(pipeline_counts.items())})
-  return out
+@dataclasses.dataclass(frozen=True)
+class BatchRewards:
+  """What rewarding a batch says about the batch (each dialogue carries its own rewards):
+  per component and "total" the spread over the dialogues kept, and the reward
+  pipeline's counts for this batch alone (pedrl.rewards.pipeline)."""
+  stats: dict[str, Spread]
+  counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  @property
+  def total(self) -> float:
+    """The batch's mean reward total."""
+    return self.stats["total"].mean
+
+  def to_row(self) -> dict[str, float]:
+    """The batch's metric row entries, named alike in every job: reward/<component>,
+    reward_std/<component> and pipeline/<count>."""
+    out = {f"reward/{k}": s.mean for k, s in self.stats.items()}
+    out.update({f"reward_std/{k}": s.std for k, s in self.stats.items()})
+    out.update({f"pipeline/{k}": v for k, v in sorted(self.counts.items())})
+    return out

@@ -1,239 +1,25 @@
 """Where judge replies come from: an OpenAI-compatible endpoint, a local model, or rules.
 
-Every backend has `complete(requests, round) -> [reply text | Exception]`, one
-entry per request; an exception stands for a request whose API retries ran
-out, and `asking.ask` counts it and asks again next round. A backend's own
-`stats` count its API retries (retries, retries/<kind>).
+Every backend is a `pedrl.rewards.asking.TextBackend`: `complete(requests, round)
+-> [reply text | Exception]`, one entry per request; an exception stands for a
+request whose API retries ran out, and `asking.ask` counts it and asks again
+next round. The endpoint backend is the general client
+(pedrl.clients.openai_compat.OpenAIBackend); its own `stats` count its API
+retries (retries, retries/<kind>).
 """
 import collections
-import concurrent.futures
 import dataclasses
-import datetime
-import email.utils
 import json
-import math
-import os
-import random
 import re
-import threading
-import time
-import typing
+from typing import Sequence
 
 from pedrl import distributed, streams
+from pedrl.clients.openai_compat import EndpointError, OpenAIBackend, failure_kind
 from pedrl.env import chat
 from pedrl.env.dialogue import STUDENT, TUTOR
-from pedrl.rewards.asking import failure_kind
-from pedrl.rewards.judging import JudgeError
-
-
-
-# -- OpenAI-compatible endpoints (OpenAI, vLLM, Gemini's compatibility endpoint) -------------
-
-class NonCompletionReply(ValueError):
-  """An answer that is no chat completion: a proxy's HTML error page (the client then
-  returns a str), a body that is not JSON, JSON without choices or a message."""
-  kind = "non_completion_reply"  # Its counter name (asking.failure_kind).
-
-
-def _describe(out, raw: bool = False) -> str:
-  if isinstance(out, (str, bytes)):
-    return f"a {type(out).__name__} body {out[:80]!r}"
-  return f"a {type(out).__name__} with no usable choices[0].{'text' if raw else 'message'}"
-
-
-def completion_text(out, raw: bool = False) -> str:
-  """The first choice's text of what `chat.completions.create` (with `raw`,
-  `completions.create`) returned, or NonCompletionReply. A message without content (a
-  refusal, a token budget spent on reasoning) is an empty reply, which the judge asks
-  again."""
-  choices = None if isinstance(out, (str, bytes)) else getattr(out, "choices", None)
-  first = choices[0] if isinstance(choices, list) and choices else None
-  message = first if raw else getattr(first, "message", None)
-  content = getattr(message, "text" if raw else "content", None)
-  if message is None or not isinstance(content, (str, type(None))):
-    raise NonCompletionReply(f"no {'text' if raw else 'chat'} completion: the endpoint "
-                             f"answered {_describe(out, raw)}")
-  return content or ""
-
-
-def retry_after(headers) -> float | None:
-  """The seconds an error answer asks to wait: `retry-after-ms`, or `Retry-After` in
-  seconds or as an HTTP date; None without a usable header."""
-  if not headers:
-    return None
-  headers = {str(k).lower(): v for k, v in headers.items()}
-  for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-    try:
-      seconds = float(headers[name]) * scale
-    except (KeyError, TypeError, ValueError):
-      continue
-    if math.isfinite(seconds):
-      return max(seconds, 0.0)
-  try:
-    when = email.utils.parsedate_to_datetime(headers.get("retry-after"))
-  except (TypeError, ValueError, IndexError):
-    return None
-  if when.tzinfo is None:  # HTTP dates are GMT.
-    when = when.replace(tzinfo=datetime.timezone.utc)
-  return max(when.timestamp() - time.time(), 0.0)
-
-
-class Reply(typing.NamedTuple):
-  """One chat completion: its text, why it ended ("stop", "length"), and the tokens the
-  endpoint counted (0 when it reports no usage)."""
-  text: str
-  finish_reason: str
-  prompt_tokens: int
-  completion_tokens: int
-
-
-@dataclasses.dataclass
-class OpenAIBackend:
-  """Chat completions through the `openai` client, with bounded concurrency and retries.
-
-  The key is read from the environment variable named `api_key_env`; the key
-  itself is never in a config or a log line. Timeouts, connection errors, 429,
-  5xx and answers that are no completion are retried, at most `max_tries` tries
-  per call (paper 001 uses 5), after the wait a 429/5xx asks for (Retry-After,
-  retry-after-ms) or else exponential backoff with jitter, never more than
-  `backoff_max`; other API errors (bad key, unknown model) stop the run with a
-  JudgeError. `preflight()` checks endpoint, key and model with one small request.
-  """
-  model: str
-  base_url: str | None = None
-  api_key_env: str = "OPENAI_API_KEY"
-  temperature: float = 0.6  # The reference code's judge temperature.
-  max_tokens: int = 1024
-  max_concurrency: int = 16
-  timeout: float = 60.0
-  max_tries: int = 5
-  backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
-  backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
-  top_p: float = 1.0  # Sent only below 1.
-  # The request field that carries max_tokens: OpenAI's reasoning models (o-series, GPT-5)
-  # refuse "max_tokens" and take "max_completion_tokens" (their reasoning counts in it).
-  max_tokens_field: str = "max_tokens"
-  role: str = "judge"  # What the endpoint is for, in error messages (judge, tutor, student).
-  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-
-  def __post_init__(self):
-    import openai
-    if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-      raise ValueError(f"max_tokens_field {self.max_tokens_field!r} is not max_tokens or "
-                       "max_completion_tokens")
-    key = os.environ.get(self.api_key_env)
-    if not key:
-      raise JudgeError(f"the environment variable {self.api_key_env} is not set; it must hold "
-                       f"the API key for the {self.role} endpoint {self.endpoint}")
-    self._openai = openai
-    self._lock = threading.Lock()  # Counters are bumped from the worker threads.
-    self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
-                                 max_retries=0)  # Retries are ours: counted, with jitter.
-    # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
-    self._retryable = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                       openai.InternalServerError, NonCompletionReply)
-
-  @property
-  def endpoint(self) -> str:
-    return self.base_url or "api.openai.com"
-
-  def complete(self, requests, round_: int = 0):
-    del round_
-    prompts = [[{"role": "user", "content": r.prompt}] for r in requests]
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
-      return [r if isinstance(r, Exception) else r.text
-              for r in pool.map(self._one, prompts)]
-
-  def chat(self, conversations, stop=()) -> list:
-    """Per conversation ([{"role", "content"}] messages, any roles), a `Reply` or the
-    exception that ended its retries: the endpoint taking one side of a dialogue.
-    `stop`: strings the endpoint ends a reply before (the reply leaves them out)."""
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
-      return list(pool.map(lambda m: self._one(m, stop), conversations))
-
-  def text_completions(self, prompts, stop=()) -> list:
-    """Per prompt, the raw-text continuation (`/v1/completions`, no chat template) as a
-    `Reply`, or the exception that ended its retries."""
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
-      return list(pool.map(lambda p: self._one(p, stop, raw=True), prompts))
-
-  def _count(self, key: str, n: int = 1):
-    with self._lock:
-      self.stats[key] += n
-
-  def _request(self, messages, max_tokens: int, stop=(), raw: bool = False) -> "Reply":
-    """One call (chat, or with `raw` a raw-text completion of the prompt `messages`);
-    whatever comes back that is no completion raises NonCompletionReply."""
-    o = self._openai
-    args = dict(model=self.model, temperature=self.temperature,
-                **{self.max_tokens_field: max_tokens},
-                **({"top_p": self.top_p} if self.top_p < 1 else {}),
-                **({"stop": list(stop)} if stop else {}))
-    try:
-      out = (self._client.completions.create(prompt=messages, **args) if raw else
-             self._client.chat.completions.create(messages=messages, **args))
-    except (ValueError, o.APIResponseValidationError) as e:  # A JSON content type, other body.
-      raise NonCompletionReply(f"no {'text' if raw else 'chat'} completion: the endpoint's "
-                               f"body does not parse ({type(e).__name__}: {e})") from e
-    text = completion_text(out, raw)
-    usage = getattr(out, "usage", None)
-    used = [getattr(usage, k, None) or 0 for k in ("prompt_tokens", "completion_tokens")]
-    self._count("calls")
-    self._count("prompt_tokens", used[0])
-    self._count("completion_tokens", used[1])
-    return Reply(text, out.choices[0].finish_reason or "stop", *used)
-
-  def _delay(self, attempt: int, error: Exception) -> float:
-    """The wait a 429/5xx asks for, else exponential backoff with ±50% jitter."""
-    asked = retry_after(getattr(getattr(error, "response", None), "headers", None))
-    if asked is not None:
-      return min(self.backoff_max, asked)
-    return min(self.backoff_max, self.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
-
-  def _one(self, messages, stop=(), raw: bool = False):
-    for attempt in range(self.max_tries):
-      try:
-        return self._request(messages, self.max_tokens, stop, raw)
-      except self._retryable as e:
-        if attempt + 1 == self.max_tries:
-          return e
-        self._count("retries")
-        self._count(f"retries/{failure_kind(e)}")
-        time.sleep(self._delay(attempt, e))
-      except self._openai.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.
-        raise JudgeError(f"{self.role} endpoint {self.endpoint} (model {self.model!r}) refused "
-                         f"the request: HTTP {e.status_code} {type(e).__name__}") from None
-
-  def preflight(self, tries: int = 2):
-    """One one-token request, so that a wrong endpoint, key or model stops a run before
-    any model loads: JudgeError naming the endpoint and model (and the key's variable)."""
-    for attempt in range(tries):
-      try:
-        self._request([{"role": "user", "content": "Reply with OK."}], max_tokens=1)
-        return
-      except self._retryable as e:
-        if attempt + 1 == tries:
-          raise JudgeError(self._preflight_failure(e)) from None
-        time.sleep(self._delay(attempt, e))
-      except self._openai.APIStatusError as e:
-        raise JudgeError(self._preflight_failure(e)) from None
-
-  def _preflight_failure(self, e: Exception) -> str:
-    """One line on why the preflight failed (never the key, nor the server's text)."""
-    o, status = self._openai, getattr(e, "status_code", None)
-    where = f"the {self.role} endpoint {self.endpoint} (model {self.model!r})"
-    if isinstance(e, o.APITimeoutError):
-      return f"{where} did not answer within the timeout of {self.timeout:g} s"
-    if isinstance(e, o.APIConnectionError):
-      return f"{where} cannot be reached (connection refused or host unreachable)"
-    if status in (401, 403):
-      return (f"{where} refused the API key in the environment variable {self.api_key_env}: "
-              f"HTTP {status} {type(e).__name__}")
-    if status == 404:
-      return f"{where} answered HTTP 404: an unknown model, or a base_url that is no API root"
-    if isinstance(e, NonCompletionReply):
-      return f"{where} is no OpenAI-compatible endpoint: {e}"
-    return f"{where} failed the preflight request: HTTP {status} {type(e).__name__}"
+from pedrl.env.party import Party
+from pedrl.rewards.asking import TextRequest
+from pedrl.rewards.judging import JudgeError, Request
 
 
 @dataclasses.dataclass
@@ -245,13 +31,14 @@ class MainProcessCalls:
   hangs), and every host calling would multiply the API bill. `inner` is None
   on the other processes (they need no API key).
   """
-  inner: object
+  inner: OpenAIBackend | None
 
   @property
   def stats(self):  # Counted on process 0, the one that writes metrics.
     return self.inner.stats if self.inner is not None else collections.Counter()
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[TextRequest],
+               round_: int = 0) -> list[str | Exception]:
     message = self._on_main(lambda: [
         {"error": f"{type(r).__name__}: {r}", "kind": failure_kind(r)}
         if isinstance(r, Exception) else {"text": r}
@@ -269,7 +56,7 @@ class MainProcessCalls:
     if distributed.is_main_process():
       try:
         message = {"result": call()}
-      except JudgeError as e:  # Already one clear line.
+      except (JudgeError, EndpointError) as e:  # Already one clear line.
         message = {"fatal": str(e)}
       except Exception as e:
         message = {"fatal": f"{type(e).__name__}: {e}"}
@@ -280,7 +67,7 @@ class MainProcessCalls:
 
 
 def _failed_request(message: dict) -> JudgeError:
-  """Process 0's failed request, keeping its counter name (asking.failure_kind)."""
+  """Process 0's failed request, keeping its counter name (openai_compat.failure_kind)."""
   error = JudgeError(message["error"])
   error.kind = message.get("kind")
   return error
@@ -295,12 +82,12 @@ class LocalBackend:
   Paper 003's training judge is a local Qwen2.5-14B-Instruct. Each request is
   one sample with its own key (seed, request uid, round).
   """
-  party: object
+  party: Party
   temperature: float = 0.6
   prompts_per_call: int = 32
   seed: int = 0
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     from pedrl.env import solving
     party = dataclasses.replace(self.party, sampling=dataclasses.replace(
         self.party.sampling, temperature=self.temperature))
@@ -337,7 +124,7 @@ class RuleBackend:
   max_tutor_words: int = 150
   max_tutor_share: float = 0.6
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     del round_
     rules = {"leakage": self.leakage, "helpfulness": self.helpfulness, "thinking": self.thinking}
     out = []

@@ -14,17 +14,17 @@ and every value the policy filled in is flagged in `Verdict.filled`: nothing
 becomes a default silently. A batch in which the policy would fill in more than
 `max_failed_share` of the answers (an endpoint that is mostly down) is an error.
 """
-import ast
 import collections
 import dataclasses
-import json
 import re
 import typing
 
 import numpy as np
 
+from pedrl import files
+from pedrl.clients import openai_compat
 from pedrl.env import prompts
-from pedrl.env.dialogue import TUTOR, Verdict, transcript
+from pedrl.env.dialogue import TUTOR, Dialogue, Verdict, transcript
 from pedrl.rewards import asking, pedagogy
 
 DECISION, SCORE = "decision", "score"
@@ -60,7 +60,7 @@ THINKING = (JudgeSpec("leakage", "judges/thinking_leakage"),
 @dataclasses.dataclass(frozen=True)
 class Request:
   """One judge sample of one dialogue: what a backend answers."""
-  dialogue: object  # pedrl.env.dialogue.Dialogue
+  dialogue: Dialogue
   spec: JudgeSpec
   sample: int
   prompt: str
@@ -77,26 +77,9 @@ class Judged(typing.NamedTuple):
 
 # -- Parsing -------------------------------------------------------------------------------
 
-def json_object(text: str):
-  """The object between the first '{' and the last '}', as JSON or a Python literal."""
-  text = re.sub(r"```(?:json)?", "", text)
-  start, end = text.find("{"), text.rfind("}")
-  if start == -1 or end <= start:
-    return None
-  body = text[start:end + 1]
-  for load in (json.loads, ast.literal_eval):
-    try:
-      value = load(body)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-      continue
-    if isinstance(value, dict):
-      return {str(k).strip().lower(): v for k, v in value.items()}
-  return None
-
-
 def parse_decision(text: str) -> bool | None:
   """True (OK/accept), False (REJECT) or None (unreadable), whatever the case or quoting."""
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   value = obj.get("decision") if obj else None
   if value is None:  # Prose or broken JSON: a "decision": X pair anywhere.
     m = re.search(r"""["']?decision["']?\s*[:=]\s*["']?([A-Za-z]+)["']?\s*(?:[,}\n.]|$)""",
@@ -108,7 +91,7 @@ def parse_decision(text: str) -> bool | None:
 
 def parse_score(text: str) -> float | None:
   """A score in [0, 1] (a number or a numeric string), or None."""
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   value = obj.get("score") if obj else None
   if value is None:
     m = re.search(r"""["']?score["']?\s*[:=]\s*["']?(-?[0-9]*\.?[0-9]+)""", text or "", re.I)
@@ -127,7 +110,7 @@ def parse(text: str, kind: str):
 def reason(text: str) -> str | None:
   """The reason a judge's JSON reply gives for its verdict (the prompts ask for
   "reasoning"), or None."""
-  obj = json_object(text or "") or {}
+  obj = files.json_object(text or "") or {}
   value = next((obj[k] for k in ("reasoning", "reason", "explanation") if obj.get(k)), None)
   return None if value is None else str(value).strip()
 
@@ -172,8 +155,11 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
     value = parse(text, r.spec.kind)
     reasons[r.uid] = reason(text) if value is not None else None
     return value
-  asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
-                     error=JudgeError)
+  try:
+    asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
+                       error=JudgeError)
+  except openai_compat.EndpointError as e:  # A refused key or model: the judges cannot run.
+    raise JudgeError(str(e)) from None
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
   failed = asked.to_policy(on_failure, max_failed_share,
                            f"judge answers were still missing after {rounds} rounds and would "

@@ -12,13 +12,14 @@ of the turns would fall back is an error too: its UCO rewards would be the
 smoke-test oracle's.
 """
 import dataclasses
+from typing import Protocol, Sequence
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import prompts
-from pedrl.env.dialogue import transcript
+from pedrl.env.dialogue import Dialogue, transcript
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 from pedrl.rewards.uco import SCAFFOLD_LEVELS
 
 N_CANDIDATES = 5  # n in paper 000 eq. 3.
@@ -40,10 +41,16 @@ class OracleTurn:
 @dataclasses.dataclass(frozen=True)
 class OracleRequest:
   """Turn `turn` (a tutor message index) of a dialogue; `prompt`/`uid` for text backends."""
-  dialogue: object
+  dialogue: Dialogue
   turn: int
   prompt: str = ""
   uid: int = 0
+
+
+class Oracle(Protocol):
+  """Per request, the turn's candidates and hints: `ReferenceOracle` or `LLMOracle`."""
+
+  def __call__(self, requests: Sequence[OracleRequest]) -> list[OracleTurn]: ...
 
 
 # -- Offline: from the reference answer -------------------------------------------------------
@@ -82,7 +89,7 @@ class ReferenceOracle:
 
 def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
   """The first n non-empty candidates and all five hints, or None."""
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   if not obj:
     return None
   candidates = obj.get("candidates")
@@ -101,7 +108,7 @@ def parse_oracle(text: str, n: int = N_CANDIDATES) -> OracleTurn | None:
 
 @dataclasses.dataclass
 class LLMOracle:
-  backend: object  # complete(requests, round) -> [text | Exception]
+  backend: asking.TextBackend
   rounds: int = ROUNDS
   on_failure: str = ON_FAILURE
   stats: asking.AskStats = dataclasses.field(default_factory=asking.AskStats)  # Running totals.
@@ -145,7 +152,7 @@ def nearest_hint_level(message_embedding, hint_embeddings) -> int:
 
 
 def parse_level(text: str) -> int | None:
-  obj = json_object(text or "")
+  obj = files.json_object(text or "")
   value = obj.get("level") if obj else None
   if isinstance(value, str):
     name = value.strip().lower().replace("-", "_").replace(" ", "_")

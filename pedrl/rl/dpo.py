@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from pedrl.rl import batch as batch_lib, update
+from pedrl.rl import batch as batch_lib, objective as objective_lib, update
 
 
 def dpo_loss(chosen_logratio, rejected_logratio, beta: float):
@@ -53,13 +53,35 @@ class PairBatch:
     return out.replace(valid=np.arange(rows) < self.rows)
 
 
+@struct.dataclass
+class DPOMetrics:
+  """MDPO's metrics of one update, means over its pairs (TRL's DPOTrainer's, named as it
+  logs them in `to_row`)."""
+  loss: jax.Array
+  chosen_reward: jax.Array  # β·Δ of the chosen dialogue.
+  rejected_reward: jax.Array
+  accuracy: jax.Array  # Share of pairs whose chosen reward is the higher.
+  chosen_logp: jax.Array  # Σ log π of the chosen dialogue's tutor tokens.
+  rejected_logp: jax.Array
+  pairs: jax.Array  # Pairs counted.
+
+  def guarded(self) -> dict[str, jax.Array]:
+    return {"loss": self.loss}
+
+  def to_row(self) -> dict[str, float]:
+    return {"loss": float(self.loss), "rewards/chosen": float(self.chosen_reward),
+            "rewards/rejected": float(self.rejected_reward),
+            "rewards/margins": float(self.chosen_reward - self.rejected_reward),
+            "rewards/accuracies": float(self.accuracy), "logps/chosen": float(self.chosen_logp),
+            "logps/rejected": float(self.rejected_logp), "pairs": float(self.pairs)}
+
+
 @dataclasses.dataclass(frozen=True)
 class DPOObjective:
   """The MDPO objective (pedrl.rl.objective) on a PairBatch: the mean DPO loss over pairs.
   Rewards are DPO's implicit ones, β·Δ, as TRL's DPOTrainer reports them."""
   beta: float = 0.1  # KL coefficient η of M-DPO (Xiong et al. 2025; TRL's DPOConfig default).
   micro_batch: int = 2  # Pairs per gradient computation (each two sequences).
-  guarded = ("loss",)
 
   def totals(self, batch: PairBatch) -> tuple:
     return (max(np.asarray(batch.valid).sum(), 1),)
@@ -80,13 +102,12 @@ class DPOObjective:
             "rejected_logp_sum": (summed[:, 1] * valid).sum()}
     return (losses * valid).sum() / num_pairs, sums
 
-  def metrics(self, sums: dict) -> dict:
+  def metrics(self, sums: dict) -> DPOMetrics:
     n = jnp.maximum(sums["pairs"], 1.0)
-    chosen, rejected = sums["chosen_reward_sum"] / n, sums["rejected_reward_sum"] / n
-    return {"loss": sums["loss"], "rewards/chosen": chosen, "rewards/rejected": rejected,
-            "rewards/margins": chosen - rejected, "rewards/accuracies": sums["correct_sum"] / n,
-            "logps/chosen": sums["chosen_logp_sum"] / n,
-            "logps/rejected": sums["rejected_logp_sum"] / n, "pairs": sums["pairs"]}
+    return DPOMetrics(loss=sums["loss"], chosen_reward=sums["chosen_reward_sum"] / n,
+                      rejected_reward=sums["rejected_reward_sum"] / n,
+                      accuracy=sums["correct_sum"] / n, chosen_logp=sums["chosen_logp_sum"] / n,
+                      rejected_logp=sums["rejected_logp_sum"] / n, pairs=sums["pairs"])
 
 
 def build(pairs, ref_logprobs) -> PairBatch:

@@ -1,5 +1,5 @@
 """What every training job shares, whatever its objective: GRPO (pedrl.rl.trainer), SFT
-and MDPO (pedrl.experiments.offline).
+and MDPO (pedrl.jobs.offline).
 
 A `Loop` holds the trained params and the optimizer state, applies an
 objective's updates over a batch in mini-batches (pedrl.rl.update), saves and
@@ -15,13 +15,37 @@ checkpoint's metadata keeps what fixes that order, and the run's length where it
 shapes the schedule (`data_meta`); a resume with other values is refused.
 """
 import dataclasses
+from typing import Protocol, Sequence
 
 import numpy as np
 import optax
 from absl import logging
 
 from pedrl import distributed, sharding, stopping, streams
-from pedrl.rl import checkpoint as checkpoint_lib, update
+from pedrl.rl import checkpoint as checkpoint_lib, objective as objective_lib, update
+from pedrl.rl.update import UpdateMetrics
+
+
+class StepMetrics(Protocol):
+  """What the loop reads of a step's metrics (pedrl.rl.trainer.StepMetrics for GRPO,
+  pedrl.jobs.offline.OfflineStepMetrics for SFT and MDPO)."""
+  step: int
+  skipped_updates: int  # Updates of the step skipped as non-finite.
+  skipped_values: dict[str, float]  # What the last skipped one measured ({}: none was).
+
+  def to_row(self) -> dict:
+    """The step's row of metrics.jsonl."""
+
+
+class StepOutput(Protocol):
+  """What a step hands `record`: its metrics, and whatever else the job writes."""
+  metrics: StepMetrics
+
+
+def skipped(updates: Sequence[UpdateMetrics]) -> tuple[int, dict[str, float]]:
+  """(how many of `updates` were skipped, the values that decided the last skip)."""
+  skips = [m for m in updates if bool(m.skipped)]
+  return len(skips), (skips[-1].guarded() if skips else {})
 
 
 class TrainingDiverged(RuntimeError):
@@ -53,14 +77,14 @@ class Loop:
   """The shared part of a training run; `run()` trains to `steps` (settings.steps).
 
   settings: has steps, save_every, max_bad_steps and seed (TrainSettings for GRPO,
-  pedrl.experiments.settings.OfflineSettings for SFT and MDPO). objective: the
+  pedrl.jobs.settings.OfflineSettings for SFT and MDPO). objective: the
   update's (pedrl.rl.objective). The trained params are the tutor party's
   (`self.tutor.params`): GRPO's sampler reads them, the update replaces them (its
   input buffers are donated). A subclass implements `data_meta`, `train_step` and
   `record`."""
 
-  def __init__(self, settings, objective, tutor, optimizer, checkpoints, writer,
-               model_fingerprint: dict, lr_schedule=None):
+  def __init__(self, settings, objective: objective_lib.Objective, tutor, optimizer,
+               checkpoints, writer, model_fingerprint: dict, lr_schedule=None):
     self.s, self.objective, self.tutor = settings, objective, tutor
     self.optimizer, self.ckpt, self.writer = optimizer, checkpoints, writer
     # The optax schedule `optimizer` was built with (applied updates -> lr), for the
@@ -70,6 +94,7 @@ class Loop:
     self.step, self.steps = 0, settings.steps  # Trained to `steps`.
     self.opt_state = update.init_optimizer(optimizer, tutor.params)
     self.stopped_by = None  # Set when run() returned early on a signal.
+    self.last: StepMetrics | None = None  # The metrics of the last step run() ran.
 
   @property
   def params(self):
@@ -84,11 +109,11 @@ class Loop:
     """Checkpoint metadata that fixes the data order: a resume must match it."""
     raise NotImplementedError
 
-  def train_step(self):
-    """One step (its batch, its updates); returns what `record` writes, with `.metrics`."""
+  def train_step(self) -> StepOutput:
+    """One step (its batch, its updates); returns what `record` writes."""
     raise NotImplementedError
 
-  def record(self, out) -> None:
+  def record(self, out: StepOutput) -> None:
     raise NotImplementedError
 
   # -- Shared -------------------------------------------------------------------------------
@@ -115,7 +140,8 @@ class Loop:
     self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
                    {"step": self.step, **self.data_meta(), "model": self.fingerprint})
 
-  def update(self, batch, passes: int = 1, mini: int = 0) -> list:
+  def update(self, batch: objective_lib.Batch, passes: int = 1,
+             mini: int = 0) -> list[UpdateMetrics]:
     """`passes` passes over `batch` in mini-batches of `mini` rows (0: the whole batch;
     seeded order), each one optimizer step of the objective; the metrics of each update."""
     model, mesh = self.tutor.sampler.model, self.tutor.sampler.mesh
@@ -129,18 +155,18 @@ class Loop:
             batch.take(np.sort(order[lo:lo + mini])), self.objective, mesh)
         self._set_params(params)
         out.append(m)
-    if not all(bool(m["params_finite"]) for m in out):
+    if not all(bool(m.params_finite) for m in out):
       raise TrainingDiverged(
           f"step {self.step + 1}: an update made some weights non-finite although its loss and "
           "gradients were finite (check the learning rate and adam_eps); nothing of it was "
           "saved")
     return out
 
-  def step_lr(self, updates: list) -> float | None:
+  def step_lr(self, updates: Sequence[UpdateMetrics]) -> float | None:
     """The mean learning rate of this step's applied `updates` (0 if all were skipped)."""
     if self.lr_schedule is None:
       return None
-    applied = sum(not bool(m["skipped"]) for m in updates)
+    applied = sum(not bool(m.skipped) for m in updates)
     end = applied_updates(self.opt_state)
     return float(np.mean([self.lr_schedule(c) for c in range(end - applied, end)])
                  if applied else 0.0)
@@ -149,26 +175,23 @@ class Loop:
     """Trains to `self.steps`. On SIGINT or SIGTERM it finishes the step, saves and
     returns early (`stopped_by` names the signal). Raises TrainingDiverged after
     max_bad_steps steps in a row with skipped updates (their weights unchanged; the
-    last checkpoint is the last good state). A step's metrics have `skipped_updates`
-    and the objective's guarded metrics."""
+    last checkpoint is the last good state). `last` holds the last step's metrics."""
     bad = 0
-    guarded = self.objective.guarded
-    names = [*guarded, "grad_norm"]
     with stopping.StopRequest("the current step") as signals:
       while self.step < self.steps:
         out = self.train_step()
-        metrics = out.metrics
+        metrics = self.last = out.metrics
         self.record(out)
-        bad = bad + 1 if metrics["skipped_updates"] else 0
-        values = ", ".join(f"{k}={metrics.get(k)}" for k in names)
+        bad = bad + 1 if metrics.skipped_updates else 0
+        values = ", ".join(f"{k}={v}" for k, v in metrics.skipped_values.items())
         if bad:
           logging.warning("step %d: %d updates skipped, non-finite %s (%d of max_bad_steps=%d "
-                          "in a row)", self.step, metrics["skipped_updates"], values, bad,
+                          "in a row)", self.step, metrics.skipped_updates, values, bad,
                           self.s.max_bad_steps)
         if bad >= self.s.max_bad_steps:
           raise TrainingDiverged(
               f"training diverged: steps {self.step - bad + 1}-{self.step} all had non-finite "
-              f"{', '.join(guarded)} or gradients (last: {values}); their updates were "
+              f"{', '.join(metrics.skipped_values)} (last: {values}); their updates were "
               f"skipped. The last checkpoint is step {self.ckpt.latest_step()}. Lower the "
               "learning rate or check the data.")
         # Hosts may get a signal on either side of a step: they stop at the same one.

@@ -11,8 +11,13 @@ one micro-batch, and which metrics its sums make.
 An objective is a frozen dataclass of its settings (hashable: a static
 argument of the compiled step). Its batch is a typed pytree of [N, ...] host
 arrays (`Batch`): a row is a dialogue (GRPO, SFT) or a preference pair (DPO);
-filler rows added to fill a micro-batch carry no loss.
+filler rows added to fill a micro-batch carry no loss. Its metrics are a typed
+pytree of scalars (`Metrics`, a flax.struct dataclass) made inside the compiled
+step; the update returns them in `pedrl.rl.update.UpdateMetrics`. Between its
+own `loss` and `metrics` an objective passes named partial sums (a dict: the
+scan adds them up whatever they are); nothing outside the objective reads them.
 """
+import dataclasses
 from typing import Protocol
 
 import jax
@@ -31,19 +36,35 @@ class Batch(Protocol):
     """`rows` rows: the batch, then filler rows that carry no loss."""
 
 
+class Metrics(Protocol):
+  """An objective's metrics of one update (GRPOMetrics, SFTMetrics, DPOMetrics)."""
+  loss: jax.Array  # The mini-batch loss.
+
+  def guarded(self) -> dict[str, jax.Array]:
+    """The metrics whose non-finite value skips the update, by name (the gradient norm
+    always does)."""
+
+  def to_row(self) -> dict[str, float]:
+    """The metrics as metrics.jsonl names them (host values)."""
+
+
 class Objective(Protocol):
   """A training loss on a typed batch, split into exactly accumulating micro-batches."""
   micro_batch: int  # Rows per gradient computation (rounded up to the mesh's batch shards).
-  # Metrics whose non-finite value skips the update (the gradient norm always does).
-  guarded: tuple
 
   def totals(self, batch: Batch) -> tuple:
     """Host scalars of the whole mini-batch that normalise every micro-batch's share
     (its token count, its rows), so that the shares add up to the mini-batch loss."""
 
-  def loss(self, model, params, part: Batch, totals: tuple) -> tuple[jax.Array, dict]:
+  def loss(self, model, params, part: Batch,
+           totals: tuple) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(this micro-batch's share of the mini-batch loss, {name: sum}): the sums add up
     over micro-batches into what `metrics` reads."""
 
-  def metrics(self, sums: dict) -> dict:
+  def metrics(self, sums: dict[str, jax.Array]) -> Metrics:
     """The update's metrics from the summed `sums` (their "loss": the mini-batch loss)."""
+
+
+def fields_row(metrics: Metrics) -> dict[str, float]:
+  """A metrics dataclass as a row, each field under its own name."""
+  return {f.name: float(getattr(metrics, f.name)) for f in dataclasses.fields(metrics)}

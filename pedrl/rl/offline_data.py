@@ -33,6 +33,7 @@ import json
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import chat, dialogue as dialogue_lib
 from pedrl.env.dialogue import Dialogue, RecordError
 
@@ -194,7 +195,7 @@ def _checked(row: dict, what: str) -> dict:
 
 def save(records, path: str) -> None:
   """Writes typed records (pairs or accepted dialogues) as JSONL, replacing the file."""
-  dialogue_lib.append_rows([dataclasses.asdict(r) for r in records], path, mode="w")
+  files.append_rows([dataclasses.asdict(r) for r in records], path, mode="w")
 
 
 def load(path: str, kind) -> list:
@@ -206,7 +207,7 @@ def load(path: str, kind) -> list:
     raise RecordError(f"{path}: cannot read it ({e.strerror}); run pedrl.experiments."
                       "baseline_data into that workdir first") from None
   out = []
-  for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+  for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
     try:
       out.append(kind(**_checked(dict(row), kind.__name__)))
     except (ValueError, TypeError) as e:

@@ -7,10 +7,12 @@ a `pedrl.rl.batch.SequenceBatch`, padded to a length bucket; no packing.
 """
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
-from pedrl.rl import batch as batch_lib, update
+from pedrl.rl import batch as batch_lib, objective as objective_lib, update
 
 
 def token_nll(logp, mask):
@@ -19,11 +21,22 @@ def token_nll(logp, mask):
   return -(logp * mask.astype(jnp.float32)).sum()
 
 
+@struct.dataclass
+class SFTMetrics:
+  loss: jax.Array  # Mean NLL per counted token.
+  tutor_tokens: jax.Array  # Tokens counted.
+
+  def guarded(self) -> dict[str, jax.Array]:
+    return {"loss": self.loss}
+
+  def to_row(self) -> dict[str, float]:
+    return objective_lib.fields_row(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class SFTObjective:
   """The SFT objective (pedrl.rl.objective) on a SequenceBatch: mean NLL per counted token."""
   micro_batch: int = 4  # Rows per gradient computation.
-  guarded = ("loss",)
 
   def totals(self, batch: batch_lib.SequenceBatch) -> tuple:
     return (max(np.asarray(batch.loss_mask).sum(), 1),)
@@ -34,5 +47,5 @@ class SFTObjective:
     nll = token_nll(logp, part.loss_mask)
     return nll / num_tokens, {"tokens": part.loss_mask.sum().astype(jnp.float32)}
 
-  def metrics(self, sums: dict) -> dict:
-    return {"loss": sums["loss"], "tutor_tokens": sums["tokens"]}
+  def metrics(self, sums: dict) -> SFTMetrics:
+    return SFTMetrics(loss=sums["loss"], tutor_tokens=sums["tokens"])

@@ -20,7 +20,8 @@ import numpy as np
 from absl import logging
 
 from pedrl.env import dialogue as dialogue_lib, rollout
-from pedrl.rewards import assemble
+from pedrl.env.party import Party, Replier
+from pedrl.rewards import assemble, pipeline
 from pedrl.rl import advantages as adv_lib, batch as batch_lib, loop, update
 
 
@@ -129,22 +130,80 @@ def dialogue_advantages(dialogues, settings: TrainSettings, rewards) -> list:
 @dataclasses.dataclass
 class Collected:
   """One step's rollouts with their rewards, and where the time went."""
-  uids: tuple
-  dialogues: list
-  reward_stats: dict  # Component -> (batch mean, std).
-  pipeline_stats: dict  # The reward pipeline's counts for this batch, not running totals.
+  uids: tuple[int, ...]
+  dialogues: list[dialogue_lib.Dialogue]
+  rewards: assemble.BatchRewards
   tutor_seconds: float
   tutor_compile_seconds: float  # Of tutor_seconds: getting programs, not running them.
-  seconds: dict
+  seconds: dict[str, float]  # Stage -> seconds.
+
+
+@dataclasses.dataclass(frozen=True)
+class LearningSignal:
+  """What says whether a step taught anything (`signal_warnings` reads it)."""
+  # Share of groups with no nonzero advantage on a trained token (`zero_spread_share`).
+  zero_spread_groups: float
+  kl: float  # Per-token KL to the reference, the step's last update.
+  sampler_trainer_logp_diff: float  # Mean |sampler − trainer| log-prob, first update.
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMetrics:
+  """One GRPO step's numbers (`step_metrics`); `to_row` is its row of metrics.jsonl."""
+  step: int
+  problem_uids: tuple[int, ...]
+  rewards: assemble.BatchRewards
+  loss: float  # Mean over the step's updates.
+  skipped_updates: int
+  skipped_values: dict[str, float]  # What the last skipped update measured ({}: none).
+  clip_fraction: float  # Mean over the updates.
+  grad_norm: float  # Mean over the updates.
+  first_pass_ratio: float
+  signal: LearningSignal
+  advantage_mean: float  # Over the trained tokens.
+  advantage_std: float
+  # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's entropy
+  # at the sampling temperature (the full distribution is never materialised).
+  entropy: float
+  tutor_tokens_mean: float
+  turns_mean: float
+  dropped: int
+  judges_accept_rate: float | None  # Mean r_ped of the judged dialogues (None: none).
+  # The tutor's sampling rate, compilation left out (reported apart): a step that
+  # compiles new shapes would otherwise read as a slow one.
+  tokens_per_second: float
+  seconds: dict[str, float]  # tutor_compile, rollout, rewards, update.
+  lr: float | None  # Mean learning rate of the applied updates (None: not known).
+  time: float  # Unix seconds: the row's wall clock, for rates across restarts.
+
+  def to_row(self) -> dict:
+    return {
+        **self.rewards.to_row(),
+        "step": self.step, "problem_uids": list(self.problem_uids), "loss": self.loss,
+        "kl": self.signal.kl, "skipped_updates": self.skipped_updates,
+        "clip_fraction": self.clip_fraction, "grad_norm": self.grad_norm,
+        "first_pass_ratio": self.first_pass_ratio,
+        "sampler_trainer_logp_diff": self.signal.sampler_trainer_logp_diff,
+        "advantage/mean": self.advantage_mean, "advantage/std": self.advantage_std,
+        "entropy": self.entropy, "tutor_tokens/mean": self.tutor_tokens_mean,
+        "turns/mean": self.turns_mean, "dropped": self.dropped,
+        "signal/zero_spread_groups": self.signal.zero_spread_groups,
+        **({"judges/accept_rate": self.judges_accept_rate}
+           if self.judges_accept_rate is not None else {}),
+        "tokens_per_second": self.tokens_per_second,
+        **{f"seconds/{k}": v for k, v in self.seconds.items()},
+        **({"lr": self.lr} if self.lr is not None else {}),
+        "time": self.time,
+    }
 
 
 @dataclasses.dataclass
 class StepResult:
-  """One step's row of metrics.jsonl, its dialogues (in batch order) and per dialogue its
-  mean advantage over the tokens trained on (None: none were, e.g. a dropped dialogue)."""
-  metrics: dict
-  dialogues: list
-  advantages: list
+  """One step's metrics, its dialogues (in batch order) and per dialogue its mean
+  advantage over the tokens trained on (None: none were, e.g. a dropped dialogue)."""
+  metrics: StepMetrics
+  dialogues: list[dialogue_lib.Dialogue]
+  advantages: list[float | None]
 
 
 def mean_advantages(batch: batch_lib.TrainBatch) -> list:
@@ -160,12 +219,11 @@ def zero_spread_share(batch: batch_lib.TrainBatch, group_size: int) -> float:
   return float(np.mean(~signal.reshape(-1, group_size).any(axis=1)))
 
 
-def signal_warnings(metrics: dict, settings: TrainSettings) -> dict[str, str]:
-  """What a step's metrics say is wrong with its learning signal, by kind, each naming
-  the number and the config field that bounds it; empty when all is in range."""
+def signal_warnings(signal: LearningSignal, settings: TrainSettings) -> dict[str, str]:
+  """What a step's learning signal says is wrong with it, by kind, each naming the
+  number and the config field that bounds it; empty when all is in range."""
   out = {}
-  share, kl = metrics["signal/zero_spread_groups"], metrics["kl"]
-  gap = metrics["sampler_trainer_logp_diff"]
+  share, kl, gap = signal.zero_spread_groups, signal.kl, signal.sampler_trainer_logp_diff
   if share > settings.warn_zero_spread:
     out["zero_spread"] = (f"{share:.0%} of groups have no reward spread (rl.warn_zero_spread="
                           f"{settings.warn_zero_spread:g}): only the KL term moves them")
@@ -185,8 +243,8 @@ class SignalWarnings:
   def __init__(self, settings: TrainSettings):
     self.settings, self.last, self.steps = settings, set(), collections.Counter()
 
-  def __call__(self, step: int, metrics: dict) -> dict[str, str]:
-    found = signal_warnings(metrics, self.settings)
+  def __call__(self, step: int, signal: LearningSignal) -> dict[str, str]:
+    found = signal_warnings(signal, self.settings)
     for kind, message in found.items():
       if kind not in self.last:
         logging.warning("step %d: %s (not repeated while it lasts)", step, message)
@@ -211,47 +269,38 @@ def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
 
 
 def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
-                 updates: list, update_seconds: float, group_size: int,
-                 lr: float | None = None) -> dict:
-  """The row of metrics.jsonl for one step; `lr`: the mean learning rate of its applied
-  updates (None: not known, not written)."""
+                 updates: list[update.UpdateMetrics], update_seconds: float, group_size: int,
+                 lr: float | None = None) -> StepMetrics:
+  """The metrics of one step; `lr`: the mean learning rate of its applied updates (None:
+  not known, not written)."""
   dialogues = collected.dialogues
-  first, mask = updates[0], batch.loss_mask
+  grpo = [m.objective for m in updates]  # GRPOMetrics.
+  mask = batch.loss_mask
   tutor_tokens = [sum(m.num_tokens for m in d.messages if m.role == dialogue_lib.TUTOR)
                   for d in dialogues]
   judged = [d.judgement.r_ped for d in dialogues
             if d.judgement is not None and d.judgement.r_ped is not None]
-  metrics = assemble.batch_metrics(collected.reward_stats, collected.pipeline_stats)
-  metrics.update({
-      "step": step, "problem_uids": list(map(int, collected.uids)),
-      "loss": float(np.mean([m["loss"] for m in updates])),
-      "kl": float(updates[-1]["kl"]),
-      "skipped_updates": sum(bool(m["skipped"]) for m in updates),
-      "clip_fraction": float(np.mean([m["clip_fraction"] for m in updates])),
-      "grad_norm": float(np.mean([m["grad_norm"] for m in updates])),
-      "first_pass_ratio": float(first["ratio"]),
-      "sampler_trainer_logp_diff": float(first["sampler_logp_diff"]),
-      "advantage/mean": float(np.mean(batch.advantages[mask])),
-      "advantage/std": float(np.std(batch.advantages[mask])),
-      # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's
-      # entropy at the sampling temperature (the full distribution is never materialised).
-      "entropy": float(-np.mean(batch.old_logp[mask])),
-      "tutor_tokens/mean": float(np.mean(tutor_tokens)),
-      "turns/mean": float(np.mean([d.turns for d in dialogues])),
-      "dropped": sum(d.dropped for d in dialogues),
-      "signal/zero_spread_groups": zero_spread_share(batch, group_size),
-      **({"judges/accept_rate": float(np.mean(judged))} if judged else {}),
-      # The tutor's sampling rate, compilation left out (reported apart): a step that
-      # compiles new shapes would otherwise read as a slow one.
-      "tokens_per_second": float(sum(tutor_tokens) / max(
+  skips, values = loop.skipped(updates)
+  return StepMetrics(
+      step=step, problem_uids=tuple(map(int, collected.uids)), rewards=collected.rewards,
+      loss=float(np.mean([m.loss for m in grpo])), skipped_updates=skips,
+      skipped_values=values, clip_fraction=float(np.mean([m.clip_fraction for m in grpo])),
+      grad_norm=float(np.mean([m.grad_norm for m in updates])),
+      first_pass_ratio=float(grpo[0].ratio),
+      signal=LearningSignal(zero_spread_share(batch, group_size), float(grpo[-1].kl),
+                            float(grpo[0].sampler_logp_diff)),
+      advantage_mean=float(np.mean(batch.advantages[mask])),
+      advantage_std=float(np.std(batch.advantages[mask])),
+      entropy=float(-np.mean(batch.old_logp[mask])),
+      tutor_tokens_mean=float(np.mean(tutor_tokens)),
+      turns_mean=float(np.mean([d.turns for d in dialogues])),
+      dropped=sum(d.dropped for d in dialogues),
+      judges_accept_rate=float(np.mean(judged)) if judged else None,
+      tokens_per_second=float(sum(tutor_tokens) / max(
           collected.tutor_seconds - collected.tutor_compile_seconds, 1e-9)),
-      "seconds/tutor_compile": collected.tutor_compile_seconds,
-      **{f"seconds/{k}": v for k, v in collected.seconds.items()},
-      "seconds/update": update_seconds,
-      **({"lr": lr} if lr is not None else {}),
-      "time": time.time(),  # Unix seconds: the row's wall clock, for rates across restarts.
-  })
-  return metrics
+      seconds={"tutor_compile": collected.tutor_compile_seconds, **collected.seconds,
+               "update": update_seconds},
+      lr=lr, time=time.time())
 
 
 class Trainer(loop.Loop):
@@ -261,9 +310,10 @@ class Trainer(loop.Loop):
   The current params are the tutor party's (`self.tutor.params`): the sampler
   reads them, the update replaces them (its input buffers are donated)."""
 
-  def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor, student,
-               rollout_settings, rewards, problems, optimizer, workdir: str, checkpoints,
-               writer, model_fingerprint: dict, lr_schedule=None):
+  def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor: Party,
+               student: Party | Replier, rollout_settings: rollout.RolloutSettings,
+               rewards: pipeline.RewardPipeline, problems, optimizer, workdir: str,
+               checkpoints, writer, model_fingerprint: dict, lr_schedule=None):
     super().__init__(settings, grpo, tutor, optimizer, checkpoints, writer, model_fingerprint,
                      lr_schedule)
     self.grpo, self.student = grpo, student
@@ -288,9 +338,8 @@ class Trainer(loop.Loop):
     for d in dialogues:
       d.step = self.step + 1  # The step they train.
     t1 = time.perf_counter()
-    reward_stats = self.rewards(dialogues)
-    return Collected(uids, dialogues, reward_stats, dict(self.rewards.batch_stats),
-                     stats.tutor_seconds, stats.tutor_compile_seconds,
+    rewards = self.rewards(dialogues)
+    return Collected(uids, dialogues, rewards, stats.tutor_seconds, stats.tutor_compile_seconds,
                      {"rollout": t1 - t0, "rewards": time.perf_counter() - t1})
 
   def batch(self, dialogues) -> batch_lib.TrainBatch:
@@ -300,7 +349,7 @@ class Trainer(loop.Loop):
     return batch_lib.build(dialogues, advantages, lambda tokens, attn: update.logprobs_in_chunks(
         model, self.ref_params, tokens, attn, self.grpo.temperature, self.grpo.micro_batch, mesh))
 
-  def update(self, batch: batch_lib.TrainBatch) -> list:
+  def update(self, batch: batch_lib.TrainBatch) -> list[update.UpdateMetrics]:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
     return super().update(batch, self.s.passes, self.s.mini_batch)
 
@@ -317,8 +366,8 @@ class Trainer(loop.Loop):
 
   def record(self, out: StepResult):
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
-    self.writer.write(self.step, out.metrics)
-    self.signal_warnings(self.step, out.metrics)
+    self.writer.write(self.step, out.metrics.to_row())
+    self.signal_warnings(self.step, out.metrics.signal)
     if self.step % self.s.samples_every == 0 or self.step == 1:
       rows = sample_rows(len(out.dialogues), self.s.group_size, self.s.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],

@@ -12,16 +12,35 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pedrl import sharding as sharding_lib
 from pedrl.engine.scoring import sequence_logprobs
-from pedrl.rl import batch as batch_lib, loss as loss_lib
+from pedrl.rl import batch as batch_lib, loss as loss_lib, objective as objective_lib
 
 
 def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
   """log π(token_t | tokens_<t) under logits / T, float32 [B, T] (0 at t = 0)."""
   return sequence_logprobs(model, params, tokens, attn_mask, temperature)
+
+
+@struct.dataclass
+class GRPOMetrics:
+  """GRPO's metrics of one update; kl, clip_fraction, ratio and sampler_logp_diff are
+  means over the mini-batch's tutor tokens."""
+  loss: jax.Array
+  kl: jax.Array
+  clip_fraction: jax.Array
+  ratio: jax.Array
+  tutor_tokens: jax.Array
+  sampler_logp_diff: jax.Array  # |sampler − trainer| log-prob: rounding on a first pass.
+
+  def guarded(self) -> dict[str, jax.Array]:
+    return {"loss": self.loss, "kl": self.kl}  # A non-finite KL (log-probs far apart) too.
+
+  def to_row(self) -> dict[str, float]:
+    return objective_lib.fields_row(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +53,6 @@ class GRPOSettings:
   aggregation: str = "token_mean"  # or "sequence_mean".
   temperature: float = 1.0  # The tutor's sampling temperature (log-probs of logits / T).
   micro_batch: int = 8  # Rows per gradient computation.
-  guarded = ("loss", "kl")  # A non-finite KL (log-probs far apart) skips the update too.
 
   def totals(self, batch: batch_lib.TrainBatch) -> tuple:
     """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
@@ -51,12 +69,32 @@ class GRPOSettings:
     sums["old_logp_diff_sum"] = (jnp.abs(logp - part.old_logp) * mask).sum()
     return total / norm, sums
 
-  def metrics(self, sums: dict) -> dict:
+  def metrics(self, sums: dict) -> GRPOMetrics:
     tokens = jnp.maximum(sums["tokens"], 1.0)
-    return {"loss": sums["loss"], "kl": sums["kl_sum"] / tokens,
-            "clip_fraction": sums["clipped_sum"] / tokens, "ratio": sums["ratio_sum"] / tokens,
-            "tutor_tokens": sums["tokens"],
-            "sampler_logp_diff": sums["old_logp_diff_sum"] / tokens}
+    return GRPOMetrics(loss=sums["loss"], kl=sums["kl_sum"] / tokens,
+                       clip_fraction=sums["clipped_sum"] / tokens,
+                       ratio=sums["ratio_sum"] / tokens, tutor_tokens=sums["tokens"],
+                       sampler_logp_diff=sums["old_logp_diff_sum"] / tokens)
+
+
+@struct.dataclass
+class UpdateMetrics:
+  """What one optimizer step reports (`train_step`): the objective's metrics, the
+  gradient's norm, whether the update was skipped (a non-finite loss, guarded metric or
+  gradient: params and optimizer state unchanged) and whether the params are finite."""
+  objective: objective_lib.Metrics
+  grad_norm: jax.Array
+  skipped: jax.Array  # bool
+  params_finite: jax.Array  # bool
+
+  def guarded(self) -> dict[str, float]:
+    """The values that decide a skip, by name: the objective's guarded metrics, the
+    gradient norm."""
+    return {**{k: float(v) for k, v in self.objective.guarded().items()},
+            "grad_norm": float(self.grad_norm)}
+
+  def to_row(self) -> dict[str, float]:
+    return {**self.objective.to_row(), "grad_norm": float(self.grad_norm)}
 
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -114,7 +152,7 @@ def split_rows(tree, n: int, m: int, mesh=None):
   over the mesh's batch axes."""
   def one(v):
     v = np.asarray(v).reshape(n, m, *np.shape(v)[1:])
-    return (jnp.asarray(v) if mesh is None else sharding_lib.put(
+    return (sharding_lib.on_device(v) if mesh is None else sharding_lib.put(
         v, NamedSharding(mesh, P(None, sharding_lib.BATCH, *(None,) * (v.ndim - 2)))))
   return jax.tree.map(one, tree)
 
@@ -151,7 +189,8 @@ def _gradients(model, params, micro, objective, totals):
   return _accumulated_grads(model, params, micro, objective, totals)
 
 
-def gradients(model, params, batch, objective, mesh=None):
+def gradients(model, params, batch: objective_lib.Batch, objective: objective_lib.Objective,
+              mesh=None):
   """The mini-batch gradient, accumulated over micro-batches of objective.micro_batch
   rows; equal to one pass over the whole batch. Returns (grads, summed metrics)."""
   return _gradients(model, params, micro_batches(batch, objective.micro_batch, mesh), objective,
@@ -191,13 +230,14 @@ def all_finite(tree) -> jax.Array:
 
 def _step(model, optimizer, objective, params, opt_state, micro, totals):
   grads, sums = _accumulated_grads(model, params, micro, objective, totals)
-  metrics = {**objective.metrics(sums), "grad_norm": optax.tree.norm(grads)}
+  metrics = objective.metrics(sums)
+  grad_norm = optax.tree.norm(grads)
   # A non-finite loss, guarded metric or gradient skips the update: params and optimizer
   # state stay as they were. Deciding on these scalars (not on the updated weights) costs
   # no second copy of the state; with finite gradients, clipping, a finite lr and
   # adam_eps > 0 (checked in the config) AdamW cannot produce a non-finite value, and
   # `params_finite` reports if it did.
-  ok = all_finite(tuple(metrics[k] for k in (*objective.guarded, "grad_norm")))
+  ok = all_finite((metrics.guarded(), grad_norm))
 
   def update(state):
     p, s = state
@@ -205,9 +245,7 @@ def _step(model, optimizer, objective, params, opt_state, micro, totals):
     return optax.apply_updates(p, updates), s
 
   params, opt_state = jax.lax.cond(ok, update, lambda state: state, (params, opt_state))
-  metrics["skipped"] = ~ok
-  metrics["params_finite"] = all_finite(params)
-  return params, opt_state, metrics
+  return params, opt_state, UpdateMetrics(metrics, grad_norm, ~ok, all_finite(params))
 
 
 def _layout(tree) -> tuple:
@@ -227,16 +265,31 @@ def _compiled_step(model, optimizer, objective, layout):
                  out_shardings=out)
 
 
-def train_step(model, params, opt_state, optimizer, batch, objective, mesh=None):
+def _step_call(model, params, opt_state, optimizer, batch, objective, mesh):
+  """(the jitted step, its arguments) for one mini-batch of host arrays."""
+  micro = micro_batches(batch, objective.micro_batch, mesh)
+  step = _compiled_step(model, optimizer, objective, _layout(params) + _layout(opt_state))
+  return step, (params, opt_state, micro, _totals(objective, batch))
+
+
+def train_step(model, params, opt_state, optimizer, batch: objective_lib.Batch,
+               objective: objective_lib.Objective, mesh=None):
   """One optimizer step of `objective` (pedrl.rl.objective; GRPOSettings is GRPO's) on a
   mini-batch of host arrays, as one compiled program (micro-batch gradients,
   accumulation, clipping, AdamW). `opt_state` comes from `init_optimizer` (placed like
   the params); both are donated: their buffers become the new ones. Returns (params,
-  opt_state, metrics)."""
-  micro = micro_batches(batch, objective.micro_batch, mesh)
-  step = _compiled_step(model, optimizer, objective, _layout(params) + _layout(opt_state))
-  params, opt_state, metrics = step(params, opt_state, micro, _totals(objective, batch))
+  opt_state, UpdateMetrics of host values)."""
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
+  params, opt_state, metrics = step(*args)
   return params, opt_state, sharding_lib.to_host(metrics)
+
+
+def train_step_program(model, params, opt_state, optimizer, batch: objective_lib.Batch,
+                       objective: objective_lib.Objective, mesh=None) -> jax.stages.Compiled:
+  """The program `train_step` runs for these arguments, for XLA's memory and cost
+  analyses (from the compilation caches once train_step has run it)."""
+  step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
+  return step.lower(*args).compile()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -245,13 +298,25 @@ def _chunked_logprobs(model, params, tokens, attn_mask, temperature):
                      (tokens, attn_mask))
 
 
+def _chunked(tokens, attn_mask, chunk: int, mesh):
+  """[B, T] host arrays as [n, chunk, T] device arrays (rows filled with copies of row 0)."""
+  rows = tokens.shape[0]
+  n, m = _micro_shape(rows, chunk, mesh)
+  fill = batch_lib.fill_rows(rows, n * m)
+  return split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
+
+
 def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chunk: int,
                        mesh=None) -> np.ndarray:
   """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
   would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
   rows = tokens.shape[0]
-  n, m = _micro_shape(rows, chunk, mesh)
-  fill = batch_lib.fill_rows(rows, n * m)
-  tokens, attn_mask = split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
-  lp = _chunked_logprobs(model, params, tokens, attn_mask, temperature)
-  return sharding_lib.to_host(lp).reshape(n * m, -1)[:rows]
+  lp = _chunked_logprobs(model, params, *_chunked(tokens, attn_mask, chunk, mesh), temperature)
+  return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:rows]
+
+
+def logprobs_program(model, params, tokens, attn_mask, temperature: float, chunk: int,
+                     mesh=None) -> jax.stages.Compiled:
+  """The program `logprobs_in_chunks` runs for these arguments (see train_step_program)."""
+  return _chunked_logprobs.lower(model, params, *_chunked(tokens, attn_mask, chunk, mesh),
+                                 temperature).compile()

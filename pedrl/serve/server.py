@@ -11,10 +11,9 @@ import time
 from absl import logging
 import jax
 
-from pedrl import models
+from pedrl import models, runs
 from pedrl.engine import slots as slots_lib
 from pedrl.env import chat as chat_lib
-from pedrl.rl import checkpoint
 try:
   from pedrl.serve import app as app_lib
 except ImportError as e:  # FastAPI is an extra.
@@ -66,10 +65,9 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
       backend.warmup(progress)
   else:
     if workdir:
-      model_dir, cfg, params, step = checkpoint.trained_tutor(workdir, step, scan_layers,
-                                                              **runtime)
-      model = models.build_model(cfg)
-      logging.info("serving %s step %d (base %s)", workdir, step, model_dir)
+      tutor = runs.trained_tutor(workdir, step, scan_layers, **runtime)
+      model_dir, model, params = tutor.base, models.build_model(tutor.cfg), tutor.params
+      logging.info("serving %s step %d (base %s)", workdir, tutor.step, model_dir)
     else:
       _, model, params = models.load(model_dir, scan_layers=scan_layers, **runtime)
     tokenizer = load_tokenizer(model_dir)

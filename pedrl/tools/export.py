@@ -12,30 +12,29 @@ import sys
 
 from absl import flags, logging
 
-from pedrl import cli
+from pedrl import cli, runs
 from pedrl.models import hf_checkpoint
-from pedrl.rl import checkpoint
 from pedrl.tokenizer import load_tokenizer
 
 
 def export(workdir: str, out: str, step: int | None = None) -> int:
   """Returns the step exported."""
   logging.info("restoring the tutor from %s", workdir)  # Progress: a 7B restore takes minutes.
-  base, cfg, params, step = checkpoint.trained_tutor(workdir, step)
-  logging.info("writing step %d to %s", step, out)
-  hf_checkpoint.save_params(params, cfg, out)
-  load_tokenizer(base).save_pretrained(out)
-  gen = os.path.join(base, "generation_config.json")
+  tutor = runs.trained_tutor(workdir, step)
+  logging.info("writing step %d to %s", tutor.step, out)
+  hf_checkpoint.save_params(tutor.params, tutor.cfg, out)
+  load_tokenizer(tutor.base).save_pretrained(out)
+  gen = os.path.join(tutor.base, "generation_config.json")
   if os.path.isfile(gen):
     shutil.copy(gen, out)
-  return step
+  return tutor.step
 
 
 def main(argv):
   del argv
   try:
     step = export(flags.FLAGS.workdir, flags.FLAGS.out, flags.FLAGS.step)
-  except (FileNotFoundError, checkpoint.CheckpointError) as e:
+  except (FileNotFoundError, runs.CheckpointError) as e:
     sys.exit(f"error: {e}")
   print(f"exported step {step} to {flags.FLAGS.out}")
 

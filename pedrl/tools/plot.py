@@ -34,8 +34,8 @@ from absl import app, flags
 
 from pedrl import cli
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.figures import pyplot
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.figures import colors as run_colors, pyplot, save_png, style_panel, whiskers
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"
 MANY_POINTS = 30  # Lines with fewer points get markers (a 1-step run is then visible).
@@ -211,15 +211,6 @@ def _grid(plt, n: int, title: str):
   return fig, list(axes.flat[:n])
 
 
-def _style(ax, title: str, xlabel: str = "", ylabel: str = ""):
-  """What every panel shares: a small title, labels and ticks, a light grid."""
-  ax.set_title(title, fontsize=9)
-  ax.set_xlabel(xlabel, fontsize=8)
-  ax.set_ylabel(ylabel, fontsize=8)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3)
-
-
 def _legend(fig, runs, colors):
   """One legend per figure, under it: the runs' names in their colours."""
   from matplotlib.lines import Line2D
@@ -255,8 +246,8 @@ def training_figures(plt, runs: list, colors: dict) -> dict:
         ax.set_yscale("log")
       # min_n_ticks=1: else with one or two steps the locator falls back to fractions.
       ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
-      _style(ax, key + (" ± std" if std_key(key, keys) else "") +
-             (" (s since the first step)" if key == "time" else ""), xlabel="step")
+      style_panel(ax, key + (" ± std" if std_key(key, keys) else "") +
+                  (" (s since the first step)" if key == "time" else ""), xlabel="step")
     _legend(fig, runs, colors)
     out[theme] = fig
   return out
@@ -312,7 +303,7 @@ def rollout_figures(plt, runs: list, colors: dict) -> dict:
                   edgecolor=color)
           ax.axvline(float(np.mean(values)), color=color, ls="--", lw=1)
       ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
-      _style(ax, f"{name} (dashed: mean)", ylabel="dialogues")
+      style_panel(ax, f"{name} (dashed: mean)", ylabel="dialogues")
     _legend(fig, runs, colors)
     out[theme] = fig
   return out
@@ -352,16 +343,14 @@ def evaluation_figures(plt, runs: list, colors: dict) -> dict:
       if name not in m:
         continue
       value, ci = m[name]
-      err = [[max(value - ci[0], 0)], [max(ci[1] - value, 0)]] if ci else None
+      err = whiskers(value, *ci) if ci else None
       # The edge keeps a bar of height 0 visible; the value is its tick label.
       ax.bar(i, value, color=colors[run.workdir], edgecolor=colors[run.workdir], lw=1.5,
              yerr=err, capsize=4, width=0.7)
       ticks[i] = f"{value:.3g}"
     ax.axhline(0, color="black", lw=0.6)
-    ax.set_title(name, fontsize=9)
     ax.set_xticks(list(ticks), list(ticks.values()))
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3, axis="y")
+    style_panel(ax, name, grid="y")
   _legend(fig, runs, colors)
   return {"evaluation": fig}
 
@@ -372,8 +361,7 @@ def figures(runs: list) -> dict:
   """{file stem: matplotlib Figure} for the runs (Run objects, see `load`): each kind's
   figures, the runs of a kind together, each run in its own colour in all of them."""
   plt = pyplot()
-  palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  colors = {r.workdir: palette[i % len(palette)] for i, r in enumerate(runs)}
+  colors = run_colors(plt, [r.workdir for r in runs])
   out = {}
   for kind_, draw in ((TRAIN, training_figures), (ROLLOUT, rollout_figures),
                       (EVAL, evaluation_figures)):
@@ -404,14 +392,7 @@ def plot(workdirs, out: str | None = None) -> list[str]:
   figs = figures(runs)
   if not figs:
     raise PlotError(f"nothing to plot in {', '.join(r.workdir for r in runs)}")
-  out = out or os.path.join(runs[0].workdir, "plots")
-  os.makedirs(out, exist_ok=True)
-  plt, paths = pyplot(), []
-  for stem, fig in figs.items():
-    paths.append(os.path.join(out, f"{stem}.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-  return paths
+  return save_png(figs, out or os.path.join(runs[0].workdir, "plots"), dpi=110)
 
 
 def main(argv):

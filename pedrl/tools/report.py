@@ -22,10 +22,12 @@ import sys
 
 from absl import app, flags, logging
 
-from pedrl import cli
-from pedrl.eval import shards
+from pedrl import cli, files
+from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
-from pedrl.experiments import workdir as workdir_lib
+from pedrl.eval.protocol import EvalProtocol, TutorRun
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.figures import pyplot, whiskers
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")
@@ -70,20 +72,23 @@ def choice_columns(runs: dict) -> tuple:
 METHODS = {"train": "RL", "sft": "SFT", "mdpo": "MDPO"}
 
 
-def run_name(workdir: str, config: str, protocol: dict | None = None) -> str:
+def run_name(workdir: str, config: str, protocol: EvalProtocol | None = None) -> str:
   """The row of an evaluation: its config and folder, and, when the tutor under test is a
   pedrl training run, its method as the paper's tables name it, its folder and step."""
   base = lambda path: os.path.basename(os.path.normpath(path))
   name = f"{config} ({base(workdir)})"
-  tutor = (protocol or {}).get("tutor") or (protocol or {}).get("model") or {}
-  if tutor.get("workdir"):
-    job = workdir_lib.recorded_job(tutor["workdir"])
-    name += f" [{METHODS.get(job, job)} tutor: {base(tutor['workdir'])} step {tutor.get('step')}]"
+  if protocol is None:
+    return name
+  tutor = protocol.section(shards.evaluation(protocol.kind, workdir).tutor_section, TutorRun)
+  if tutor.workdir:
+    job = workdir_lib.recorded_job(tutor.workdir)
+    name += f" [{METHODS.get(job, job)} tutor: {base(tutor.workdir)} step {tutor.step}]"
   return name
 
 
 def _kind(m: dict) -> str:
-  return m.get("protocol", {}).get("kind", "tutoring")
+  """The evaluation of a metrics.json row (its recorded protocol's kind)."""
+  return protocol_lib.kind_of(m.get("protocol", {}))
 
 
 def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
@@ -127,25 +132,28 @@ def write_csv(runs: dict, path: str):
                   for x in row])
 
 
+def percent_whiskers(m: dict, key: str) -> list | None:
+  """The error bar of metric `key` of metrics.json `m`, in %; None for a metric without a
+  (finite) interval."""
+  ci = m.get(f"{key}_ci")
+  return whiskers(m[key], *ci, 100) if ci and None not in ci and not math.isnan(ci[0]) else None
+
+
 def pareto(runs: dict, path: str) -> bool:
   """Δ solve rate (y) against leak rate (x), with intervals; False without matplotlib."""
   try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    logging.warning('pareto.png needs matplotlib: pip install "pedrl[plot]"')
+    plt = pyplot()
+  except ImportError as e:
+    logging.warning("no pareto.png: %s", e)
     return False
   runs = {k: m for k, m in runs.items() if _kind(m) == "tutoring"}
   if not runs:
     return False
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for name, m in runs.items():
-    x, y = 100 * m["leak_rate"], 100 * m["delta_solve_rate"]
-    (xl, xh), (yl, yh) = (m.get("leak_rate_ci") or (x, x)), (m.get("delta_solve_rate_ci") or (y, y))
-    err = lambda v, lo, hi: ([[max(v - 100 * lo, 0)], [max(100 * hi - v, 0)]]
-                             if lo is not None and not math.isnan(lo) else None)
-    ax.errorbar(x, y, xerr=err(x, xl, xh), yerr=err(y, yl, yh), fmt="o", capsize=3, label=name)
+    ax.errorbar(100 * m["leak_rate"], 100 * m["delta_solve_rate"],
+                xerr=percent_whiskers(m, "leak_rate"), yerr=percent_whiskers(m, "delta_solve_rate"),
+                fmt="o", capsize=3, label=name)
   ax.set_xlabel("leak rate (%)")
   ax.set_ylabel("Δ solve rate (%)")
   ax.set_title("Teaching vs. telling (up and left is better)")
@@ -162,9 +170,9 @@ def report(workdirs, out: str | None = None) -> dict:
   runs = {}
   for w in workdirs:
     metrics = shards.write_merged(w)
-    written = shards.read_json(os.path.join(w, "metrics.json"))
+    written = files.read_json(os.path.join(w, "metrics.json"), shards.ShardError)
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
-    name = run_name(w, metrics["config"], metrics["protocol"])
+    name = run_name(w, metrics["config"], EvalProtocol.from_dict(written["protocol"]))
     if name in runs:  # Same config, same folder name: keep both rows.
       name = f"{name} [{os.path.abspath(w)}]"
     runs[name] = metrics

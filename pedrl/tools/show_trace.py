@@ -11,7 +11,9 @@ import json
 from absl import app, flags
 
 from pedrl import cli
+from pedrl.agents.cpa.state import StepRecord, Trace
 from pedrl.eval import shards
+from pedrl.eval.records import BenchRecord
 
 flags.DEFINE_string("task", None, "The task (default: the first task of the job).")
 flags.DEFINE_integer("index", 0, "The example's index in the task (the harness's order).")
@@ -24,53 +26,52 @@ def _short(value, width: int = 160) -> str:
   return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def _steps(steps) -> list[str]:
+def _steps(steps: list[StepRecord]) -> list[str]:
   lines = []
   for n, s in enumerate(steps, 1):
-    lines.append(f"  step {n} [{s['role']}] {_short(s.get('goal', ''), 80)}")
-    lines.append(f"    -> {_short(s['output'])}")
-    for c in s.get("checks", []):
-      lines.append(f"    check: rules {c['rules'] or 'ok'}, llm {_short(c['llm'], 100)}")
-    if s.get("repairs"):
-      lines.append(f"    repairs: {s['repairs']}")
+    lines.append(f"  step {n} [{s.role}] {_short(s.goal, 80)}")
+    lines.append(f"    -> {_short(s.output)}")
+    for c in s.checks:
+      llm = c.llm.model_dump() if c.llm is not None else None
+      lines.append(f"    check: rules {c.rules or 'ok'}, llm {_short(llm, 100)}")
+    if s.repairs:
+      lines.append(f"    repairs: {s.repairs}")
   return lines
 
 
-def render(record) -> str:
-  t = record.trace
-  lines = [f"{record.task} #{record.index} ({t['variant']}): {t['calls']} calls, "
-           f"fallbacks {t['fallbacks'] or 'none'}"]
-  if t.get("state"):
-    s = t["state"]
-    lines += ["M1 state:", f"  goal: {_short(s['goal'])}", f"  context: {_short(s['context'])}",
-              f"  bottlenecks: {_short(s['bottlenecks'])}",
-              f"  constraints: {_short(s['constraints'])}", f"  summary: {_short(s['summary'])}"]
-  if t.get("answer") is not None:
-    lines.append(f"own answer (solve stage, what the leak rule checks): {t['answer']}")
-  for n, candidates in enumerate(t.get("rounds", [])):
+def render(record: BenchRecord) -> str:
+  t = Trace.from_dict(record.trace)
+  lines = [f"{record.task} #{record.index} ({t.variant}): {t.calls} calls, "
+           f"fallbacks {t.fallbacks or 'none'}"]
+  if s := t.state:
+    lines += ["M1 state:", f"  goal: {_short(s.goal)}", f"  context: {_short(s.context)}",
+              f"  bottlenecks: {_short(s.bottlenecks)}",
+              f"  constraints: {_short(s.constraints)}", f"  summary: {_short(s.summary)}"]
+  if t.answer is not None:
+    lines.append(f"own answer (solve stage, what the leak rule checks): {t.answer}")
+  roles = lambda template: _short([st.role for st in template.steps])
+  for n, candidates in enumerate(t.rounds):
     lines.append(f"M2 round {n}:")
     for c in candidates:
-      lines.append(f"  {'PASS' if c['passed'] else 'fail'} score {c['score']}: "
-                   f"{_short([st['role'] for st in c['template']['steps']])}"
-                   f" rules {c['rules'] or 'ok'}; {_short(c['feedback'], 100)}")
-  for n, r in enumerate(t.get("revisions", [])):
-    lines.append(f"M2 revision {n + 1}: {_short([st['role'] for st in r['steps']])}")
-  if t.get("template"):
-    steps, d = t["template"]["steps"], t["template"]["deliverable"]
-    lines.append(f"S_t ({'passed' if t['passed'] else 'unchecked'}"
-                 f"{', reused' if t.get('reused_template') else ''}), deliverable step "
+      lines.append(f"  {'PASS' if c.passed else 'fail'} score {c.score}: {roles(c.template)}"
+                   f" rules {c.rules or 'ok'}; {_short(c.feedback, 100)}")
+  for n, r in enumerate(t.revisions):
+    lines.append(f"M2 revision {n + 1}: {roles(r)}")
+  if t.template:
+    steps, d = t.template.steps, t.template.deliverable
+    lines.append(f"S_t ({'passed' if t.passed else 'unchecked'}"
+                 f"{', reused' if t.reused_template else ''}), deliverable step "
                  f"{d if 1 <= d <= len(steps) else len(steps)}")
-  for n, steps in enumerate(t.get("abandoned", []), 1):
+  for n, steps in enumerate(t.abandoned, 1):
     lines.append(f"execution {n}, given up for a re-synthesis:")
     lines += _steps(steps)
-  if t.get("abandoned"):
+  if t.abandoned:
     lines.append("execution after re-synthesis:")
-  lines += _steps(t.get("steps", []))
-  if t.get("unresolved"):
+  lines += _steps(t.steps)
+  if t.unresolved:
     lines.append(f"still failing after repairs (kept): steps "
-                 f"{', '.join(str(i + 1) for i in t['unresolved'])}")
-  lines += [f"repairs {t.get('repairs', 0)}, re-syntheses {t.get('resyntheses', 0)}",
-            f"reply: {record.response}"]
+                 f"{', '.join(str(i + 1) for i in t.unresolved)}")
+  lines += [f"repairs {t.repairs}, re-syntheses {t.resyntheses}", f"reply: {record.response}"]
   return "\n".join(lines)
 
 

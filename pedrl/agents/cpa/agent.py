@@ -53,7 +53,7 @@ from pedrl.agents.cpa import contracts
 from pedrl.agents.cpa.state import (Candidate, Candidates, Check, Evaluation, Memory, Reply,
                                     Simulation, Solution, Step, StepCheck, StepOutput,
                                     StepRecord, TaskState, Template, Trace)
-from pedrl.eval.mathtutorbench import constraints
+from pedrl.mathtutorbench import constraints
 from pedrl.rewards import asking
 
 
@@ -441,13 +441,6 @@ class CPA:
     summary = " | ".join(s.output[:200] for s in trace.steps)
     return Memory(trace.state, trace.template, len(trace.steps), trace.template.tau(), summary,
                   trace.passed, trace.answer)
-
-
-def settings_for(variant: str, **overrides) -> CPASettings:
-  """The settings of a table 3 row (`ABLATIONS`), with `overrides` on top."""
-  if variant not in ABLATIONS:
-    raise ValueError(f"unknown CPA variant {variant!r}; the variants: {', '.join(ABLATIONS)}")
-  return CPASettings(**{**ABLATIONS[variant], **overrides})
 
 
 def dumps(trace: Trace) -> str:

@@ -3,7 +3,7 @@
 A contract names the deliverable and the constraints that the agent compiles
 into Γ_t = <goal, constraints> (eq. 7) when M1 gives none (no M1, or its reply
 unread), and that the monitor checks deterministically on the deliverable
-step: the rules of pedrl.eval.mathtutorbench.constraints (the rules BVR
+step: the rules of pedrl.mathtutorbench.constraints (the rules BVR
 counts), with one difference: the agent never sees the reference solution (no
 tutoring prompt shows it), so "states_answer" is judged against the answer the
 agent derived itself (CPA's solve stage) or not at all, where BVR reads the
@@ -29,7 +29,8 @@ fallback).
 import dataclasses
 import re
 
-from pedrl.eval.mathtutorbench import constraints, scoring, tasks
+from pedrl.mathtutorbench import constraints, names, scoring
+
 
 @dataclasses.dataclass(frozen=True)
 class Contract:
@@ -60,7 +61,7 @@ CONTRACTS = {
         "the corrected final answer of the student's solution, a number",
         ("coherent with the correct preceding steps", "end with the final numeric answer"),
         "answer"),
-    **{t: _GUIDANCE for t in tasks.PEDAGOGICAL},
+    **{t: _GUIDANCE for t in names.PEDAGOGICAL},
     "tutoring": Contract(
         "the tutor's next message in the dialogue",
         ("do not state the final answer or the full solution", "ask at most one question",

@@ -202,6 +202,19 @@ class Trace:
   def to_dict(self) -> dict:
     return _plain(self)
 
+  @classmethod
+  def from_dict(cls, row: dict) -> "Trace":
+    """The trace a record holds as JSON (`to_dict`), typed again; ValueError naming the
+    field that does not read."""
+    try:
+      return _TRACE.validate_python(row)
+    except pydantic.ValidationError as e:
+      raise ValueError(f"not an agent trace: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
+                       ) from None
+
+
+_TRACE = pydantic.TypeAdapter(Trace)
+
 
 def _plain(x):
   """JSON-able: dataclasses and pydantic models as dicts, recursively."""

@@ -28,6 +28,7 @@ import os
 
 import numpy as np
 
+from pedrl import figures, files
 from pedrl.env import dialogue as dialogue_lib, problems as problems_lib
 from pedrl.eval.analysis import AnalysisError
 from pedrl.eval.analysis import report
@@ -169,11 +170,7 @@ def solve_rate_figure(plt, sets: dict, edges, what: str, footer: str):
       ax.text(x, s, str(c.get(k, 0)), ha="center", va="bottom", fontsize=6)
   ax.set_xticks(range(len(labels)), labels, fontsize=7)
   ax.set_xlabel(f"pre-dialogue solve rate ({what})", fontsize=8)
-  ax.set_ylabel("% of problems (bar labels: counts)", fontsize=8)
-  ax.set_title("Problem difficulty", fontsize=10)
-  ax.legend(fontsize=7, frameon=False)
-  ax.grid(alpha=0.3, axis="y")
-  report.add_footer(fig, footer)
+  report.finish_bars(fig, ax, footer, "Problem difficulty", "% of problems (bar labels: counts)")
   return fig
 
 
@@ -232,7 +229,7 @@ def _step_solve_rates(path: str, steps) -> list:
   """Per step, the mean post-dialogue solve rate (r_sol) of the dialogues a training run
   kept in dialogues.jsonl; [] without the file or any r_sol."""
   by_step = collections.defaultdict(list)
-  for row in dialogue_lib.read_rows(path):
+  for row in files.read_rows(path, dialogue_lib.RecordError):
     if row.get("r_sol") is not None and row.get("step") is not None:
       by_step[row["step"]].append(row["r_sol"])
   if not by_step:
@@ -257,8 +254,7 @@ def sweep_figure(plt, runs: list, footer: str):
   for ax in axes[panels:]:
     fig.delaxes(ax)
   fig.suptitle("Rollouts per problem (G): training signal, cost and results")
-  palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  color = {r.group_size: palette[i % len(palette)] for i, r in enumerate(runs)}
+  color = figures.colors(plt, [r.group_size for r in runs])
   i = 0
   per_step = [("reward", "mean reward per step"), ("seconds", "wall seconds per step")]
   if any(r.solve for r in runs):
@@ -270,11 +266,8 @@ def sweep_figure(plt, runs: list, footer: str):
       if getattr(r, name):
         ax.plot(r.steps, getattr(r, name), marker="o", ms=3, color=color[r.group_size],
                 label=f"G={r.group_size}")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("step", fontsize=8)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True, min_n_ticks=1))
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
+    figures.style_panel(ax, title, xlabel="step")
   axes[0].legend(fontsize=7, frameon=False)
   ax = axes[i]
   i += 1
@@ -285,9 +278,7 @@ def sweep_figure(plt, runs: list, footer: str):
     ax.text(x, h, f"{h:.2g} h", ha="center", va="bottom", fontsize=7)
   ax.set_ylim(0, max(hours) * 1.15 or 1)
   ax.set_xticks(range(len(gs)), [f"G={g}" for g in gs], fontsize=7)
-  ax.set_title("training time (sum of step seconds)", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, "training time (sum of step seconds)", grid="y")
   for key, title in EVAL_PANELS if evaluated else ():
     ax = axes[i]
     i += 1
@@ -295,16 +286,12 @@ def sweep_figure(plt, runs: list, footer: str):
       value, ci = r.evaluation.get(key), r.evaluation.get(f"{key}_ci")
       if value is None:
         continue
-      err = ([[max(value - ci[0], 0)], [max(ci[1] - value, 0)]]
-             if ci and None not in ci else None)
+      err = figures.whiskers(value, *ci) if ci and None not in ci else None
       ax.errorbar(r.group_size, value, yerr=err, fmt="o", color=color[r.group_size], capsize=3)
     ax.plot([r.group_size for r in evaluated if r.evaluation.get(key) is not None],
             [r.evaluation[key] for r in evaluated if r.evaluation.get(key) is not None],
             color="0.5", lw=0.8)
-    ax.set_title(f"{title} (evaluation)", fontsize=9)
-    ax.set_xlabel("G (rollouts per problem)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
+    figures.style_panel(ax, f"{title} (evaluation)", xlabel="G (rollouts per problem)")
   report.add_footer(fig, footer)
   return fig
 

@@ -41,10 +41,11 @@ import zlib
 
 import numpy as np
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib, prompts
 from pedrl.eval.analysis import text as text_lib
+from pedrl.eval.analysis.codebook import Codebook
 from pedrl.rewards import asking
-from pedrl.rewards.judging import json_object
 
 SCHEMES = ("codebook", "schoenfeld")
 PHASES = ("Explore", "General", "Verify")  # Appendix E.2, table 10.
@@ -158,15 +159,21 @@ def prompt_for(scheme: str, prompt: str, text: str, codebook) -> str:
     raise LabelError(f"the {scheme} prompt {prompt!r}: {e}") from None
 
 
+def _field(reply: str, key: str, pattern: str):
+  """`key`'s value in the reply's JSON object or, failing that, in a `"key": value` pair in
+  prose (a value matching `pattern`); None otherwise."""
+  value = (files.json_object(reply or "") or {}).get(key)
+  if value is None:
+    m = re.search(rf"""["']?{key}["']?\s*[:=]\s*["']?({pattern})""", reply or "", re.I)
+    value = m.group(1) if m else None
+  return value
+
+
 def parse_code(reply: str, codebook) -> int | None:
   """The code a reply names: {"code": N} (a number or a numeric string) or, failing that,
   a `"code": N` pair in prose, or {"code": "NAME"} for a name only one code has; None
   otherwise (a number the codebook lacks, an ambiguous name, no code)."""
-  obj = json_object(reply or "") or {}
-  value = obj.get("code")
-  if value is None:
-    m = re.search(r"""["']?code["']?\s*[:=]\s*["']?(\d+)""", reply or "", re.I)
-    value = m.group(1) if m else None
+  value = _field(reply, "code", r"\d+")
   if isinstance(value, str) and not value.strip().isdigit():
     found = codebook.named(value)
     return found[0].id if len(found) == 1 else None
@@ -178,11 +185,9 @@ def parse_code(reply: str, codebook) -> int | None:
 def parse_phase(reply: str) -> str | None:
   """Explore, General or Verify from {"phase": ...}, a `phase: X` pair, or a reply that is
   the bare word; None otherwise."""
-  obj = json_object(reply or "") or {}
-  value = obj.get("phase")
+  value = _field(reply, "phase", "[A-Za-z]+")
   if value is None:
-    m = re.search(r"""["']?phase["']?\s*[:=]\s*["']?([A-Za-z]+)""", reply or "", re.I)
-    value = m.group(1) if m else (reply or "").strip().strip(".\"'")
+    value = (reply or "").strip().strip(".\"'")
   word = str(value).strip().capitalize()
   return word if word in PHASES else None
 
@@ -221,7 +226,7 @@ class LabelStore:
   def read(self) -> dict:
     out = {}
     for path in sorted(glob.glob(os.path.join(self.folder, "shard-*.jsonl"))):
-      for n, row in enumerate(dialogue_lib.read_rows(path), 1):
+      for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
         try:
           r = LabelRow(**row)
         except TypeError as e:
@@ -233,7 +238,7 @@ class LabelStore:
   def append(self, rows, shard: int, num_shards: int) -> None:
     os.makedirs(self.folder, exist_ok=True)
     path = os.path.join(self.folder, f"shard-{shard:05d}-of-{num_shards:05d}.jsonl")
-    dialogue_lib.append_rows([dataclasses.asdict(r) for r in rows], path)
+    files.append_rows([dataclasses.asdict(r) for r in rows], path)
 
 
 def pending(texts, cache: dict, shard: int, num_shards: int, retry_failures: bool) -> list:
@@ -304,7 +309,7 @@ class RuleLabeller:
   """Keyword rules answering in the labellers' JSON (CODE_RULES, PHASE_RULES; else
   FALLBACK_CODE or General): the whole labelling path runs offline, with labels that
   follow the text. A stand-in for smoke runs and tests, not a judgment."""
-  codebook: object
+  codebook: Codebook
 
   def __post_init__(self):
     self._codes = [(re.compile(p), self.codebook.code(name).id) for p, name in CODE_RULES]

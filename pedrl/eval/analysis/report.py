@@ -21,11 +21,11 @@ made, by which labeller and from how many responses.
 """
 import datetime
 import math
-import os
 
 import numpy as np
 
-from pedrl.figures import pyplot
+from pedrl import figures
+from pedrl.figures import colors as condition_colors, pyplot  # Both read by the analysis job.
 from pedrl.eval.analysis import significance, summary as summary_lib
 from pedrl.eval.analysis.codebook import SHORT
 from pedrl.eval.analysis.labelling import PHASES
@@ -140,15 +140,20 @@ def reliability_table(rows: list) -> str:
 
 # -- Figures -------------------------------------------------------------------------------
 
-def condition_colors(plt, names) -> dict:
-  palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-  return {n: palette[i % len(palette)] for i, n in enumerate(names)}
-
-
 def add_footer(fig, text: str):
   """A grey line under the figure (the layout keeps room for it)."""
   fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
   fig.text(0.99, 0.005, text, ha="right", va="bottom", fontsize=6, color="0.4")
+
+
+def finish_bars(fig, ax, footer: str, title: str, value_label: str, axis: str = "y", **legend):
+  """A one-panel bar figure's labels: the value axis (`axis`) named and gridded, the
+  title, the legend (matplotlib's `legend` keywords) and the footer."""
+  (ax.set_ylabel if axis == "y" else ax.set_xlabel)(value_label, fontsize=8)
+  ax.set_title(title, fontsize=10)
+  ax.legend(fontsize=7, frameon=False, **legend)
+  ax.grid(alpha=0.3, axis=axis)
+  add_footer(fig, footer)
 
 
 def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool = False):
@@ -168,10 +173,7 @@ def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool 
     ax.scatter(i + rng.uniform(-0.18, 0.18, v.size), v, s=4, color=colors[n], alpha=0.35, lw=0)
     ax.plot(i, v.mean(), "o", color="black", ms=3.5, zorder=5)
   ax.set_xticks(range(1, len(names) + 1), names, rotation=20, ha="right", fontsize=7)
-  ax.set_title(title, fontsize=9)
-  ax.set_ylabel(ylabel, fontsize=8)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, title, ylabel=ylabel, grid="y")
 
 
 def response_figures(plt, per_response: dict, stats: dict, colors: dict, confidence: float,
@@ -207,10 +209,7 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
   ax.legend(handles=[Patch(facecolor="0.75", edgecolor="0.4", label="visible"),
                      Patch(facecolor="white", edgecolor="0.4", hatch="//", label="thinking")],
             fontsize=7, frameon=False)
-  ax.set_title("math words / words per response (%)", fontsize=9)
-  ax.set_ylabel("%", fontsize=8)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, "math words / words per response (%)", ylabel="%", grid="y")
   ax = axes[1]
   for i, c in enumerate(conds):
     q = sum(s.questions for s in per_response[c])
@@ -218,11 +217,10 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
     sh = significance.share(q, n, confidence)
     if n:
       ax.bar(i, 100 * sh.value, color=colors[c], alpha=0.7,
-             yerr=[[100 * (sh.value - sh.low)], [100 * (sh.high - sh.value)]], capsize=3)
+             yerr=figures.whiskers(sh.value, sh.low, sh.high, 100), capsize=3)
   ax.set_xticks(range(len(conds)), conds, rotation=20, ha="right", fontsize=7)
-  ax.set_title(f"questions / visible sentences (%, {confidence:.0%} Wilson)", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="y")
+  figures.style_panel(ax, f"questions / visible sentences (%, {confidence:.0%} Wilson)",
+                      grid="y")
   add_footer(fig, footer)
   out["math_content"] = fig
   return out
@@ -249,12 +247,10 @@ def phase_figure(plt, shares: dict, footer: str, confidence: float):
   ax = axes[1]
   for y, c in enumerate(conds):
     s = shares[c]["Explore"]
-    ax.errorbar(100 * s.value, y, xerr=[[100 * (s.value - s.low)], [100 * (s.high - s.value)]],
-                fmt="o", color=colors["Explore"], capsize=3, ms=4)
+    ax.errorbar(100 * s.value, y, xerr=figures.whiskers(s.value, s.low, s.high, 100), fmt="o",
+                color=colors["Explore"], capsize=3, ms=4)
   ax.set_yticks(range(len(conds)), conds)
-  ax.set_title(f"Explore (%), {confidence:.0%} Wilson", fontsize=9)
-  ax.tick_params(labelsize=7)
-  ax.grid(alpha=0.3, axis="x")
+  figures.style_panel(ax, f"Explore (%), {confidence:.0%} Wilson", grid="x")
   add_footer(fig, footer)
   return fig
 
@@ -265,8 +261,7 @@ def _grouped_bars(ax, labels, cols, values, colors, horizontal=False):
   for j, col in enumerate(cols):
     pos = np.arange(len(labels)) + (j - (len(cols) - 1) / 2) * width
     v = np.array([100 * a.value for a in values[col.name]])
-    err = np.array([[100 * max(a.value - a.low, 0), 100 * max(a.high - a.value, 0)]
-                    for a in values[col.name]]).T
+    err = np.hstack([figures.whiskers(a.value, a.low, a.high, 100) for a in values[col.name]])
     bar = ax.barh if horizontal else ax.bar
     bar(pos, v, width, color=colors[col.name], label=col.name, alpha=0.8,
         **({"xerr": err} if horizontal else {"yerr": err}), capsize=2,
@@ -283,11 +278,8 @@ def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
   _grouped_bars(ax, cats, cols, {k: [v[c] for c in cats] for k, v in per.items()}, colors)
   ax.set_xticks(range(len(cats)), [SHORT.get(c, c) for c in cats], rotation=15, ha="right",
                 fontsize=7)
-  ax.set_ylabel("% of labelled sentences", fontsize=8)
-  ax.set_title(f"Major categories (whiskers: {confidence:.0%} intervals)", fontsize=10)
-  ax.legend(fontsize=7, frameon=False)
-  ax.grid(alpha=0.3, axis="y")
-  add_footer(fig, footer)
+  finish_bars(fig, ax, footer, f"Major categories (whiskers: {confidence:.0%} intervals)",
+              "% of labelled sentences")
   out = {"categories": fig}
 
   fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(top), 1) + 1.6), layout="constrained")
@@ -295,12 +287,9 @@ def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
   _grouped_bars(ax, names, cols, {col.name: [v[col.name] for _, v in top][::-1] for col in cols},
                 colors, horizontal=True)
   ax.set_yticks(range(len(names)), names, fontsize=7)
-  ax.set_xlabel("% of labelled sentences", fontsize=8)
-  ax.set_title(f"The {len(top)} most frequent codes (whiskers: {confidence:.0%} intervals)",
-               fontsize=10)
-  ax.legend(fontsize=7, frameon=False, loc="lower right")
-  ax.grid(alpha=0.3, axis="x")
-  add_footer(fig, footer)
+  finish_bars(fig, ax, footer, f"The {len(top)} most frequent codes (whiskers: "
+              f"{confidence:.0%} intervals)", "% of labelled sentences", axis="x",
+              loc="lower right")
   out["top_codes"] = fig
 
   fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
@@ -313,14 +302,11 @@ def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
     s = result.shares(c, [praise], confidence=confidence)[praise]
     if s.n:
       ax.bar(i, 100 * s.value, color=ccolors[c], alpha=0.8,
-             yerr=[[100 * (s.value - s.low)], [100 * (s.high - s.value)]], capsize=3)
+             yerr=figures.whiskers(s.value, s.low, s.high, 100), capsize=3)
       ax.text(i, 100 * s.high, f"{100 * s.value:.1f}", ha="center", va="bottom", fontsize=7)
   ax.set_xticks(range(len(conds)), conds, rotation=20, ha="right", fontsize=7)
-  ax.set_ylabel("% of labelled sentences", fontsize=8)
-  ax.set_title(f"Praise (whiskers: {confidence:.0%} Wilson)", fontsize=10)
-  ax.legend(fontsize=7, frameon=False)
-  ax.grid(alpha=0.3, axis="y")
-  add_footer(fig, footer)
+  finish_bars(fig, ax, footer, f"Praise (whiskers: {confidence:.0%} Wilson)",
+              "% of labelled sentences")
   out["praise"] = fig
   return out
 
@@ -331,11 +317,4 @@ def footer_text(labeller: str, n_responses: int) -> str:
 
 
 def save(figs: dict, folder: str) -> list:
-  plt = pyplot()
-  os.makedirs(folder, exist_ok=True)
-  paths = []
-  for stem, fig in figs.items():
-    paths.append(os.path.join(folder, f"{stem}.png"))
-    fig.savefig(paths[-1], dpi=130)
-    plt.close(fig)
-  return paths
+  return figures.save_png(figs, folder, dpi=130)

@@ -10,7 +10,7 @@ import dataclasses
 import os
 
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.eval import records as records_lib, shards
+from pedrl.eval import evaluations, records as records_lib, shards
 from pedrl.eval.analysis import AnalysisError, parse_named
 
 
@@ -38,9 +38,7 @@ def dialogues(workdir: str) -> list:
     return [r.dialogue for r in records_lib.load(merged)]
   try:
     # An evaluation's shards; another job's (baseline_data's) leave dialogues.jsonl.
-    kind = shards.recorded(workdir, ("kind",))
-    if shards.is_evaluation({"kind": kind} if kind else {}) and os.path.isdir(
-        os.path.join(workdir, "shards")):
+    if shards.recorded_kind(workdir) in evaluations.TASKS:
       records, _ = shards.merge(workdir)
       if records and not isinstance(records[0], records_lib.EvalRecord):
         raise AnalysisError(f"{workdir}: an evaluation of {type(records[0]).__name__}s, not "

@@ -3,7 +3,7 @@
 Per task: the harness's metrics over its examples in the harness's order, for
 the four pedagogical tasks the Ped-RM win rate from the scores each record
 carries, and beside them paper 002's benchmark violation rate (BVR: the share of
-replies that break a rule of pedrl.eval.mathtutorbench.constraints, the checker
+replies that break a rule of pedrl.mathtutorbench.constraints, the checker
 of CPA's table 3) with the replies per rule broken, for every tutor alike: a
 local model, a trained tutor, an endpoint or an agent. Written into the workdir
 as the harness and its reward-model script lay them out:
@@ -16,8 +16,9 @@ import collections
 import json
 import os
 
-from pedrl.env import dialogue as rows_io
-from pedrl.eval.mathtutorbench import constraints, scoring, tasks, win_rate
+from pedrl import files
+from pedrl.eval.mathtutorbench import tasks, win_rate
+from pedrl.mathtutorbench import constraints, scoring
 
 # The leaderboard's nine columns: (task, metric, title).
 COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
@@ -76,9 +77,9 @@ def write(workdir: str, records, results: dict, model_name: str, run: str) -> No
   """The harness's files in `workdir`, and results.md: the leaderboard table with one
   row, named `run`."""
   for task, rows in by_task(records).items():
-    rows_io.append_rows([{k: v for k, v in r.to_dict().items() if k not in ("context", "trace", "schema")}
-                         for r in rows], os.path.join(workdir, f"responses-{task}.jsonl"),
-                        mode="w")
+    skip = ("context", "trace", "schema")
+    files.append_rows([{k: v for k, v in r.to_dict().items() if k not in skip} for r in rows],
+                      os.path.join(workdir, f"responses-{task}.jsonl"), mode="w")
     if task in tasks.PEDAGOGICAL:
       gens = [{**r.context, "generated_teacher_utterance": r.prediction} for r in rows]
       with open(os.path.join(workdir, f"generations-{model_name}-{task}.json"), "w",

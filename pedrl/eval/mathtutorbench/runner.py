@@ -20,11 +20,13 @@ import dataclasses
 import numpy as np
 
 from pedrl import streams
+from pedrl.clients import openai_compat
 from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
 from pedrl.eval import records as records_lib
-from pedrl.eval.mathtutorbench import scoring, tasks, win_rate
+from pedrl.eval.mathtutorbench import tasks, win_rate
+from pedrl.mathtutorbench import scoring
 
 MODES = ("chat", "completion")
 
@@ -107,7 +109,7 @@ class EndpointPolicy:
   mode on /v1/completions, chat mode as one system message on /v1/chat/completions, the
   task's stop strings sent (and applied here too, for servers that ignore them).
 
-  client: pedrl.rewards.backends.OpenAIBackend with the harness's temperature and
+  client: pedrl.clients.openai_compat.OpenAIBackend with the harness's temperature and
   max_tokens."""
 
   def __init__(self, client, settings: BenchSettings):
@@ -120,8 +122,8 @@ class EndpointPolicy:
            self.client.chat([[{"role": "system", "content": p}] for p in prompts], stop))
     for r in out:
       if isinstance(r, Exception):
-        raise party.EndpointError(f"the endpoint under test failed a request after its "
-                                  f"retries ({type(r).__name__}: {r})")
+        raise openai_compat.EndpointError(f"the endpoint under test failed a request after "
+                                          f"its retries ({type(r).__name__}: {r})")
     return [kept(self.s.mode, r.text[:stops.find_stop(r.text, stop)[0]]) for r in out], (
         [False] * len(out))
 

@@ -38,26 +38,10 @@ import jinja2
 
 from pedrl.env import sources
 from pedrl.env.sources import DataError
+# The names live below the agents (pedrl.mathtutorbench); the task files are read by them.
+from pedrl.mathtutorbench.names import PEDAGOGICAL, TASKS, TaskError  # noqa: F401
 
-# Task name -> (task file, data kind): the nine tasks of the leaderboard.
-TASKS = {
-    "problem_solving": ("problem_solving.yaml", "gsm8k"),
-    "socratic_questioning": ("socratic_questioning.yaml", "gsm8k_socratic"),
-    "solution_correctness": ("student_solution_correctness.yaml", "stepverify"),
-    "mistake_location": ("mistake_location.yaml", "stepverify"),
-    "mistake_correction": ("mistake_correction.yaml", "stepverify_errors"),
-    "scaffolding_generation": ("scaffolding_generation.yaml", "bridge"),
-    "pedagogy_following": ("pedagogy_following.yaml", "bridge"),
-    "scaffolding_generation_hard": ("scaffolding_generation_hard.yaml", "bridge_hard"),
-    "pedagogy_following_hard": ("pedagogy_following_hard.yaml", "bridge_hard"),
-}
-PEDAGOGICAL = ("scaffolding_generation", "pedagogy_following", "scaffolding_generation_hard",
-               "pedagogy_following_hard")
 _KEYS = ("name", "system_prompt", "stop")
-
-
-class TaskError(ValueError):
-  """A benchmark directory, task file or task name that cannot be used."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,9 @@ import os
 
 from absl import logging
 
+from pedrl import files
 from pedrl.env import sources as sources_lib
 from pedrl.env.problems import DataError
-from pedrl.eval import shards
 
 RECORD = "train_problems.json"
 
@@ -34,7 +34,7 @@ def read(workdir: str) -> TrainingProblems | None:
   path = os.path.join(workdir, RECORD)
   if not os.path.exists(path):
     return None
-  value = shards.read_json(path)
+  value = files.read_json(path, DataError)
   try:
     return TrainingProblems(tuple(value["sources"]), frozenset(value["ids"]))
   except (KeyError, TypeError) as e:
@@ -42,7 +42,7 @@ def read(workdir: str) -> TrainingProblems | None:
 
 
 def _write(workdir: str, record: TrainingProblems) -> None:
-  shards.write_json(os.path.join(workdir, RECORD),
+  files.write_json(os.path.join(workdir, RECORD),
                     {"sources": list(record.sources), "problems": len(record.ids),
                      "ids": sorted(record.ids)})
 

@@ -16,7 +16,7 @@ takes what is left), or `train.steps` steps when set. WORKDIR gets
 checkpoints/ (a rerun resumes at the last one, same data order),
 metrics.jsonl and tensorboard/ (a row per step: the objective's metrics, the
 learning rate, the epoch, the time), run.json, config.json (tutor.path
-resolved) and train_problems.json (the data's, pedrl.experiments.trained_on), so
+resolved) and train_problems.json (the data's, pedrl.jobs.trained_on), so
 pedrl.experiments.evaluate, pedrl.experiments.mathtutorbench, pedrl.serve and
 pedrl.tools.export read it as a GRPO run (--config.tutor.workdir=WORKDIR).
 """
@@ -35,11 +35,12 @@ from tqdm import tqdm
 from pedrl import distributed
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
-from pedrl.experiments import metrics as metrics_lib, settings as settings_lib, trained_on
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import (check_optimizer, define_flags, exit_on_signal,
-                                      exits_cleanly, finite, value_check)
-from pedrl.rl import checkpoint, loop
+from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_optimizer, finite, value_check
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.rl import checkpoint, loop, update as update_lib
+from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer
 
 define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
@@ -129,16 +130,38 @@ def file_id(path: str, count: int) -> str:
   return f"{os.path.basename(path)}: {count} items, sha1 {digest.hexdigest()[:16]}"
 
 
+@dataclasses.dataclass(frozen=True)
+class OfflineStepMetrics:
+  """One offline step (one update): its row of metrics.jsonl is the update's metrics,
+  with the epoch, the learning rate and the seconds."""
+  step: int
+  epoch: int  # 1-based: the pass over the items the step's last item is of.
+  items: int
+  update: update_lib.UpdateMetrics
+  skipped_updates: int  # 0 or 1.
+  skipped_values: dict[str, float]
+  lr: float | None
+  seconds: dict[str, float]  # batch, update.
+  time: float  # Unix seconds.
+
+  def to_row(self) -> dict:
+    return {"step": self.step, "epoch": self.epoch, "items": self.items,
+            **self.update.to_row(), "skipped_updates": self.skipped_updates,
+            **({"lr": self.lr} if self.lr is not None else {}),
+            **{f"seconds/{k}": v for k, v in self.seconds.items()}, "time": self.time}
+
+
 @dataclasses.dataclass
 class StepResult:
-  metrics: dict  # The step's row of metrics.jsonl.
+  metrics: OfflineStepMetrics
 
 
 class OfflineTrainer(loop.Loop):
   """An offline run (pedrl.rl.loop.Loop): a step is one update on `batch` items."""
 
-  def __init__(self, settings: settings_lib.OfflineSettings, method: Method, objective, tutor, items: list,
-               data_id: str, optimizer, checkpoints, writer, lr_schedule=None):
+  def __init__(self, settings: settings_lib.OfflineSettings, method: Method,
+               objective: Objective, tutor: party_lib.Party, items: list, data_id: str,
+               optimizer, checkpoints, writer, lr_schedule=None):
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
                      checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule)
     self.method, self.items, self.data_id = method, items, data_id
@@ -161,17 +184,14 @@ class OfflineTrainer(loop.Loop):
     t1 = time.perf_counter()
     (m,) = self.update(batch)
     self.step += 1
-    metrics = {"step": self.step, "epoch": chosen[-1][0] // len(self.items) + 1,
-               "items": len(chosen),
-               **{k: float(v) for k, v in m.items() if k not in ("skipped", "params_finite")},
-               "skipped_updates": int(bool(m["skipped"])),
-               **({"lr": lr} if (lr := self.step_lr([m])) is not None else {}),
-               "seconds/batch": t1 - t0, "seconds/update": time.perf_counter() - t1,
-               "time": time.time()}
-    return StepResult(metrics)
+    skips, values = loop.skipped([m])
+    return StepResult(OfflineStepMetrics(
+        step=self.step, epoch=chosen[-1][0] // len(self.items) + 1, items=len(chosen),
+        update=m, skipped_updates=skips, skipped_values=values, lr=self.step_lr([m]),
+        seconds={"batch": t1 - t0, "update": time.perf_counter() - t1}, time=time.time()))
 
   def record(self, out: StepResult):
-    self.writer.write(self.step, out.metrics)
+    self.writer.write(self.step, out.metrics.to_row())
 
 
 def build(c, method: Method, workdir: str, config_name: str = "?"):
@@ -224,16 +244,18 @@ def main(method: Method):
     main_process = distributed.is_main_process()
     with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
               disable=not main_process) as bar:
-      def progress(step, m):
+      def progress(step, m: OfflineStepMetrics):
         bar.update(1)
-        bar.set_postfix({k.split("/")[-1]: f"{m[k]:.4f}" for k in method.shown})
+        row = m.to_row()
+        bar.set_postfix({k.split("/")[-1]: f"{row[k]:.4f}" for k in method.shown})
       trainer.run(progress)
     writer.close()
     ckpt.close()
     exit_on_signal(trainer.stopped_by, f"step {trainer.step} (saved)")
     if main_process:
-      rows = writer.rows()
       print(f"step={trainer.step}")
-      for k in method.shown:
-        print(f"{k}={rows[-1].get(k) if rows else None}")
+      if trainer.last is not None:  # None: the run had finished before.
+        row = trainer.last.to_row()
+        for k in method.shown:
+          print(f"{k}={row[k]}")
   return run

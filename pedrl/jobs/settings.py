@@ -17,11 +17,13 @@ from ml_collections import config_dict
 from pedrl import sharding
 from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
+from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm as pedrm_lib, reasoning as reasoning_lib, shards
+from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
 from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import offline_data, trainer, update
+from pedrl.rl.objective import Objective
 
 
 def _fields(source) -> dict:
@@ -181,7 +183,7 @@ class OracleSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class BaselineDataSettings(shards.ShardSettings):
+class BaselineDataSettings(protocol_lib.ShardSettings):
   """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
   # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
@@ -222,9 +224,9 @@ class RunSettings:
   train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
   grpo: update.GRPOSettings | None = None
   optimizer: update.OptimizerSettings | None = None
-  evaluation: shards.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
+  evaluation: protocol_lib.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
   pedrm: pedrm_lib.PedRMSettings | None = None
-  tutor_run: shards.TutorRun | None = None
+  tutor_run: protocol_lib.TutorRun | None = None
   tutor_endpoint: party.EndpointSettings | None = None
   tutor_agent: agent_tutor.TutorAgentSettings | None = None
   tutor_cpa: CPASettings | None = None  # The agent tutor's CPA numbers (`tutor.cpa`).
@@ -252,7 +254,7 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
       rollout=read.read(rollout.RolloutSettings, "rollout", seed=job.seed),
       solve=read.read(solving.SolveSettings, "solve", seed=job.seed),
       rewards=read.read(assemble.RewardSettings, "rewards"), judging=judging,
-      openai=read.values(backends.OpenAIBackend, "rewards.openai"),
+      openai=read.values(openai_compat.OpenAIBackend, "rewards.openai"),
       local_judge=read.read(party.PartySettings, "rewards.local_judge"),
       rule_judges=read.read(backends.RuleBackend, "rewards.rule_judges"),
       uco=read.read(uco_turns.UCOSettings, "rewards.uco",
@@ -266,9 +268,9 @@ def read_settings(config, training: bool = False, evaluation: bool = False) -> R
                        temperature=sampling(tutor).logprob_temperature),
         optimizer=read.read(update.OptimizerSettings, "rl"))
   if evaluation:
-    out.update(evaluation=read.read(shards.EvalSettings, "eval"),
+    out.update(evaluation=read.read(protocol_lib.EvalSettings, "eval"),
                pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
-               tutor_run=read.read(shards.TutorRun, "tutor"),
+               tutor_run=read.read(protocol_lib.TutorRun, "tutor"),
                tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
                tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
                tutor_cpa=(read.read(CPASettings, "tutor.cpa") if "cpa" in config.tutor
@@ -321,13 +323,13 @@ class OfflineRunSettings:
   data: DataSettings
   train: OfflineSettings
   optimizer: update.OptimizerSettings
-  objective: object  # pedrl.rl.objective.Objective: the method's settings type.
-  options: object | None  # The method's data options (SFT's SequenceSettings), if any.
+  objective: Objective  # The method's (GRPO's is in `rl`).
+  options: offline_data.SequenceSettings | None  # SFT's data options; None for MDPO.
 
 
 def read_offline_settings(config, objective_type: type,
                           options_type: type | None = None) -> OfflineRunSettings:
-  """The typed settings of an offline job's config (pedrl.experiments.base_config's
+  """The typed settings of an offline job's config (pedrl.jobs.base_config's
   offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""
   read = Reader(config)
   job = read.read(JobSettings)

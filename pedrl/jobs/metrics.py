@@ -3,15 +3,16 @@
 
 The training job writes a row per GRPO step, the rollout job a row per batch
 of problems, with the same names for what they share (`step`, `problem_uids`,
-and `pedrl.rewards.assemble.batch_metrics`: reward/…, reward_std/…, pipeline/…).
+and `pedrl.rewards.assemble.BatchRewards.to_row`: reward/…, reward_std/…, pipeline/…).
 """
 import glob
 import json
 import os
 import shutil
 
+from pedrl import files
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.experiments import samples as samples_lib
+from pedrl.jobs import samples as samples_lib
 
 NOT_SCALARS = ("step", "time")  # Row entries that are no TensorBoard scalar.
 
@@ -36,7 +37,7 @@ class MetricsWriter:
 
   def rows(self) -> list[dict]:
     """The rows of metrics.jsonl (a line cut by a crash removed)."""
-    rows = dialogue_lib.read_rows(self.path)
+    rows = files.read_rows(self.path, dialogue_lib.RecordError)
     for n, row in enumerate(rows, 1):
       if not isinstance(row, dict) or "step" not in row:
         raise dialogue_lib.RecordError(f"{self.path}, row {n}: not a metrics row (no 'step')")
@@ -51,7 +52,7 @@ class MetricsWriter:
     every = self.rows()
     rows = [row for row in every if row["step"] <= step]
     if len(rows) < len(every):
-      dialogue_lib.append_rows(rows, self.path, mode="w")
+      files.append_rows(rows, self.path, mode="w")
     if self.dialogues_path is not None:
       self._drop_dialogues_after(step)
     samples = os.path.join(self.workdir, "samples")
@@ -104,12 +105,12 @@ class MetricsWriter:
       return
     if self.tb is None:
       self.resume(step - 1)
-    dialogue_lib.append_rows([metrics], self.path)  # Synced: a crash cuts at most this line.
+    files.append_rows([metrics], self.path)  # Synced: a crash cuts at most this line.
     self._scalars(step, metrics)
     self.tb.flush()
 
   def samples(self, step: int, dialogues, advantages, reward_settings):
-    """The step's sample dialogues (pedrl.experiments.samples), each with its advantage and
+    """The step's sample dialogues (pedrl.jobs.samples), each with its advantage and
     its reward's terms (`reward_settings`), as samples/step_NNNNNN.txt and TensorBoard text."""
     if not self.active:
       return

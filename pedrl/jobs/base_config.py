@@ -4,10 +4,11 @@ rollout job's whole config; the training configs add their `rl` section; default
 are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
+from pedrl.clients import openai_compat
 from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm, shards
+from pedrl.eval import pedrm, protocol as protocol_lib
 from pedrl.eval.mathtutorbench import runner
-from pedrl.experiments import settings, variants
+from pedrl.jobs import settings, variants
 from pedrl.rewards import assemble, backends, uco_turns
 from pedrl.rl import update
 
@@ -17,7 +18,7 @@ VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 def dialogue_config(variant: str = "paper"):
   """Models, problems, dialogue rules, solve attempts and rewards; variants paper, tiny, tiny_uco."""
   v = variants.parse(variant, VARIANTS)
-  # Every section is made from the settings type that reads it (pedrl.experiments.settings),
+  # Every section is made from the settings type that reads it (pedrl.jobs.settings),
   # which holds the defaults; values written here are the papers' where a type has none or
   # a paper differs.
   c = settings.section(settings.JobSettings)
@@ -35,7 +36,7 @@ def dialogue_config(variant: str = "paper"):
   # thinking, template, uco. Paper 003: r_sol + pedagogy (λ) + template; paper 001 adds
   # thinking with judges=thinking; UCO: uco (+ anything else, to mix families).
   c.rewards = settings.section(assemble.RewardSettings, settings.JudgeSettings)
-  c.rewards.openai = settings.section(backends.OpenAIBackend, model="gpt-4o-mini")
+  c.rewards.openai = settings.section(openai_compat.OpenAIBackend, model="gpt-4o-mini")
   c.rewards.local_judge = settings.section(party.PartySettings, path=None, temperature=0.6,
                                            top_k=0, top_p=1.0, max_new_tokens=512)
   # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend).
@@ -86,10 +87,10 @@ def bench_config(tiny: bool, **tutor_sampling):
   as testdata/mathtutorbench."""
   c = settings.section(settings.JobSettings, runner.BenchSettings)
   c.mesh = settings.section(settings.MeshSettings)
-  c.tutor = settings.section(party.PartySettings, shards.TutorRun, path=None, top_k=0,
+  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, path=None, top_k=0,
                              **tutor_sampling)
   c.tutor.endpoint = settings.section(party.EndpointSettings)
-  c.eval = settings.section(shards.ShardSettings)
+  c.eval = settings.section(protocol_lib.ShardSettings)
   # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
   # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).
   c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench", dtype="bfloat16")
@@ -108,7 +109,7 @@ def bench_config(tiny: bool, **tutor_sampling):
 
 
 def offline_config(objective: type, options: type | None = None, **train):
-  """An offline job's config (pedrl.experiments.offline): the top level, mesh, tutor,
+  """An offline job's config (pedrl.jobs.offline): the top level, mesh, tutor,
   data and the `train` section (OfflineSettings, OptimizerSettings, the objective's and
   the options' fields, then `train`'s values)."""
   c = settings.section(settings.JobSettings, skip=("batch_problems", "group_size"))

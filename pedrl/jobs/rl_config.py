@@ -1,6 +1,6 @@
 """The `rl` section every training config shares: the fields of TrainSettings,
 GRPOSettings and OptimizerSettings with their defaults (paper 003's)."""
-from pedrl.experiments import settings
+from pedrl.jobs import settings
 from pedrl.rl import trainer, update
 
 # Filled from elsewhere: the top level's seed and batch shape, the tutor's temperature.

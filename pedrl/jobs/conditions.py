@@ -71,7 +71,7 @@ def uco(c, tiny: bool = False):
 
 
 def dialogue_settings(s) -> dict:
-  """The dialogue settings of typed run settings (pedrl.experiments.settings.RunSettings):
+  """The dialogue settings of typed run settings (pedrl.jobs.settings.RunSettings):
   what a condition decides, to compare a training run's with its evaluation's."""
   rollout = {k: v for k, v in dataclasses.asdict(s.rollout).items() if k != "seed"}
   return {"rollout": rollout, "tutor.max_new_tokens": s.tutor.max_new_tokens,

@@ -5,7 +5,7 @@ r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking
 Each step: problems → rollouts (current tutor params, no copy) → rewards →
 group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
 checkpoints/ (orbax; a rerun resumes at the last one, same data order),
-train_problems.json (the training problems' ids: pedrl.experiments.trained_on),
+train_problems.json (the training problems' ids: pedrl.jobs.trained_on),
 metrics.jsonl (a row per step, with its learning rate and time), tensorboard/,
 samples/ (a few dialogues per step as text: thinking, verdicts, solve attempts,
 reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
@@ -13,20 +13,17 @@ steps, the step's dialogue records). Steps low on learning signal are logged as
 warnings (rl.warn_*).
 """
 import dataclasses
-import json
-import os
 import sys
 
 from absl import app, flags, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
-from pedrl import cli
-from pedrl.experiments import metrics as metrics_lib, trained_on, workdir as workdir_lib
-from pedrl.experiments.common import (api_backends, build_rewards, check_optimizer, check_paths,
-                                      define_flags, exit_on_signal, exits_cleanly, finite,
-                                      load_party, load_problems, read_settings, solver_party,
-                                      value_check)
+from pedrl.jobs import metrics as metrics_lib, trained_on, workdir as workdir_lib
+from pedrl.jobs.checks import check_optimizer, check_paths, finite, read_settings, value_check
+from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.loading import load_party, load_problems, solver_party
+from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, loss, trainer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
@@ -113,20 +110,14 @@ def main(argv):
             disable=not main_process) as bar:
     def progress(step, m):
       bar.update(1)
-      bar.set_postfix(reward=f"{m['reward/total']:.3f}", kl=f"{m['kl']:.4f}")
+      bar.set_postfix(reward=f"{m.rewards.total:.3f}", kl=f"{m.signal.kl:.4f}")
     run.run(progress)
   writer.close()
   ckpt.close()
   exit_on_signal(run.stopped_by, f"step {run.step} (saved)")
   if not main_process:
     return
-  last = {}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    for line in f:
-      last = json.loads(line)
   print(f"step={run.step}")
-  print(f"reward_total={last.get('reward/total')}")
+  if run.last is not None:  # None: the run had finished before (metrics.jsonl has its steps).
+    print(f"reward_total={run.last.rewards.total}")
 
-
-if __name__ == "__main__":
-  cli.run(main)

@@ -17,14 +17,13 @@ import datetime
 import importlib.metadata
 import json
 import os
-import socket
 import subprocess
 import sys
 
 from absl import logging
 import jax
 
-from pedrl import paths
+from pedrl import files, paths
 
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
@@ -170,12 +169,9 @@ def _absolute(tree, key: str = ""):
 def write_config(workdir: str, config) -> None:
   """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute;
   through a renamed temporary file, since shards of an evaluation write it together."""
-  path = os.path.join(workdir, "config.json")
   refuse_checkpoint(workdir)
-  tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"  # Shards on several hosts.
-  with open(tmp, "w") as f:
-    json.dump(_absolute(json.loads(config.to_json_best_effort())), f, indent=2)
-  os.replace(tmp, path)
+  files.write_json(os.path.join(workdir, "config.json"),
+                   _absolute(json.loads(config.to_json_best_effort())))
 
 
 def config_name(argv) -> str:

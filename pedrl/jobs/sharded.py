@@ -7,27 +7,26 @@ when something is left to do, writes each batch's records and the shard's
 status as it goes, stops after the running batch on SIGTERM/SIGINT, and the
 shard that finishes the workdir's last merges them.
 
-A task has: `sizes` (its item count, or the sizes of segments no batch spans),
-`batch_size`, `per_item` (records per item), `unit` (for the progress bar),
-`load(mesh)`, `run(batch index, item indices, counts) -> records` and
-`postfix(records) -> {name: text}`; optionally `record_type` (default: the
-protocol kind's evaluation record) and `merge(workdir)` (default: the
-evaluation's, pedrl.eval.shards.write_merged), for a job whose records are not
-an evaluation's (pedrl.experiments.baseline_data).
+A task is a `ShardedTask`. Its records and how they merge are its protocol's
+evaluation's (pedrl.eval.evaluations, by the protocol's kind), unless the job
+gives its own `record_type` and `merge` (pedrl.experiments.baseline_data,
+whose records are not an evaluation's).
 """
 import collections
 import contextlib
 import os
 import sys
 import time
+from typing import Callable, Protocol, Sequence
 
 from absl import logging
 from tqdm import tqdm
 
-from pedrl import distributed, stopping
+from pedrl import distributed, files, stopping
 from pedrl.eval import records as records_lib, shards
-from pedrl.experiments import workdir as workdir_lib
-from pedrl.experiments.common import exit_on_signal
+from pedrl.eval.protocol import EvalProtocol, ShardSettings
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.exits import exit_on_signal
 
 
 def tick(counts, key: str, since: float) -> float:
@@ -50,10 +49,31 @@ def api_counts(counts, **clients):
       counts.update({f"{name}/{k}": v - before[name].get(k, 0) for k, v in stats(c).items()})
 
 
-def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_settings,
-        config=None, label: str | None = None):
+class ShardedTask(Protocol):
+  """What a sharded job computes: its items in batches (pedrl.eval.shards.batches)."""
+  sizes: int | Sequence[int]  # The item count, or the sizes of segments no batch spans.
+  batch_size: int  # Items per batch.
+  per_item: int  # Records per item.
+  unit: str  # An item, for the progress bar ("problem", "example").
+
+  def load(self, mesh) -> None:
+    """Loads the models (only when some batch is left to run)."""
+
+  def run(self, batch: int, items: range, counts: collections.Counter) -> list[records_lib.Record]:
+    """The records of batch `batch` (items `items`); adds what it counted to `counts`."""
+
+  def postfix(self, records: list[records_lib.Record]) -> dict[str, str]:
+    """What the progress bar shows of a batch's records."""
+
+
+def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSettings,
+        mesh_settings, config=None, label: str | None = None,
+        record_type: type[records_lib.Record] | None = None,
+        merge: Callable[[str], dict] | None = None):
   """Runs this process's shard of `task`; the merged metrics when this shard finished
   the workdir's last one, else None. Stopped by a signal, it exits (128 + signal).
+  `record_type` and `merge`: a job's own (default: the protocol's evaluation's records,
+  merged by pedrl.eval.shards.write_merged).
   `config` (the job's ConfigDict) is written to WORKDIR/config.json with absolute
   paths, and each shard's status records where its latest start came from. `label`:
   one run of a job of several (CPA's methods), shown on its progress bar, which is
@@ -71,23 +91,23 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)
   per_batch = {j: len(idx) * task.per_item for j, idx in plan}
-  kind = getattr(task, "record_type", None) or shards.record_kind(protocol)
+  kind = record_type or shards.evaluation(protocol.kind).record_type
   done = shards.completed(workdir, i, n, per_batch, kind) if main_process else []
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
   if os.path.exists(status_path):
-    counts.update(shards.read_json(status_path).get("counts", {}))
+    counts.update(files.read_json(status_path, shards.ShardError).get("counts", {}))
   name = workdir_lib.config_name(sys.argv)
   start = workdir_lib.provenance() if main_process else None
-  status = lambda finished_: {"protocol": protocol, "config": name, "shard": i,
+  status = lambda finished_: {"protocol": protocol.to_dict(), "config": name, "shard": i,
                               "batches": [j for j, _ in plan], "finished": finished_,
                               "counts": dict(counts), "provenance": start}
   if main_process:
     if config is not None:  # Shards of one protocol differ in their shard fields only.
       os.makedirs(workdir, exist_ok=True)
       workdir_lib.write_config(workdir, config)
-    shards.write_json(status_path, status(not todo))
+    files.write_json(status_path, status(not todo))
   if done:
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", i, n,
                  len(finished), len(plan), out_path)
@@ -107,7 +127,7 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
       done_now += len(records)
       if main_process:
         records_lib.save(records, out_path)
-        shards.write_json(status_path, status(False))
+        files.write_json(status_path, status(False))
       bar.update(len(idx))
       rate = done_now / max(bar.format_dict["elapsed"], 1e-9)
       bar.set_postfix(records_per_s=f"{rate:.2f}", **task.postfix(records))
@@ -117,9 +137,9 @@ def run(task, protocol: dict, workdir: str, shard: shards.ShardSettings, mesh_se
   exit_on_signal(stopped_by, f"shard {i}, batch {j} (earlier batches written)")
   if not main_process:
     return None
-  shards.write_json(status_path, status(True))
+  files.write_json(status_path, status(True))
   try:
-    return getattr(task, "merge", shards.write_merged)(workdir)
+    return (merge or shards.write_merged)(workdir)
   except shards.ShardError as err:  # Other shards still running: they merge, or report does.
     logging.info("shard %d of %d finished; not merged yet: %s", i, n, err)
     return None

@@ -1,0 +1,108 @@
+#!/bin/bash
+# pedrl's GPU figures in one run, written to one results file; its steps' time limits add up
+# to 8 minutes (475 s, sized for one H100).
+#
+#   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
+#   bash launch/gpu_bench.sh --tiny          # the same steps at tiny shapes on CPU (a dry run)
+#   PEDRL_GPU_BENCH_OUT=/path bash launch/gpu_bench.sh
+#
+# Steps, each under its own time limit (a step past it is recorded as timed out and
+# the others still run):
+#   1. sampling: Qwen2.5-7B-shaped bf16 decode, batch 1 and 16 (HBM utilization);
+#   2. rollout, bench shape (26M models) against transformers on the same GPU, 6 and
+#      12 messages, with a fresh persistent compilation cache (cold warm-up);
+#   3. the same rollout again, 6 messages: its programs come from that cache (warm);
+#   4. rollout at real shapes: Qwen2.5-0.5B on both sides, and paper 003's Qwen2.5-7B
+#      tutor with a Llama-3.1-8B student, their stacks trimmed to 4 layers;
+#   5. one GRPO update at Qwen2.5-0.5B and 1.5B, and at 7B trimmed to 4 layers;
+#   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
+# Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
+# the date, device, versions and commit, every step's output, and a summary of the
+# key=value lines the benchmarks end with. docs/performance.md lists the goals.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tiny=0
+[[ "${1:-}" == "--tiny" || "${PEDRL_GPU_BENCH_TINY:-0}" == "1" ]] && tiny=1
+python=${PYTHON:-python}
+out_dir=${PEDRL_GPU_BENCH_OUT:-gpu_bench_results}
+mkdir -p "$out_dir"
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+results="$out_dir/gpu_bench_$stamp.txt"
+cache="$out_dir/jax_cache_$stamp"  # Fresh: step 2's warm-up compiles, step 3's loads.
+# transformers shares the GPU with jax in the rollout steps: jax allocates as it goes
+# instead of taking 75% of the memory at start.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=false
+
+scale=1  # Time limits are an H100's; a CPU dry run gets more.
+if (( tiny )); then
+  export JAX_PLATFORMS=cpu
+  scale=${PEDRL_GPU_BENCH_TINY_SCALE:-8}
+  torch_device=cpu test_platform=cpu
+  sampling=(--gpu_size=tiny --new_tokens=8 --repeats=1)
+  rollout=(--size=tiny --dialogues=2 --tokens_per_turn=8 --repeats=1)
+  real_small=(--size=tiny) real_paper=(--size=tiny)
+  train_small=(--size=tiny --seq_len=128 --rows=4 --micro_batch=2 --repeats=1)
+  train_mid=("${train_small[@]}") train_big=("${train_small[@]}")
+  tests=(tests/test_transformers_version.py tests/test_train_step_bench.py -m "not job")
+else
+  torch_device=cuda test_platform=cuda
+  sampling=(--gpu_size=qwen2.5-7b --repeats=2)
+  rollout=(--size=bench --repeats=1)
+  real_small=(--size=qwen2.5-0.5b) real_paper=(--size=7b+8b --layers=4)
+  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
+  train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
+  train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=2 --repeats=2)
+  tests=(tests/test_decoder_parity.py tests/test_sampling.py tests/test_distribution.py
+         tests/test_grpo.py tests/test_programs.py tests/test_sharding.py
+         tests/test_train_step_bench.py -m "not job")
+fi
+
+{
+  echo "pedrl GPU benchmark, $stamp$( (( tiny )) && echo ' (DRY RUN: tiny shapes on CPU)')"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+  "$python" - <<'EOF'
+import jax, jaxlib, torch, transformers
+print(f"devices: {jax.devices()}")
+print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, torch {torch.__version__} "
+      f"(cuda {torch.version.cuda}), transformers {transformers.__version__}")
+EOF
+} > "$results" 2>&1
+
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, output to $results.
+  local name=$1 limit=$(( $2 * scale )); shift 2
+  local start=$SECONDS status
+  { echo; echo "=== $name (limit ${limit}s): $*"; } >> "$results"
+  timeout --kill-after=10 "$limit" "$@" >> "$results" 2>&1
+  status=$?
+  local verdict=ok
+  (( status == 124 || status == 137 )) && verdict="TIMED OUT"
+  (( status != 0 && status != 124 && status != 137 )) && verdict="FAILED (exit $status)"
+  echo "=== $name: $verdict in $((SECONDS - start)) s" >> "$results"
+  echo "$name: $verdict in $((SECONDS - start)) s"
+}
+
+cc=(--compilation_cache="$cache")
+step sampling 60 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+    --gpu_cache_slots=0 "${sampling[@]}"
+step rollout_cold 80 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+    --messages=6,12 --torch_device=$torch_device
+step rollout_warm 30 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+    --messages=6 --torch_device=$torch_device
+step rollout_qwen2.5-0.5b 50 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
+    --messages=6 --repeats=1 --torch_device=$torch_device
+step rollout_7b+8b 50 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
+    --messages=6 --repeats=1 --torch_device=$torch_device
+step train_step_0.5b 35 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
+step train_step_1.5b 45 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_mid[@]}"
+step train_step_7b_4_layers 35 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
+step tests 90 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
+    "${tests[@]}"
+
+{
+  echo; echo "=== summary (the benchmarks' last lines, in step order)"
+  grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |passed|failed' "$results" \
+    | grep -v '^=== summary'
+} >> "$results"
+rm -rf "$cache"
+echo "results: $results"

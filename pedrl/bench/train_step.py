@@ -1,0 +1,200 @@
+r"""One GRPO update at a named model shape: step time, tokens/s, MFU and memory.
+
+  python -m pedrl.bench.train_step --size=qwen2.5-1.5b --seq_len=2048 --micro_batch=4
+  python -m pedrl.bench.train_step --size=qwen2.5-7b --layers=4   # a 7B's layers, trimmed
+  python -m pedrl.bench.train_step --size=tiny --seq_len=64 --rows=4 --repeats=1
+
+Random weights (`hf_checkpoint.random_params`) in --param_dtype (the trained tutor's
+weights and AdamW moments, `TrainSettings.param_dtype` by default), computed in
+--compute_dtype (flax casts each weight to it at use). A synthetic mini-batch of
+--rows full-length sequences of --seq_len tokens, each token a tutor token with a
+random advantage, goes through what a training step runs:
+
+- score: the frozen reference's log-probs (`update.logprobs_in_chunks`, chunks of
+  --micro_batch rows). pedrl's old-policy log-probs are the sampler's, so this is
+  the only scoring pass an update needs;
+- update: `update.train_step` (micro-batched gradients, clipping, AdamW).
+
+Each is run once to compile, then timed (best of --repeats); `programs` counts
+the XLA programs all those calls made (1: only the first compiled). MFU: model FLOPs
+(`pedrl.models.costs`: 6N + 12·L·H·Q·T per trained token, 2N + 4·L·H·Q·T per
+scored token, PaLM's convention) over the time and the device's datasheet peak
+(`roofline.PEAK_FLOPS`; n/a on devices it does not list). Memory: XLA's
+accounting of each compiled program (arguments + outputs − donated + temporaries),
+the device's peak in use where it reports one (GPUs), and `pedrl.rl.memory`'s
+estimate of the same buffers. Also counted: the programs each pass compiled.
+"""
+import dataclasses
+import time
+
+from absl import flags
+import jax
+import numpy as np
+
+from pedrl import cli
+from pedrl.bench import compiles, roofline, timing
+from pedrl.models import architectures, costs
+from pedrl.models.hf_checkpoint import build_model, random_params
+from pedrl.rl import batch as batch_lib, memory, update
+from pedrl.rl.trainer import TrainSettings
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """The command's flags, defined when it runs (other benchmarks define --size and
+  --repeats too, and tests import several of them into one process)."""
+  flags.DEFINE_enum("size", "tiny", list(architectures.ARCHITECTURES), "Model shape.")
+  flags.DEFINE_integer("layers", 0, "Decoder layers (0: the shape's own).")
+  flags.DEFINE_integer("seq_len", 1024, "Tokens per sequence.")
+  flags.DEFINE_integer("rows", 16, "Sequences in the mini-batch of one update.")
+  flags.DEFINE_integer("micro_batch", update.GRPOSettings.micro_batch,
+                       "Rows per gradient computation (and per scoring chunk).")
+  flags.DEFINE_string("param_dtype", TrainSettings.param_dtype, "Weights and AdamW moments.")
+  flags.DEFINE_string("compute_dtype", "bfloat16", "Activations and matmuls.")
+  flags.DEFINE_bool("remat", TrainSettings.remat, "Recompute layer activations in the backward.")
+  timing.define_repeats("pass")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+  """One measured pass: its seconds, tokens, model FLOPs, memory and compiled programs."""
+  name: str
+  seconds: float
+  tokens: int
+  flops: float  # Model FLOPs (pedrl.models.costs).
+  xla_bytes: int  # XLA's memory analysis of the compiled program.
+  estimate_bytes: int  # pedrl.rl.memory's.
+  programs: int
+  device_peak: int | None  # The device's peak bytes in use after this pass (GPU).
+
+  def mfu(self, peak: float | None) -> float | None:
+    return None if peak is None else self.flops / self.seconds / peak
+
+
+def program_bytes(compiled) -> int:
+  """Bytes a compiled program holds while it runs: arguments and outputs (donated
+  buffers counted once) and temporaries (XLA's memory analysis)."""
+  m = compiled.memory_analysis()
+  return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+          + m.temp_size_in_bytes)
+
+
+def device_peak() -> int | None:
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get("peak_bytes_in_use")
+
+
+def synthetic_batch(cfg, rows: int, seq_len: int, seed: int = 0) -> batch_lib.TrainBatch:
+  """Full-length random sequences, every token after the first a tutor token with a
+  row's random advantage; log-probs filled in by the scoring pass."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(0, cfg.vocab_size, (rows, seq_len)).astype(np.int32)
+  full = np.ones((rows, seq_len), bool)
+  loss = full.copy()
+  loss[:, 0] = False
+  advantages = np.repeat(rng.standard_normal((rows, 1)).astype(np.float32), seq_len, axis=1)
+  zeros = np.zeros((rows, seq_len), np.float32)
+  return batch_lib.TrainBatch(tokens, full, loss, advantages, zeros, zeros)
+
+
+def best_seconds(fn, repeats: int) -> float:
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t)
+  return best
+
+
+def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
+            param_dtype: str, compute_dtype: str, remat: bool, repeats: int) -> dict:
+  """The scoring pass and the update at one shape (one device); Pass by name."""
+  arch = architectures.get(size)
+  cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat)
+  model = build_model(cfg)
+  # Committed to the device, as loaded checkpoints are: the update returns committed arrays,
+  # and jit would compile the step again for the second call if its inputs were not.
+  params = jax.device_put(random_params(cfg.replace(dtype=param_dtype)), jax.devices()[0])
+  reference = jax.tree.map(lambda x: x.copy(), params)  # The trainer's frozen copy.
+  settings = update.GRPOSettings(micro_batch=micro_batch)
+  optimizer = update.OptimizerSettings().optimizer(total_updates=1 + repeats)
+  opt_state = update.init_optimizer(optimizer, params)
+  batch = synthetic_batch(cfg, rows, seq_len)
+  run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
+                        remat=remat)
+  # What each program holds, by the plan: the scoring pass the reference and its logits, the
+  # update the weights, moments, gradients and activations.
+  parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
+  estimate = {"score": parts["reference"] + parts["scoring"],
+              "update": sum(parts[k] for k in ("tutor params", "AdamW moments", "gradients",
+                                               "activations"))}
+  out = {}
+
+  score = lambda: update.logprobs_in_chunks(model, reference, batch.tokens, batch.attn_mask,
+                                            settings.temperature, micro_batch)
+  with compiles.compilations() as compiled:  # Those of the timed calls too (none, or a bug).
+    ref_logp = score()
+    seconds = best_seconds(score, repeats)
+  program = update.logprobs_program(model, reference, batch.tokens, batch.attn_mask,
+                                    settings.temperature, micro_batch)
+  tokens = rows * seq_len
+  out["score"] = Pass("score", seconds, tokens,
+                      tokens * costs.forward_flops_per_token(cfg, seq_len), program_bytes(program),
+                      estimate["score"], len(compiled), device_peak())
+  batch = batch.replace(old_logp=ref_logp, ref_logp=ref_logp)  # First pass: ratio 1.
+
+  state = [params, opt_state]
+
+  def step():
+    state[0], state[1], metrics = update.train_step(model, *state, optimizer, batch, settings)
+    if not np.isfinite(metrics.objective.loss):
+      raise FloatingPointError(f"the update's loss is {metrics.objective.loss}")
+
+  with compiles.compilations() as compiled:
+    step()
+    seconds = best_seconds(step, repeats)
+  program = update.train_step_program(model, *state, optimizer, batch, settings)
+  out["update"] = Pass("update", seconds, tokens,
+                       tokens * costs.train_flops_per_token(cfg, seq_len), program_bytes(program),
+                       estimate["update"], len(compiled), device_peak())
+  return out
+
+
+def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
+           param_dtype: str, compute_dtype: str, remat: bool, repeats: int) -> dict:
+  """Measures and prints the table; the passes by name."""
+  passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
+                   repeats)
+  cfg = architectures.get(size).config(layers or None)
+  peak = roofline.peak_flops(compute_dtype)
+  device = jax.devices()[0]
+  mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f}"
+  print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}; peak "
+        f"{'n/a' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'} ({compute_dtype})")
+  print(f"{size}: {cfg.num_layers} layers, {costs.param_count(cfg) / 1e6:.1f}M parameters "
+        f"(N = {costs.matmul_params(cfg) / 1e6:.1f}M in matmuls); weights and moments "
+        f"{param_dtype}, compute {compute_dtype}, remat {remat}; {rows} rows x {seq_len} tokens, "
+        f"micro-batch {micro_batch}; best of {repeats}")
+  print(f"{'pass':<8}{'seconds':>9}{'tok/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'xla_MiB':>11}"
+        f"{'estimate_MiB':>14}{'peak_MiB':>11}{'programs':>10}")
+  for p in passes.values():
+    mfu = p.mfu(peak)
+    print(f"{p.name:<8}{p.seconds:>9.3f}{p.tokens / p.seconds:>10.0f}"
+          f"{p.flops / p.seconds / 1e12:>9.2f}{'n/a' if mfu is None else f'{mfu:.0%}':>7}"
+          f"{mib(p.xla_bytes):>11}{mib(p.estimate_bytes):>14}{mib(p.device_peak):>11}"
+          f"{p.programs:>10}")
+  mfu = passes["update"].mfu(peak)
+  print(f"train_step_mfu={'n/a' if mfu is None else f'{mfu:.3f}'}")
+  return passes
+
+
+def main(argv):
+  del argv
+  report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
+         FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats)
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)

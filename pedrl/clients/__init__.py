@@ -1,0 +1,1 @@
+"""Clients of services outside the process: the OpenAI-compatible endpoint client."""

@@ -1,0 +1,105 @@
+"""How pedrl writes and reads its files: JSONL appended and synced, JSON replaced
+atomically, and a JSON object read out of a model's reply.
+
+Below every stage: the record types stay with their stage (dialogues in
+pedrl.env.dialogue, evaluation records in pedrl.eval.records, ...) and call these.
+Appending, a crash can cut at most the last line (`repair_jsonl` removes it); a
+rewrite goes through a temporary file renamed over the old one, so a crash
+leaves the old file or the new one, never a part. A reader's bad line raises
+the caller's error type (a record error, a shard error) naming file and line.
+"""
+import ast
+import json
+import os
+import re
+import socket
+
+from absl import logging
+
+
+def _temporary(path: str) -> str:
+  """A name beside `path` no other writer uses: shards on several hosts write together."""
+  return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+
+
+def write_lines(lines, path: str, mode: str = "a") -> None:
+  """One synced write of text lines: appended, or (mode "w") replacing `path` atomically."""
+  target, path = path, (_temporary(path) if mode == "w" else path)
+  with open(path, mode, encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in lines))
+    f.flush()
+    os.fsync(f.fileno())
+  if path != target:
+    os.replace(path, target)
+
+
+def append_rows(rows, path: str, mode: str = "a") -> None:
+  """Appends (or, mode "w", writes) JSON values, one a line."""
+  write_lines([json.dumps(r) for r in rows], path, mode)
+
+
+def repair_jsonl(path: str) -> int:
+  """Cuts a partly written last line (no newline) off `path`; returns the bytes cut."""
+  with open(path, "rb+") as f:
+    data = f.read()
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+      f.truncate(keep)
+  return len(data) - keep
+
+
+def read_rows(path: str, error: type[Exception] = ValueError) -> list:
+  """The JSON values of a JSONL file (none if it does not exist); a line cut by a crash
+  is removed first and logged, any other bad line raises `error` with its number."""
+  if not os.path.exists(path):
+    return []
+  if cut := repair_jsonl(path):
+    logging.warning("%s: removed a partly written last line (%d bytes)", path, cut)
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for n, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise error(f"{path}, line {n}: not JSON ({e})") from None
+  return rows
+
+
+def write_json(path: str, value) -> None:
+  """`value` as indented JSON, synced and renamed over `path` (its folder made)."""
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  tmp = _temporary(path)
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=2)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def read_json(path: str, error: type[Exception] = ValueError):
+  """The JSON value of `path`; a file that is not JSON raises `error` naming it."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except ValueError as e:
+    raise error(f"{path}: not JSON ({e})") from None
+
+
+def json_object(text: str) -> dict | None:
+  """The object between the first '{' and the last '}' of a model's reply, as JSON or a
+  Python literal, its keys lower-cased; None when there is none. Judges, the oracle,
+  the analysis labellers and the agents' JSON stages all read replies this way."""
+  text = re.sub(r"```(?:json)?", "", text)
+  start, end = text.find("{"), text.rfind("}")
+  if start == -1 or end <= start:
+    return None
+  body = text[start:end + 1]
+  for load in (json.loads, ast.literal_eval):
+    try:
+      value = load(body)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+      continue
+    if isinstance(value, dict):
+      return {str(k).strip().lower(): v for k, v in value.items()}
+  return None

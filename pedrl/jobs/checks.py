@@ -1,0 +1,90 @@
+"""Config checks a job makes before anything loads: values named by their --config
+flag, settings read typed, every path the config names."""
+import math
+import os
+
+from absl import app
+
+from pedrl.env import problems as problems_lib, sources
+from pedrl.jobs import reward_factory, settings as settings_lib
+from pedrl.rl import update
+
+
+def value_check(section: str, values: dict):
+  """need(ok, name, rule): when not ok, a UsageError naming --config.SECTION.NAME=value
+  and the rule it breaks."""
+  def need(ok: bool, name: str, rule: str):
+    if not ok:
+      raise app.UsageError(f"--config.{section}.{name}={values[name]!r}: must be {rule}")
+  return need
+
+
+def finite(x) -> bool:
+  return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def check_optimizer(need, values: dict) -> None:
+  """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
+  for name in ("lr", "adam_eps", "max_grad_norm"):
+    need(finite(values[name]) and values[name] > 0, name, "a finite number > 0")
+  need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
+       "finite and >= 0")
+  need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
+  need(isinstance(values["warmup_steps"], int) and values["warmup_steps"] >= 0, "warmup_steps",
+       "an integer >= 0")
+
+
+def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
+  """The config's typed settings, or one `error: …` line: a key nothing reads, a value
+  a setting refuses."""
+  try:
+    return settings_lib.read_settings(c, training, evaluation)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+
+
+def check_uco(s: settings_lib.RunSettings) -> None:
+  """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
+  o = s.oracle
+  if o.oracle not in ("openai", "local", "reference"):
+    raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
+                         "local, reference")
+  if o.oracle == "openai" and not o.oracle_model:
+    raise app.UsageError(
+        "UCO's oracle is an LLM on an OpenAI-compatible endpoint (paper 000 used "
+        "Gemini-2.5-Pro); give --config.rewards.uco.oracle_model=NAME and, unless it is "
+        "the judges' endpoint, --config.rewards.uco.oracle_base_url=URL and "
+        "--config.rewards.uco.oracle_api_key_env=VAR; or --config.rewards.uco.oracle=local "
+        "(the local judge model) or =reference (fixed offline stand-ins, smoke tests only)")
+  if not o.embedder:
+    raise app.UsageError(
+        "UCO's semantic score needs an embedder: --config.rewards.uco.embedder=DIR (BGE-M3 "
+        "in paper 000, whose δ = 0.7 was tuned on it), or =minilm for offline runs")
+
+
+def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
+  """Every checkpoint directory the config names exists, before anything loads. A job
+  without dialogues (the reasoning benchmarks) needs only the tutor."""
+  rewards, o = s.rewards, s.oracle
+  if dialogues and "uco" in rewards.names:
+    check_uco(s)
+  flags = {f"{side}.path": getattr(s, side).path
+           for side in (("tutor", "student") if dialogues else ("tutor",))
+           if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}
+  uses_local = dialogues and (
+      (reward_factory.needs_judges(s) and s.judging.judge_backend == "local") or
+      ("uco" in rewards.names and "local" in (
+          o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
+  if uses_local:
+    flags["rewards.local_judge.path"] = s.local_judge.path
+  if dialogues and "uco" in rewards.names and o.embedder != "minilm":
+    flags["rewards.uco.embedder"] = o.embedder
+  for name, path in flags.items():
+    if not path or not os.path.isfile(os.path.join(path, "config.json")):
+      raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "
+                           "(no config.json)")
+  if dialogues:
+    try:
+      sources.check(s.problems.path, "problems file")
+    except problems_lib.DataError as e:
+      raise app.UsageError(f"--config.problems.path={s.problems.path!r}: {e}") from None

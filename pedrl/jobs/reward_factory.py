@@ -1,0 +1,126 @@
+"""The judges and rewards a config asks for: API backends checked before any model
+loads, the judge panel, the reward pipeline; the judges and dialogue rules as a
+protocol records them."""
+import dataclasses
+import hashlib
+
+import jax
+from absl import app, logging
+
+from pedrl import distributed
+from pedrl.clients import openai_compat
+from pedrl.engine.scoring import Scorer
+from pedrl.eval import protocol as protocol_lib
+from pedrl.jobs import settings as settings_lib
+from pedrl.jobs.loading import load_party
+from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
+
+
+JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
+                "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
+
+
+def needs_judges(s: settings_lib.RunSettings) -> bool:
+  """Rewards that use judges, or an evaluation (its leak and helpful rates)."""
+  return s.rewards.needs_judges or s.evaluation is not None
+
+
+def _api_roles(s: settings_lib.RunSettings) -> dict:
+  """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
+  roles = {}
+  if needs_judges(s) and s.judging.judge_backend == "openai":
+    roles["judges"] = {}
+  if "uco" in s.rewards.names:
+    o = s.oracle
+    if o.oracle == "openai":
+      roles["oracle"] = {k: v for k, v in dict(model=o.oracle_model, base_url=o.oracle_base_url,
+                                               api_key_env=o.oracle_api_key_env).items() if v}
+    if s.uco.level_method == "llm" and o.classifier_backend == "openai":
+      roles["classifier"] = {}
+  return roles
+
+
+def api_backends(s: settings_lib.RunSettings) -> dict:
+  """The API backends the config uses, by role, each checked with one minimal request.
+
+  Built before any model loads: a missing key, a wrong model name or a dead
+  endpoint costs seconds, not the minutes of loading 7B weights. On a multi-host
+  run only process 0 calls the API (and needs the key); its replies are broadcast.
+  """
+  out = {}
+  for role, overrides in _api_roles(s).items():
+    make = lambda: openai_compat.OpenAIBackend(**dict(s.openai, **overrides))
+    backend = (make() if jax.process_count() == 1 else
+               backends.MainProcessCalls(make() if distributed.is_main_process() else None))
+    backend.preflight()
+    logging.info("%s endpoint %s answers", role, getattr(backend, "endpoint", "(process 0)"))
+    out[role] = backend
+  return out
+
+
+def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: dict):
+  """The backend answering `role`'s requests (judges, oracle, classifier): the API one
+  from `api_backends`, a local model, or the rules."""
+  if kind == "openai":
+    return apis[role]
+  if kind == "local":
+    return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
+                                 temperature=s.local_judge.temperature, seed=s.job.seed)
+  if kind == "rule":
+    return s.rule_judges
+  raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
+
+
+def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
+  """(JudgeSpecs with the configured sample count, their backend)."""
+  j = s.judging
+  if j.judges not in JUDGE_PANELS:
+    raise app.UsageError(f"rewards.judges {j.judges!r} is not one of {sorted(JUDGE_PANELS)}")
+  specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
+                else x for x in JUDGE_PANELS[j.judges])
+  return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
+
+
+def judges_protocol(s: settings_lib.RunSettings) -> dict:
+  """The judges as a protocol records them: panel, backend, the model behind it, samples
+  and rounds (whatever decides their verdicts)."""
+  j = s.judging
+  model = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
+                                                   "max_tokens", "top_p")},
+           "local": protocol_lib.jsonable(s.local_judge),
+           "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
+  return {"panel": j.judges, "backend": j.judge_backend, "model": model,
+          "samples": j.judge_samples, "rounds": j.judge_rounds}
+
+
+def rollout_protocol(rollout) -> dict:
+  """The dialogue rules as a protocol records them; a tutor prompt file by its path and
+  its content's SHA-1, so an edited file at the same path makes another protocol."""
+  out = protocol_lib.jsonable(rollout)
+  if rollout.tutor_prompt_file:
+    with open(rollout.tutor_prompt_file, "rb") as f:
+      out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
+  return out
+
+
+def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
+                  apis=None) -> pipeline.RewardPipeline:
+  """The reward pipeline the config asks for (judges, oracle, embedder, weights);
+  `apis` are the API backends from `api_backends(s)` (built here when not given)."""
+  j, o = s.judging, s.oracle
+  apis = api_backends(s) if apis is None else apis
+  specs, backend = judge_panel(s, mesh, apis) if s.rewards.needs_judges else ((), None)
+  kw = {}
+  if "uco" in s.rewards.names:
+    oracle = (oracle_lib.ReferenceOracle() if o.oracle == "reference" else
+              oracle_lib.LLMOracle(text_backend(s, o.oracle, "oracle", mesh, apis),
+                                   rounds=o.oracle_rounds, on_failure=o.on_oracle_failure,
+                                   max_failed_share=j.max_failed_share))
+    path = embedding.minilm_path() if o.embedder == "minilm" else o.embedder
+    kw = dict(uco=s.uco, student=student, scorer=Scorer(student.sampler.model, mesh),
+              oracle=oracle, embedder=embedding.Embedder(path),
+              classifier=(text_backend(s, o.classifier_backend, "classifier", mesh, apis)
+                          if s.uco.level_method == "llm" else None))
+  return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
+                                 j.on_judge_failure, solve_always=s.solve.post_dialogue,
+                                 max_failed_share=j.max_failed_share, **kw)

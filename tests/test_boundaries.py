@@ -1,0 +1,93 @@
+"""Stage boundaries pass types, not string-keyed dicts; the interfaces are written down.
+
+Grep-level checks over pedrl/'s source: results read back by key path or by
+a name built at run time are what the typed results replaced, and a field typed
+`object` says nothing. The Protocols each stage is written against must exist
+and appear in the signatures that take or return them.
+"""
+import pathlib
+import re
+import typing
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "pedrl"
+
+# (what, pattern): each must match nowhere in pedrl/.
+FORBIDDEN = [
+    ("a reward pipeline's side attribute", r"\bbatch_stats\b"),
+    ("judge answers by a name built at run time", r"getattr\([^)]*_decisions"),
+    ("a protocol read by key path", r"\bprotocol\["),
+    ("a protocol's kind read with a default", r"""\.get\(\s*["']kind["']\s*,"""),
+    ("a field or result typed object", r"(?::|->)\s*object\b(?!\()"),
+    ("models cached under string keys", r"""\bmodels\[\s*["'](?:client|party|rm)["']"""),
+]
+
+
+def _code_lines():
+  for path in sorted(ROOT.rglob("*.py")):
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+      code = line.split("#", 1)[0]
+      if code.strip():
+        yield f"{path.relative_to(ROOT.parent)}:{n}", code
+
+
+@pytest.mark.parametrize("what,pattern", FORBIDDEN, ids=[w for w, _ in FORBIDDEN])
+def test_no_stage_boundary_passes_an_untyped_result(what, pattern):
+  found = [where for where, code in _code_lines() if re.search(pattern, code)]
+  assert not found, f"{what}: {found}"
+
+
+def test_the_patterns_catch_what_they_forbid():
+  """Each pattern matches the line it was written against (a check that cannot fail
+  would pass whatever the code says)."""
+  old = ['  stats = self.rewards.batch_stats',
+         '  samples = [d for r in records for d in getattr(r, f"{judge}_decisions")]',
+         '    e = protocol["eval"]',
+         '  kind = protocol.get("kind", "tutoring")',
+         '  target: object  # The task\'s formatted ground truth.',
+         '    self.client = self.models["client"]']
+  for (what, pattern), line in zip(FORBIDDEN, old):
+    assert re.search(pattern, line), what
+  assert not re.search(FORBIDDEN[4][1], "  sentinel = object()")
+
+
+def _hints(fn) -> str:
+  return " ".join(map(str, typing.get_type_hints(fn).values()))
+
+
+def test_the_protocols_exist_and_appear_in_signatures():
+  from pedrl.env import party, rollout
+  from pedrl.eval import evaluations, records, shards
+  from pedrl.jobs import sharded
+  from pedrl.rewards import asking, oracle, pipeline
+  from pedrl.rl import objective, update
+  protocols = {
+      # An evaluation as its shards merge: its records, metrics and files.
+      evaluations.EvalTask: [shards.evaluation],
+      # What a sharded job computes, batch by batch.
+      sharded.ShardedTask: [sharded.run],
+      records.Record: [records.save, sharded.ShardedTask.run],
+      # A dialogue side: a local model's running state or a Replier's (endpoint, agent).
+      rollout.DialogueSide: [rollout._sides],
+      party.Replier: [rollout.run],
+      party.ChatClient: [party.EndpointParty],
+      # A text backend: the OpenAI-compatible, local and rule judges and classifiers.
+      asking.TextBackend: [pipeline.RewardPipeline, oracle.LLMOracle],
+      # A training objective (GRPO, SFT, MDPO) and what it measures.
+      objective.Objective: [update.train_step, update.gradients],
+      objective.Metrics: [objective.Objective.metrics],
+  }
+  for protocol, users in protocols.items():
+    assert getattr(protocol, "_is_protocol", False), f"{protocol.__name__} is no typing.Protocol"
+    for fn in users:
+      assert protocol.__name__ in _hints(fn), f"{fn.__qualname__} does not name {protocol.__name__}"
+
+
+def test_the_evaluations_answer_for_every_kind_a_merge_meets():
+  """shards.merge asks the protocol's evaluation, never a kind string's branch."""
+  from pedrl.eval import evaluations, protocol
+  assert set(evaluations.TASKS) == {"tutoring", "reasoning", "mathtutorbench"}
+  for kind, task in evaluations.TASKS.items():
+    assert task.kind == kind and callable(task.metrics) and callable(task.write)
+  assert protocol.kind_of({}) == "tutoring"  # Protocols before kinds were tutoring ones.

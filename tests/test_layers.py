@@ -1,0 +1,124 @@
+"""Imports point down the layers; pedrl/experiments/ holds entry points only.
+
+The order is the one docs/concepts.md draws: shared utilities → models → engine →
+clients → env → rewards → rl, eval → agents, serve → jobs → experiments, tools,
+bench. A module may import its own layer and the ones below it, never above: the
+rooms stay one job each (a tutor's endpoint client without the reward code, the
+trained tutor without the training code, MathTutorBench's rules without its runner).
+Every import is read from the source (ast), also those inside functions.
+"""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "pedrl"
+
+# Package (or top-level module) -> layer; a module imports only layers <= its own.
+LAYERS = {
+    **dict.fromkeys(["cli", "logs", "paths", "distributed", "sharding", "streams", "stopping",
+                     "files", "figures"], 0),
+    "models": 1, "tokenizer": 1, "runs": 1.5,
+    "engine": 2,
+    "clients": 3, "mathtutorbench": 3,
+    "env": 4,
+    "rewards": 5,
+    "rl": 6, "eval": 6,
+    "agents": 7, "serve": 7,
+    "jobs": 8,
+    "experiments": 9, "tools": 9, "bench": 9,
+}
+# Crossings the layers allow but that put a module in the wrong room (the client of an
+# endpoint raising a judge's error, agents reading the evaluation's package, ...).
+CROSSINGS = [
+    ("pedrl.serve", "pedrl.rl.checkpoint"),
+    ("pedrl.tools", "pedrl.rl.checkpoint"),
+    ("pedrl.agents", "pedrl.eval"),
+    ("pedrl.agents", "pedrl.rewards.judging"),
+    ("pedrl.env", "pedrl.rewards"),
+    ("pedrl.bench", "pedrl.experiments"),
+    ("pedrl.clients", "pedrl.rewards"),
+]
+
+
+def _module(path: pathlib.Path) -> str:
+  parts = path.relative_to(ROOT.parent).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path):
+  """(line, imported module) for every pedrl import of a file, relative ones resolved."""
+  tree = ast.parse(path.read_text(encoding="utf-8"))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for a in node.names:
+        if a.name.startswith("pedrl"):
+          yield node.lineno, a.name
+    elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pedrl"):
+      for a in node.names:  # `from pedrl.rl import checkpoint`: pedrl.rl.checkpoint.
+        yield node.lineno, f"{node.module}.{a.name}"
+
+
+def _layer(module: str):
+  parts = module.split(".")
+  return LAYERS.get(parts[1]) if len(parts) > 1 else 0
+
+
+def _all_imports():
+  for path in sorted(ROOT.rglob("*.py")):
+    for line, target in _imports(path):
+      yield f"{path.relative_to(ROOT.parent)}:{line}", _module(path), target
+
+
+def test_every_package_has_a_layer():
+  names = {p.stem if p.is_file() else p.name for p in ROOT.iterdir()
+           if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"}
+  assert names - set(LAYERS) == set(), "place the new package in LAYERS and docs/concepts.md"
+
+
+def test_no_import_points_up():
+  up = [f"{where}: {source} imports {target}" for where, source, target in _all_imports()
+        if _layer(target) is not None and _layer(target) > _layer(source)]
+  assert not up, "\n".join(up)
+
+
+@pytest.mark.parametrize("source,target", CROSSINGS, ids=[f"{s}->{t}" for s, t in CROSSINGS])
+def test_the_rooms_crossings_are_gone(source, target):
+  found = [where for where, s, t in _all_imports()
+           if (s == source or s.startswith(source + ".")) and
+           (t == target or t.startswith(target + "."))]
+  assert not found, found
+
+
+def test_the_checks_see_what_they_forbid(tmp_path):
+  """The readers catch the imports they were written against (a check that cannot fail
+  would pass whatever the code says)."""
+  old = tmp_path / "contracts.py"
+  old.write_text("def f():\n  from pedrl.eval.mathtutorbench import constraints\n"
+                 "from pedrl.rewards.judging import json_object\nimport pedrl.rl.checkpoint\n"
+                 "from pedrl import runs\n")
+  assert sorted(t for _, t in _imports(old)) == [
+      "pedrl.eval.mathtutorbench.constraints", "pedrl.rewards.judging.json_object",
+      "pedrl.rl.checkpoint", "pedrl.runs"]
+  assert _layer("pedrl.eval.mathtutorbench") > _layer("pedrl.mathtutorbench.constraints")
+  assert _layer("pedrl.jobs.settings") > _layer("pedrl.rl.checkpoint") > _layer("pedrl.runs")
+
+
+def test_experiments_holds_entry_points_only():
+  """Each module of pedrl/experiments/ (but __init__) is a job: it has a `main` and runs
+  it through absl (pedrl.cli.run) when started with `python -m`."""
+  not_jobs = []
+  for path in sorted((ROOT / "experiments").glob("*.py")):
+    if path.name == "__init__.py":
+      continue
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+             if isinstance(t, ast.Name)}
+    names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    names |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+              for a in n.names}
+    runs_main = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) and
+                    "cli.run(main)" in ast.unparse(n) for n in tree.body)
+    if "main" not in names or not runs_main:
+      not_jobs.append(path.name)
+  assert not not_jobs, f"not entry points (move them to pedrl/jobs/): {not_jobs}"

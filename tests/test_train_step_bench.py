@@ -1,0 +1,112 @@
+"""Model FLOPs, MFU and memory formulas against hand-computed values; the train-step
+benchmark and the memory plan run at tiny shapes (never timed)."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+import jobs
+import reference
+from pedrl import models
+from pedrl.bench import roofline, train_step
+from pedrl.models import architectures, costs
+from pedrl.rl import memory
+from pedrl.tools import plan
+
+# Qwen2.5-7B (config.json on the Hugging Face hub): hidden E, MLP F, L layers, H query and
+# KV heads of Q dimensions, vocabulary V, untied head.
+E, F, L, H, KV, Q, V = 3584, 18944, 28, 28, 4, 128, 152064
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen2_tied", "qwen3", "llama3"])
+def test_parameter_count_is_transformers(testdata, name):
+  cfg = models.from_hf(testdata(name))
+  assert costs.param_count(cfg) == reference.load(testdata(name)).num_parameters()
+
+
+def test_model_flops_and_mfu_of_qwen2_5_7b_by_hand():
+  cfg = architectures.get("qwen2.5-7b").config()
+  layer = E * Q * (2 * H + 2 * KV) + 3 * E * F  # q, o (H heads), k, v (KV heads), gate, up, down.
+  assert layer == 29_360_128 + 203_685_888
+  n = L * layer + E * V  # The LM head; the input embedding is a lookup.
+  assert costs.matmul_params(cfg) == n == 7_070_285_824
+  assert costs.param_count(cfg) == 7_615_616_512  # "7.61B" on the model card.
+  # PaLM's 6N + 12·L·H·Q·T at T = 4096, and a third of it forward.
+  assert costs.train_flops_per_token(cfg, 4096) == 6 * n + 12 * L * H * Q * 4096 == 47_354_216_448
+  assert costs.forward_flops_per_token(cfg, 4096) == 47_354_216_448 // 3
+  # 16 rows of 4096 tokens trained in 10 s on an H100 SXM (989 dense bf16 TFLOP/s): 31.4%.
+  peak = roofline.by_kind(roofline.PEAK_FLOPS, "NVIDIA H100 80GB HBM3")["bfloat16"]
+  p = train_step.Pass("update", 10.0, 16 * 4096, 16 * 4096 * 47_354_216_448, 0, 0, 1, None)
+  assert p.mfu(peak) == pytest.approx(16 * 4096 * 47_354_216_448 / 10.0 / 989e12)
+  assert round(p.mfu(peak), 4) == 0.3138
+  assert roofline.by_kind(roofline.PEAK_FLOPS, "NVIDIA H100 PCIe")["bfloat16"] == 756e12
+  assert p.mfu(None) is None
+
+
+def test_memory_of_paper_003_on_four_devices_by_hand():
+  """Qwen2.5-7B weights in float32 over fsdp=4: matrices and the embedding split four ways,
+  biases and norm scales replicated; Llama-3.1-8B's KV cache in bfloat16."""
+  mesh = memory.MeshShape(fsdp=4)
+  cfg = architectures.get("qwen2.5-7b").config()
+  replicated = L * ((H + 2 * KV) * Q + 2 * E) + E  # q/k/v biases, two norms a layer, the last.
+  split = costs.param_count(cfg) - replicated
+  assert memory.param_bytes(cfg, "float32", mesh) == 4 * (split // 4 + replicated) == 7_616_616_448
+  llama = architectures.get("llama-3.1-8b").config()
+  per_token = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads of 128, bfloat16.
+  assert memory.kv_cache_bytes(llama, 128, 10496, "bfloat16", mesh) == 32 * 10496 * per_token
+  # The tiny shape's update activations, 2 rows of 64 tokens in bfloat16: per layer and token
+  # 2·(4E + 2(H + KV)Q + 3F) + 12·H·T bytes, and 3 float32 [T, V] buffers per row.
+  tiny = architectures.get("tiny").config()
+  layer = 2 * (4 * 64 + 2 * (4 + 2) * 16 + 3 * 176) + 12 * 4 * 64
+  assert layer == 5024
+  logits = 3 * 2 * 64 * 1024 * 4
+  assert memory.activation_bytes(tiny, 2, 64, "bfloat16", remat=False) == 2 * 128 * layer + logits
+  assert memory.activation_bytes(tiny, 2, 64, "bfloat16", remat=True) == (
+      2 * 128 * 64 * 2 + 128 * layer + logits)
+
+
+def test_a_plan_says_what_fits(capsys):
+  tutor, student = (architectures.get(n).config() for n in ("qwen2.5-7b", "llama-3.1-8b"))
+  run = memory.RunShape()
+  p = memory.plan(tutor, student, memory.MeshShape(fsdp=8), run, 141e9 * 0.9)
+  assert p.phases["rollout"] == sum(p.parts[k] for k in (
+      "tutor params", "AdamW moments", "reference", "student params", "tutor KV cache",
+      "student KV cache"))
+  assert p.peak == ("update", p.phases["update"]) and not p.fits  # 8192-token attention.
+  lean = memory.plan(tutor, student, memory.MeshShape(fsdp=8), plan.lean(run, 8), 141e9 * 0.9)
+  assert lean.fits
+  with pytest.raises(ValueError, match="has 8 devices, --devices=4"):
+    plan.mesh_shape(4, ["2", "4", "1"])
+  with pytest.raises(ValueError, match="--gpu=B200: unknown"):
+    plan.device_bytes("B200", 0, 0.9)
+
+
+@pytest.mark.job
+def test_the_plan_command(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "pedrl.tools.plan", "--tutor=qwen2.5-0.5b",
+                        "--student=qwen2.5-0.5b", "--devices=1", "--gpu=H100", "--cache_slots=4096",
+                        "--seq_len=2048", "--micro_batch=1", "--remat"],
+                       capture_output=True, text=True, env=jobs.env(), cwd=tmp_path, check=True)
+  assert re.search(r"peak: \w+, [\d.]+ of 67\.1 GiB usable per device", out.stdout)
+  assert out.stdout.strip().splitlines()[-1] == "fits=yes"
+  bad = subprocess.run([sys.executable, "-m", "pedrl.tools.plan", "--tutor=qwen9"],
+                       capture_output=True, text=True, env=jobs.env(), cwd=tmp_path)
+  assert bad.returncode != 0 and "unknown architecture 'qwen9'" in bad.stderr
+
+
+@pytest.mark.job
+def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path):
+  """One update and its scoring pass on CPU: each made one program (none for the timed
+  calls), and pedrl.rl.memory's estimate is within 25% of XLA's accounting."""
+  out = subprocess.run([sys.executable, "-m", "pedrl.bench.train_step", "--size=tiny",
+                        "--seq_len=128", "--rows=4", "--micro_batch=2", "--repeats=2",
+                        "--compilation_cache=off"],
+                       capture_output=True, text=True, env=jobs.env(), cwd=tmp_path, check=True)
+  lines = out.stdout.strip().splitlines()
+  assert lines[-1] == "train_step_mfu=n/a"  # No datasheet peak for a CPU.
+  for name in ("score", "update"):
+    row = next(line.split() for line in lines if line.startswith(name + " "))
+    xla, estimate, programs = float(row[5]), float(row[6]), int(row[8])
+    assert programs == 1, row
+    assert 0.75 < estimate / xla < 1.25, row
