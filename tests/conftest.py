@@ -21,9 +21,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The jobs the tests start share one compilation cache, not the user's ~/.cache/pedrl/jax.
 os.environ.setdefault("PEDRL_COMPILATION_CACHE", os.path.join(
     __import__("tempfile").gettempdir(), f"pedrl_test_jax_cache_{os.getuid()}"))
-# Processes share that cache (xdist workers, the jobs the tests start): with a size limit
-# set, jax reads and writes its entries under a file lock, so none reads a half-written one.
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 import pytest  # noqa: E402
 
