@@ -47,6 +47,12 @@ def shared_data():
 
 
 def pytest_configure(config):
+  # The tests' own programs go to the jobs' compilation cache too: most of the quick
+  # tier's time is XLA compiling tiny models, so a rerun while editing loads them.
+  import jax  # noqa: F401  (loaded first: the cache is then set in jax.config, not in the
+  from pedrl import cli  # environment that the tests' subprocesses inherit)
+  cli.use_compilation_cache(cli.default_cache_dir())
   # `pytest -m "not job"` is the quick tier for editing; .ci/run runs everything.
   config.addinivalue_line(
-      "markers", "job: starts a pedrl job, a subprocess or a server (slow tier)")
+      "markers", "job: starts a pedrl job, a subprocess or a server, or runs a pipeline end to "
+      "end in-process (slow tier; tests/test_tiers.py checks the first three)")

@@ -272,6 +272,7 @@ def test_a_label_beats_an_earlier_failure_whichever_shard_file_holds_them(tmp_pa
   assert store.read()[k].label == 12
 
 
+@pytest.mark.job
 def test_an_openai_labeller_sends_max_completion_tokens_and_counts_failures(monkeypatch):
   monkeypatch.setenv("PEDRL_TEST_LABEL_KEY", "sk-test-not-a-secret")
   monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")

@@ -7,6 +7,8 @@ import pytest
 from pedrl.bench import rollout as bench
 from pedrl.env import rollout
 
+pytestmark = pytest.mark.job  # The benchmark's report end to end, in-process.
+
 
 def test_engines_roll_out_the_same_workload(capsys):
   results = bench.report(bench.SIZES["tiny"], dialogues=2, lengths=[4], new_tokens=8, repeats=1)

@@ -20,6 +20,7 @@ def run_tool(*args):
   return proc.returncode, lines, proc.stderr
 
 
+@pytest.mark.job
 def test_passes_on_a_fresh_checkpoint_and_fails_when_tolerance_is_impossible(tmp_path):
   config = transformers.Qwen3Config(
       vocab_size=500, hidden_size=96, intermediate_size=120, num_hidden_layers=3,
@@ -36,6 +37,7 @@ def test_passes_on_a_fresh_checkpoint_and_fails_when_tolerance_is_impossible(tmp
   assert rc == 1 and "verdict=FAIL" in lines
 
 
+@pytest.mark.job
 def test_sequence_classifier_and_clear_error_for_generate(tmp_path):
   config = transformers.LlamaConfig(
       vocab_size=300, hidden_size=64, intermediate_size=100, num_hidden_layers=2,
@@ -76,6 +78,7 @@ def test_greedy_tokens_match_up_to_eos_on_every_testdata_decoder(testdata, name)
   assert result["max_abs_logit_diff"] <= 1e-4
 
 
+@pytest.mark.job
 def test_cli_passes_on_testdata_qwen3_whose_reference_stops_at_eos(testdata):
   rc, lines, err = run_tool(f"--hf_dir={testdata('qwen3')}", "--generate=16")
   assert rc == 0, (lines, err[-2000:])

@@ -17,6 +17,7 @@ def _uco(tmp_path, *args, cwd=jobs.ROOT):
   return out, workdir
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("args, says", [
     (["--config=experiments/uco.py:tinyy"],
      ["variant 'tinyy'", "valid: paper, lam=<float>", "no_progress, tiny"]),
@@ -38,6 +39,7 @@ def test_a_mistake_is_one_line_and_makes_no_workdir(tmp_path, args, says):
   assert not os.path.exists(workdir)
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("args, line", [
     (["--config=experiments/uco.py:tiny"],
      "error: --workdir is missing: the job's output directory, e.g. --workdir=/tmp/run"),
@@ -52,6 +54,7 @@ def test_a_missing_job_flag_is_one_line(args, line):
   assert out.stderr.strip().splitlines() == [f"{line} (--helpshort lists the flags)"]
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("job, args", [
     ("uco", ["--config=experiments/nope.py:tiny", "--workdir=/tmp/never"]),
     ("evaluate", ["--workdir=/tmp/never"]),
@@ -78,6 +81,7 @@ def test_the_early_check_knows_the_multihost_modes():
   assert cli.MULTIHOST_MODES == distributed.MODES
 
 
+@pytest.mark.job
 def test_helpshort_lists_the_entry_points_flags():
   out = subprocess.run([sys.executable, "-m", "pedrl.experiments.rollout", "--helpshort"],
                        cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=300)
@@ -85,6 +89,7 @@ def test_helpshort_lists_the_entry_points_flags():
     assert flag in out.stdout + out.stderr
 
 
+@pytest.mark.job
 def test_the_config_is_found_from_another_directory_in_either_spelling(tmp_path):
   for args in (["--config=experiments/uco.py:tiny"], ["--config", "experiments/uco.py:tiny"]):
     out, workdir = _uco(tmp_path, *args, "--config.rl.lrr=1", cwd=tmp_path)
@@ -92,6 +97,7 @@ def test_the_config_is_found_from_another_directory_in_either_spelling(tmp_path)
     assert not os.path.exists(workdir)
 
 
+@pytest.mark.job
 def test_a_bug_in_a_config_file_keeps_its_traceback(tmp_path):
   broken = tmp_path / "broken.py"
   broken.write_text("def get_config(arg=None):\n  return {}['missing']\n")
@@ -129,6 +135,7 @@ jax.jit(lambda x: jnp.sin(x) * 3)(jnp.ones(7)).block_until_ready()
 """
 
 
+@pytest.mark.job
 def test_compiled_programs_go_to_the_cache_unless_it_is_off(tmp_path):
   cache = tmp_path / "cache"
   for setting in (str(cache), "off"):

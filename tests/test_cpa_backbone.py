@@ -31,6 +31,7 @@ def tiny(testdata):
   return party.load(testdata("qwen2"), SamplingParams(12), scan_layers=False)
 
 
+@pytest.mark.job  # A pipeline end to end in-process: each method on every task.
 @pytest.mark.parametrize("method", bench.METHODS)
 def test_every_method_answers_every_task_on_a_garbage_backbone(method, instances, tiny):
   b = backbone.LocalBackbone(tiny, SamplingParams(12, temperature=0.7, top_p=0.95), seed=42,

@@ -4,10 +4,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import jobs
 from pedrl.eval import shards
 from pedrl.mathtutorbench import constraints
 from pedrl.eval.mathtutorbench import tasks
+
+pytestmark = pytest.mark.job  # Every test here starts a job.
 
 
 def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):

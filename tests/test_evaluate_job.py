@@ -12,6 +12,8 @@ import jobs
 from chat_server import ChatServer
 from pedrl.eval import records as records_lib, shards
 
+pytestmark = pytest.mark.job  # Every test here starts a job.
+
 METRICS = ("n_problems", "pre_solve_rate", "post_solve_rate", "delta_solve_rate", "leak_rate",
            "leak_any_rate", "helpful_rate", "pedrm_micro", "pedrm_macro")
 

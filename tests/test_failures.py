@@ -5,7 +5,11 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
+
+pytestmark = pytest.mark.job  # Every test here starts a job.
 
 
 def test_sigint_finishes_the_step_saves_and_exits_130(tmp_path):

@@ -170,6 +170,7 @@ def _backend(server, **kw):
   return openai_compat.OpenAIBackend(**kw)
 
 
+@pytest.mark.job
 def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
   server = ChatServer([("sleep", 1.5), ("status", 429), ("status", 500), ("status", 503),
                     ("reply", "not json at all"),
@@ -202,6 +203,7 @@ def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
     server.close()
 
 
+@pytest.mark.job
 def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
   # Sample 0 fails 5 times (its round ends in an API error), sample 1 gets REJECT;
   # asked again, sample 0 gets OK.
@@ -218,6 +220,7 @@ def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
     server.close()
 
 
+@pytest.mark.job
 def test_openai_backend_bad_key_and_missing_key_are_clear_errors(api_key, monkeypatch):
   server = ChatServer([("status", 401)])
   try:
@@ -231,6 +234,7 @@ def test_openai_backend_bad_key_and_missing_key_are_clear_errors(api_key, monkey
     _backend(server)
 
 
+@pytest.mark.job
 def test_unreachable_endpoint_is_a_clear_error(api_key):
   server = ChatServer([])
   server.close()  # Nothing listens on the port any more.
@@ -265,6 +269,7 @@ def test_local_backend_samples_each_request_with_its_own_key(testdata):
     backend.complete(judging.requests_for([_dialogue(0)], judging.PEDAGOGICAL_RL), 0)
 
 
+@pytest.mark.job
 def test_openai_backend_malformed_bodies_and_the_policy(api_key):
   # A body that is not JSON is retried like a 5xx; replies that never parse meet the policy.
   server = ChatServer([("body", b"<html>bad gateway</html>")] + [("reply", "no verdict")] * 20)
@@ -295,6 +300,7 @@ def test_completion_text_refuses_every_reply_that_is_no_completion():
   assert openai_compat.completion_text(ns(choices=[ns(message=ns(content="hi"))])) == "hi"
 
 
+@pytest.mark.job
 def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
   # Sample 0: a proxy's HTML page (the client returns a str), JSON without choices, an
   # empty choice list: its 3 tries. Sample 1: a non-JSON body, then the verdict. Asked
@@ -313,6 +319,7 @@ def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
     server.close()
 
 
+@pytest.mark.job
 def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
   now = 1_700_000_000
   server = ChatServer([("status", 429, {"Retry-After": "2"}),
@@ -342,6 +349,7 @@ def _mostly_down():
   return ChatServer([("reply", '{"decision": "REJECT"}')] + [("status", 503)] * 200)
 
 
+@pytest.mark.job
 def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
   dialogues = [_dialogue(i) for i in range(4)]  # 4 x 2 samples: 1 answered, 7 filled in.
   server = _mostly_down()
@@ -368,6 +376,7 @@ def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
     judging.judge(dialogues, judging.PEDAGOGICAL_RL, Scripted(), max_failed_share=1.5)
 
 
+@pytest.mark.job
 def test_preflight_names_endpoint_model_and_key_variable(api_key):
   server = ChatServer([("json", {"choices": [{"index": 0, "finish_reason": "length",
                                            "message": {"role": "assistant", "content": None}}]}),
@@ -394,6 +403,7 @@ def test_preflight_names_endpoint_model_and_key_variable(api_key):
     server.close()
 
 
+@pytest.mark.job
 def test_preflight_of_an_unreachable_or_slow_endpoint(api_key):
   server = ChatServer([])
   server.close()  # Nothing listens on the port any more.

@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = r"""
 import sys
 from absl import flags, logging
@@ -29,6 +31,7 @@ def _warning_segment(quiet: bool) -> str:
   return line.split("\r")[-1]  # What the terminal shows of that line.
 
 
+@pytest.mark.job
 def test_a_log_line_is_not_written_into_the_progress_bar():
   assert re.fullmatch(r"\d\d:\d\d:\d\d warning: signal is low", _warning_segment(quiet=True))
   assert "grpo:" in _warning_segment(quiet=False)  # absl alone: the bar and the line mixed.
@@ -55,6 +58,7 @@ def _lines(*flags) -> list[str]:
   return out.stderr.splitlines()
 
 
+@pytest.mark.job
 def test_log_lines_are_short_unless_verbose_and_library_chatter_is_hidden():
   lines = _lines()
   assert len(lines) == 2, lines  # matplotlib's line is hidden.

@@ -32,6 +32,7 @@ def _run(workdir, *more):
                         timeout=600)
 
 
+@pytest.mark.job
 def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
   r = _run(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
@@ -98,6 +99,7 @@ def _write(tmp_path, text):
   return path
 
 
+@pytest.mark.job
 def test_bad_inputs_stop_before_loading(tmp_path):
   for args, message in (
       ((f"--config.benchmark_dir={tmp_path}",), "must be a MathTutorBench checkout"),
@@ -175,6 +177,7 @@ def _client(url, mode):
       max_tokens=64, max_tries=1), runner.BenchSettings(mode=mode))
 
 
+@pytest.mark.job
 def test_endpoint_policy_asks_as_the_harness(monkeypatch):
   """completion: the prompt as raw text on /v1/completions, the reply stripped; chat: the
   prompt as the only, system, message, the reply as it comes; both send the task's stop
@@ -209,6 +212,7 @@ def _endpoint_job(workdir, url, *more):
       cwd=jobs.ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.job
 def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path):
   # The reply depends on the prompt only, ignores the stop strings (cut client-side).
   server = ChatServer([], reply=lambda body: (

@@ -19,6 +19,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+@pytest.mark.job
 def test_two_processes_agree_with_one(tmp_path, testdata):
   port = _free_port()
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}

@@ -77,12 +77,14 @@ def test_notebook_is_short_cells_each_explained():
   assert "REPO_URL" in first and "google.colab" in first and "pip" in first
 
 
+@pytest.mark.job
 def test_installs_nothing_inside_the_clone(executed):
   _, cells, _ = executed
   assert _text(_cell(cells, "import os, subprocess, sys")).strip() == (
       f"pedrl from {os.path.join(ROOT, 'pedrl')}")
 
 
+@pytest.mark.job
 def test_dialogues_are_printed_with_tutor_text_thinking_and_rewards(executed):
   _, cells, _ = executed
   assert re.search(r"4 dialogues in [\d.]+ s", _text(_cell(cells, "import time")))
@@ -105,6 +107,7 @@ def test_dialogues_are_printed_with_tutor_text_thinking_and_rewards(executed):
   assert thoughts and all(t and t != "(none)" for t in thoughts)
 
 
+@pytest.mark.job
 def test_judges_and_uco_pieces(executed):
   _, cells, _ = executed
   judged = _text(_cell(cells, "from pedrl.rewards import judging"))
@@ -120,6 +123,7 @@ def test_judges_and_uco_pieces(executed):
   assert math.isfinite(g0) and g0 == record
 
 
+@pytest.mark.job
 def test_two_grpo_steps_and_their_plot(executed):
   _, cells, workdir = executed
   steps = _text(_cell(cells, "import tempfile"))

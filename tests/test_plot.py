@@ -194,6 +194,7 @@ def test_a_workdir_with_nothing_to_plot_is_an_error_and_writes_nothing(tmp_path)
   assert not (empty / "plots").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.job
 def test_the_command_says_what_is_wrong_in_one_line(tmp_path):
   r = subprocess.run([sys.executable, "-m", "pedrl.tools.plot", str(tmp_path)], cwd=ROOT,
                      capture_output=True, text=True, timeout=120)

@@ -162,6 +162,7 @@ def _run(workdir, *more):
                         timeout=600)
 
 
+@pytest.mark.job
 def test_reasoning_job_shards_merge_to_the_whole(tmp_path):
   r = _run(tmp_path / "whole")
   assert r.returncode == 0, r.stderr[-3000:]

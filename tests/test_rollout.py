@@ -391,6 +391,7 @@ def _real_party(testdata, name, temperature, max_new, scan_layers=False):
                                       stop_token_ids=cfg.eos_token_ids)), model
 
 
+@pytest.mark.job  # A pipeline end to end in-process: 20-turn rollouts of two models.
 def test_real_models_rollout_logprobs_equal_full_sequence_scoring(testdata, monkeypatch):
   """Qwen tutor, Llama student: turn-by-turn KV caches (rows leaving, compaction) give
   the tutor log-probs that scoring the whole tutor sequence at once gives."""
@@ -425,6 +426,7 @@ def test_real_models_rollout_logprobs_equal_full_sequence_scoring(testdata, monk
         assert not any(d.tutor_mask[a - 2:a])
 
 
+@pytest.mark.job  # A pipeline end to end in-process: a config as its entry point loads it, rolled out.
 def test_think_rows_of_paper_003_prompt_and_force_thinking(testdata):
   """`pedagogical_rl.py:tiny,lam1.5_think` on the testdata models: pedrl's thinking
   instruction is in the tutor's prompt, every tutor turn opens with <think>, and the

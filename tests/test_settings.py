@@ -89,6 +89,7 @@ app.run(main)
 """
 
 
+@pytest.mark.job
 def test_none_defaults_are_settable_from_the_command_line():
   """Fields whose default is None are typed placeholders, so a flag can set them."""
   import subprocess

@@ -43,6 +43,7 @@ def straight(tmp_path_factory):
   return workdir
 
 
+@pytest.mark.job
 def test_a_tiny_run_is_quiet_at_the_default_verbosity(straight):
   """No jax TPU probe, orbax or httpx INFO lines (pedrl.logs); its own lines remain."""
   err = (straight.parent / "straight_stderr.txt").read_text()
@@ -53,6 +54,7 @@ def test_a_tiny_run_is_quiet_at_the_default_verbosity(straight):
   assert not [x for x in lines if re.match(r"[IWE]\d{4} ", x)]  # Short lines, not absl's.
 
 
+@pytest.mark.job
 def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_path):
   killed, args = tmp_path / "killed", ARGS
   for sub in ("checkpoints", "tensorboard", "samples", "metrics.jsonl"):
@@ -103,6 +105,7 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
       [d.rewards.total for d in ref_records], abs=1e-6)
 
 
+@pytest.mark.job
 def test_bad_configs_fail_before_any_compute(tmp_path):
   cases = [
       (["--config.tutor.path=/nonexistent/model"], "not a checkpoint directory"),
@@ -121,6 +124,7 @@ def test_bad_configs_fail_before_any_compute(tmp_path):
   assert r.returncode != 0 and "do not split over the mesh" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.job
 def test_export_writes_a_transformers_directory_of_the_trained_tutor(straight, tmp_path, testdata):
   import torch
   import transformers
@@ -147,6 +151,7 @@ def jax_leaves(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
+@pytest.mark.job
 def test_plots_from_metrics(straight):
   pytest.importorskip("matplotlib")
   from pedrl.tools import plot
@@ -203,6 +208,7 @@ def _records(workdir):
   return dialogue.load_jsonl(str(workdir / "dialogues.jsonl"))
 
 
+@pytest.mark.job
 def test_tiny_runs_exercise_the_policy(straight):
   ref = _metrics(straight)
   # Reward and advantage spread within groups: GRPO has a signal, not only the KL term.
@@ -214,6 +220,7 @@ def test_tiny_runs_exercise_the_policy(straight):
   assert tutor and not any(samples.EMPTY in b for b in tutor)  # Visible text, not only thinking.
 
 
+@pytest.mark.job
 def test_samples_show_different_problems_with_rewards_verdicts_and_attempts(straight):
   """Each step's samples: one dialogue of each of the batch's 2 problems, its reference
   answer, every reward component, the advantage, the judges' verdicts and the solve
@@ -235,6 +242,7 @@ def test_samples_show_different_problems_with_rewards_verdicts_and_attempts(stra
     assert text.count("] Teacher (") >= 2 and text.count("] Student (") >= 2
 
 
+@pytest.mark.job
 def test_a_diverging_run_stops_and_leaves_the_last_checkpoint_intact(straight, tmp_path):
   workdir = _copy(straight, tmp_path)
   before = _tree_bytes(workdir / "checkpoints")
@@ -251,6 +259,7 @@ def test_a_diverging_run_stops_and_leaves_the_last_checkpoint_intact(straight, t
   assert [m["step"] for m in rows] == [1, 2, 3, 4, 5] and rows[-1]["skipped_updates"] > 0
 
 
+@pytest.mark.job
 def test_a_corrupt_checkpoint_falls_back_and_bookkeeping_stays_exact(straight, tmp_path):
   """Flipped bytes in the latest step, a save cut short by a kill (orbax's temporary
   directory), a metrics row of the unsaved step and a half-written line."""
@@ -285,6 +294,7 @@ def test_a_corrupt_checkpoint_falls_back_and_bookkeeping_stays_exact(straight, t
   assert [d.uid for d in records[:12]] == [d.uid for d in _records(straight)]
 
 
+@pytest.mark.job
 def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tmp_path):
   """A run killed at step 3 of a run that saves every 10: rows, events and samples exist,
   no checkpoint. The trainer's restore (the path `build` takes) starts over cleanly."""

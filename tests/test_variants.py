@@ -112,6 +112,7 @@ def test_config_files_name_a_bad_item_and_the_valid_ones(arg, named, valid):
   assert named in str(e.value) and valid in str(e.value)
 
 
+@pytest.mark.job
 def test_the_entry_point_prints_the_error_readably():
   r = subprocess.run([sys.executable, "-m", "pedrl.experiments.uco",
                       "--config=experiments/uco.py:tiny,lam=da", "--workdir=/nonexistent"],

@@ -54,6 +54,7 @@ def test_a_workdir_from_before_run_json_is_judged_by_what_it_holds(tmp_path, in_
   assert (w / "run.json").exists()
 
 
+@pytest.mark.job
 def test_run_json_records_each_start_and_config_json_has_absolute_paths(tmp_path, in_root):
   import importlib.metadata
   import subprocess

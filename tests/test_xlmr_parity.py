@@ -103,6 +103,7 @@ def test_too_long_inputs_name_the_usable_length(xlmr):
     embedding.Embedder(path, max_length=MAX_POSITIONS)
 
 
+@pytest.mark.job
 def test_check_parity_tool_compares_hidden_states_and_pooled_vectors(xlmr):
   # 64 columns asked for: the tool must keep to the 39 usable positions (41 overflow the table).
   proc = subprocess.run([sys.executable, "-m", "pedrl.tools.check_parity", f"--hf_dir={xlmr[0]}",
