@@ -427,3 +427,12 @@ def test_every_socratic_question_reaches_the_scored_response(method, shared_data
   by_hand = sum(sacrebleu.sentence_bleu(line, r).score for r in refs) / 2 / 100
   got = results.metrics(recs)["socratic_questioning"]
   assert got["bleu"] == pytest.approx(by_hand) and got["avg_questions"] == 1.0
+
+
+@pytest.mark.parametrize("field", [dict(methods="cpa,nope"), dict(methods=" , "),
+                                   dict(seeds="42,x"), dict(seeds="")])
+def test_the_cpa_jobs_methods_and_seeds_are_checked_when_read(field):
+  from pedrl.experiments import cpa as cpa_job  # The job's settings, not a run.
+  with pytest.raises(ValueError):
+    cpa_job.AgentRuns(**field)
+  assert cpa_job.AgentRuns().method_names == bench.METHODS

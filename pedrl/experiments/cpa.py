@@ -48,6 +48,13 @@ class AgentRuns:
   seeds: str = "42,43,44"  # Paper 002 section 4.4.
   truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
 
+  def __post_init__(self):
+    """Bad methods or seeds fail when the config is read, before anything loads (the
+    properties raise ValueError on an unknown method or a seed that is no integer)."""
+    if not self.method_names or not self.seed_list:
+      raise ValueError(f"agents.methods={self.methods!r} and agents.seeds={self.seeds!r} "
+                       "must each name at least one")
+
   @property
   def method_names(self) -> tuple:
     names = tuple(m.strip() for m in self.methods.split(",") if m.strip())
@@ -72,7 +79,6 @@ def read(config) -> Settings:
   try:
     out = Settings(*mtb.sections(r), r.read(CPASettings, "cpa"), r.read(AgentRuns, "agents"))
     r.check_all_read()
-    out.agents.method_names, out.agents.seed_list  # Checked now, before anything loads.
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   return out
