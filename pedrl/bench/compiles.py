@@ -4,6 +4,8 @@ import dataclasses
 
 import jax
 
+from pedrl.engine import compiler
+
 COMPILE = "/jax/core/compile/backend_compile_duration"  # Every program made, cached or not.
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
 
@@ -21,20 +23,17 @@ class Programs:
 
 @contextlib.contextmanager
 def compilations():
-  """Programs made in the block, from jax's monitoring events."""
+  """Programs made in the block: the engine's compile-event listener
+  (`engine.compiler.compilations`) for their seconds, plus jax's cache-hit events."""
   out = Programs()
-
-  def on_duration(event, secs, **_):
-    if event == COMPILE:
-      out.seconds.append(secs)
 
   def on_event(event, **_):
     if event == CACHE_HIT:
       out.cache_hits += 1
-  jax.monitoring.register_event_duration_secs_listener(on_duration)
   jax.monitoring.register_event_listener(on_event)
   try:
-    yield out
+    with compiler.compilations((COMPILE,)) as seconds:
+      out.seconds = seconds  # Filled as the block compiles.
+      yield out
   finally:
-    jax.monitoring.unregister_event_duration_listener(on_duration)
     jax.monitoring.unregister_event_listener(on_event)
