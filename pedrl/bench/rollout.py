@@ -21,6 +21,11 @@ turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 - transformers_kv: a `DynamicCache` per side carried across turns, each turn
   feeding only the tokens new to that model (`ChatFormat.next_ids`, as pedrl).
 
+pedrl's layers are unrolled (faster decoding; --scan_layers: the jobs' scanned
+layout, one compiled layer body, shorter compiles); --engines leaves engines out.
+Each length's rows print as soon as it is measured, so a run cut short by a time
+limit keeps the lengths it finished.
+
 The workload is fixed: no stop tokens anywhere, and the models' output rows of
 `<end_of_conversation>` and of the ids past the tokenizer are zero, so top-k 50
 never keeps them and no dialogue ends early. Messages and sampled tokens are
@@ -77,6 +82,7 @@ flags.DEFINE_integer("tokens_per_turn", 48, "Tokens sampled per turn.")
 flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conversation_tokens,
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
 timing.define_repeats("engine and length")
+timing.define_scan_layers(False)
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
 flags.DEFINE_list("engines", ["transformers", "transformers_kv", "pedrl"],
                   "Engines to run (pedrl always; at real shapes the transformers loop without "
@@ -265,12 +271,13 @@ def stop_ids(tokenizer, rate: float) -> tuple:
 
 
 def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1,
-                 stop_rate: float = 0.0):
+                 stop_rate: float = 0.0, scan_layers: bool = False):
   """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties."""
   stops = stop_ids(load_tokenizer(paths[TUTOR]), stop_rate)
   # No stops: a logged warning, and every turn samples new_tokens.
   sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=stops)
-  parties = {side: party_lib.load(path, sampling, scan_layers=False) for side, path in paths.items()}
+  parties = {side: party_lib.load(path, sampling, scan_layers=scan_layers)
+             for side, path in paths.items()}
 
   def run(n):
     stats = rollout.RolloutStats()
@@ -321,13 +328,48 @@ def _described(side: str, party, n_params: int | None) -> str:
           f"vocab {cfg.vocab_size}{count}, {cfg.dtype}")
 
 
+def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: int,
+                  group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings):
+  import torch
+  limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
+  where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
+           else f"{torch.get_num_threads()} torch threads")
+  device = jax.devices()[0]
+  print(f"machine: {device.device_kind} ({device.platform}), {os.cpu_count()} cores; jax "
+        f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
+  print(_described(TUTOR, parties[TUTOR], n_params) + "; " +
+        _described(STUDENT, parties[STUDENT], None))
+  print(f"{batch} guided dialogues ({dialogues} problems x {group_size}), {new_tokens} sampled "
+        f"tokens per turn ({f'stop rate {stop_rate}' if stop_rate else 'no stops'}), "
+        f"temperature 1, top-k {TOP_K}; best of {repeats} interleaved runs")
+  print(f"pedrl KV cache per side: grows to at most {limit} slots x {batch} rows = "
+        f"{cache_megabytes(parties[TUTOR], limit, batch):.0f} MB (max_conversation_tokens "
+        f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
+        f"largest it reached")
+  print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
+        f"{'cache_slots':>13}{'warmup_s':>10}{'programs':>10}{'cached':>8}{'idle_rows':>11}"
+        f"{'idle_steps':>12}", flush=True)
+
+
+def _print_rows(n: int, by_engine: dict):
+  share = lambda x: "-" if x is None else f"{x:.1%}"
+  for name in ENGINES:
+    if name not in by_engine:
+      continue
+    r, w = by_engine[name], by_engine[name]["work"]
+    programs = (f"{len(r['compiled']):>10}{r['compiled'].cache_hits:>8}" if name == "pedrl"
+                else f"{'-':>10}{'-':>8}")
+    print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{w.fed:>12}"
+          f"{w.cache_slots:>13}{r['warmup']:>10.2f}{programs}{share(w.idle_rows):>11}"
+          f"{share(w.idle_steps):>12}", flush=True)
+
+
 def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
            torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
-           layers: int = 0, engines=ENGINES) -> dict:
+           layers: int = 0, engines=ENGINES, scan_layers: bool = False) -> dict:
   """Runs `engines` (pedrl always) at every length and prints the table; results by
   length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides."""
-  import torch
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
   assert len(problems) == dialogues, f"{PROBLEMS} has {len(problems)} problems"
   settings = rollout.RolloutSettings(scenario=GUIDED,
@@ -339,7 +381,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   with tempfile.TemporaryDirectory() as path:
     paths, n_params = save_models(path, None if configs else shape, configs, dtype, torch_device)
     pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens, group_size,
-                                      stop_rate)
+                                      stop_rate, scan_layers)
     runs = {}
     if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
       runs = {name: transformers_runner(paths, rows, settings, new_tokens, carry_kv,
@@ -347,38 +389,11 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
               for name, carry_kv in (("transformers", False), ("transformers_kv", True))
               if name in engines}
     runs["pedrl"] = pedrl_run
-    for n in lengths:
+    _print_header(parties, n_params, torch_device, len(rows), dialogues, group_size, new_tokens,
+                  stop_rate, repeats, settings)
+    for n in lengths:  # Each length's rows as soon as measured: a run cut short keeps them.
       results[n] = measure(runs, n, repeats)
-  limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
-  where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
-           else f"{torch.get_num_threads()} torch threads")
-  device = jax.devices()[0]
-  print(f"machine: {device.device_kind} ({device.platform}), {os.cpu_count()} cores; jax "
-        f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
-  print(_described(TUTOR, parties[TUTOR], n_params) + "; " +
-        _described(STUDENT, parties[STUDENT], None))
-  batch = len(rows)
-  print(f"{batch} guided dialogues ({dialogues} problems x {group_size}), {new_tokens} sampled "
-        f"tokens per turn ({f'stop rate {stop_rate}' if stop_rate else 'no stops'}), "
-        f"temperature 1, top-k {TOP_K}; best of {repeats} interleaved runs")
-  print(f"pedrl KV cache per side: grows to at most {limit} slots x {batch} rows = "
-        f"{cache_megabytes(parties[TUTOR], limit, batch):.0f} MB (max_conversation_tokens "
-        f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
-        f"largest it reached")
-  print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
-        f"{'cache_slots':>13}{'warmup_s':>10}{'programs':>10}{'cached':>8}{'idle_rows':>11}"
-        f"{'idle_steps':>12}")
-  share = lambda x: "-" if x is None else f"{x:.1%}"
-  for n, by_engine in results.items():
-    for name in ENGINES:
-      if name not in by_engine:
-        continue
-      r, w = by_engine[name], by_engine[name]["work"]
-      programs = (f"{len(r['compiled']):>10}{r['compiled'].cache_hits:>8}" if name == "pedrl"
-                  else f"{'-':>10}{'-':>8}")
-      print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{w.fed:>12}"
-            f"{w.cache_slots:>13}{r['warmup']:>10.2f}{programs}{share(w.idle_rows):>11}"
-            f"{share(w.idle_steps):>12}")
+      _print_rows(n, results[n])
   for n, by_engine in results.items():
     r = by_engine["pedrl"]
     print(f"pedrl programs, {n} messages: {len(r['compiled'])} in the warm-up rollout "
@@ -400,7 +415,7 @@ def main(argv):
     raise app.UsageError(f"--engines: {sorted(unknown)} are not among {list(ENGINES)}")
   report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
          FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
-         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines)
+         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers)
 
 
 if __name__ == "__main__":
