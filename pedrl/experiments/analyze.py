@@ -50,14 +50,14 @@ class Labeller:
   """A labeller's settings and backend settings (the `label` / `label2` sections)."""
   role: str
   label: labelling.LabelSettings
-  openai: dict  # OpenAIBackend's fields.
+  openai: openai_compat.OpenAISettings
   local: party_lib.PartySettings
 
   def identity(self, seed: int) -> dict:
     """The backend's part of what decides a label (labelling.identity adds the prompt)."""
     b = self.label.backend
     if b == "openai":
-      return {"backend": b, **{k: self.openai.get(k) for k in
+      return {"backend": b, **{k: getattr(self.openai, k) for k in
                                ("model", "base_url", "temperature", "top_p", "max_tokens")}}
     if b == "local":
       return {"backend": b, "seed": seed, **dataclasses.asdict(self.local)}
@@ -65,7 +65,7 @@ class Labeller:
 
   def describe(self) -> str:
     b = self.label.backend
-    return {"openai": f"{self.openai.get('model')} (OpenAI-compatible API)",
+    return {"openai": f"{self.openai.model} (OpenAI-compatible API)",
             "local": f"local model {self.local.path}", "rule": "pedrl's keyword rules"}[b]
 
 
@@ -83,7 +83,7 @@ def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
     labellers = tuple(Labeller(role, r.read(labelling.LabelSettings, role),
-                               r.values(openai_compat.OpenAIBackend, f"{role}.openai"),
+                               r.read(openai_compat.OpenAISettings, f"{role}.openai"),
                                r.read(party_lib.PartySettings, f"{role}.local"))
                       for role in labelling.ROLES)
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
@@ -100,7 +100,7 @@ def read(config) -> Settings:
         x.local.path and os.path.isfile(os.path.join(x.local.path, "config.json"))):
       raise app.UsageError(f"--config.{x.role}.local.path={x.local.path!r} is not a checkpoint "
                            "directory (no config.json)")
-    if x.label.backend == "openai" and not x.openai.get("model"):
+    if x.label.backend == "openai" and not x.openai.model:
       raise app.UsageError(f"--config.{x.role}.openai.model: give the labeller's model")
   return out
 
@@ -143,7 +143,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
     if jax.process_count() > 1:
       raise app.UsageError("an API labeller on a multi-host run is not supported: run the "
                            "analysis on one host (its shards may run on many)")
-    client = openai_compat.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
+    client = openai_compat.OpenAIBackend.of(labeller.openai, role=f"{labeller.role} labeller")
     client.preflight()
     return client
   if b == "local":

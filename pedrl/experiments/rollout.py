@@ -128,7 +128,7 @@ def main(argv):
   distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
   main_process = distributed.is_main_process()  # The one that writes; all compute.
   c, workdir = FLAGS.config, FLAGS.workdir
-  s = read_settings(c)
+  s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)
   workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)
   if main_process:
@@ -136,8 +136,8 @@ def main(argv):
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()
-  rows, report = load_problems(s)
-  group_size = s.job.group_size
+  seed, group_size = s.job.seed, s.job.group_size
+  rows, report = load_problems(s.problems, seed)
   done, batch_rows = resume(workdir, group_size, writer) if main_process else ([], [])
   # Every process must run the same batches, whatever its view of the workdir.
   finished = set(distributed.broadcast_json(sorted({d.problem_id for d in done})))
@@ -161,13 +161,13 @@ def main(argv):
     for lo in range(0, len(todo), b):
       uids, batch = zip(*todo[lo:lo + b])
       stats = rollout.RolloutStats()
-      dialogues = rollout.run(batch, group_size, tutor, student, s.rollout,
+      dialogues = rollout.run(batch, group_size, tutor, student, s.rollout, seed=seed,
                               problem_uids=uids, stats=stats)
       seconds["tutor"] += stats.tutor_seconds
       seconds["student"] += stats.student_seconds
       t0 = time.perf_counter()
       if s.solve.pre_dialogue:
-        pre = solving.pre_dialogue(batch, solver, s.solve)
+        pre = solving.pre_dialogue(batch, solver, s.solve, seed=seed)
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
       seconds["solve"] += time.perf_counter() - t0

@@ -6,7 +6,7 @@ import os
 from absl import app
 
 from pedrl.env import problems as problems_lib, sources
-from pedrl.jobs import reward_factory, settings as settings_lib
+from pedrl.jobs import settings as settings_lib
 from pedrl.rl import update
 
 
@@ -34,16 +34,22 @@ def check_optimizer(need, values: dict) -> None:
        "an integer >= 0")
 
 
-def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
-  """The config's typed settings, or one `error: …` line: a key nothing reads, a value
-  a setting refuses."""
+def check_loop(need, values: dict) -> None:
+  """LoopSettings' values (checkpoints, the non-finite guard) every training job checks."""
+  for name in ("save_every", "keep", "max_bad_steps"):
+    need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
+
+
+def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:
+  """The config's typed settings as a job of `kind` reads them, or one `error: …` line: a
+  key nothing reads, a value a setting refuses."""
   try:
-    return settings_lib.read_settings(c, training, evaluation)
+    return settings_lib.read_settings(c, kind)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
 
 
-def check_uco(s: settings_lib.RunSettings) -> None:
+def check_uco(s: settings_lib.DialogueSettings) -> None:
   """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
   o = s.oracle
   if o.oracle not in ("openai", "local", "reference"):
@@ -62,17 +68,18 @@ def check_uco(s: settings_lib.RunSettings) -> None:
         "in paper 000, whose δ = 0.7 was tuned on it), or =minilm for offline runs")
 
 
-def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
+def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> None:
   """Every checkpoint directory the config names exists, before anything loads. A job
-  without dialogues (the reasoning benchmarks) needs only the tutor."""
+  without dialogues (the reasoning benchmarks) needs only the tutor; a side played by an
+  endpoint needs none."""
   rewards, o = s.rewards, s.oracle
   if dialogues and "uco" in rewards.names:
     check_uco(s)
   flags = {f"{side}.path": getattr(s, side).path
            for side in (("tutor", "student") if dialogues else ("tutor",))
-           if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}
+           if side not in s.endpoint_sides}
   uses_local = dialogues and (
-      (reward_factory.needs_judges(s) and s.judging.judge_backend == "local") or
+      (s.judged and s.judging.judge_backend == "local") or
       ("uco" in rewards.names and "local" in (
           o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
   if uses_local:

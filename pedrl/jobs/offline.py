@@ -37,7 +37,7 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_optimizer, finite, value_check
+from pedrl.jobs.checks import check_loop, check_optimizer, finite, value_check
 from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
@@ -80,7 +80,8 @@ def _check_train(run: settings_lib.OfflineRunSettings) -> None:
             **dataclasses.asdict(run.objective)}
   need = value_check("train", values)
   check_optimizer(need, values)
-  for name in ("batch", "epochs", "save_every", "keep", "max_bad_steps", "micro_batch"):
+  check_loop(need, values)
+  for name in ("batch", "epochs", "micro_batch"):
     need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
   need(isinstance(values["steps"], int) and values["steps"] >= 0, "steps", "an integer >= 0")
   need(0 <= values["warmup_fraction"] < 1 and not (values["warmup_fraction"] and
@@ -161,9 +162,9 @@ class OfflineTrainer(loop.Loop):
 
   def __init__(self, settings: settings_lib.OfflineSettings, method: Method,
                objective: Objective, tutor: party_lib.Party, items: list, data_id: str,
-               optimizer, checkpoints, writer, lr_schedule=None):
+               optimizer, checkpoints, writer, lr_schedule=None, *, seed: int):
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
-                     checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule)
+                     checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule, seed=seed)
     self.method, self.items, self.data_id = method, items, data_id
     self.positions = None if settings.steps else settings.epochs * len(items)
     self.steps = settings.steps or -(-self.positions // settings.batch)
@@ -173,12 +174,12 @@ class OfflineTrainer(loop.Loop):
   def data_meta(self) -> dict:
     # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
     # and warm-up over every update): a resume with others would jump along it.
-    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id,
+    return {"seed": self.seed, "batch": self.s.batch, "data": self.data_id,
             "epochs": self.s.epochs, "steps": self.s.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
-    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.s.seed,
+    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.seed,
                                  self.positions)
     batch = self.method.batch(self, [item for _, item in chosen])
     t1 = time.perf_counter()
@@ -222,7 +223,8 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   trainer = OfflineTrainer(t, method, run.objective, tutor, items,
                            file_id(os.path.join(data_dir, method.data_file), len(items)),
-                           o.optimizer(steps), ckpt, writer, o.schedule(steps))
+                           o.optimizer(steps), ckpt, writer, o.schedule(steps),
+                           seed=run.job.seed)
   if trainer.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, trainer.step)
   if main_process:
