@@ -49,9 +49,8 @@ def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings)
     raise app.UsageError(str(e)) from None
 
 
-def check_uco(s: settings_lib.DialogueSettings) -> None:
+def check_uco(o: settings_lib.OracleSettings) -> None:
   """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
-  o = s.oracle
   if o.oracle not in ("openai", "local", "reference"):
     raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
                          "local, reference")
@@ -74,7 +73,7 @@ def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> Non
   endpoint needs none."""
   rewards, o = s.rewards, s.oracle
   if dialogues and "uco" in rewards.names:
-    check_uco(s)
+    check_uco(o)
   flags = {f"{side}.path": getattr(s, side).path
            for side in (("tutor", "student") if dialogues else ("tutor",))
            if side not in s.endpoint_sides}
