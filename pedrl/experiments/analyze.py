@@ -27,7 +27,7 @@ import os
 import time
 
 import jax
-from absl import app, flags, logging
+from absl import app, logging
 
 from pedrl import cli, files, stopping
 from pedrl.clients import openai_compat
@@ -37,12 +37,11 @@ from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_v
                                  significance, summary as summary_lib, text as text_lib)
 from pedrl.eval.protocol import ShardSettings
 from pedrl.jobs import settings as settings_lib, workdir as workdir_lib
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party
 from pedrl.rewards import asking, backends
 
 define_flags("experiments/analyze.py:tiny", "Analysis directory (labels, tables, figures).")
-FLAGS = flags.FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,18 +393,16 @@ def views(s: Settings, workdir: str) -> list:
   return paths + (report.save(figs, os.path.join(workdir, "figures")) if figs else [])
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  workdir = FLAGS.workdir
-  s = read(FLAGS.config)
+@job_main
+def main(config, workdir: str):
+  s = read(config)
   if not (s.analysis.runs or s.views.problems_path or s.views.sweep):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
                          "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
   workdir_lib.refuse_checkpoint(workdir)
   os.makedirs(workdir, exist_ok=True)
-  workdir_lib.write_config(workdir, FLAGS.config)
+  workdir_lib.write_config(workdir, config)
   start, paths = time.perf_counter(), []
   try:
     if s.analysis.runs:

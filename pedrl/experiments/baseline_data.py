@@ -31,16 +31,16 @@ import time
 
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import app
 
-from pedrl import cli, distributed, files, streams
+from pedrl import cli, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import (api_backends, build_rewards, judges_protocol,
                                       rollout_protocol, solve_protocol)
@@ -48,7 +48,6 @@ from pedrl.jobs.sharded import tick
 from pedrl.rl import offline_data
 
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
-FLAGS = flags.FLAGS
 
 
 def read(config) -> tuple:
@@ -138,15 +137,12 @@ class ScoredRollouts:
     return summary
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)
-  workdir = FLAGS.workdir
-  s, b = read(FLAGS.config)
+@job_main
+def main(config, workdir: str):
+  s, b = read(config)
   check_paths(s)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
-  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config,
+  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, config,
                         record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:
     for k, v in summary.items():

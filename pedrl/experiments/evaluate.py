@@ -20,9 +20,9 @@ import os
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from pedrl import cli, distributed, streams
+from pedrl import cli, streams
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
@@ -31,7 +31,7 @@ from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import (endpoint_party, load_party, load_problems, solver_party,
                                 tutor_checkpoint, tutor_party)
 from pedrl.jobs.reward_factory import (api_backends, judge_panel, judges_protocol,
@@ -40,7 +40,6 @@ from pedrl.jobs.sharded import tick
 from pedrl.rewards import asking
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
-FLAGS = flags.FLAGS
 
 
 def protocol(s: settings_lib.EvaluationSettings) -> EvalProtocol:
@@ -248,12 +247,9 @@ def load_tutor(s, mesh):
                      {"enable_thinking": s.rollout.thinking})
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)
-  workdir = FLAGS.workdir
-  s = resolve_tutor_run(read_settings(FLAGS.config, settings_lib.EvaluationSettings), workdir)
+@job_main
+def main(config, workdir: str):
+  s = resolve_tutor_run(read_settings(config, settings_lib.EvaluationSettings), workdir)
   e = s.evaluation
   task_type = Reasoning if s.reasoning.names else Tutoring
   if s.tutor_agent.agent and task_type is Reasoning:
@@ -264,7 +260,7 @@ def main(argv):
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
-  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, FLAGS.config)
+  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
     for k in summary_keys(metrics):
       print(f"{k}={metrics[k]}")

@@ -19,7 +19,7 @@ import sys
 import time
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 from tqdm import tqdm
 
 from pedrl import cli, distributed, files, stopping
@@ -27,12 +27,11 @@ from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 
 define_flags("experiments/rollout.py:tiny", "Output directory.")
-FLAGS = flags.FLAGS
 
 
 def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
@@ -122,12 +121,9 @@ def summarize(dialogues, seconds: dict, report) -> dict:
   return out
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
+@job_main
+def main(c, workdir: str):
   main_process = distributed.is_main_process()  # The one that writes; all compute.
-  c, workdir = FLAGS.config, FLAGS.workdir
   s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)
   workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)

@@ -1,5 +1,6 @@
 """Config checks a job makes before anything loads: values named by their --config
 flag, settings read typed, every path the config names."""
+import dataclasses
 import math
 import os
 
@@ -23,6 +24,12 @@ def finite(x) -> bool:
   return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def counts(need, values: dict, names, least: int = 1) -> None:
+  """Each of `names` is an integer >= `least`."""
+  for name in names:
+    need(isinstance(values[name], int) and values[name] >= least, name, f"an integer >= {least}")
+
+
 def check_optimizer(need, values: dict) -> None:
   """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
   for name in ("lr", "adam_eps", "max_grad_norm"):
@@ -30,14 +37,18 @@ def check_optimizer(need, values: dict) -> None:
   need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
        "finite and >= 0")
   need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
-  need(isinstance(values["warmup_steps"], int) and values["warmup_steps"] >= 0, "warmup_steps",
-       "an integer >= 0")
+  counts(need, values, ["warmup_steps"], least=0)
 
 
-def check_loop(need, values: dict) -> None:
-  """LoopSettings' values (checkpoints, the non-finite guard) every training job checks."""
-  for name in ("save_every", "keep", "max_bad_steps"):
-    need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
+def training_section(section: str, *parts) -> tuple:
+  """(need, values) of a training job's config section, the fields of the settings
+  `parts` (its LoopSettings and OptimizerSettings among them), whose loop and optimizer
+  values are checked here; the job checks the rest with `need`."""
+  values = {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
+  need = value_check(section, values)
+  check_optimizer(need, values)
+  counts(need, values, ("save_every", "keep", "max_bad_steps"))  # LoopSettings'.
+  return need, values
 
 
 def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:

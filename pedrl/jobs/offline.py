@@ -29,7 +29,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags, logging
+from absl import app, logging
 from tqdm import tqdm
 
 from pedrl import distributed
@@ -37,14 +37,13 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_loop, check_optimizer, finite, value_check
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.checks import counts, finite, training_section
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer
 
 define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
-FLAGS = flags.FLAGS
 
 
 class Method:
@@ -76,14 +75,9 @@ def read(c, method: Method) -> settings_lib.OfflineRunSettings:
 
 
 def _check_train(run: settings_lib.OfflineRunSettings) -> None:
-  values = {**dataclasses.asdict(run.train), **dataclasses.asdict(run.optimizer),
-            **dataclasses.asdict(run.objective)}
-  need = value_check("train", values)
-  check_optimizer(need, values)
-  check_loop(need, values)
-  for name in ("batch", "epochs", "micro_batch"):
-    need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
-  need(isinstance(values["steps"], int) and values["steps"] >= 0, "steps", "an integer >= 0")
+  need, values = training_section("train", run.train, run.optimizer, run.objective)
+  counts(need, values, ("batch", "epochs", "micro_batch"))
+  counts(need, values, ["steps"], least=0)
   need(0 <= values["warmup_fraction"] < 1 and not (values["warmup_fraction"] and
                                                    values["warmup_steps"]),
        "warmup_fraction", "in [0, 1), and 0 when warmup_steps is given")
@@ -237,12 +231,9 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
 
 def main(method: Method):
   """The entry point's main for `method`."""
-  @exits_cleanly
-  def run(argv):
-    del argv
-    distributed.initialize(FLAGS.multihost)
-    trainer, writer, ckpt = build(FLAGS.config, method, FLAGS.workdir,
-                                  workdir_lib.config_name(sys.argv))
+  @job_main
+  def run(config, workdir: str):
+    trainer, writer, ckpt = build(config, method, workdir, workdir_lib.config_name(sys.argv))
     main_process = distributed.is_main_process()
     with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
               disable=not main_process) as bar:

@@ -19,7 +19,7 @@ from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
-from pedrl.env import party, problems, rollout, solving
+from pedrl.env import party, problems as problems_lib, rollout as rollout_lib, solving
 from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
 from pedrl.rewards import asking, assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import loop, offline_data, trainer, update
@@ -94,6 +94,15 @@ class Reader:
              and not isinstance(node[k], ml_collections.ConfigDict)]
     self.used.update(f"{path}.{k}" if path else k for k in names)
     return {**{k: _plain(node[k]) for k in names}, **given}
+
+  def has(self, path: str) -> bool:
+    """Whether the config has section `path`."""
+    node = self.config
+    for part in filter(None, path.split(".")):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        return False
+      node = node[part]
+    return True
 
   def read(self, source, path: str = "", **given):
     """source(**values(source, path, **given)); a value it refuses is a ValueError naming
@@ -214,27 +223,34 @@ class BaselineDataSettings(protocol_lib.ShardSettings):
       raise ValueError(f"min_margin={self.min_margin} must be >= 0")
 
 
+def from_section(path: str, optional: bool = False):
+  """A field of a job's settings, read from the config section `path` ("": the top level)
+  as its annotated type; `optional`: a config without the section gets the type's
+  defaults."""
+  return dataclasses.field(metadata={"section": path, "optional": optional})
+
+
 @dataclasses.dataclass(frozen=True)
 class DialogueSettings:
   """What every dialogue job's config says, typed (the rollout and baseline data jobs' whole
   config; training and evaluation add their sections): the models, the problems, the
   dialogue rules, the solve attempts, the rewards and whatever answers for them."""
-  job: JobSettings
-  mesh: MeshSettings
-  tutor: party.PartySettings
-  student: party.PartySettings
-  problems: problems.ProblemSettings
-  rollout: rollout.RolloutSettings
-  solve: solving.SolveSettings
-  rewards: assemble.RewardSettings
-  judging: JudgeSettings
+  job: JobSettings = from_section("")
+  mesh: MeshSettings = from_section("mesh")
+  tutor: party.PartySettings = from_section("tutor")
+  student: party.PartySettings = from_section("student")
+  problems: problems_lib.ProblemSettings = from_section("problems")
+  rollout: rollout_lib.RolloutSettings = from_section("rollout")
+  solve: solving.SolveSettings = from_section("solve")
+  rewards: assemble.RewardSettings = from_section("rewards")
+  judging: JudgeSettings = from_section("rewards")
   # The judges' endpoint (the oracle's and classifier's unless they name their own); its
   # client reads the API key only when built (process 0 only, after the checks).
-  openai: openai_compat.OpenAISettings
-  local_judge: party.PartySettings
-  rule_judges: backends.RuleBackend  # Stateless: the setting is the backend.
-  uco: uco_turns.UCOSettings
-  oracle: OracleSettings
+  openai: openai_compat.OpenAISettings = from_section("rewards.openai")
+  local_judge: party.PartySettings = from_section("rewards.local_judge")
+  rule_judges: backends.RuleBackend = from_section("rewards.rule_judges")  # The backend.
+  uco: uco_turns.UCOSettings = from_section("rewards.uco")
+  oracle: OracleSettings = from_section("rewards.uco")
 
   @property
   def judged(self) -> bool:
@@ -246,42 +262,18 @@ class DialogueSettings:
     """The sides played by an endpoint, not a local checkpoint: none."""
     return ()
 
-  @classmethod
-  def read_sections(cls, read: Reader) -> dict:
-    """{field: its settings}, each read from its config section."""
-    return dict(
-        job=read.read(JobSettings), mesh=read.read(MeshSettings, "mesh"),
-        tutor=read.read(party.PartySettings, "tutor"),
-        student=read.read(party.PartySettings, "student"),
-        problems=read.read(problems.ProblemSettings, "problems"),
-        rollout=read.read(rollout.RolloutSettings, "rollout"),
-        solve=read.read(solving.SolveSettings, "solve"),
-        rewards=read.read(assemble.RewardSettings, "rewards"),
-        judging=read.read(JudgeSettings, "rewards"),
-        openai=read.read(openai_compat.OpenAISettings, "rewards.openai"),
-        local_judge=read.read(party.PartySettings, "rewards.local_judge"),
-        rule_judges=read.read(backends.RuleBackend, "rewards.rule_judges"),
-        uco=read.read(uco_turns.UCOSettings, "rewards.uco"),
-        oracle=read.read(OracleSettings, "rewards.uco"))
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings(DialogueSettings):
   """A GRPO training job's config, typed: a dialogue job's and its `rl` section."""
-  train: trainer.TrainSettings
-  grpo: update.GRPOSettings
-  optimizer: update.OptimizerSettings
+  train: trainer.TrainSettings = from_section("rl")
+  grpo: update.GRPOSettings = from_section("rl")
+  optimizer: update.OptimizerSettings = from_section("rl")
 
   def __post_init__(self):
     if self.job.group_size < 2:
       raise ValueError(f"--config.group_size={self.job.group_size}: group_size must be at "
                        "least 2 for group-relative advantages")
-
-  @classmethod
-  def read_sections(cls, read: Reader) -> dict:
-    return dict(super().read_sections(read), train=read.read(trainer.TrainSettings, "rl"),
-                grpo=read.read(update.GRPOSettings, "rl"),
-                optimizer=read.read(update.OptimizerSettings, "rl"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,14 +281,14 @@ class EvaluationSettings(DialogueSettings):
   """An evaluation job's config, typed: a dialogue job's, the protocol's own `eval`
   section (Ped-RM, the reasoning benchmarks) and what the tutor under test is (a training
   run's step, an endpoint, an agent) and whether the student is an endpoint."""
-  evaluation: protocol_lib.EvalSettings
-  pedrm: pedrm_lib.PedRMSettings
-  tutor_run: protocol_lib.TutorRun
-  tutor_endpoint: party.EndpointSettings
-  tutor_agent: agent_tutor.TutorAgentSettings
-  tutor_cpa: CPASettings  # The agent tutor's CPA numbers (`tutor.cpa`).
-  student_endpoint: party.EndpointSettings
-  reasoning: reasoning_lib.ReasoningSettings
+  evaluation: protocol_lib.EvalSettings = from_section("eval")
+  pedrm: pedrm_lib.PedRMSettings = from_section("eval.pedrm")
+  tutor_run: protocol_lib.TutorRun = from_section("tutor")
+  tutor_endpoint: party.EndpointSettings = from_section("tutor.endpoint")
+  tutor_agent: agent_tutor.TutorAgentSettings = from_section("tutor")
+  tutor_cpa: CPASettings = from_section("tutor.cpa", optional=True)  # The agent tutor's.
+  student_endpoint: party.EndpointSettings = from_section("student.endpoint")
+  reasoning: reasoning_lib.ReasoningSettings = from_section("eval.reasoning")
 
   @property
   def judged(self) -> bool:
@@ -307,20 +299,6 @@ class EvaluationSettings(DialogueSettings):
   def endpoint_sides(self) -> tuple[str, ...]:
     return tuple(side for side, e in (("tutor", self.tutor_endpoint),
                                       ("student", self.student_endpoint)) if e.model)
-
-  @classmethod
-  def read_sections(cls, read: Reader) -> dict:
-    return dict(
-        super().read_sections(read),
-        evaluation=read.read(protocol_lib.EvalSettings, "eval"),
-        pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
-        tutor_run=read.read(protocol_lib.TutorRun, "tutor"),
-        tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
-        tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
-        tutor_cpa=(read.read(CPASettings, "tutor.cpa") if "cpa" in read.config.tutor
-                   else CPASettings()),
-        student_endpoint=read.read(party.EndpointSettings, "student.endpoint"),
-        reasoning=read.read(reasoning_lib.ReasoningSettings, "eval.reasoning"))
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -334,10 +312,15 @@ S = typing.TypeVar("S", bound=DialogueSettings)
 
 def read_settings(config, kind: type[S] = DialogueSettings) -> S:
   """The typed settings of `config` as a job of `kind` reads them (DialogueSettings,
-  TrainingSettings, EvaluationSettings); UnreadKeys if it carries a key nothing reads, a
-  ValueError naming the section if a setting refuses a value."""
-  read = Reader(config)
-  sections = kind.read_sections(read)
+  TrainingSettings, EvaluationSettings: each field from its section, `from_section`);
+  UnreadKeys if it carries a key nothing reads, a ValueError naming the section if a
+  setting refuses a value."""
+  read, types_ = Reader(config), typing.get_type_hints(kind)
+  sections = {}
+  for f in dataclasses.fields(kind):
+    path, source = f.metadata["section"], types_[f.name]
+    sections[f.name] = (source() if f.metadata["optional"] and not read.has(path) else
+                        read.read(source, path))
   read.check_all_read()
   return kind(**sections)
 

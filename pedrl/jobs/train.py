@@ -12,43 +12,34 @@ reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
 steps, the step's dialogue records). Steps low on learning signal are logged as
 warnings (rl.warn_*).
 """
-import dataclasses
 import sys
 
-from absl import app, flags, logging
+from absl import app, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import (check_loop, check_optimizer, check_paths, finite, read_settings,
-                               value_check)
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.checks import check_paths, counts, finite, read_settings, training_section
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, loss, trainer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
-FLAGS = flags.FLAGS
 
 
 def _check_rl(s):
   """The `rl` section's values that would make the update meaningless or non-finite."""
-  rl = {**dataclasses.asdict(s.train), **dataclasses.asdict(s.grpo),
-        **dataclasses.asdict(s.optimizer)}
-  need = value_check("rl", rl)
-  check_optimizer(need, rl)
-  check_loop(need, rl)
+  need, rl = training_section("rl", s.train, s.grpo, s.optimizer)
   for name in ("beta", "advantage_eps"):
     need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
   need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
   need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
        "None or a finite number > 0")
   need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
-  for name in ("steps", "passes", "micro_batch", "samples_every", "samples_dialogues"):
-    need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
-  for name in ("mini_batch", "dialogues_every"):
-    need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
+  counts(need, rl, ("steps", "passes", "micro_batch", "samples_every", "samples_dialogues"))
+  counts(need, rl, ("mini_batch", "dialogues_every"), least=0)
 
 
 def check_config(s, mesh):
@@ -102,11 +93,8 @@ def build(c, workdir: str, config_name: str = "?"):
   return run, writer, ckpt
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
-  c, workdir = FLAGS.config, FLAGS.workdir
+@job_main
+def main(c, workdir: str):
   run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
   with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",
