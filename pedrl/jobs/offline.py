@@ -43,8 +43,6 @@ from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer
 
-define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
-
 
 class Method:
   """What sft and mdpo add to the shared job (pedrl.experiments.sft, .mdpo)."""
@@ -230,7 +228,10 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
 
 
 def main(method: Method):
-  """The entry point's main for `method`."""
+  """The entry point's main for `method`, whose flags it defines (its config file is
+  experiments/NAME.py)."""
+  define_flags(f"experiments/{method.name}.py:tiny", "Run directory (checkpoints, metrics).")
+
   @job_main
   def run(config, workdir: str):
     trainer, writer, ckpt = build(config, method, workdir, workdir_lib.config_name(sys.argv))
