@@ -1,6 +1,7 @@
 #!/bin/bash
 # pedrl's GPU figures in one run, written to one results file; its steps' time limits add up
-# to 8 minutes (475 s, sized for one H100).
+# to 12 minutes (sized from a run on one H100; a step that ends early leaves the rest unused).
+# PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." runs only the steps it names.
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
 #   bash launch/gpu_bench.sh --tiny          # the same steps at tiny shapes on CPU (a dry run)
@@ -28,7 +29,8 @@ out_dir=${PEDRL_GPU_BENCH_OUT:-gpu_bench_results}
 mkdir -p "$out_dir"
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 results="$out_dir/gpu_bench_$stamp.txt"
-cache="$out_dir/jax_cache_$stamp"  # Fresh: step 2's warm-up compiles, step 3's loads.
+# Fresh, and outside the results folder: step 2's warm-up compiles, step 3's loads.
+cache="${TMPDIR:-/tmp}/pedrl_gpu_bench_jax_cache_$stamp"
 # transformers shares the GPU with jax in the rollout steps: jax allocates as it goes
 # instead of taking 75% of the memory at start.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=false
@@ -39,27 +41,35 @@ if (( tiny )); then
   scale=${PEDRL_GPU_BENCH_TINY_SCALE:-8}
   torch_device=cpu test_platform=cpu
   sampling=(--gpu_size=tiny --new_tokens=8 --repeats=1)
-  rollout=(--size=tiny --dialogues=2 --tokens_per_turn=8 --repeats=1)
-  real_small=(--size=tiny) real_paper=(--size=tiny)
+  rollout=(--size=tiny --dialogues=2 --tokens_per_turn=8 --repeats=1 --engines=transformers_kv,pedrl)
+  real_small=(--size=tiny --engines=transformers_kv,pedrl) real_paper=("${real_small[@]}")
   train_small=(--size=tiny --seq_len=128 --rows=4 --micro_batch=2 --repeats=1)
   train_mid=("${train_small[@]}") train_big=("${train_small[@]}")
   tests=(tests/test_transformers_version.py tests/test_train_step_bench.py -m "not job")
 else
   torch_device=cuda test_platform=cuda
   sampling=(--gpu_size=qwen2.5-7b --repeats=2)
-  rollout=(--size=bench --repeats=1)
-  real_small=(--size=qwen2.5-0.5b) real_paper=(--size=7b+8b --layers=4)
-  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
-  train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
+  # transformers without a cache is left out on the GPU: it only costs time (a 6-message
+  # rollout at the bench shape took as long as with its cache, 2.2 s, on an H100).
+  rollout=(--size=bench --repeats=1 --engines=transformers_kv,pedrl)
+  real_small=(--size=qwen2.5-0.5b --engines=transformers_kv,pedrl)
+  real_paper=(--size=7b+8b --layers=4 --engines=transformers_kv,pedrl)
+  # Micro-batch 1: at 2048 tokens, 4 rows' attention probabilities alone (float32, every
+  # layer kept for the backward) are 21 GiB at 0.5B; pedrl.rl.memory's plan says what fits.
+  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2)
+  train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2)
   train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=2 --repeats=2)
   tests=(tests/test_decoder_parity.py tests/test_sampling.py tests/test_distribution.py
          tests/test_grpo.py tests/test_programs.py tests/test_sharding.py
          tests/test_train_step_bench.py -m "not job")
+  # Most of the tests' time is compiling: eight workers when pytest-xdist is there.
+  "$python" -c "import xdist" 2>/dev/null && tests+=(-n 8)
 fi
 
 {
   echo "pedrl GPU benchmark, $stamp$( (( tiny )) && echo ' (DRY RUN: tiny shapes on CPU)')"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
+  # PEDRL_COMMIT names the commit where the tree travels without its git folder.
+  echo "commit: ${PEDRL_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')}"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
   "$python" - <<'EOF'
 import jax, jaxlib, torch, transformers
@@ -71,6 +81,7 @@ EOF
 
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, output to $results.
   local name=$1 limit=$(( $2 * scale )); shift 2
+  [[ -z "${PEDRL_GPU_BENCH_STEPS:-}" || " $PEDRL_GPU_BENCH_STEPS " == *" $name "* ]] || return 0
   local start=$SECONDS status
   { echo; echo "=== $name (limit ${limit}s): $*"; } >> "$results"
   timeout --kill-after=10 "$limit" "$@" >> "$results" 2>&1
@@ -83,20 +94,23 @@ step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, outpu
 }
 
 cc=(--compilation_cache="$cache")
-step sampling 60 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+# The training steps share the GPU with nothing: jax may take 95% of it, not its default 75%
+# (also its limit when it allocates as it goes).
+train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
+step sampling 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${sampling[@]}"
-step rollout_cold 80 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+step rollout_cold 90 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6,12 --torch_device=$torch_device
-step rollout_warm 30 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
-step rollout_qwen2.5-0.5b 50 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
+step rollout_qwen2.5-0.5b 80 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step rollout_7b+8b 50 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
+step rollout_7b+8b 100 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step train_step_0.5b 35 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
-step train_step_1.5b 45 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_mid[@]}"
-step train_step_7b_4_layers 35 "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
-step tests 90 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
+step train_step_0.5b 40 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
+step train_step_1.5b 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_mid[@]}"
+step train_step_7b_4_layers 35 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
+step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
     "${tests[@]}"
 
 {

@@ -45,3 +45,12 @@ def test_a_ragged_workload_runs_pedrl_alone_and_reports_its_idle_shares(capsys):
   row = next(line for line in out.splitlines() if re.match(r"pedrl +4 ", line))
   assert row.split()[-2:] == ["0.0%", f"{work.idle_steps:.1%}"]
   assert "rollout_speedup" not in out
+
+
+def test_engines_leaves_out_the_transformers_loop_without_a_cache(capsys):
+  results = bench.report("tiny", dialogues=2, lengths=[2], new_tokens=4, repeats=1,
+                         engines=("transformers_kv", "pedrl"))
+  assert set(results[2]) == {"transformers_kv", "pedrl"}
+  out = capsys.readouterr().out
+  assert not re.search(r"^transformers ", out, re.M)
+  assert re.search(r"^rollout_speedup_vs_transformers_kv=\d+\.\d\d$", out, re.M)

@@ -110,3 +110,23 @@ def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path):
     xla, estimate, programs = float(row[5]), float(row[6]), int(row[8])
     assert programs == 1, row
     assert 0.75 < estimate / xla < 1.25, row
+
+
+def test_a_shape_over_the_devices_memory_is_refused_before_compiling(monkeypatch):
+  """The plan's bytes against a device reporting a 1 GiB limit: refused in one line that
+  names the shape and the way out; a device reporting no limit (CPU) passes."""
+  from absl import app
+  from pedrl.bench import train_step
+
+  class Device:
+    def memory_stats(self):
+      return {"bytes_limit": 2**30}
+  monkeypatch.setattr(train_step.jax, "devices", lambda: [Device()])
+  with pytest.raises(app.UsageError, match=r"qwen2\.5-0\.5b at 2048 tokens x micro-batch 4 "
+                     r"\(remat False\) needs about 2\.0 GiB .* can allocate 1\.0 GiB: try a "
+                     r"smaller --micro_batch or --remat"):
+    train_step.check_fits("qwen2.5-0.5b", 2 * 2**30, 2048, 4, False)
+  train_step.check_fits("qwen2.5-0.5b", 2**30 - 1, 2048, 4, True)
+  monkeypatch.setattr(train_step.jax, "devices", lambda: [type("Cpu", (), {
+      "memory_stats": lambda self: None})()])
+  train_step.check_fits("qwen2.5-0.5b", 2**50, 2048, 4, False)

@@ -78,6 +78,9 @@ flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conv
                      "pedrl's dialogue token limit, which sizes its KV caches (never reached).")
 timing.define_repeats("engine and length")
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
+flags.DEFINE_list("engines", ["transformers", "transformers_kv", "pedrl"],
+                  "Engines to run (pedrl always; at real shapes the transformers loop without "
+                  "a cache mostly costs time).")
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "testdata")
@@ -322,9 +325,9 @@ def _described(side: str, party, n_params: int | None) -> str:
 def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
            torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
-           layers: int = 0) -> dict:
-  """Runs every engine at every length and prints the table; results by length.
-  `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides."""
+           layers: int = 0, engines=ENGINES) -> dict:
+  """Runs `engines` (pedrl always) at every length and prints the table; results by
+  length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides."""
   import torch
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
   assert len(problems) == dialogues, f"{PROBLEMS} has {len(problems)} problems"
@@ -342,7 +345,8 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
     if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
       runs = {name: transformers_runner(paths, rows, settings, new_tokens, carry_kv,
                                         torch_device, dtype)
-              for name, carry_kv in (("transformers", False), ("transformers_kv", True))}
+              for name, carry_kv in (("transformers", False), ("transformers_kv", True))
+              if name in engines}
     runs["pedrl"] = pedrl_run
     for n in lengths:
       results[n] = measure(runs, n, repeats)
@@ -381,7 +385,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
     print(f"pedrl programs, {n} messages: {len(r['compiled'])} in the warm-up rollout "
           f"({sum(r['compiled'].seconds):.1f} s, {r['compiled'].cache_hits} from the persistent "
           f"cache), {len(r['steady_compiled'])} in {repeats} timed rollouts")
-  if not stop_rate:
+  if "transformers_kv" in runs:
     speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
     print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")
   return results
@@ -393,9 +397,11 @@ def main(argv):
   if FLAGS.layers and size not in REAL_SIZES:
     raise app.UsageError(f"--layers trims a real size's models ({', '.join(REAL_SIZES)}), "
                          f"not --size={size}")
+  if unknown := set(FLAGS.engines) - set(ENGINES):
+    raise app.UsageError(f"--engines: {sorted(unknown)} are not among {list(ENGINES)}")
   report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
          FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
-         FLAGS.stop_rate, FLAGS.layers)
+         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines)
 
 
 if __name__ == "__main__":

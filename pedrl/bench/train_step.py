@@ -27,7 +27,7 @@ estimate of the same buffers. Also counted: the programs each pass compiled.
 import dataclasses
 import time
 
-from absl import flags
+from absl import app, flags
 import jax
 import numpy as np
 
@@ -85,6 +85,19 @@ def device_peak() -> int | None:
   return stats.get("peak_bytes_in_use")
 
 
+def check_fits(size: str, needed: int, seq_len: int, micro_batch: int, remat: bool):
+  """A UsageError before compiling when the plan's estimate of the update (with the
+  reference beside it) is over what the device can allocate: XLA would fail only after
+  minutes of compiling and autotuning. Devices that report no limit (CPU) pass."""
+  limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+  if limit and needed > limit:
+    hint = "a smaller --micro_batch" + ("" if remat else " or --remat")
+    raise app.UsageError(
+        f"{size} at {seq_len} tokens x micro-batch {micro_batch} (remat {remat}) needs about "
+        f"{needed / 2**30:.1f} GiB by pedrl.rl.memory's plan; the device can allocate "
+        f"{limit / 2**30:.1f} GiB: try {hint}")
+
+
 def synthetic_batch(cfg, rows: int, seq_len: int, seed: int = 0) -> batch_lib.TrainBatch:
   """Full-length random sequences, every token after the first a tutor token with a
   row's random advantage; log-probs filled in by the scoring pass."""
@@ -112,6 +125,15 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   """The scoring pass and the update at one shape (one device); Pass by name."""
   arch = architectures.get(size)
   cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat)
+  run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
+                        remat=remat)
+  # What each program holds, by the plan: the scoring pass the reference and its logits, the
+  # update the weights, moments, gradients and activations.
+  parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
+  estimate = {"score": parts["reference"] + parts["scoring"],
+              "update": sum(parts[k] for k in ("tutor params", "AdamW moments", "gradients",
+                                               "activations"))}
+  check_fits(size, parts["reference"] + estimate["update"], seq_len, micro_batch, remat)
   model = build_model(cfg)
   # Committed to the device, as loaded checkpoints are: the update returns committed arrays,
   # and jit would compile the step again for the second call if its inputs were not.
@@ -122,14 +144,6 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   optimizer = update.OptimizerSettings().optimizer(total_updates=1 + repeats)
   opt_state = update.init_optimizer(optimizer, params)
   batch = synthetic_batch(cfg, rows, seq_len)
-  run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
-                        remat=remat)
-  # What each program holds, by the plan: the scoring pass the reference and its logits, the
-  # update the weights, moments, gradients and activations.
-  parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
-  estimate = {"score": parts["reference"] + parts["scoring"],
-              "update": sum(parts[k] for k in ("tutor params", "AdamW moments", "gradients",
-                                               "activations"))}
   out = {}
 
   score = lambda: update.logprobs_in_chunks(model, reference, batch.tokens, batch.attn_mask,
