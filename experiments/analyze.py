@@ -42,7 +42,7 @@ def get_config(arg: str = "paper"):
     c[role] = settings.section(labelling.LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
     # max_completion_tokens, in which their reasoning counts.
-    c[role].openai = settings.section(openai_compat.OpenAIBackend, model="gpt-5-mini",
+    c[role].openai = settings.section(openai_compat.OpenAISettings, model="gpt-5-mini",
                                       temperature=1.0, max_tokens=4096,
                                       max_tokens_field="max_completion_tokens")
     c[role].local = settings.section(party.PartySettings, path=None, temperature=0.0, top_k=0,

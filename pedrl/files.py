@@ -66,6 +66,27 @@ def read_rows(path: str, error: type[Exception] = ValueError) -> list:
   return rows
 
 
+def read_records(path: str, make, what: str, error: type[Exception] = ValueError) -> list:
+  """make(row) of each JSON row of a JSONL file (as `read_rows`); a row `make` refuses
+  (ValueError, TypeError, KeyError, AttributeError) raises `error` naming the file, the
+  record's number and `what` it is not."""
+  out = []
+  for n, row in enumerate(read_rows(path, error), 1):
+    try:
+      out.append(make(row))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+      raise error(f"{path}, record {n}: not {what} ({e})") from None
+  return out
+
+
+def checked_schema(row: dict, version: int, what: str) -> dict:
+  """A copy of a typed record's JSON row whose `schema` is `version`, the one this pedrl
+  reads; a ValueError naming `what` record and both versions otherwise."""
+  if row.get("schema") != version:
+    raise ValueError(f"{what} record schema {row.get('schema')!r}; this pedrl reads {version}")
+  return dict(row)
+
+
 def write_json(path: str, value) -> None:
   """`value` as indented JSON, synced and renamed over `path` (its folder made)."""
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -39,7 +39,7 @@ def compute(ckpt: str, mesh) -> dict:
   logp = update.logprobs_in_chunks(model, params, batch["tokens"], batch["attn_mask"], 1.0, 2, mesh)
   batch = TrainBatch(**batch, old_logp=logp, ref_logp=logp - 0.05)
   opt = update.make_optimizer(1e-3, eps=1.0)
-  settings = update.GRPOSettings(micro_batch=2)
+  settings = update.GRPOObjective(update.GRPOSettings(micro_batch=2), temperature=1.0)
   params, _, metrics = update.train_step(model, params, update.init_optimizer(opt, params), opt,
                                          batch, settings, mesh)
   row = sharding.to_host(params["embed"]["embedding"])[7]

@@ -393,9 +393,9 @@ def test_the_configs_read_completely_and_carry_the_papers_settings():
   from pedrl.experiments import analyze
   paper = analyze.read(_config("paper"))  # Every key read (else a UsageError).
   (first,) = paper.labellers  # Section 4.2: GPT-5-mini, one labeller.
-  assert (first.openai["model"], first.openai["max_tokens_field"]) == (
+  assert (first.openai.model, first.openai.max_tokens_field) == (
       "gpt-5-mini", "max_completion_tokens")
-  assert first.label.names == ("codebook", "schoenfeld") and first.openai["temperature"] == 1.0
+  assert first.label.names == ("codebook", "schoenfeld") and first.openai.temperature == 1.0
   assert paper.analysis.comparisons == significance.PAPER_COMPARISONS
   assert paper.analysis.columns == "NoThink,Think*,Ped.*"  # Tables 4 and 11's columns.
   tiny = analyze.read(_config("tiny"))

@@ -233,7 +233,7 @@ def test_cpa_tutors_dialogues_and_keeps_its_template_across_turns(testdata):
   problems = [Problem(id="p0", problem="What is 3 + 4?", answer="7"),
               Problem(id="p1", problem="What is 5 * 6?", answer="30")]
   settings = rollout.RolloutSettings(scenario=dialogue.GUIDED, max_turns=6)
-  out = rollout.run(problems, 2, tutor, student, settings)
+  out = rollout.run(problems, 2, tutor, student, settings, seed=0)
   # The turn limit is checked after tutor turns (paper 003's reference): 4 tutor turns.
   assert [sum(m.role == dialogue.TUTOR for m in d.messages) for d in out] == [4] * 4
   assert all(m.text == "What do you get if you count on from 3?" for d in out
@@ -385,7 +385,7 @@ def test_an_agent_tutor_never_reads_the_problems_answer():
     b = Scripted(execute={"output": "The answer is 7."})
     tutor = AgentTutor(CPA(b))
     out = rollout.run([Problem(id="p0", problem="What is 3 + 4?", answer=answer)], 2, tutor,
-                      party.EndpointParty(_Student(), "student"), settings)
+                      party.EndpointParty(_Student(), "student"), settings, seed=0)
     runs.append((b.prompts, [[m.text for m in d.messages] for d in out]))
     assert all(t.answer == "7" for t in tutor.traces)  # Solved from the problem it is shown.
     assert all(t.steps[2].checks[0].rules == "breaks: states_answer" for t in tutor.traces)

@@ -17,7 +17,7 @@ def _settings(variant, **tutor):
   for key, value in tutor.items():  # As --config.tutor.KEY=VALUE would set them.
     section, _, leaf = key.rpartition("__")
     (c.tutor[section] if section else c.tutor)[leaf] = value
-  return settings.read_settings(c, evaluation=True)  # UnreadKeys if any is unread.
+  return settings.read_settings(c, settings.EvaluationSettings)  # UnreadKeys if any is unread.
 
 
 @pytest.mark.parametrize("variant", ["paper", "pedagogical_rl", "thinking", "uco", "uco_003",
@@ -69,14 +69,14 @@ def test_tutoring_protocols_sample_as_the_reference_evaluation(variant):
 
 def test_paper_protocols():
   s = _settings("pedagogical_rl")  # Paper 003 section 6 and its reference evaluation.
-  assert s.judging.judges == "pedagogical_rl" and s.openai["model"] == "google/gemma-3-27b-it"
+  assert s.judging.judges == "pedagogical_rl" and s.openai.model == "google/gemma-3-27b-it"
   assert s.rollout.max_turns == 16 and s.rollout.max_conversation_tokens == 8192
   assert (s.rollout.scenario, s.rollout.thinking, s.rollout.force_thinking) == (
       "mixed", False, False)
   t = _settings("pedagogical_rl,think").rollout  # config/eval/TutorRL-think.yaml.
   assert t.thinking and t.force_thinking and t.think_instruction
   t = _settings("thinking")  # Paper 001: GPT-4o-mini judges, the thinking-quality judge.
-  assert t.judging.judges == "thinking" and t.openai["model"] == "gpt-4o-mini"
+  assert t.judging.judges == "thinking" and t.openai.model == "gpt-4o-mini"
   assert t.rollout.thinking and t.rollout.tutor_prompt == "thinking/tutor_polya"
   # Table 1's NoThink, Think NoReward and Think Reward were trained on the general prompt.
   for condition in ("no_think", "think_no_reward", "think_reward"):
@@ -96,7 +96,7 @@ def test_paper_protocols():
 
 
 def _training(config, variant):
-  return settings.read_settings(jobs.config(config, variant), training=True)
+  return settings.read_settings(jobs.config(config, variant), settings.TrainingSettings)
 
 
 def _module(config):
@@ -141,7 +141,7 @@ def test_a_tutor_prompt_file_is_in_the_protocol_by_its_content(tmp_path):
   prompt.write_text("Help the student with {{ problem }}.\n")
   c = jobs.config("evaluate", "tiny")
   c.rollout.tutor_prompt_file = str(prompt)
-  s = settings.read_settings(c, evaluation=True)
+  s = settings.read_settings(c, settings.EvaluationSettings)
   before = evaluate.protocol(s).to_dict()  # As the status files record it.
   assert before["rollout"]["tutor_prompt_file_sha1"] == (
       "d18a56ee0be2d6cba88e5136e0ec97a1fd836c5f")  # `sha1sum` of the file.

@@ -41,8 +41,8 @@ def test_a_workdir_of_another_run_is_refused(tmp_path, monkeypatch):
   spec.loader.exec_module(config)
   monkeypatch.chdir(ROOT)  # The config's testdata paths are relative.
   owned = tmp_path / "ped"
-  workdir.claim(str(owned), settings.read_settings(config.get_config("tiny"), training=True),
-                "train", "experiments/pedagogical_rl.py:tiny")
+  s = settings.read_settings(config.get_config("tiny"), settings.TrainingSettings)
+  workdir.claim(str(owned), s, "train", "experiments/pedagogical_rl.py:tiny")
   cases = [(_cmd("uco", owned), "holds a train run of experiments/pedagogical_rl.py:tiny"),
            (_cmd("rollout", owned), "this is a rollout run of experiments/rollout.py:tiny")]
   for cmd, message in cases:

@@ -150,12 +150,17 @@ def _batch(model, params, rows=4, width=24, seed=0):
                     advantages=adv.astype(np.float32), old_logp=logp, ref_logp=logp - 0.05)
 
 
+def _grpo(**settings):
+  """GRPO's objective at the tutor's sampling temperature 1 (logits as they are)."""
+  return update.GRPOObjective(update.GRPOSettings(**settings), temperature=1.0)
+
+
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny, aggregation):
   model, params = tiny
   batch = _batch(model, params)
-  full = update.GRPOSettings(micro_batch=4, aggregation=aggregation)
-  micro = update.GRPOSettings(micro_batch=1, aggregation=aggregation)
+  full = _grpo(micro_batch=4, aggregation=aggregation)
+  micro = _grpo(micro_batch=1, aggregation=aggregation)
   g_full, m_full = update.gradients(model, params, batch, full)
   g_micro, m_micro = update.gradients(model, params, batch, micro)
   for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_micro)):
@@ -166,7 +171,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny, aggregation):
 def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   model, params = tiny
   batch = _batch(model, params)
-  settings = update.GRPOSettings(micro_batch=2, beta=0.0)
+  settings = _grpo(micro_batch=2, beta=0.0)
   opt = update.make_optimizer(1e-3)
   start = jax.tree.map(jnp.copy, params)  # train_step donates its params.
   new_params, _, metrics = update.train_step(model, start, opt.init(start), opt, batch, settings)
@@ -188,7 +193,7 @@ def test_a_non_finite_update_is_skipped_and_leaves_the_state_unchanged(tiny, poi
     batch.advantages[0, 12] = np.nan
   else:  # log-probs so far apart that the k3 KL overflows.
     batch.ref_logp[1, 12] = 1e4
-  settings = update.GRPOSettings(micro_batch=2)
+  settings = _grpo(micro_batch=2)
   opt = update.make_optimizer(1e-3)
   start = jax.tree.map(jnp.copy, params)
   state = update.init_optimizer(opt, start)
@@ -214,7 +219,7 @@ def test_a_step_sharded_over_the_mesh_equals_the_single_device_step(tiny, tmp_pa
   from pedrl.rl import checkpoint
   model, params = tiny
   batch = _batch(model, params).take(slice(0, 3))
-  settings = update.GRPOSettings(micro_batch=1)  # 1 device: 3 micro-batches of 1 row.
+  settings = _grpo(micro_batch=1)  # 1 device: 3 micro-batches of 1 row.
   # Adam's first step is lr·g/(|g| + eps): with a small eps, lr·sign(g), which rounding
   # noise flips where g ≈ 0. A large eps keeps the step linear in g.
   opt = update.make_optimizer(update.lr_schedule(1e-3, "cosine", 10), eps=1.0)
@@ -278,19 +283,19 @@ def test_dialogue_advantages_mix_components_and_skip_dropped():
                                   zpd_level=0, level=0, scaffold=0, reward=r) for r in turns]
     d.dropped = dropped
     return d
-  s = trainer.TrainSettings(group_size=3, advantage="turn", advantage_eps=0.0, advantage_ddof=0)
+  s = trainer.TrainSettings(advantage="turn", advantage_eps=0.0, advantage_ddof=0)
   rewards = assemble.RewardSettings(components=(("uco", 1.0), ("template", 1.0)), gamma=1.0)
   # Totals = uco + template; template differs (0, -0.5); one rollout dropped.
   group = [dialogue(1.0, 1.0, (0.5, 0.5)), dialogue(0.5, 1.0, (0.5, 0.5)),
            dialogue(0, dropped=True)]
-  a, b, c = trainer.dialogue_advantages(group, s, rewards)
+  a, b, c = trainer.dialogue_advantages(group, 3, s, rewards)
   # Same turn rewards: the turn part is 0; the rest (0 vs -0.5) gives +1 / -1.
   np.testing.assert_allclose(a, [0, 1, 1, 0, 1, 1])
   np.testing.assert_allclose(b, [0, -1, -1, 0, -1, -1])
   np.testing.assert_allclose(c, 0.0)
   # A hard-rejected rollout (no turn rewards, total -1) still gets its dialogue part.
   group = [dialogue(0.0, 0.0, (0.0, 1.0)), dialogue(-1.0, 0.0, ()), dialogue(0.0, 0.0, (1.0, 0.0))]
-  a, b, c = trainer.dialogue_advantages(group, s, rewards)
+  a, b, c = trainer.dialogue_advantages(group, 3, s, rewards)
   assert b[1] < 0 and a[1] > 0 and c[1] > 0
   # Returns (gamma 1): a [1, 1], c [1, 0]: turn 0 equal, turn 1 a above c.
   assert a[4] > c[4]

@@ -23,7 +23,7 @@ def _config(arg):
 
 
 def _settings(arg):
-  return settings.read_settings(_config(arg), training=True)
+  return settings.read_settings(_config(arg), settings.TrainingSettings)
 
 
 def _get(s, name):

@@ -53,8 +53,9 @@ def _read(job, variant):
   if job in ("mathtutorbench", "cpa"):  # Their jobs read their own sections.
     from pedrl.experiments import cpa, mathtutorbench
     return {"mathtutorbench": mathtutorbench, "cpa": cpa}[job].read(c)
-  return settings.read_settings(c, training=job not in ("evaluate", "rollout"),
-                                evaluation=job == "evaluate")
+  return settings.read_settings(c, {"evaluate": settings.EvaluationSettings,
+                                   "rollout": settings.DialogueSettings}.get(
+                                       job, settings.TrainingSettings))
 
 
 def test_the_page_covers_every_paper_and_names_commands():

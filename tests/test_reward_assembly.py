@@ -79,7 +79,7 @@ def test_missing_inputs_are_errors_not_zeros():
 
 def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   solved = []
-  def fake_solve(dialogues, student, settings):
+  def fake_solve(dialogues, student, settings, seed):
     solved.extend(d.uid for d in dialogues)
     for d in dialogues:
       d.r_sol = 1.0
@@ -88,7 +88,7 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   leak.messages[0].text = "The answer is 7."
   ok = _dialogue(1, r_sol=None)
   p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
-                              judging.PEDAGOGICAL_RL[:1], backends.RuleBackend())
+                              judging.PEDAGOGICAL_RL[:1], backends.RuleBackend(), seed=0)
   stats = p([leak, ok]).stats
   assert solved == [1] and p.stats["hard_rejected"] == 1
   assert leak.rewards.total == pytest.approx(-0.75) and leak.r_sol is None
@@ -102,7 +102,7 @@ def test_pipeline_skips_solving_for_hard_rejections_and_drops(monkeypatch):
   a, b = _dialogue(2, r_sol=None), _dialogue(3, r_sol=None)
   p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL, Garbage(), judge_rounds=1,
-                              on_judge_failure="drop")
+                              on_judge_failure="drop", seed=0)
   stats = p([a, b]).stats
   assert solved == [] and a.dropped and not a.rewards
   assert p.stats["dropped"] == 2 and p.stats["judge/policy/drop"] == 8  # 2 x 2 judges x 2.
@@ -121,11 +121,11 @@ class _CountingRules:
 
 
 def test_batch_counts_hold_the_latest_call_and_stats_the_totals(monkeypatch):
-  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings: None)
+  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings, seed: None)
   leak = _dialogue(0, tutor="The answer is 7.", r_sol=1.0)
   leak.messages[0].text = "The answer is 7."
   p = pipeline.RewardPipeline(assemble.RewardSettings(hard=True), None, solving.SolveSettings(),
-                              judging.PEDAGOGICAL_RL[:1], _CountingRules())
+                              judging.PEDAGOGICAL_RL[:1], _CountingRules(), seed=0)
   batch = p([leak, _dialogue(1, r_sol=1.0)])
   assert batch.counts == {"judge/requests": 4, "judge/replies": 4, "dropped": 0,
                            "hard_rejected": 1, "judge_backend/retries": 4}
@@ -137,19 +137,19 @@ def test_batch_counts_hold_the_latest_call_and_stats_the_totals(monkeypatch):
 
 
 def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
-  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings: None)
+  monkeypatch.setattr(solving, "post_dialogue", lambda ds, student, settings, seed: None)
 
   class Garbage:
     def complete(self, requests, round_=0):
       return ["??"] * len(requests)
   a = _dialogue(0)
   p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
-                              judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1)
+                              judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1, seed=0)
   p([a])
   assert a.judgement.filled == {"leakage": [True, True]} and a.judgement.r_ped == 0.0
   strict = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                                    judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1,
-                                   max_failed_share=0.5)
+                                   max_failed_share=0.5, seed=0)
   b = _dialogue(1)
   with pytest.raises(judging.JudgeError, match="2 of 2 judge answers.*parse_failures 2"):
     strict([b])
@@ -160,11 +160,11 @@ def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
 
 def test_pipeline_refuses_an_incomplete_configuration():
   with pytest.raises(ValueError, match="judge backend"):
-    pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings())
+    pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(), seed=0)
   with pytest.raises(ValueError, match="thinking-quality judge"):
     pipeline.RewardPipeline(
         assemble.RewardSettings(components=(("thinking", 1.0),)), None, solving.SolveSettings(),
-        judging.PEDAGOGICAL_RL, backends.RuleBackend())
+        judging.PEDAGOGICAL_RL, backends.RuleBackend(), seed=0)
   with pytest.raises(ValueError, match="uco component needs"):
     pipeline.RewardPipeline(assemble.RewardSettings(components=(("uco", 1.0),)), None,
-                            solving.SolveSettings())
+                            solving.SolveSettings(), seed=0)

@@ -123,22 +123,22 @@ def _run(tutor_tok, student_tok, problems, group=2, **settings):
   student = _party(student_tok, student_script, stop)
   stats = rollout.RolloutStats()
   out = rollout.run(problems, group, tutor, student, rollout.RolloutSettings(**settings),
-                    stats=stats)
+                    seed=0, stats=stats)
   return out, tutor.sampler, student.sampler, stats
 
 
 def test_scenario_is_per_problem_and_reproducible_by_seed():
   ids = [problem_id(f"problem {i}") for i in range(200)]
-  draws = lambda seed: [rollout.problem_draws(i, rollout.RolloutSettings(seed=seed))[0]
+  draws = lambda seed: [rollout.problem_draws(i, rollout.RolloutSettings(), seed)[0]
                         for i in ids]
   assert draws(0) == draws(0)
   assert draws(0) != draws(1)
   share = np.mean([s == dialogue.GUIDED for s in draws(0)])
   assert 0.35 < share < 0.65  # Uniform over the two scenarios.
   fixed = rollout.RolloutSettings(scenario=dialogue.ATTEMPTED)
-  assert {rollout.problem_draws(i, fixed)[0] for i in ids} == {dialogue.ATTEMPTED}
+  assert {rollout.problem_draws(i, fixed, 0)[0] for i in ids} == {dialogue.ATTEMPTED}
   personas = rollout.RolloutSettings(personas=("shy", "bold", "careless"))
-  assert {rollout.problem_draws(i, personas)[1] for i in ids} == {"shy", "bold", "careless"}
+  assert {rollout.problem_draws(i, personas, 0)[1] for i in ids} == {"shy", "bold", "careless"}
 
 
 def test_all_rollouts_of_a_problem_share_scenario_and_persona(qwen_tok, llama_tok):
@@ -325,7 +325,7 @@ def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
   tutor = _party(qwen_tok, tutor_script, "<|im_end|>", max_new=6)
   student = _party(llama_tok, student_script, "<|eot_id|>")
   out = rollout.run([_problem("What is 2 + 5?")], 2, tutor, student,
-                    rollout.RolloutSettings(max_turns=4, scenario=dialogue.GUIDED))
+                    rollout.RolloutSettings(max_turns=4, scenario=dialogue.GUIDED), seed=0)
   for d in out:
     tutor_msgs = [m for m in d.messages if m.role == dialogue.TUTOR]
     assert all(m.finish_reason == "length" and m.num_tokens == 6 for m in tutor_msgs)
@@ -405,10 +405,10 @@ def test_real_models_rollout_logprobs_equal_full_sequence_scoring(testdata, monk
                                      force_thinking=True)
   # One problem of each scenario (their dialogues end at different turns).
   candidates = [_problem(f"What is {i} + 10?") for i in range(20)]
-  problems = [next(p for p in candidates if rollout.problem_draws(p.id, settings)[0] == s)
+  problems = [next(p for p in candidates if rollout.problem_draws(p.id, settings, 0)[0] == s)
               for s in (dialogue.GUIDED, dialogue.ATTEMPTED)]
   stats = rollout.RolloutStats()
-  out = rollout.run(problems, 2, tutor, student, settings, stats=stats)
+  out = rollout.run(problems, 2, tutor, student, settings, seed=0, stats=stats)
   assert compactions, "the dialogues should outgrow the caches' free slots"
   live = [c[1] for c in stats.calls if c[0] == dialogue.TUTOR]
   assert live[0] == 4 and live[-1] < 4  # Dialogues left the batch as they ended.
@@ -441,7 +441,7 @@ def test_think_rows_of_paper_003_prompt_and_force_thinking(testdata):
   tutor, _ = _real_party(testdata, "qwen2", 1.0, 12)
   student, _ = _real_party(testdata, "llama3", 0.6, 12)
   out = rollout.run([_problem("What is 3 + 4?"), _problem("What is 9 - 2?")], 2, tutor,
-                    student, dataclasses.replace(settings, max_turns=4))
+                    student, dataclasses.replace(settings, max_turns=4), seed=0)
   instruction = prompts.render("pedagogical_rl/think_instruction")
   for d in out:
     seen = tutor.chat.tokenizer.decode(d.tutor_ids)

@@ -81,14 +81,14 @@ def test_post_dialogue_prompt_carries_problem_persona_and_transcript():
 
 def test_pre_and_post_dialogue_attempts_fill_the_records(student):
   problems = [Problem(id=problem_id(t), problem=t, answer="4") for t in ("2 + 2?", "1 + 3?")]
-  pre = solving.pre_dialogue(problems, student, solving.SolveSettings(k=2))
+  pre = solving.pre_dialogue(problems, student, solving.SolveSettings(k=2), seed=0)
   assert set(pre) == {p.id for p in problems}
   assert all(len(a.texts) == 2 and a.rate == solving.solve_rate(a.correct) for a in pre.values())
   dialogues = [Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer, scenario="guided",
                         rollout=0, student_system="You are a student.",
                         messages=[Message(role=TUTOR, text="What is 2 + 2?")])
                for p in problems]
-  out = solving.post_dialogue(dialogues, student, solving.SolveSettings(k=3))
+  out = solving.post_dialogue(dialogues, student, solving.SolveSettings(k=3), seed=0)
   for d, a in zip(dialogues, out):
     assert len(d.post_answers) == len(d.post_correct) == 3
     assert d.r_sol == a.rate == np.mean(d.post_correct)

@@ -11,13 +11,13 @@ from pedrl.rewards import assemble
 
 
 def test_the_tiny_thinking_tutor_thinks_then_replies():
-  s = settings.read_settings(paths.load_config("thinking.py", "tiny"), training=True)
+  s = settings.read_settings(paths.load_config("thinking.py", "tiny"), settings.TrainingSettings)
   assert s.rollout.force_thinking and s.tutor.path.endswith("qwen2_think")
   tutor = loading.load_party(s.tutor, None, False, {"enable_thinking": True})
   student = loading.load_party(s.student, None, False)
-  problems, _ = loading.load_problems(s)
+  problems, _ = loading.load_problems(s.problems, s.job.seed)
   dialogues = rollout.run(problems[:2], 2, tutor, student,
-                          dataclasses.replace(s.rollout, max_turns=2))
+                          dataclasses.replace(s.rollout, max_turns=2), seed=s.job.seed)
   turns = [m for d in dialogues for m in d.messages if m.role == TUTOR]
   closed = [m for m in turns if chat.THINK_CLOSE in m.raw]
   assert len(closed) >= 0.75 * len(turns), [m.raw for m in turns]

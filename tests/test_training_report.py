@@ -205,8 +205,8 @@ class _Writer:
 
 def test_record_writes_samples_of_different_problems_records_and_warnings(caplog):
   run = object.__new__(trainer.Trainer)  # Only what record() touches.
-  run.s = trainer.TrainSettings(batch_problems=3, group_size=2, samples_every=2,
-                                samples_dialogues=2, dialogues_every=3)
+  run.s = trainer.TrainSettings(samples_every=2, samples_dialogues=2, dialogues_every=3)
+  run.batch_problems, run.group_size = 3, 2
   run.writer = _Writer()
   run.signal_warnings = trainer.SignalWarnings(run.s)
   run.rewards = types.SimpleNamespace(settings=SOFT)

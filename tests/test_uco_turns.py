@@ -153,13 +153,14 @@ def test_oracle_and_classifier_fallbacks_over_max_failed_share_are_errors(setup)
   assert len(oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), rounds=2,
                               max_failed_share=0.5)(turns)) == 2  # At the bound: allowed.
   # The classifier: an error before the scorer runs (there is none here).
-  settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2, max_failed_share=0.4)
+  settings = uco_turns.UCOSettings(level_method="llm", classifier_rounds=2)
   with pytest.raises(oracle.OracleError, match=r"^1 of 2 tutor turns got no level .*nearest hint"
                      r" \(50%\).*api_errors/ConnectionError 1$"):
     uco_turns.score_turns([_dialogue()], None, None, oracle.ReferenceOracle(), embedder,
-                          settings, _TextBackend(replies('{"level": "conceptual"}')))
+                          settings, _TextBackend(replies('{"level": "conceptual"}')),
+                          max_failed_share=0.4)
   with pytest.raises(ValueError, match="max_failed_share"):
-    uco_turns.UCOSettings(max_failed_share=-0.1)
+    uco_turns.score_turns([], None, None, None, None, settings, max_failed_share=-0.1)
   with pytest.raises(ValueError, match="max_failed_share"):
     oracle.LLMOracle(_TextBackend(replies(GOOD_ORACLE)), max_failed_share=2.0)
 

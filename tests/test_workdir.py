@@ -18,7 +18,7 @@ def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue",
   c.rewards.components = components
   c.resume_mismatch = resume_mismatch
   c.rl = rl_section(advantage=advantage)
-  return settings.read_settings(c, training=True)
+  return settings.read_settings(c, settings.TrainingSettings)
 
 
 @pytest.fixture

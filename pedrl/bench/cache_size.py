@@ -23,7 +23,7 @@ import numpy as np
 from pedrl import cli
 from pedrl.bench import hlo, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
-from pedrl.models.architectures import Architecture
+from pedrl.models.architectures import decoder
 from pedrl.models.hf_checkpoint import build_model, random_params
 
 FLAGS = flags.FLAGS
@@ -44,8 +44,8 @@ timing.define_repeats("size")
 
 def main(argv):
   del argv
-  shape = Architecture("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
-                       FLAGS.kv_heads, FLAGS.intermediate, 32768)
+  shape = decoder("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
+                  FLAGS.kv_heads, FLAGS.intermediate, 32768)
   cfg = shape.config(dtype=FLAGS.dtype, scan_layers=FLAGS.scan_layers)
   model, params = build_model(cfg), random_params(cfg)
   sampler = Sampler(model)

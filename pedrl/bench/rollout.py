@@ -282,7 +282,8 @@ def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1
   def run(n):
     stats = rollout.RolloutStats()
     out = rollout.run(problems, group_size, parties[TUTOR], parties[STUDENT],
-                      dataclasses.replace(settings, max_turns=n, turn_limit="message"), stats=stats)
+                      dataclasses.replace(settings, max_turns=n, turn_limit="message"), seed=0,
+                      stats=stats)
     if not stops:
       assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
     sampled = sum(m.num_tokens for d in out for m in d.messages)

@@ -139,7 +139,8 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   # and jit would compile the step again for the second call if its inputs were not.
   params = jax.device_put(random_params(cfg.replace(dtype=param_dtype)), jax.devices()[0])
   reference = jax.tree.map(lambda x: x.copy(), params)  # The trainer's frozen copy.
-  settings = update.GRPOSettings(micro_batch=micro_batch)
+  # Paper 003's tutor samples at T = 1.0: its log-probs are of the logits as they are.
+  settings = update.GRPOObjective(update.GRPOSettings(micro_batch=micro_batch), temperature=1.0)
   optimizer = update.OptimizerSettings().optimizer(total_updates=1 + repeats)
   opt_state = update.init_optimizer(optimizer, params)
   batch = synthetic_batch(cfg, rows, seq_len)

@@ -99,18 +99,11 @@ def retry_after(headers) -> float | None:
   return max(when.timestamp() - time.time(), 0.0)
 
 
-@dataclasses.dataclass
-class OpenAIBackend:
-  """Chat completions through the `openai` client, with bounded concurrency and retries.
-
-  The key is read from the environment variable named `api_key_env`; the key
-  itself is never in a config or a log line. Timeouts, connection errors, 429,
-  5xx and answers that are no completion are retried, at most `max_tries` tries
-  per call (paper 001 uses 5), after the wait a 429/5xx asks for (Retry-After,
-  retry-after-ms) or else exponential backoff with jitter, never more than
-  `backoff_max`; other API errors (bad key, unknown model) stop the run with a
-  EndpointError. `preflight()` checks endpoint, key and model with one small request.
-  """
+@dataclasses.dataclass(frozen=True)
+class OpenAISettings:
+  """An OpenAI-compatible endpoint as a config names it (`rewards.openai`, `label.openai`):
+  model, address, key variable, sampling and retry policy. Building its client
+  (`OpenAIBackend.of`) reads the key; these settings never hold it."""
   model: str
   base_url: str | None = None
   api_key_env: str = "OPENAI_API_KEY"
@@ -126,24 +119,55 @@ class OpenAIBackend:
   # refuse "max_tokens" and take "max_completion_tokens" (their reasoning counts in it).
   max_tokens_field: str = "max_tokens"
   role: str = "judge"  # What the endpoint is for, in error messages (judge, tutor, student).
-  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def __post_init__(self):
-    import openai
     if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
       raise ValueError(f"max_tokens_field {self.max_tokens_field!r} is not max_tokens or "
                        "max_completion_tokens")
+    if not (self.max_concurrency >= 1 and self.max_tries >= 1 and self.timeout > 0):
+      raise ValueError(f"max_concurrency={self.max_concurrency} and max_tries={self.max_tries} "
+                       f"must be >= 1, timeout={self.timeout} > 0")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpenAIBackend(OpenAISettings):
+  """Chat completions through the `openai` client, with bounded concurrency and retries.
+
+  Its settings are OpenAISettings' fields (`of` builds one from a config's). The key
+  is read from the environment variable named `api_key_env`; the key itself is
+  never in a config or a log line. Timeouts, connection errors, 429, 5xx and
+  answers that are no completion are retried, at most `max_tries` tries per call
+  (paper 001 uses 5), after the wait a 429/5xx asks for (Retry-After,
+  retry-after-ms) or else exponential backoff with jitter, never more than
+  `backoff_max`; other API errors (bad key, unknown model) stop the run with a
+  EndpointError. `preflight()` checks endpoint, key and model with one small request.
+  """
+  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+  @classmethod
+  def of(cls, settings: OpenAISettings, **overrides) -> "OpenAIBackend":
+    """The client of `settings` (with `overrides` of its fields): reads the API key."""
+    return cls(**{**{f.name: getattr(settings, f.name)
+                     for f in dataclasses.fields(OpenAISettings)}, **overrides})
+
+  def __post_init__(self):
+    super().__post_init__()
+    import openai
     key = os.environ.get(self.api_key_env)
     if not key:
       raise EndpointError(f"the environment variable {self.api_key_env} is not set; it must "
                           f"hold the API key for the {self.role} endpoint {self.endpoint}")
-    self._openai = openai
-    self._lock = threading.Lock()  # Counters are bumped from the worker threads.
-    self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
-                                 max_retries=0)  # Retries are ours: counted, with jitter.
-    # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
-    self._retryable = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                       openai.InternalServerError, NonCompletionReply)
+    # The settings are frozen; the connection is the client's own state.
+    live = dict(
+        _openai=openai,
+        _lock=threading.Lock(),  # Counters are bumped from the worker threads.
+        _client=openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
+                              max_retries=0),  # Retries are ours: counted, with jitter.
+        # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
+        _retryable=(openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
+                    openai.InternalServerError, NonCompletionReply))
+    for name, value in live.items():
+      object.__setattr__(self, name, value)
 
   @property
   def endpoint(self) -> str:

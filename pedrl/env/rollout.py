@@ -61,7 +61,6 @@ class RolloutSettings:
   force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
   # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
   think_instruction: str = ""
-  seed: int = 0
 
   def __post_init__(self):
     if self.scenario not in SCENARIOS:
@@ -115,9 +114,9 @@ class RolloutStats:
     return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
-def problem_draws(problem_id: str, settings: RolloutSettings) -> tuple[str, str]:
+def problem_draws(problem_id: str, settings: RolloutSettings, seed: int) -> tuple[str, str]:
   """(scenario, persona) of a problem: a function of the seed and the problem only."""
-  rng = streams.problem_rng(settings.seed, problem_id)
+  rng = streams.problem_rng(seed, problem_id)
   scenario = settings.scenario
   if scenario == "mixed":
     scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
@@ -284,8 +283,9 @@ def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> 
   return min(bucket(want), party.sampler.cfg.max_position_embeddings)
 
 
-def _attempts(student: Party | Replier, settings: RolloutSettings, dialogues: list[Dialogue],
-              todo: list[int], stats: RolloutStats) -> list[tuple[str, int, str]]:
+def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
+              dialogues: list[Dialogue], todo: list[int],
+              stats: RolloutStats) -> list[tuple[str, int, str]]:
   """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
   chats = [[{"role": "user", "content": prompts.render(
       settings.attempt_prompt, problem=dialogues[d].problem)}] for d in todo]
@@ -297,8 +297,8 @@ def _attempts(student: Party | Replier, settings: RolloutSettings, dialogues: li
             for r in replies]
   sampler, sp = student.sampler, student.sampling
   rows = [student.chat.prompt_ids(c) for c in chats]
-  keys = streams.random_keys(settings.seed, streams.DIALOGUE, [dialogues[d].uid for d in todo],
-                     [0] * len(todo))
+  keys = streams.random_keys(seed, streams.DIALOGUE, [dialogues[d].uid for d in todo],
+                             [0] * len(todo))
   cache = sampler.new_cache(_pow2(len(todo)), bucket(max(map(len, rows))) + sp.max_new_tokens)
   start = time.perf_counter()
   gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
@@ -309,7 +309,7 @@ def _attempts(student: Party | Replier, settings: RolloutSettings, dialogues: li
 
 
 def run(problems, group_size: int, tutor: Party | Replier, student: Party | Replier,
-        settings: RolloutSettings, problem_uids=None,
+        settings: RolloutSettings, *, seed: int, problem_uids=None,
         stats: RolloutStats | None = None) -> list[Dialogue]:
   """Runs len(problems) × group_size dialogues to their ends.
 
@@ -320,6 +320,8 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
       allowed), or Repliers (an endpoint, an agent tutor). `settings.thinking` is
       passed to a local tutor's template as enable_thinking.
     settings: RolloutSettings.
+    seed: the run's seed (the config's top-level `seed`): with a dialogue's uid it
+      draws the problem's scenario and persona and every sampled token.
     problem_uids: a distinct number per problem within the run (default 0, 1,
       ...; a job passes each problem's index in its split). Dialogue g of
       problem u gets uid u * G + g, which seeds its samples, so a dialogue's
@@ -332,7 +334,7 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
   problem_uids = range(len(problems)) if problem_uids is None else problem_uids
   dialogues = []
   for p, u in zip(problems, problem_uids, strict=True):
-    scenario, persona = problem_draws(p.id, settings)
+    scenario, persona = problem_draws(p.id, settings, seed)
     for g in range(group_size):
       dialogues.append(Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer,
                                 scenario=scenario, rollout=g, uid=u * group_size + g,
@@ -347,8 +349,8 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
 
   todo = [d for d in range(n) if dialogues[d].scenario == ATTEMPTED]
   if todo:
-    for d, (raw, count, finish) in zip(todo, _attempts(student, settings, dialogues, todo,
-                                                     stats)):
+    for d, (raw, count, finish) in zip(todo, _attempts(student, settings, seed, dialogues,
+                                                     todo, stats)):
       text = chat.visible_text(raw)
       dialogues[d].messages.append(Message(role=STUDENT, text=text, raw=raw, num_tokens=count,
                                            finish_reason=finish))
@@ -362,7 +364,7 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
   live = [d for d in range(n) if d not in ended]
   while live:
     for side, other in ((tutor_side, student_side), (student_side, tutor_side)):
-      for turn in side.speak(live, dialogues, settings.seed, stats, ended):
+      for turn in side.speak(live, dialogues, seed, stats, ended):
         d, dl, raw = turn.dialogue, dialogues[turn.dialogue], turn.raw
         msg = Message(role=side.name, text=chat.visible_text(raw),
                       thinking=chat.split_thinking(raw)[1], raw=raw,

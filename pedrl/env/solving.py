@@ -37,7 +37,6 @@ class SolveSettings:
   pre_dialogue: bool = True  # Jobs: attempts before the dialogue (Δ solve rate reports).
   post_dialogue: bool = True  # Jobs: attempts after it even when no reward uses r_sol.
   prompts_per_call: int = 16  # Prompts sampled together (× k rows).
-  seed: int = 0
 
   def __post_init__(self):
     if self.k < 1 or self.prompts_per_call < 1:
@@ -106,19 +105,20 @@ def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
   return [system, *turns, {"role": "user", "content": ask}]
 
 
-def pre_dialogue(problems, student, settings: SolveSettings) -> dict:
-  """The student alone on each problem: {problem id: Attempts}."""
+def pre_dialogue(problems, student, settings: SolveSettings, *, seed: int) -> dict:
+  """The student alone on each problem: {problem id: Attempts}; `seed` is the run's."""
   chats = [pre_dialogue_chat(p.problem, settings) for p in problems]
   uids = [streams.problem_number(p.id) for p in problems]  # The same draws in any batch.
-  texts = sample(student, chats, uids, settings.k, settings.seed, streams.PRE_SOLVE,
+  texts = sample(student, chats, uids, settings.k, seed, streams.PRE_SOLVE,
                  settings.prompts_per_call)
   return {p.id: grade(t, p.answer, settings.match) for p, t in zip(problems, texts)}
 
 
-def post_dialogue(dialogues, student, settings: SolveSettings) -> list:
-  """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts."""
+def post_dialogue(dialogues, student, settings: SolveSettings, *, seed: int) -> list:
+  """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts.
+  `seed` is the run's (its dialogues')."""
   chats = [post_dialogue_chat(d, settings) for d in dialogues]
-  texts = sample(student, chats, [d.uid for d in dialogues], settings.k, settings.seed,
+  texts = sample(student, chats, [d.uid for d in dialogues], settings.k, seed,
                  streams.POST_SOLVE, settings.prompts_per_call)
   out = []
   for d, t in zip(dialogues, texts):

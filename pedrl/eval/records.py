@@ -10,7 +10,6 @@ import dataclasses
 from typing import Any, Protocol, TypeVar
 
 from pedrl import files
-from pedrl.env import dialogue as dialogue_lib
 from pedrl.env.dialogue import Dialogue, RecordError
 
 SCHEMA_VERSION = 1
@@ -61,7 +60,7 @@ class EvalRecord:
 
   @classmethod
   def from_dict(cls, row: dict) -> "EvalRecord":
-    row = _checked(row, "evaluation")
+    row = files.checked_schema(row, SCHEMA_VERSION, "evaluation")
     row["dialogue"] = Dialogue.from_dict(row["dialogue"])
     return cls(**row)
 
@@ -88,7 +87,7 @@ class ReasoningRecord:
 
   @classmethod
   def from_dict(cls, row: dict) -> "ReasoningRecord":
-    return cls(**_checked(row, "reasoning"))
+    return cls(**files.checked_schema(row, SCHEMA_VERSION, "reasoning"))
 
 
 @dataclasses.dataclass
@@ -118,14 +117,7 @@ class BenchRecord:
 
   @classmethod
   def from_dict(cls, row: dict) -> "BenchRecord":
-    return cls(**_checked(row, "MathTutorBench"))
-
-
-def _checked(row: dict, what: str) -> dict:
-  if row.get("schema") != SCHEMA_VERSION:
-    raise ValueError(f"{what} record schema {row.get('schema')!r}; this pedrl reads "
-                     f"{SCHEMA_VERSION}")
-  return dict(row)
+    return cls(**files.checked_schema(row, SCHEMA_VERSION, "MathTutorBench"))
 
 
 def save(records: list[Record], path: str, mode: str = "a") -> None:
@@ -136,10 +128,4 @@ def save(records: list[Record], path: str, mode: str = "a") -> None:
 def load(path: str, kind: type[R] = EvalRecord) -> list[R]:
   """The records (of type `kind`) of `path` (none if absent); a line cut by a crash is
   removed (logged), any other bad line is a RecordError naming the file and line."""
-  out = []
-  for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
-    try:
-      out.append(kind.from_dict(row))
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-      raise RecordError(f"{path}, record {n}: not an evaluation record ({e})") from None
-  return out
+  return files.read_records(path, kind.from_dict, "an evaluation record", RecordError)

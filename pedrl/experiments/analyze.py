@@ -27,7 +27,7 @@ import os
 import time
 
 import jax
-from absl import app, flags, logging
+from absl import app, logging
 
 from pedrl import cli, files, stopping
 from pedrl.clients import openai_compat
@@ -37,12 +37,11 @@ from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_v
                                  significance, summary as summary_lib, text as text_lib)
 from pedrl.eval.protocol import ShardSettings
 from pedrl.jobs import settings as settings_lib, workdir as workdir_lib
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party
 from pedrl.rewards import asking, backends
 
 define_flags("experiments/analyze.py:tiny", "Analysis directory (labels, tables, figures).")
-FLAGS = flags.FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +49,14 @@ class Labeller:
   """A labeller's settings and backend settings (the `label` / `label2` sections)."""
   role: str
   label: labelling.LabelSettings
-  openai: dict  # OpenAIBackend's fields.
+  openai: openai_compat.OpenAISettings
   local: party_lib.PartySettings
 
   def identity(self, seed: int) -> dict:
     """The backend's part of what decides a label (labelling.identity adds the prompt)."""
     b = self.label.backend
     if b == "openai":
-      return {"backend": b, **{k: self.openai.get(k) for k in
+      return {"backend": b, **{k: getattr(self.openai, k) for k in
                                ("model", "base_url", "temperature", "top_p", "max_tokens")}}
     if b == "local":
       return {"backend": b, "seed": seed, **dataclasses.asdict(self.local)}
@@ -65,7 +64,7 @@ class Labeller:
 
   def describe(self) -> str:
     b = self.label.backend
-    return {"openai": f"{self.openai.get('model')} (OpenAI-compatible API)",
+    return {"openai": f"{self.openai.model} (OpenAI-compatible API)",
             "local": f"local model {self.local.path}", "rule": "pedrl's keyword rules"}[b]
 
 
@@ -83,7 +82,7 @@ def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
     labellers = tuple(Labeller(role, r.read(labelling.LabelSettings, role),
-                               r.values(openai_compat.OpenAIBackend, f"{role}.openai"),
+                               r.read(openai_compat.OpenAISettings, f"{role}.openai"),
                                r.read(party_lib.PartySettings, f"{role}.local"))
                       for role in labelling.ROLES)
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
@@ -100,7 +99,7 @@ def read(config) -> Settings:
         x.local.path and os.path.isfile(os.path.join(x.local.path, "config.json"))):
       raise app.UsageError(f"--config.{x.role}.local.path={x.local.path!r} is not a checkpoint "
                            "directory (no config.json)")
-    if x.label.backend == "openai" and not x.openai.get("model"):
+    if x.label.backend == "openai" and not x.openai.model:
       raise app.UsageError(f"--config.{x.role}.openai.model: give the labeller's model")
   return out
 
@@ -143,7 +142,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
     if jax.process_count() > 1:
       raise app.UsageError("an API labeller on a multi-host run is not supported: run the "
                            "analysis on one host (its shards may run on many)")
-    client = openai_compat.OpenAIBackend(**dict(labeller.openai, role=f"{labeller.role} labeller"))
+    client = openai_compat.OpenAIBackend.of(labeller.openai, role=f"{labeller.role} labeller")
     client.preflight()
     return client
   if b == "local":
@@ -394,18 +393,16 @@ def views(s: Settings, workdir: str) -> list:
   return paths + (report.save(figs, os.path.join(workdir, "figures")) if figs else [])
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  workdir = FLAGS.workdir
-  s = read(FLAGS.config)
+@job_main
+def main(config, workdir: str):
+  s = read(config)
   if not (s.analysis.runs or s.views.problems_path or s.views.sweep):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
                          "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
   workdir_lib.refuse_checkpoint(workdir)
   os.makedirs(workdir, exist_ok=True)
-  workdir_lib.write_config(workdir, FLAGS.config)
+  workdir_lib.write_config(workdir, config)
   start, paths = time.perf_counter(), []
   try:
     if s.analysis.runs:

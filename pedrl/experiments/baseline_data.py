@@ -31,27 +31,28 @@ import time
 
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import app
 
-from pedrl import cli, distributed, files, streams
+from pedrl import cli, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
-from pedrl.jobs.reward_factory import api_backends, build_rewards, judges_protocol, rollout_protocol
+from pedrl.jobs.reward_factory import (api_backends, build_rewards, judges_protocol,
+                                      rollout_protocol, solve_protocol)
 from pedrl.jobs.sharded import tick
 from pedrl.rl import offline_data
 
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
-FLAGS = flags.FLAGS
 
 
 def read(config) -> tuple:
-  """(RunSettings, BaselineDataSettings) of the config; one `error: …` line for a bad value."""
+  """(DialogueSettings, BaselineDataSettings) of the config; one `error: …` line for a bad
+  value."""
   tree = config.to_dict()
   baselines = tree.pop("baselines")
   s = read_settings(ml_collections.ConfigDict(tree))
@@ -77,8 +78,8 @@ def protocol(s, b: settings_lib.BaselineDataSettings) -> EvalProtocol:
       "batch_problems": s.job.batch_problems, "group_size": s.job.group_size,
       "tutor": {**jsonable(s.tutor), **models["tutor"]},
       "student": {**jsonable(s.student), **models["student"]},
-      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
-      "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout, s.job.seed),
+      "solve": solve_protocol(s.solve, s.job.seed),
       "rewards": jsonable(s.rewards),
       "judges": judges_protocol(s)})  # `read` made sure the rewards use them.
 
@@ -89,7 +90,7 @@ class ScoredRollouts:
 
   def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
     self.s, self.b, self.apis = s, b, apis
-    rows, _ = load_problems(s)
+    rows, _ = load_problems(s.problems, s.job.seed)
     self.split_size = len(rows)
     self.items = [rows[i] for i in streams.subset(s.job.seed, len(rows), b.fraction)]
     self.sizes = len(self.items)
@@ -107,7 +108,8 @@ class ScoredRollouts:
     clock = time.perf_counter()
     # uid = item · G + rollout: a dialogue's draws do not depend on the shard running it.
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
-                            self.student, self.s.rollout, problem_uids=list(idx))
+                            self.student, self.s.rollout, seed=self.s.job.seed,
+                            problem_uids=list(idx))
     clock = tick(counts, "seconds/dialogues", clock)
     scored = self.rewards(dialogues)
     tick(counts, "seconds/rewards", clock)
@@ -135,15 +137,12 @@ class ScoredRollouts:
     return summary
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)
-  workdir = FLAGS.workdir
-  s, b = read(FLAGS.config)
+@job_main
+def main(config, workdir: str):
+  s, b = read(config)
   check_paths(s)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
-  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, FLAGS.config,
+  summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, config,
                         record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:
     for k, v in summary.items():

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import time
 
-from absl import app, flags, logging
+from absl import app, logging
 import numpy as np
 from tqdm import tqdm
 
@@ -34,12 +34,11 @@ from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
 from pedrl.jobs import settings as settings_lib, sharded
 from pedrl.experiments import mathtutorbench as mtb
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_party
 from pedrl.mathtutorbench import constraints
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
-FLAGS = flags.FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,11 +212,9 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
   return "\n".join(lines)
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  workdir = FLAGS.workdir
-  s = read(FLAGS.config)
+@job_main
+def main(config, workdir: str):
+  s = read(config)
   s = mtb.resolve_run(s, workdir)
   loaded = mtb.load_tasks(s.bench, s.pedrm)
   if not (s.endpoint.model or s.tutor.path):
@@ -236,7 +233,7 @@ def main(argv):
       where = os.path.join(workdir, method, f"seed{seed}")
       protocol = mtb.protocol(run_s, method=method, cpa=jsonable(s.cpa))
       metrics = sharded.run(AgentBench(run_s, loaded, method, models), protocol, where,
-                            s.shard, s.mesh, FLAGS.config, label=f"{method} seed {seed}")
+                            s.shard, s.mesh, config, label=f"{method} seed {seed}")
       bar.update(1)
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue

@@ -20,9 +20,9 @@ import os
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
-from pedrl import cli, distributed, streams
+from pedrl import cli, streams
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
@@ -31,18 +31,18 @@ from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import (endpoint_party, load_party, load_problems, solver_party,
                                 tutor_checkpoint, tutor_party)
-from pedrl.jobs.reward_factory import api_backends, judge_panel, judges_protocol, rollout_protocol
+from pedrl.jobs.reward_factory import (api_backends, judge_panel, judges_protocol,
+                                      rollout_protocol, solve_protocol)
 from pedrl.jobs.sharded import tick
 from pedrl.rewards import asking
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
-FLAGS = flags.FLAGS
 
 
-def protocol(s) -> EvalProtocol:
+def protocol(s: settings_lib.EvaluationSettings) -> EvalProtocol:
   """Everything that decides the numbers: shards of one evaluation must agree on it."""
   e = jsonable(s.evaluation)
   del e["shard"]
@@ -60,9 +60,8 @@ def protocol(s) -> EvalProtocol:
   return EvalProtocol(kind="tutoring", **common, sections={
       "eval": e, "tutor": tutor, "batch_problems": s.job.batch_problems,
       "student": {**jsonable(s.student), **_endpoint(s.student_endpoint), **models["student"]},
-      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout),
-      "solve": {k: v for k, v in jsonable(s.solve).items() if k != "prompts_per_call"},
-      "judges": judges_protocol(s),
+      "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout, s.job.seed),
+      "solve": solve_protocol(s.solve, s.job.seed), "judges": judges_protocol(s),
       "pedrm": jsonable(s.pedrm),
   })
 
@@ -117,12 +116,14 @@ def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) 
 
 def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock) -> list:
   tutor, student, solver = parties
-  pre = solving.pre_dialogue(batch, solver, s.solve)
+  seed = s.job.seed
+  pre = solving.pre_dialogue(batch, solver, s.solve, seed=seed)
   clock = tick(counts, "seconds/pre_solve", clock)
   dialogues = rollout.run(batch, s.evaluation.samples_per_problem, tutor, student, s.rollout,
-                          problem_uids=uids)
+                          seed=seed, problem_uids=uids)
   clock = tick(counts, "seconds/dialogues", clock)
-  solving.post_dialogue(dialogues, solver, s.solve)  # Every dialogue: Δ is never penalised.
+  # Every dialogue: Δ is never penalised.
+  solving.post_dialogue(dialogues, solver, s.solve, seed=seed)
   clock = tick(counts, "seconds/post_solve", clock)
   stats = asking.AskStats()
   try:
@@ -147,7 +148,7 @@ class Tutoring:
 
   def __init__(self, s, apis):
     self.s, self.apis = s, apis
-    self.items, _ = load_problems(s)
+    self.items, _ = load_problems(s.problems, s.job.seed)
     if s.tutor_run.workdir:  # A training run is never evaluated on its training problems.
       trained_on.check_disjoint(s.tutor_run.workdir, self.items,
                                 f"--config.problems.path={s.problems.path}")
@@ -246,12 +247,9 @@ def load_tutor(s, mesh):
                      {"enable_thinking": s.rollout.thinking})
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)
-  workdir = FLAGS.workdir
-  s = resolve_tutor_run(read_settings(FLAGS.config, evaluation=True), workdir)
+@job_main
+def main(config, workdir: str):
+  s = resolve_tutor_run(read_settings(config, settings_lib.EvaluationSettings), workdir)
   e = s.evaluation
   task_type = Reasoning if s.reasoning.names else Tutoring
   if s.tutor_agent.agent and task_type is Reasoning:
@@ -262,7 +260,7 @@ def main(argv):
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
-  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, FLAGS.config)
+  metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
     for k in summary_keys(metrics):
       print(f"{k}={metrics[k]}")

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import app, logging
 
 from pedrl import cli
 from pedrl.env import party as party_lib
@@ -30,11 +30,10 @@ from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
 from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
-from pedrl.jobs.exits import define_flags, exits_cleanly
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
-FLAGS = flags.FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,11 +166,9 @@ class Bench:
     return {"task": records[0].task}
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  workdir = FLAGS.workdir
-  s = resolve_run(read(FLAGS.config), workdir)
+@job_main
+def main(config, workdir: str):
+  s = resolve_run(read(config), workdir)
   loaded = load_tasks(s.bench, s.pedrm)
   if not (s.endpoint.model or s.tutor.path):
     raise app.UsageError("give the model under test: --config.tutor.path (a Hugging Face "
@@ -179,7 +176,7 @@ def main(argv):
                          "--config.tutor.endpoint.model (an OpenAI-compatible endpoint)")
   start = time.perf_counter()
   task = Bench(s, loaded)
-  metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, FLAGS.config)
+  metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)
   if metrics is not None:
     for name, m in metrics["tasks"].items():
       logging.info("%s", results_lib.summary(name, m))

@@ -18,10 +18,7 @@ import os
 
 from pedrl import cli
 from pedrl.jobs import offline
-from pedrl.jobs.exits import define_flags
 from pedrl.rl import dpo, offline_data, update
-
-define_flags("experiments/mdpo.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 class MDPO(offline.Method):

@@ -19,7 +19,7 @@ import sys
 import time
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 from tqdm import tqdm
 
 from pedrl import cli, distributed, files, stopping
@@ -27,12 +27,11 @@ from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 
 define_flags("experiments/rollout.py:tiny", "Output directory.")
-FLAGS = flags.FLAGS
 
 
 def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
@@ -122,13 +121,10 @@ def summarize(dialogues, seconds: dict, report) -> dict:
   return out
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
+@job_main
+def main(c, workdir: str):
   main_process = distributed.is_main_process()  # The one that writes; all compute.
-  c, workdir = FLAGS.config, FLAGS.workdir
-  s = read_settings(c)
+  s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)
   workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)
   if main_process:
@@ -136,8 +132,8 @@ def main(argv):
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()
-  rows, report = load_problems(s)
-  group_size = s.job.group_size
+  seed, group_size = s.job.seed, s.job.group_size
+  rows, report = load_problems(s.problems, seed)
   done, batch_rows = resume(workdir, group_size, writer) if main_process else ([], [])
   # Every process must run the same batches, whatever its view of the workdir.
   finished = set(distributed.broadcast_json(sorted({d.problem_id for d in done})))
@@ -161,13 +157,13 @@ def main(argv):
     for lo in range(0, len(todo), b):
       uids, batch = zip(*todo[lo:lo + b])
       stats = rollout.RolloutStats()
-      dialogues = rollout.run(batch, group_size, tutor, student, s.rollout,
+      dialogues = rollout.run(batch, group_size, tutor, student, s.rollout, seed=seed,
                               problem_uids=uids, stats=stats)
       seconds["tutor"] += stats.tutor_seconds
       seconds["student"] += stats.student_seconds
       t0 = time.perf_counter()
       if s.solve.pre_dialogue:
-        pre = solving.pre_dialogue(batch, solver, s.solve)
+        pre = solving.pre_dialogue(batch, solver, s.solve, seed=seed)
         for d in dialogues:
           d.pre_solve_rate = pre[d.problem_id].rate
       seconds["solve"] += time.perf_counter() - t0

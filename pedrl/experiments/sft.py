@@ -14,10 +14,7 @@ import os
 
 from pedrl import cli
 from pedrl.jobs import offline
-from pedrl.jobs.exits import define_flags
 from pedrl.rl import batch as batch_lib, offline_data, sft
-
-define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 class SFT(offline.Method):

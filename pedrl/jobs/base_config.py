@@ -30,19 +30,18 @@ def dialogue_config(variant: str = "paper"):
   c.student = settings.section(party.PartySettings, path=None, temperature=0.6, top_k=0,
                                top_p=1.0, max_new_tokens=1024)
   c.problems = settings.section(problems.ProblemSettings)
-  c.rollout = settings.section(rollout.RolloutSettings, skip=("seed",))
-  c.solve = settings.section(solving.SolveSettings, skip=("seed",))
+  c.rollout = settings.section(rollout.RolloutSettings)
+  c.solve = settings.section(solving.SolveSettings)
   # Rewards: a weighted list of components (pedrl.rewards.assemble): r_sol, pedagogy,
   # thinking, template, uco. Paper 003: r_sol + pedagogy (λ) + template; paper 001 adds
   # thinking with judges=thinking; UCO: uco (+ anything else, to mix families).
   c.rewards = settings.section(assemble.RewardSettings, settings.JudgeSettings)
-  c.rewards.openai = settings.section(openai_compat.OpenAIBackend, model="gpt-4o-mini")
+  c.rewards.openai = settings.section(openai_compat.OpenAISettings, model="gpt-4o-mini")
   c.rewards.local_judge = settings.section(party.PartySettings, path=None, temperature=0.6,
                                            top_k=0, top_p=1.0, max_new_tokens=512)
   # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend).
   c.rewards.rule_judges = settings.section(backends.RuleBackend)
-  c.rewards.uco = settings.section(uco_turns.UCOSettings, settings.OracleSettings,
-                                   skip=("max_failed_share",))  # The rewards' own.
+  c.rewards.uco = settings.section(uco_turns.UCOSettings, settings.OracleSettings)
 
   if v.tiny or v.tiny_uco:
     c.batch_problems, c.group_size, c.scan_layers = 2, 2, False
@@ -117,6 +116,6 @@ def offline_config(objective: type, options: type | None = None, **train):
   c.tutor = settings.section(settings.TrainedTutorSettings)
   c.data = settings.section(settings.DataSettings)
   sources = [settings.OfflineSettings, update.OptimizerSettings, objective]
-  c.train = settings.section(*sources, *([options] if options else []), skip=("seed",), **train)
+  c.train = settings.section(*sources, *([options] if options else []), **train)
   return c
 

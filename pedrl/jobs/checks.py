@@ -1,12 +1,13 @@
 """Config checks a job makes before anything loads: values named by their --config
 flag, settings read typed, every path the config names."""
+import dataclasses
 import math
 import os
 
 from absl import app
 
 from pedrl.env import problems as problems_lib, sources
-from pedrl.jobs import reward_factory, settings as settings_lib
+from pedrl.jobs import settings as settings_lib
 from pedrl.rl import update
 
 
@@ -23,6 +24,12 @@ def finite(x) -> bool:
   return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def counts(need, values: dict, names, least: int = 1) -> None:
+  """Each of `names` is an integer >= `least`."""
+  for name in names:
+    need(isinstance(values[name], int) and values[name] >= least, name, f"an integer >= {least}")
+
+
 def check_optimizer(need, values: dict) -> None:
   """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
   for name in ("lr", "adam_eps", "max_grad_norm"):
@@ -30,22 +37,31 @@ def check_optimizer(need, values: dict) -> None:
   need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
        "finite and >= 0")
   need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
-  need(isinstance(values["warmup_steps"], int) and values["warmup_steps"] >= 0, "warmup_steps",
-       "an integer >= 0")
+  counts(need, values, ["warmup_steps"], least=0)
 
 
-def read_settings(c, training: bool = False, evaluation: bool = False) -> settings_lib.RunSettings:
-  """The config's typed settings, or one `error: …` line: a key nothing reads, a value
-  a setting refuses."""
+def training_section(section: str, *parts) -> tuple:
+  """(need, values) of a training job's config section, the fields of the settings
+  `parts` (its LoopSettings and OptimizerSettings among them), whose loop and optimizer
+  values are checked here; the job checks the rest with `need`."""
+  values = {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
+  need = value_check(section, values)
+  check_optimizer(need, values)
+  counts(need, values, ("save_every", "keep", "max_bad_steps"))  # LoopSettings'.
+  return need, values
+
+
+def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:
+  """The config's typed settings as a job of `kind` reads them, or one `error: …` line: a
+  key nothing reads, a value a setting refuses."""
   try:
-    return settings_lib.read_settings(c, training, evaluation)
+    return settings_lib.read_settings(c, kind)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
 
 
-def check_uco(s: settings_lib.RunSettings) -> None:
+def check_uco(o: settings_lib.OracleSettings) -> None:
   """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
-  o = s.oracle
   if o.oracle not in ("openai", "local", "reference"):
     raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
                          "local, reference")
@@ -62,17 +78,18 @@ def check_uco(s: settings_lib.RunSettings) -> None:
         "in paper 000, whose δ = 0.7 was tuned on it), or =minilm for offline runs")
 
 
-def check_paths(s: settings_lib.RunSettings, dialogues: bool = True) -> None:
+def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> None:
   """Every checkpoint directory the config names exists, before anything loads. A job
-  without dialogues (the reasoning benchmarks) needs only the tutor."""
+  without dialogues (the reasoning benchmarks) needs only the tutor; a side played by an
+  endpoint needs none."""
   rewards, o = s.rewards, s.oracle
   if dialogues and "uco" in rewards.names:
-    check_uco(s)
+    check_uco(o)
   flags = {f"{side}.path": getattr(s, side).path
            for side in (("tutor", "student") if dialogues else ("tutor",))
-           if not getattr(getattr(s, f"{side}_endpoint", None), "model", None)}
+           if side not in s.endpoint_sides}
   uses_local = dialogues and (
-      (reward_factory.needs_judges(s) and s.judging.judge_backend == "local") or
+      (s.judged and s.judging.judge_backend == "local") or
       ("uco" in rewards.names and "local" in (
           o.oracle, o.classifier_backend if s.uco.level_method == "llm" else None)))
   if uses_local:

@@ -71,10 +71,9 @@ def uco(c, tiny: bool = False):
 
 
 def dialogue_settings(s) -> dict:
-  """The dialogue settings of typed run settings (pedrl.jobs.settings.RunSettings):
+  """The dialogue settings of typed run settings (pedrl.jobs.settings.DialogueSettings):
   what a condition decides, to compare a training run's with its evaluation's."""
-  rollout = {k: v for k, v in dataclasses.asdict(s.rollout).items() if k != "seed"}
-  return {"rollout": rollout, "tutor.max_new_tokens": s.tutor.max_new_tokens,
+  return {"rollout": dataclasses.asdict(s.rollout), "tutor.max_new_tokens": s.tutor.max_new_tokens,
           "student.max_new_tokens": s.student.max_new_tokens}
 
 

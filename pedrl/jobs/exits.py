@@ -4,9 +4,9 @@ import functools
 import signal
 import sys
 
-from absl import app, logging
+from absl import app, flags, logging
 
-from pedrl import cli, logs, runs
+from pedrl import cli, distributed, logs, runs
 from pedrl.clients import openai_compat
 from pedrl.env import problems as problems_lib
 from pedrl.env.dialogue import RecordError
@@ -47,6 +47,19 @@ def exits_cleanly(main):
       print(f"error: {e}", file=sys.stderr)
       sys.exit(EXIT_DIVERGED)
   return wrapped
+
+
+def job_main(run):
+  """An entry point's main from `run(config, workdir)` (its --config and --workdir): the
+  multi-process runtime starts first (--multihost), before anything touches the devices,
+  and expected errors end the job as `exits_cleanly` says."""
+  @exits_cleanly
+  @functools.wraps(run)
+  def main(argv):
+    del argv
+    distributed.initialize(flags.FLAGS.multihost)
+    return run(flags.FLAGS.config, flags.FLAGS.workdir)
+  return main
 
 
 def exit_on_signal(name: str | None, step_text: str):

@@ -74,13 +74,13 @@ def tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
   return base, step
 
 
-def load_problems(s: settings_lib.RunSettings):
-  """The configured split (pedrl.env.problems.load), and the loader's report of skipped rows."""
-  p = s.problems
+def load_problems(p: problems_lib.ProblemSettings, seed: int):
+  """The configured split (pedrl.env.problems.load; `seed`: the run's, which splits a raw
+  pool unless `split_seed` is set), and the loader's report of skipped rows."""
   if not p.path:
     raise app.UsageError("give the problems: --config.problems.path=rows.jsonl (or "
                          "tfds:NAME[/CONFIG]:SPLIT)")
-  rows, report = problems_lib.load(p, s.job.seed)
+  rows, report = problems_lib.load(p, seed)
   logging.info("%s; %d problems in split %r", report.summary(), len(rows), p.split)
   if not rows:
     raise app.UsageError(

@@ -29,7 +29,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags, logging
+from absl import app, logging
 from tqdm import tqdm
 
 from pedrl import distributed
@@ -37,14 +37,11 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_optimizer, finite, value_check
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs.checks import counts, finite, training_section
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer
-
-define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
-FLAGS = flags.FLAGS
 
 
 class Method:
@@ -76,13 +73,9 @@ def read(c, method: Method) -> settings_lib.OfflineRunSettings:
 
 
 def _check_train(run: settings_lib.OfflineRunSettings) -> None:
-  values = {**dataclasses.asdict(run.train), **dataclasses.asdict(run.optimizer),
-            **dataclasses.asdict(run.objective)}
-  need = value_check("train", values)
-  check_optimizer(need, values)
-  for name in ("batch", "epochs", "save_every", "keep", "max_bad_steps", "micro_batch"):
-    need(isinstance(values[name], int) and values[name] >= 1, name, "an integer >= 1")
-  need(isinstance(values["steps"], int) and values["steps"] >= 0, "steps", "an integer >= 0")
+  need, values = training_section("train", run.train, run.optimizer, run.objective)
+  counts(need, values, ("batch", "epochs", "micro_batch"))
+  counts(need, values, ["steps"], least=0)
   need(0 <= values["warmup_fraction"] < 1 and not (values["warmup_fraction"] and
                                                    values["warmup_steps"]),
        "warmup_fraction", "in [0, 1), and 0 when warmup_steps is given")
@@ -161,9 +154,9 @@ class OfflineTrainer(loop.Loop):
 
   def __init__(self, settings: settings_lib.OfflineSettings, method: Method,
                objective: Objective, tutor: party_lib.Party, items: list, data_id: str,
-               optimizer, checkpoints, writer, lr_schedule=None):
+               optimizer, checkpoints, writer, lr_schedule=None, *, seed: int):
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
-                     checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule)
+                     checkpoint.model_fingerprint(tutor.sampler.cfg), lr_schedule, seed=seed)
     self.method, self.items, self.data_id = method, items, data_id
     self.positions = None if settings.steps else settings.epochs * len(items)
     self.steps = settings.steps or -(-self.positions // settings.batch)
@@ -173,12 +166,12 @@ class OfflineTrainer(loop.Loop):
   def data_meta(self) -> dict:
     # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
     # and warm-up over every update): a resume with others would jump along it.
-    return {"seed": self.s.seed, "batch": self.s.batch, "data": self.data_id,
+    return {"seed": self.seed, "batch": self.s.batch, "data": self.data_id,
             "epochs": self.s.epochs, "steps": self.s.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
-    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.s.seed,
+    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.seed,
                                  self.positions)
     batch = self.method.batch(self, [item for _, item in chosen])
     t1 = time.perf_counter()
@@ -222,7 +215,8 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
   trainer = OfflineTrainer(t, method, run.objective, tutor, items,
                            file_id(os.path.join(data_dir, method.data_file), len(items)),
-                           o.optimizer(steps), ckpt, writer, o.schedule(steps))
+                           o.optimizer(steps), ckpt, writer, o.schedule(steps),
+                           seed=run.job.seed)
   if trainer.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, trainer.step)
   if main_process:
@@ -234,13 +228,13 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
 
 
 def main(method: Method):
-  """The entry point's main for `method`."""
-  @exits_cleanly
-  def run(argv):
-    del argv
-    distributed.initialize(FLAGS.multihost)
-    trainer, writer, ckpt = build(FLAGS.config, method, FLAGS.workdir,
-                                  workdir_lib.config_name(sys.argv))
+  """The entry point's main for `method`, whose flags it defines (its config file is
+  experiments/NAME.py)."""
+  define_flags(f"experiments/{method.name}.py:tiny", "Run directory (checkpoints, metrics).")
+
+  @job_main
+  def run(config, workdir: str):
+    trainer, writer, ckpt = build(config, method, workdir, workdir_lib.config_name(sys.argv))
     main_process = distributed.is_main_process()
     with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
               disable=not main_process) as bar:

@@ -20,15 +20,10 @@ JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.TH
                 "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
 
 
-def needs_judges(s: settings_lib.RunSettings) -> bool:
-  """Rewards that use judges, or an evaluation (its leak and helpful rates)."""
-  return s.rewards.needs_judges or s.evaluation is not None
-
-
-def _api_roles(s: settings_lib.RunSettings) -> dict:
+def _api_roles(s: settings_lib.DialogueSettings) -> dict:
   """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
   roles = {}
-  if needs_judges(s) and s.judging.judge_backend == "openai":
+  if s.judged and s.judging.judge_backend == "openai":
     roles["judges"] = {}
   if "uco" in s.rewards.names:
     o = s.oracle
@@ -40,7 +35,7 @@ def _api_roles(s: settings_lib.RunSettings) -> dict:
   return roles
 
 
-def api_backends(s: settings_lib.RunSettings) -> dict:
+def api_backends(s: settings_lib.DialogueSettings) -> dict:
   """The API backends the config uses, by role, each checked with one minimal request.
 
   Built before any model loads: a missing key, a wrong model name or a dead
@@ -49,7 +44,7 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
   """
   out = {}
   for role, overrides in _api_roles(s).items():
-    make = lambda: openai_compat.OpenAIBackend(**dict(s.openai, **overrides))
+    make = lambda: openai_compat.OpenAIBackend.of(s.openai, **overrides)
     backend = (make() if jax.process_count() == 1 else
                backends.MainProcessCalls(make() if distributed.is_main_process() else None))
     backend.preflight()
@@ -58,7 +53,7 @@ def api_backends(s: settings_lib.RunSettings) -> dict:
   return out
 
 
-def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: dict):
+def text_backend(s: settings_lib.DialogueSettings, kind: str, role: str, mesh, apis: dict):
   """The backend answering `role`'s requests (judges, oracle, classifier): the API one
   from `api_backends`, a local model, or the rules."""
   if kind == "openai":
@@ -71,7 +66,7 @@ def text_backend(s: settings_lib.RunSettings, kind: str, role: str, mesh, apis: 
   raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
 
 
-def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
+def judge_panel(s: settings_lib.DialogueSettings, mesh, apis: dict) -> tuple:
   """(JudgeSpecs with the configured sample count, their backend)."""
   j = s.judging
   if j.judges not in JUDGE_PANELS:
@@ -81,29 +76,38 @@ def judge_panel(s: settings_lib.RunSettings, mesh, apis: dict) -> tuple:
   return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
 
 
-def judges_protocol(s: settings_lib.RunSettings) -> dict:
+def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
   """The judges as a protocol records them: panel, backend, the model behind it, samples
   and rounds (whatever decides their verdicts)."""
   j = s.judging
-  model = {"openai": {k: s.openai.get(k) for k in ("model", "base_url", "temperature",
-                                                   "max_tokens", "top_p")},
+  model = {"openai": {k: getattr(s.openai, k) for k in ("model", "base_url", "temperature",
+                                                        "max_tokens", "top_p")},
            "local": protocol_lib.jsonable(s.local_judge),
            "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
           "samples": j.judge_samples, "rounds": j.judge_rounds}
 
 
-def rollout_protocol(rollout) -> dict:
-  """The dialogue rules as a protocol records them; a tutor prompt file by its path and
-  its content's SHA-1, so an edited file at the same path makes another protocol."""
-  out = protocol_lib.jsonable(rollout)
+def rollout_protocol(rollout, seed: int) -> dict:
+  """The dialogue rules as a protocol records them, with the seed that draws their
+  scenarios and tokens (where protocols have always recorded it, so that a resumed
+  workdir's compare equal); a tutor prompt file by its path and its content's SHA-1, so
+  an edited file at the same path makes another protocol."""
+  out = {**protocol_lib.jsonable(rollout), "seed": seed}
   if rollout.tutor_prompt_file:
     with open(rollout.tutor_prompt_file, "rb") as f:
       out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
   return out
 
 
-def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
+def solve_protocol(solve, seed: int) -> dict:
+  """The solve attempts as a protocol records them: what decides them, with their seed
+  (as rollout_protocol), not how many prompts share a call."""
+  return {**{k: v for k, v in protocol_lib.jsonable(solve).items() if k != "prompts_per_call"},
+          "seed": seed}
+
+
+def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
                   apis=None) -> pipeline.RewardPipeline:
   """The reward pipeline the config asks for (judges, oracle, embedder, weights);
   `apis` are the API backends from `api_backends(s)` (built here when not given)."""
@@ -123,4 +127,4 @@ def build_rewards(s: settings_lib.RunSettings, student, solver, mesh,
                           if s.uco.level_method == "llm" else None))
   return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
                                  j.on_judge_failure, solve_always=s.solve.post_dialogue,
-                                 max_failed_share=j.max_failed_share, **kw)
+                                 max_failed_share=j.max_failed_share, seed=s.job.seed, **kw)

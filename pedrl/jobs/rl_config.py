@@ -3,13 +3,10 @@ GRPOSettings and OptimizerSettings with their defaults (paper 003's)."""
 from pedrl.jobs import settings
 from pedrl.rl import trainer, update
 
-# Filled from elsewhere: the top level's seed and batch shape, the tutor's temperature.
-_FROM_ELSEWHERE = ("seed", "batch_problems", "group_size", "temperature")
-
 
 def rl_section(**overrides):
   return settings.section(trainer.TrainSettings, update.GRPOSettings, update.OptimizerSettings,
-                          skip=_FROM_ELSEWHERE, **overrides)
+                          **overrides)
 
 
 def tiny(c):

@@ -19,10 +19,10 @@ from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
-from pedrl.env import party, problems, rollout, solving
+from pedrl.env import party, problems as problems_lib, rollout as rollout_lib, solving
 from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
-from pedrl.rewards import assemble, backends, judging, oracle as oracle_lib, uco_turns
-from pedrl.rl import offline_data, trainer, update
+from pedrl.rewards import asking, assemble, backends, judging, oracle as oracle_lib, uco_turns
+from pedrl.rl import loop, offline_data, trainer, update
 from pedrl.rl.objective import Objective
 
 
@@ -47,7 +47,7 @@ def _none_type(source, name: str) -> type:
 def section(*sources, skip=(), **values) -> ml_collections.ConfigDict:
   """A config section of the sources' fields with their defaults, then `values`.
 
-  `skip`: fields the entry point fills from elsewhere (a seed, the group size).
+  `skip`: fields a job's config leaves out (an offline job has no batch of problems).
   A field without a default must be given in `values`; a value for no field is
   an error."""
   out, owner = {}, {}
@@ -95,6 +95,15 @@ class Reader:
     self.used.update(f"{path}.{k}" if path else k for k in names)
     return {**{k: _plain(node[k]) for k in names}, **given}
 
+  def has(self, path: str) -> bool:
+    """Whether the config has section `path`."""
+    node = self.config
+    for part in filter(None, path.split(".")):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        return False
+      node = node[part]
+    return True
+
   def read(self, source, path: str = "", **given):
     """source(**values(source, path, **given)); a value it refuses is a ValueError naming
     the section."""
@@ -128,14 +137,22 @@ class Reader:
 
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
-  """The config's top level. Defaults are paper 003's generation batch."""
-  seed: int = trainer.TrainSettings.seed
+  """The config's top level: the run's seed and batch shape, read here once and passed to
+  what uses them. Defaults are paper 003's generation batch (appendix A.2)."""
+  # Every draw of a run is a function of it and an item's number (pedrl.streams): the
+  # problem order, scenarios and personas, sampled tokens, solve attempts, mini-batches.
+  seed: int = 0
   # A workdir holds one run (WORKDIR/run.json); "allow" lets a run of another job, reward
   # set or model take it over instead of stopping.
   resume_mismatch: str = "refuse"
-  batch_problems: int = trainer.TrainSettings.batch_problems  # B problems per batch.
-  group_size: int = trainer.TrainSettings.group_size  # G rollouts per problem.
+  batch_problems: int = 16  # B problems per batch (paper 003 A.2).
+  group_size: int = 8  # G rollouts per problem (paper 003 A.2 and 5.3).
   scan_layers: bool = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
+
+  def __post_init__(self):
+    if self.batch_problems < 1 or self.group_size < 1:
+      raise ValueError(f"batch_problems={self.batch_problems} and group_size={self.group_size} "
+                       "must be positive")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +178,9 @@ class JudgeSettings:
   # turns) got no usable reply after every round stops the run instead of writing
   # policy-filled values (an endpoint that is mostly down).
   max_failed_share: float = 0.2
+
+  def __post_init__(self):
+    asking.check_max_failed_share(self.max_failed_share)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,35 +223,82 @@ class BaselineDataSettings(protocol_lib.ShardSettings):
       raise ValueError(f"min_margin={self.min_margin} must be >= 0")
 
 
+def from_section(path: str, optional: bool = False):
+  """A field of a job's settings, read from the config section `path` ("": the top level)
+  as its annotated type; `optional`: a config without the section gets the type's
+  defaults."""
+  return dataclasses.field(metadata={"section": path, "optional": optional})
+
+
 @dataclasses.dataclass(frozen=True)
-class RunSettings:
-  """Everything a job's config says, typed; `read_settings` builds it."""
-  job: JobSettings
-  mesh: MeshSettings
-  tutor: party.PartySettings
-  student: party.PartySettings
-  problems: problems.ProblemSettings
-  rollout: rollout.RolloutSettings
-  solve: solving.SolveSettings
-  rewards: assemble.RewardSettings
-  judging: JudgeSettings
-  # OpenAIBackend's fields: building one reads the API key (process 0 only, after checks).
-  openai: dict
-  local_judge: party.PartySettings
-  rule_judges: backends.RuleBackend  # Stateless: the setting is the backend.
-  uco: uco_turns.UCOSettings
-  oracle: OracleSettings
-  train: trainer.TrainSettings | None = None  # Training jobs: the `rl` section.
-  grpo: update.GRPOSettings | None = None
-  optimizer: update.OptimizerSettings | None = None
-  evaluation: protocol_lib.EvalSettings | None = None  # Evaluation jobs: the `eval` section.
-  pedrm: pedrm_lib.PedRMSettings | None = None
-  tutor_run: protocol_lib.TutorRun | None = None
-  tutor_endpoint: party.EndpointSettings | None = None
-  tutor_agent: agent_tutor.TutorAgentSettings | None = None
-  tutor_cpa: CPASettings | None = None  # The agent tutor's CPA numbers (`tutor.cpa`).
-  student_endpoint: party.EndpointSettings | None = None
-  reasoning: reasoning_lib.ReasoningSettings | None = None
+class DialogueSettings:
+  """What every dialogue job's config says, typed (the rollout and baseline data jobs' whole
+  config; training and evaluation add their sections): the models, the problems, the
+  dialogue rules, the solve attempts, the rewards and whatever answers for them."""
+  job: JobSettings = from_section("")
+  mesh: MeshSettings = from_section("mesh")
+  tutor: party.PartySettings = from_section("tutor")
+  student: party.PartySettings = from_section("student")
+  problems: problems_lib.ProblemSettings = from_section("problems")
+  rollout: rollout_lib.RolloutSettings = from_section("rollout")
+  solve: solving.SolveSettings = from_section("solve")
+  rewards: assemble.RewardSettings = from_section("rewards")
+  judging: JudgeSettings = from_section("rewards")
+  # The judges' endpoint (the oracle's and classifier's unless they name their own); its
+  # client reads the API key only when built (process 0 only, after the checks).
+  openai: openai_compat.OpenAISettings = from_section("rewards.openai")
+  local_judge: party.PartySettings = from_section("rewards.local_judge")
+  rule_judges: backends.RuleBackend = from_section("rewards.rule_judges")  # The backend.
+  uco: uco_turns.UCOSettings = from_section("rewards.uco")
+  oracle: OracleSettings = from_section("rewards.uco")
+
+  @property
+  def judged(self) -> bool:
+    """Whether the job's dialogues go to the judges: when its rewards use them."""
+    return self.rewards.needs_judges
+
+  @property
+  def endpoint_sides(self) -> tuple[str, ...]:
+    """The sides played by an endpoint, not a local checkpoint: none."""
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings(DialogueSettings):
+  """A GRPO training job's config, typed: a dialogue job's and its `rl` section."""
+  train: trainer.TrainSettings = from_section("rl")
+  grpo: update.GRPOSettings = from_section("rl")
+  optimizer: update.OptimizerSettings = from_section("rl")
+
+  def __post_init__(self):
+    if self.job.group_size < 2:
+      raise ValueError(f"--config.group_size={self.job.group_size}: group_size must be at "
+                       "least 2 for group-relative advantages")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSettings(DialogueSettings):
+  """An evaluation job's config, typed: a dialogue job's, the protocol's own `eval`
+  section (Ped-RM, the reasoning benchmarks) and what the tutor under test is (a training
+  run's step, an endpoint, an agent) and whether the student is an endpoint."""
+  evaluation: protocol_lib.EvalSettings = from_section("eval")
+  pedrm: pedrm_lib.PedRMSettings = from_section("eval.pedrm")
+  tutor_run: protocol_lib.TutorRun = from_section("tutor")
+  tutor_endpoint: party.EndpointSettings = from_section("tutor.endpoint")
+  tutor_agent: agent_tutor.TutorAgentSettings = from_section("tutor")
+  tutor_cpa: CPASettings = from_section("tutor.cpa", optional=True)  # The agent tutor's.
+  student_endpoint: party.EndpointSettings = from_section("student.endpoint")
+  reasoning: reasoning_lib.ReasoningSettings = from_section("eval.reasoning")
+
+  @property
+  def judged(self) -> bool:
+    """Always: an evaluation's leak and helpful rates are the judges'."""
+    return True
+
+  @property
+  def endpoint_sides(self) -> tuple[str, ...]:
+    return tuple(side for side, e in (("tutor", self.tutor_endpoint),
+                                      ("student", self.student_endpoint)) if e.model)
 
 
 def sampling(side: party.PartySettings) -> SamplingParams:
@@ -240,66 +307,39 @@ def sampling(side: party.PartySettings) -> SamplingParams:
                         top_k=side.top_k, top_p=side.top_p)
 
 
-def read_settings(config, training: bool = False, evaluation: bool = False) -> RunSettings:
-  """The typed settings of `config`; UnreadKeys if it carries a key nothing reads, a
-  ValueError naming the section if a setting refuses a value."""
-  read = Reader(config)
-  job = read.read(JobSettings)
-  judging = read.read(JudgeSettings, "rewards")
-  tutor = read.read(party.PartySettings, "tutor")
-  out = dict(
-      job=job, mesh=read.read(MeshSettings, "mesh"), tutor=tutor,
-      student=read.read(party.PartySettings, "student"),
-      problems=read.read(problems.ProblemSettings, "problems"),
-      rollout=read.read(rollout.RolloutSettings, "rollout", seed=job.seed),
-      solve=read.read(solving.SolveSettings, "solve", seed=job.seed),
-      rewards=read.read(assemble.RewardSettings, "rewards"), judging=judging,
-      openai=read.values(openai_compat.OpenAIBackend, "rewards.openai"),
-      local_judge=read.read(party.PartySettings, "rewards.local_judge"),
-      rule_judges=read.read(backends.RuleBackend, "rewards.rule_judges"),
-      uco=read.read(uco_turns.UCOSettings, "rewards.uco",
-                    max_failed_share=judging.max_failed_share),
-      oracle=read.read(OracleSettings, "rewards.uco"))
-  if training:
-    out.update(
-        train=read.read(trainer.TrainSettings, "rl", seed=job.seed,
-                        batch_problems=job.batch_problems, group_size=job.group_size),
-        grpo=read.read(update.GRPOSettings, "rl",
-                       temperature=sampling(tutor).logprob_temperature),
-        optimizer=read.read(update.OptimizerSettings, "rl"))
-  if evaluation:
-    out.update(evaluation=read.read(protocol_lib.EvalSettings, "eval"),
-               pedrm=read.read(pedrm_lib.PedRMSettings, "eval.pedrm"),
-               tutor_run=read.read(protocol_lib.TutorRun, "tutor"),
-               tutor_endpoint=read.read(party.EndpointSettings, "tutor.endpoint"),
-               tutor_agent=read.read(agent_tutor.TutorAgentSettings, "tutor"),
-               tutor_cpa=(read.read(CPASettings, "tutor.cpa") if "cpa" in config.tutor
-                          else CPASettings()),
-               student_endpoint=read.read(party.EndpointSettings, "student.endpoint"),
-               reasoning=read.read(reasoning_lib.ReasoningSettings, "eval.reasoning"))
+S = typing.TypeVar("S", bound=DialogueSettings)
+
+
+def read_settings(config, kind: type[S] = DialogueSettings) -> S:
+  """The typed settings of `config` as a job of `kind` reads them (DialogueSettings,
+  TrainingSettings, EvaluationSettings: each field from its section, `from_section`);
+  UnreadKeys if it carries a key nothing reads, a ValueError naming the section if a
+  setting refuses a value."""
+  read, types_ = Reader(config), typing.get_type_hints(kind)
+  sections = {}
+  for f in dataclasses.fields(kind):
+    path, source = f.metadata["section"], types_[f.name]
+    sections[f.name] = (source() if f.metadata["optional"] and not read.has(path) else
+                        read.read(source, path))
   read.check_all_read()
-  return RunSettings(**out)
+  return kind(**sections)
 
 
 # -- Offline training (SFT, MDPO) --------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class OfflineSettings:
+class OfflineSettings(loop.LoopSettings):
   """The loop of an offline run (the `train` section, with the optimizer's and the
-  objective's fields). Defaults are paper 003's SFT (A.3); MDPO's config sets its own."""
+  objective's fields; checkpoints and the non-finite guard are LoopSettings'). Defaults
+  are paper 003's SFT (A.3); MDPO's config sets its own."""
+  save_every: int = 100  # A step is one optimizer update, not GRPO's rollout batch.
   batch: int = 16  # Items per optimizer update: dialogues (SFT) or pairs (MDPO).
   epochs: int = 1  # Passes over the items.
   steps: int = 0  # > 0: this many steps instead (the items cycle in further epochs).
   # Linear warm-up over this share of the run's updates (rounded), when the optimizer's
   # warmup_steps (a count) is 0: the count of a run over data of unknown size.
   warmup_fraction: float = 0.0
-  save_every: int = 100
-  keep: int = 3  # Checkpoints kept.
-  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
-  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
-  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
-  seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,11 +372,10 @@ def read_offline_settings(config, objective_type: type,
   """The typed settings of an offline job's config (pedrl.jobs.base_config's
   offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""
   read = Reader(config)
-  job = read.read(JobSettings)
   out = OfflineRunSettings(
-      job=job, mesh=read.read(MeshSettings, "mesh"),
+      job=read.read(JobSettings), mesh=read.read(MeshSettings, "mesh"),
       tutor=read.read(TrainedTutorSettings, "tutor"), data=read.read(DataSettings, "data"),
-      train=read.read(OfflineSettings, "train", seed=job.seed),
+      train=read.read(OfflineSettings, "train"),
       optimizer=read.read(update.OptimizerSettings, "train"),
       objective=read.read(objective_type, "train"),
       options=read.read(options_type, "train") if options_type else None)

@@ -12,41 +12,34 @@ reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
 steps, the step's dialogue records). Steps low on learning signal are logged as
 warnings (rl.warn_*).
 """
-import dataclasses
 import sys
 
-from absl import app, flags, logging
+from absl import app, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
-from pedrl.jobs import metrics as metrics_lib, trained_on, workdir as workdir_lib
-from pedrl.jobs.checks import check_optimizer, check_paths, finite, read_settings, value_check
-from pedrl.jobs.exits import define_flags, exit_on_signal, exits_cleanly
+from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.checks import check_paths, counts, finite, read_settings, training_section
+from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, loss, trainer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
-FLAGS = flags.FLAGS
 
 
 def _check_rl(s):
   """The `rl` section's values that would make the update meaningless or non-finite."""
-  rl = {**dataclasses.asdict(s.train), **dataclasses.asdict(s.grpo),
-        **dataclasses.asdict(s.optimizer)}
-  need = value_check("rl", rl)
-  check_optimizer(need, rl)
+  need, rl = training_section("rl", s.train, s.grpo, s.optimizer)
   for name in ("beta", "advantage_eps"):
     need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
   need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
   need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
        "None or a finite number > 0")
   need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
-  for name in ("steps", "passes", "micro_batch", "save_every", "keep", "samples_every",
-               "samples_dialogues", "max_bad_steps"):
-    need(isinstance(rl[name], int) and rl[name] >= 1, name, "an integer >= 1")
-  for name in ("mini_batch", "dialogues_every"):
-    need(isinstance(rl[name], int) and rl[name] >= 0, name, "an integer >= 0")
+  counts(need, rl, ("steps", "passes", "micro_batch", "samples_every", "samples_dialogues"))
+  counts(need, rl, ("mini_batch", "dialogues_every"), least=0)
 
 
 def check_config(s, mesh):
@@ -65,23 +58,23 @@ def build(c, workdir: str, config_name: str = "?"):
 
   Everything that can be checked without the models is checked first (config
   values, paths, the workdir's owner, the problems, the API endpoints)."""
-  s = read_settings(c, training=True)
-  t = s.train
+  s = read_settings(c, settings_lib.TrainingSettings)
+  t, job = s.train, s.job
   mesh = s.mesh.make()
   check_config(s, mesh)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
-  problems, _ = load_problems(s)
+  problems, _ = load_problems(s.problems, job.seed)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
     trained_on.record(workdir, problems, s.problems.path)
   apis = api_backends(s)
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
   # learning rates, AdamW updates vanish in bfloat16 weights.
-  tutor = load_party(s.tutor, mesh, s.job.scan_layers, {"enable_thinking": s.rollout.thinking},
+  tutor = load_party(s.tutor, mesh, job.scan_layers, {"enable_thinking": s.rollout.thinking},
                      remat=t.remat, dtype=t.param_dtype)
-  student = load_party(s.student, mesh, s.job.scan_layers)
+  student = load_party(s.student, mesh, job.scan_layers)
   rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
-  rows = t.batch_problems * t.group_size
+  rows = job.batch_problems * job.group_size
   updates = t.steps * t.passes * -(-rows // (t.mini_batch or rows))
   writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process(),
                                      dialogues=True)
@@ -89,21 +82,19 @@ def build(c, workdir: str, config_name: str = "?"):
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
                         o.optimizer(updates), workdir, ckpt, writer,
                         checkpoint.model_fingerprint(tutor.sampler.cfg),
-                        o.schedule(updates))
+                        o.schedule(updates), seed=job.seed,
+                        batch_problems=job.batch_problems, group_size=job.group_size)
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
     workdir_lib.write_config(workdir, c)
   logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), t.steps,
-               t.batch_problems, t.group_size)
+               job.batch_problems, job.group_size)
   return run, writer, ckpt
 
 
-@exits_cleanly
-def main(argv):
-  del argv
-  distributed.initialize(FLAGS.multihost)  # Before anything touches the devices.
-  c, workdir = FLAGS.config, FLAGS.workdir
+@job_main
+def main(c, workdir: str):
   run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
   with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",

@@ -50,8 +50,9 @@ def architecture(path: str) -> dict:
 
 
 def identity(s, job: str) -> dict:
-  """The parts of a run's settings (RunSettings) that make a workdir's contents one run's:
-  resuming into a workdir where any of them differs would mix two runs' data."""
+  """The parts of a dialogue job's settings (pedrl.jobs.settings.DialogueSettings; a
+  "train" job's TrainingSettings) that make a workdir's contents one run's: resuming into
+  a workdir where any of them differs would mix two runs' data."""
   out = {"job": job,
          "rewards": ",".join(f"{name}:{w:g}" for name, w in s.rewards.weights),
          "hard": s.rewards.hard,

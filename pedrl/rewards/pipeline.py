@@ -39,8 +39,11 @@ class RewardPipeline:
   solve_always: bool = True  # Post-dialogue attempts even without r_sol (Δ solve-rate reports).
   stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-  # Above this share of judge answers filled in by the on_failure policy: JudgeError.
+  # Above this share of judge answers filled in by the on_failure policy (or of UCO turns
+  # without a classifier level): an error.
   max_failed_share: float = 1.0
+  # The run's seed: with a dialogue's uid, it draws the post-dialogue solve attempts.
+  seed: int = dataclasses.field(kw_only=True)
 
   def __post_init__(self):
     names = self.settings.names
@@ -85,14 +88,14 @@ class RewardPipeline:
     self._count(batch, {"dropped": len(dialogues) - len(kept),
                  "hard_rejected": len(kept) - len(to_solve)})
     if to_solve and (self.solve_always or "r_sol" in self.settings.names):
-      solving.post_dialogue(to_solve, self.solver, self.solve)
+      solving.post_dialogue(to_solve, self.solver, self.solve, seed=self.seed)
     clock = self._tick("solve", clock)
     if "uco" in self.settings.names and to_solve:
       classifier_stats = asking.AskStats()
       try:
         scores = uco_turns.score_turns(to_solve, self.student, self.scorer, self.oracle,
                                        self.embedder, self.uco, self.classifier,
-                                       classifier_stats)
+                                       classifier_stats, self.max_failed_share)
       finally:
         self._count(batch, classifier_stats, "classifier/")
       for d, turns in zip(to_solve, scores):

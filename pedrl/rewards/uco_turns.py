@@ -41,7 +41,6 @@ class UCOSettings:
   classifier_rounds: int = 3
   progress_weight: float = 1.0  # Paper 000 table III ablations: 0 drops a term of eq. 9.
   scaffold_weight: float = 1.0
-  max_failed_share: float = 1.0  # Above this share of turns without a classifier level: error.
 
   def __post_init__(self):
     if self.reduce not in uco.REDUCTIONS:
@@ -53,7 +52,6 @@ class UCOSettings:
                        "potential_only or zero")
     if not 0 <= self.zpd_candidate < oracle_lib.N_CANDIDATES:
       raise ValueError(f"zpd_candidate must be in [0, {oracle_lib.N_CANDIDATES})")
-    asking.check_max_failed_share(self.max_failed_share)
 
 
 def student_view(d, upto: int) -> list[dict]:
@@ -96,15 +94,18 @@ def _classify_levels(backend, turns, rounds: int, nearest, stats: asking.AskStat
 
 
 def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSettings,
-                classifier=None, stats=None) -> list[list[TurnScore]]:
+                classifier=None, stats=None,
+                max_failed_share: float = 1.0) -> list[list[TurnScore]]:
   """Per dialogue, a TurnScore per tutor turn.
 
   student: a pedrl.env.party.Party (its params and chat template score the candidates);
   scorer: an engine Scorer on the student's model; oracle: ReferenceOracle or
   LLMOracle (which counts into its own `stats`); embedder: texts -> unit vectors;
   classifier: a text backend, for level_method="llm"; stats: an AskStats the
-  classifier's requests are counted in.
+  classifier's requests are counted in; max_failed_share: above this share of turns
+  without a classifier level, an error (the rewards' `max_failed_share`).
   """
+  asking.check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else asking.AskStats()
   turns = [(d, i) for d in dialogues for i, m in enumerate(d.messages) if m.role == TUTOR]
   if not turns:
@@ -124,7 +125,7 @@ def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSetti
     if classifier is None:
       raise ValueError("level_method='llm' needs a classifier backend")
     levels, level_fallback = _classify_levels(classifier, turns, settings.classifier_rounds,
-                                              nearest, stats, settings.max_failed_share)
+                                              nearest, stats, max_failed_share)
 
   chat = student.chat  # The scorer last: it costs the most.
   # Eq. 3: log π_S(c^k | s_t, a_t) for every candidate, one batched call.

@@ -52,6 +52,18 @@ class TrainingDiverged(RuntimeError):
   """Updates were non-finite `max_bad_steps` steps in a row; the weights were left as they were."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+  """What every training loop's config says of checkpoints, the non-finite guard and the
+  trained weights: the fields GRPO's `rl` section (pedrl.rl.trainer.TrainSettings) and
+  an offline run's `train` section (pedrl.jobs.settings.OfflineSettings) share."""
+  save_every: int = 10  # Steps between checkpoints (a GRPO step is a whole rollout batch).
+  keep: int = 3  # Checkpoints kept.
+  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
+  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
+  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
+
+
 def items_for_step(items, step: int, batch: int, seed: int, total: int | None = None):
   """(positions, items) of step `step`: positions step·batch … of a sequence of seeded
   per-epoch permutations of `items`, cut at `total` positions (None: never)."""
@@ -76,16 +88,18 @@ def applied_updates(opt_state) -> int:
 class Loop:
   """The shared part of a training run; `run()` trains to `steps` (settings.steps).
 
-  settings: has steps, save_every, max_bad_steps and seed (TrainSettings for GRPO,
+  settings: LoopSettings with the run's `steps` (TrainSettings for GRPO,
   pedrl.jobs.settings.OfflineSettings for SFT and MDPO). objective: the
-  update's (pedrl.rl.objective). The trained params are the tutor party's
+  update's (pedrl.rl.objective). seed: the run's (the config's top-level `seed`),
+  which orders its data and mini-batches. The trained params are the tutor party's
   (`self.tutor.params`): GRPO's sampler reads them, the update replaces them (its
   input buffers are donated). A subclass implements `data_meta`, `train_step` and
   `record`."""
 
-  def __init__(self, settings, objective: objective_lib.Objective, tutor, optimizer,
-               checkpoints, writer, model_fingerprint: dict, lr_schedule=None):
-    self.s, self.objective, self.tutor = settings, objective, tutor
+  def __init__(self, settings: LoopSettings, objective: objective_lib.Objective, tutor,
+               optimizer, checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
+               seed: int):
+    self.s, self.objective, self.tutor, self.seed = settings, objective, tutor, seed
     self.optimizer, self.ckpt, self.writer = optimizer, checkpoints, writer
     # The optax schedule `optimizer` was built with (applied updates -> lr), for the
     # metrics' `lr`; None: no `lr` column.
@@ -146,7 +160,7 @@ class Loop:
     seeded order), each one optimizer step of the objective; the metrics of each update."""
     model, mesh = self.tutor.sampler.model, self.tutor.sampler.mesh
     mini = mini or batch.rows
-    order = streams.update_order(self.s.seed, self.step, batch.rows)
+    order = streams.update_order(self.seed, self.step, batch.rows)
     out = []
     for _ in range(passes):
       for lo in range(0, batch.rows, mini):

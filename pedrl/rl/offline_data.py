@@ -81,7 +81,7 @@ class ScoredDialogue:
 
   @classmethod
   def from_dict(cls, row: dict) -> "ScoredDialogue":
-    row = _checked(dict(row), "baseline data")
+    row = files.checked_schema(row, SCHEMA_VERSION, "baseline data")
     return cls(batch=row["batch"], dialogue=Dialogue.from_dict(row["dialogue"]))
 
 
@@ -186,13 +186,6 @@ def build(dialogues, group_size: int, min_margin: float = 0.0,
 
 # -- Files ------------------------------------------------------------------------------------
 
-def _checked(row: dict, what: str) -> dict:
-  if row.get("schema") != SCHEMA_VERSION:
-    raise ValueError(f"{what} record schema {row.get('schema')!r}; this pedrl reads "
-                     f"{SCHEMA_VERSION}")
-  return row
-
-
 def save(records, path: str) -> None:
   """Writes typed records (pairs or accepted dialogues) as JSONL, replacing the file."""
   files.append_rows([dataclasses.asdict(r) for r in records], path, mode="w")
@@ -206,13 +199,9 @@ def load(path: str, kind) -> list:
   except OSError as e:
     raise RecordError(f"{path}: cannot read it ({e.strerror}); run pedrl.experiments."
                       "baseline_data into that workdir first") from None
-  out = []
-  for n, row in enumerate(files.read_rows(path, dialogue_lib.RecordError), 1):
-    try:
-      out.append(kind(**_checked(dict(row), kind.__name__)))
-    except (ValueError, TypeError) as e:
-      raise RecordError(f"{path}, record {n}: not a {kind.__name__} ({e})") from None
-  return out
+  return files.read_records(
+      path, lambda row: kind(**files.checked_schema(row, SCHEMA_VERSION, kind.__name__)),
+      f"a {kind.__name__}", RecordError)
 
 
 # -- Training sequences -------------------------------------------------------------------------

@@ -29,19 +29,17 @@ ADVANTAGES = ("dialogue", "turn")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
-  """The training loop (the config's `rl` section, with GRPOSettings and OptimizerSettings).
-  Defaults are paper 003's (appendix A and its reference code)."""
+class TrainSettings(loop.LoopSettings):
+  """The training loop (the config's `rl` section, with GRPOSettings and OptimizerSettings;
+  checkpoints and the non-finite guard are LoopSettings'). Defaults are paper 003's
+  (appendix A and its reference code). The batch shape (B problems × G rollouts) and the
+  seed are the config's top level, every dialogue job's (pedrl.jobs.settings.JobSettings)."""
   steps: int = 150  # About 300 policy updates per run = 150 batches × μ 2 (paper 003 A.1).
-  batch_problems: int = 16  # B.
-  group_size: int = 8  # G.
   passes: int = 2  # μ optimizer passes over each generated batch (paper 003).
   mini_batch: int = 0  # Rows per optimizer step; 0: the whole batch.
   advantage: str = "dialogue"  # "dialogue" (003, 001) or "turn" (UCO): see dialogue_advantages.
   advantage_eps: float = 1e-4
   advantage_ddof: int = 1  # Unbiased group std, as TRL (paper 003's reference code).
-  save_every: int = 10
-  keep: int = 3  # Checkpoints kept.
   samples_every: int = 10  # Steps between sample dialogues written as text (and step 1).
   samples_dialogues: int = 4  # Sample dialogues per step: each of another problem.
   # Steps between appends of the step's dialogues (typed records with their step) to
@@ -63,19 +61,12 @@ class TrainSettings:
   # matmuls round lower); at 1e-2, 5% of the clip range ε 0.2, the first-pass ratios are
   # off by more than rounding should make them (stale params, another mask or temperature).
   warn_logp_diff: float = 1e-2
-  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
-  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
-  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
-  seed: int = 0
 
   def __post_init__(self):
-    if self.group_size < 2:
-      raise ValueError(f"group_size must be at least 2 for group-relative advantages, "
-                       f"got {self.group_size}")
     if self.advantage not in ADVANTAGES:
       raise ValueError(f"advantage {self.advantage!r} is not one of {ADVANTAGES}")
-    if self.steps < 1 or self.batch_problems < 1 or self.passes < 1:
-      raise ValueError("steps, batch_problems and passes must be positive")
+    if self.steps < 1 or self.passes < 1:
+      raise ValueError("steps and passes must be positive")
     if not 0.0 <= self.warn_zero_spread <= 1.0:
       raise ValueError(f"warn_zero_spread {self.warn_zero_spread} is not a share in [0, 1]")
     if not (self.warn_kl > 0 and self.warn_logp_diff > 0):  # NaN fails too.
@@ -88,8 +79,8 @@ def problems_for_step(problems, step: int, batch: int, seed: int):
   return loop.items_for_step(problems, step, batch, seed)
 
 
-def dialogue_advantages(dialogues, settings: TrainSettings, rewards) -> list:
-  """Per dialogue, its per-token advantages.
+def dialogue_advantages(dialogues, group_size: int, settings: TrainSettings, rewards) -> list:
+  """Per dialogue (G = group_size consecutive ones per problem), its per-token advantages.
 
   dialogue mode: the group advantage of the reward total on every tutor token.
   turn mode: the turn-level reward components (as registered in
@@ -100,7 +91,7 @@ def dialogue_advantages(dialogues, settings: TrainSettings, rewards) -> list:
   with fewer than 2 scored rollouts gives no signal. `rewards`: the RewardSettings.
   """
   out = []
-  g = settings.group_size
+  g = group_size
   turn_mode = settings.advantage == "turn"
   for lo in range(0, len(dialogues), g):
     group = dialogues[lo:lo + g]
@@ -308,15 +299,21 @@ class Trainer(loop.Loop):
   (pedrl.rl.loop.Loop: checkpoints, resume, non-finite guard, signals).
 
   The current params are the tutor party's (`self.tutor.params`): the sampler
-  reads them, the update replaces them (its input buffers are donated)."""
+  reads them, the update replaces them (its input buffers are donated). A step takes
+  `batch_problems` problems × `group_size` rollouts; `seed` draws the problems, the
+  dialogues and the mini-batch order. The update's log-probs are of logits over the
+  tutor's sampling temperature, as the sampler's (GRPOObjective)."""
 
   def __init__(self, settings: TrainSettings, grpo: update.GRPOSettings, tutor: Party,
                student: Party | Replier, rollout_settings: rollout.RolloutSettings,
                rewards: pipeline.RewardPipeline, problems, optimizer, workdir: str,
-               checkpoints, writer, model_fingerprint: dict, lr_schedule=None):
-    super().__init__(settings, grpo, tutor, optimizer, checkpoints, writer, model_fingerprint,
-                     lr_schedule)
-    self.grpo, self.student = grpo, student
+               checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
+               seed: int, batch_problems: int, group_size: int):
+    objective = update.GRPOObjective(grpo, tutor.sampling.logprob_temperature)
+    super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
+                     model_fingerprint, lr_schedule, seed=seed)
+    self.batch_problems, self.group_size = batch_problems, group_size
+    self.student = student
     self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
     self.workdir = workdir
     # The frozen reference is a copy: the update donates (reuses) the trained params' buffers.
@@ -324,17 +321,18 @@ class Trainer(loop.Loop):
     self.signal_warnings = SignalWarnings(settings)
 
   def data_meta(self) -> dict:
-    return {"seed": self.s.seed, "batch_problems": self.s.batch_problems,
-            "group_size": self.s.group_size}
+    return {"seed": self.seed, "batch_problems": self.batch_problems,
+            "group_size": self.group_size}
 
   def collect(self) -> Collected:
     """This step's problems → rollouts with the current params → rewards."""
     t0 = time.perf_counter()
-    chosen = problems_for_step(self.problems, self.step, self.s.batch_problems, self.s.seed)
+    chosen = problems_for_step(self.problems, self.step, self.batch_problems, self.seed)
     uids, problems = zip(*chosen)
     stats = rollout.RolloutStats()
-    dialogues = rollout.run(problems, self.s.group_size, self.tutor, self.student,
-                            self.rollout_settings, problem_uids=uids, stats=stats)
+    dialogues = rollout.run(problems, self.group_size, self.tutor, self.student,
+                            self.rollout_settings, seed=self.seed, problem_uids=uids,
+                            stats=stats)
     for d in dialogues:
       d.step = self.step + 1  # The step they train.
     t1 = time.perf_counter()
@@ -344,10 +342,10 @@ class Trainer(loop.Loop):
 
   def batch(self, dialogues) -> batch_lib.TrainBatch:
     """The training batch: advantages, and the frozen reference's log-probs."""
-    model, mesh = self.tutor.sampler.model, self.tutor.sampler.mesh
-    advantages = dialogue_advantages(dialogues, self.s, self.rewards.settings)
+    model, mesh, grpo = self.tutor.sampler.model, self.tutor.sampler.mesh, self.objective
+    advantages = dialogue_advantages(dialogues, self.group_size, self.s, self.rewards.settings)
     return batch_lib.build(dialogues, advantages, lambda tokens, attn: update.logprobs_in_chunks(
-        model, self.ref_params, tokens, attn, self.grpo.temperature, self.grpo.micro_batch, mesh))
+        model, self.ref_params, tokens, attn, grpo.temperature, grpo.micro_batch, mesh))
 
   def update(self, batch: batch_lib.TrainBatch) -> list[update.UpdateMetrics]:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
@@ -361,7 +359,7 @@ class Trainer(loop.Loop):
     updates = self.update(batch)
     self.step += 1
     metrics = step_metrics(self.step, collected, batch, updates, time.perf_counter() - t0,
-                           self.s.group_size, self.step_lr(updates))
+                           self.group_size, self.step_lr(updates))
     return StepResult(metrics, collected.dialogues, mean_advantages(batch))
 
   def record(self, out: StepResult):
@@ -369,7 +367,7 @@ class Trainer(loop.Loop):
     self.writer.write(self.step, out.metrics.to_row())
     self.signal_warnings(self.step, out.metrics.signal)
     if self.step % self.s.samples_every == 0 or self.step == 1:
-      rows = sample_rows(len(out.dialogues), self.s.group_size, self.s.samples_dialogues)
+      rows = sample_rows(len(out.dialogues), self.group_size, self.s.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],
                           [out.advantages[i] for i in rows], self.rewards.settings)
     every = self.s.dialogues_every

@@ -1,7 +1,7 @@
 """One update of the tutor: micro-batched gradients accumulated exactly, then optax.
 
 The update is the same compiled program for every objective (pedrl.rl.objective:
-GRPO here, SFT in pedrl.rl.sft, DPO in pedrl.rl.dpo); `GRPOSettings` is GRPO's,
+GRPO here, SFT in pedrl.rl.sft, DPO in pedrl.rl.dpo); `GRPOObjective` is GRPO's,
 reading a `pedrl.rl.batch.TrainBatch` ([B, T] arrays over the tutor-side token
 sequences, left- or right-padded).
 """
@@ -45,14 +45,26 @@ class GRPOMetrics:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOSettings:
-  """GRPO's objective (pedrl.rl.objective) on a TrainBatch: pedrl.rl.loss's clipped
-  ratio and k3 KL on the tutor's tokens."""
+  """GRPO's settings (the config's `rl` section, with TrainSettings and OptimizerSettings)."""
   beta: float = 0.001  # KL coefficient (paper 003 reference; UCO uses 0.01).
   eps_low: float = 0.2  # Clip range.
   eps_high: float | None = None  # None: symmetric.
   aggregation: str = "token_mean"  # or "sequence_mean".
-  temperature: float = 1.0  # The tutor's sampling temperature (log-probs of logits / T).
   micro_batch: int = 8  # Rows per gradient computation.
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOObjective:
+  """GRPO's objective (pedrl.rl.objective) on a TrainBatch: pedrl.rl.loss's clipped
+  ratio and k3 KL on the tutor's tokens, its log-probs of logits / `temperature`: the
+  tutor's sampling temperature (SamplingParams.logprob_temperature), so that they are
+  the sampler's and a first pass has ratio 1."""
+  settings: GRPOSettings
+  temperature: float
+
+  @property
+  def micro_batch(self) -> int:
+    return self.settings.micro_batch
 
   def totals(self, batch: batch_lib.TrainBatch) -> tuple:
     """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
@@ -61,9 +73,10 @@ class GRPOSettings:
   def loss(self, model, params, part: batch_lib.TrainBatch, totals):
     num_tokens, num_sequences = totals
     logp = policy_logprobs(model, params, part.tokens, part.attn_mask, self.temperature)
+    s = self.settings
     total, norm, sums = loss_lib.grpo_loss_terms(
         logp, part.old_logp, part.ref_logp, part.advantages, part.loss_mask,
-        self.beta, self.eps_low, self.eps_high, self.aggregation,
+        s.beta, s.eps_low, s.eps_high, s.aggregation,
         num_sequences=num_sequences, num_tokens=num_tokens)
     mask = part.loss_mask.astype(jnp.float32)
     sums["old_logp_diff_sum"] = (jnp.abs(logp - part.old_logp) * mask).sum()
@@ -274,7 +287,7 @@ def _step_call(model, params, opt_state, optimizer, batch, objective, mesh):
 
 def train_step(model, params, opt_state, optimizer, batch: objective_lib.Batch,
                objective: objective_lib.Objective, mesh=None):
-  """One optimizer step of `objective` (pedrl.rl.objective; GRPOSettings is GRPO's) on a
+  """One optimizer step of `objective` (pedrl.rl.objective; GRPOObjective is GRPO's) on a
   mini-batch of host arrays, as one compiled program (micro-batch gradients,
   accumulation, clipping, AdamW). `opt_state` comes from `init_optimizer` (placed like
   the params); both are donated: their buffers become the new ones. Returns (params,
