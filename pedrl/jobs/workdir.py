@@ -144,7 +144,8 @@ def _version(package: str) -> str | None:
 
 def provenance() -> dict:
   """Where this start of a run came from: time, command, code, packages, devices."""
-  commit = _git("rev-parse", "HEAD") if os.path.isdir(os.path.join(_SOURCE, ".git")) else None
+  # .git is a folder in a clone and a file in a git worktree or submodule checkout.
+  commit = _git("rev-parse", "HEAD") if os.path.exists(os.path.join(_SOURCE, ".git")) else None
   devices = jax.devices()
   return {
       "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
