@@ -436,7 +436,7 @@ class Sampler:
                              self._stop_table, sampling, window, rows_sampling,
                              b // 2 if shrink else 0)
     row_steps = b * int(state.i)
-    while shrink and not bool(jnp.all(state.done)):
+    while shrink and not np.asarray(state.done).all():  # On the host: no program.
       state, cache, row_steps = self._resumed(params, cache, state, keys, sampling, window,
                                               rows_sampling, row_steps)
     out = sharding_lib.to_host(Decoded(state.tokens, state.logprobs, state.length,
