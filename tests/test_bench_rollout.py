@@ -30,6 +30,10 @@ def test_idle_shares_count_filler_rows_and_turns_that_ended_early():
   assert stats.idle_rows() == pytest.approx(1 - 5 / 6)
   assert stats.idle_steps() == pytest.approx(1 - 37 / (4 * 10 + 2 * 8))
   assert rollout.RolloutStats().idle_steps() == 0.0
+  # A call whose finished rows left the batch counts the row-steps it computed: 25 tokens
+  # sampled in 30 (4 rows for 5 steps, then 2 rows for 5), not 4 x 10.
+  shrunk = rollout.RolloutStats(calls=[rollout.Call("tutor", 3, 4, 10, 25, row_steps=30)])
+  assert shrunk.idle_steps() == pytest.approx(1 - 25 / 30)
 
 
 def test_a_ragged_workload_runs_pedrl_alone_and_reports_its_idle_shares(capsys):

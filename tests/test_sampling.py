@@ -121,6 +121,33 @@ def test_rows_do_not_depend_on_batch_composition(testdata):
   assert not np.array_equal(other_seed.tokens[0], alone.tokens[0])
 
 
+def test_finished_rows_leave_the_batch_and_nothing_sampled_changes(testdata):
+  """Rows that stop at different steps: decoding on with the live rows alone (compact)
+  samples the same tokens and log-probs, leaves caches that give the same next turn, and
+  computes fewer row-steps than decoding the whole batch to its longest row."""
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  rows = rows_of(np.random.default_rng(11), cfg.vocab_size, [3, 8, 5, 12, 4, 9, 6, 7])
+  stop_ids = tuple(range(1, cfg.vocab_size, 23))  # About 1 in 23 ids ends a row.
+  sp = SamplingParams(40, temperature=1.0, top_k=50, stop_token_ids=stop_ids)
+  out = {}
+  for compact in (False, True):
+    sampler = Sampler(model, compact=compact)
+    cache = sampler.new_cache(len(rows), 256)
+    first, cache = sampler.generate(params, rows, sequence_keys(3, range(8)), sp, cache=cache)
+    nxt = [[int(t)] for t in first.tokens[:, 0]]
+    second, _ = sampler.generate(params, nxt, sequence_keys(4, range(8)), sp, cache=cache)
+    out[compact] = first, second
+  (whole, whole2), (compacted, compacted2) = out[False], out[True]
+  assert len(set(whole.lengths.tolist())) > 3  # Rows do end at different steps.
+  for a, b in ((whole, compacted), (whole2, compacted2)):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    np.testing.assert_array_equal(a.stopped, b.stopped)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+  assert whole.row_steps == 8 * whole.lengths.max()
+  assert whole.lengths.sum() <= compacted.row_steps < whole.row_steps
+
+
 def test_shared_prefill_equals_separate_prompts(testdata):
   cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
   prompts = rows_of(np.random.default_rng(5), cfg.vocab_size, [7, 12])

@@ -90,16 +90,11 @@ class Decoded:
   stopped: jax.Array
 
 
-@functools.partial(compiler.jit, static_argnums=(0, 8, 9), donate_argnums=(2,))
-def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
-              window, rows_sampling=None):
-  """Extends the cache by tokens/mask, then decodes; rows with real=False (batch
-  filler) start done, so they never keep the loop running. The whole call works
-  on the cache's first `window` slots (all it can reach), cut out once.
-  `rows_sampling` (distribution.RowSampling) overrides sp's temperature, top-k and
-  top-p per row."""
-  b, n = tokens.shape[0], sp.max_new_tokens
-  logits, head = next_token_logits(model, params, tokens, mask, cache.head(window))
+def _decode(model, params, s: DecodeState, keys, stop_table, sp: SamplingParams, rows_sampling,
+            shrink_at: int) -> DecodeState:
+  """Samples until every row is done, or until at most `shrink_at` rows are live (0:
+  never), so the caller can go on with those rows in a smaller batch."""
+  n = sp.max_new_tokens
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   pad = model.cfg.pad_token_id or 0
 
@@ -123,13 +118,47 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
         length=s.length + live, stopped=s.stopped | stopped,
         done=s.done | stopped | (i + 1 >= n))
 
+  def going(s):
+    live = jnp.sum(~s.done)
+    return (live > 0) & (live > shrink_at)
+  return jax.lax.while_loop(going, step, s)
+
+
+@functools.partial(compiler.jit, static_argnums=(0, 8, 9, 11), donate_argnums=(2,))
+def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: SamplingParams,
+              window, rows_sampling=None, shrink_at: int = 0):
+  """Extends the cache by tokens/mask, then decodes; rows with real=False (batch
+  filler) start done, so they never keep the loop running. The whole call works
+  on the cache's first `window` slots (all it can reach), cut out once.
+  `rows_sampling` (distribution.RowSampling) overrides sp's temperature, top-k and
+  top-p per row. Returns the loop's state (its cache left out) and the whole cache:
+  with `shrink_at` > 0 some rows may not be done yet (`_decode`)."""
+  b, n = tokens.shape[0], sp.max_new_tokens
+  logits, head = next_token_logits(model, params, tokens, mask, cache.head(window))
+  pad = model.cfg.pad_token_id or 0
   state = DecodeState(
       i=jnp.int32(0), cache=head, logits=logits, match=jnp.zeros((b,), jnp.int32),
       tokens=jnp.full((b, n), pad, jnp.int32), logprobs=jnp.zeros((b, n), jnp.float32),
       length=jnp.zeros((b,), jnp.int32), stopped=jnp.zeros((b,), bool),
       done=~real)
-  s = jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
-  return Decoded(s.tokens, s.logprobs, s.length, s.stopped), cache.with_head(s.cache)
+  s = _decode(model, params, state, keys, stop_table, sp, rows_sampling, shrink_at)
+  return s.replace(cache=None), cache.with_head(s.cache)
+
+
+@functools.partial(compiler.jit, static_argnums=(0, 6, 7, 10), donate_argnums=(2, 3))
+def _resume(model, params, cache, state, keys, stop_table, sp: SamplingParams, window,
+            rows_sampling, rows, shrink_at: int):
+  """`_generate`'s decoding resumed for rows `rows` alone (a smaller batch: the live rows,
+  filled with copies of one finished row), then written back into the whole batch (a
+  repeated row carries equal values). One program: taking, decoding and putting back."""
+  pick = lambda x: x[rows]
+  per_row = state.replace(i=None, cache=None)
+  part = jax.tree.map(pick, per_row).replace(i=state.i, cache=cache.take(rows).head(window))
+  part = _decode(model, params, part, pick(keys), stop_table, sp,
+                 jax.tree.map(pick, rows_sampling), shrink_at)
+  put = lambda x, y: x.at[rows].set(y)
+  state = jax.tree.map(put, per_row, part.replace(i=None, cache=None)).replace(i=part.i)
+  return state, cache.put(rows, cache.take(rows).with_head(part.cache))
 
 
 @dataclasses.dataclass
@@ -146,6 +175,7 @@ class Generation:
   stopped: np.ndarray
   texts: list | None = None
   stop_reasons: list | None = None
+  row_steps: int = 0  # Decode steps x rows computed (filler and finished rows included).
 
   @property
   def finish_reasons(self) -> list[str]:
@@ -177,13 +207,17 @@ class Sampler:
     share_prefix: on a fresh cache, rows whose tokens open with the same
       share_prefix or more tokens (a system prompt's instructions, a problem's G
       rollouts) get that opening computed once and copied; 0: never.
+    compact: once at most half of a call's rows are still sampling, go on with those
+      rows alone in a batch half the size or smaller (finished rows stop costing
+      decode steps); the samples are the same either way. Unsharded rows only (one
+      batch shard): a mesh that splits rows decodes the whole batch to the end.
   """
 
   def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
                length_buckets=LENGTH_BUCKETS, chunk_buckets=CHUNK_BUCKETS,
-               share_prefix: int = 32):
+               share_prefix: int = 32, compact: bool = True):
     self.model, self.cfg, self.tokenizer, self.mesh = model, model.cfg, tokenizer, mesh
-    self.share_prefix = share_prefix
+    self.share_prefix, self.compact = share_prefix, compact
     self.buckets, self.chunk_buckets = tuple(length_buckets), tuple(chunk_buckets)
     self.stop_strings = tuple(stop_strings)
     compiler.engine_options()  # Its probe compiles now, not inside the first call.
@@ -396,14 +430,38 @@ class Sampler:
       fill = tokens.shape[0] - n
       rows_sampling = jax.tree.map(
           lambda x: self._rows(jnp.concatenate([x, jnp.repeat(x[:1], fill)])), rows_sampling)
-    out, cache = _generate(self.model, params, cache, tokens, mask, real, self._rows(keys),
-                           self._stop_table, sampling, window, rows_sampling)
-    out = sharding_lib.to_host(out)
-    gen = Generation(out.tokens[:n], out.logprobs[:n], out.length[:n], out.stopped[:n])
+    keys, b = self._rows(keys), tokens.shape[0]
+    shrink = self.compact and b > 1 and sharding_lib.batch_shards(self.mesh) == 1
+    state, cache = _generate(self.model, params, cache, tokens, mask, real, keys,
+                             self._stop_table, sampling, window, rows_sampling,
+                             b // 2 if shrink else 0)
+    row_steps = b * int(state.i)
+    while shrink and not np.asarray(state.done).all():  # On the host: no program.
+      state, cache, row_steps = self._resumed(params, cache, state, keys, sampling, window,
+                                              rows_sampling, row_steps)
+    out = sharding_lib.to_host(Decoded(state.tokens, state.logprobs, state.length,
+                                       state.stopped))
+    gen = Generation(out.tokens[:n], out.logprobs[:n], out.length[:n], out.stopped[:n],
+                     row_steps=row_steps)
     if self.tokenizer is not None:
       gen.texts, gen.stop_reasons = zip(*(self._text(gen, i, sampling) for i in range(n)))
       gen.texts, gen.stop_reasons = list(gen.texts), list(gen.stop_reasons)
     return gen, cache
+
+  def _resumed(self, params, cache, state, keys, sampling, window, rows_sampling,
+               row_steps: int):
+    """One more stretch of decoding with the live rows alone, in the power-of-two batch
+    that holds them (filled with copies of a finished row), until they are done or half
+    of that batch is; written back into the whole batch. A row's draws depend on its key
+    and the step only, so it samples what it would have in the whole batch."""
+    done = np.asarray(state.done)
+    live, finished = np.flatnonzero(~done), np.flatnonzero(done)
+    size = self.padded_batch(1 << (len(live) - 1).bit_length())
+    rows = np.concatenate([live, np.repeat(finished[:1], size - len(live))]).astype(np.int32)
+    start = int(state.i)
+    state, cache = _resume(self.model, params, cache, state, keys, self._stop_table, sampling,
+                           window, rows_sampling, self._rows(rows), size // 2 if size > 1 else 0)
+    return state, cache, row_steps + size * (int(state.i) - start)
 
   def _text(self, gen: Generation, i: int, sampling: SamplingParams):
     ids = gen.row_tokens(i).tolist()

@@ -82,13 +82,15 @@ class RolloutSettings:
 
 class Call(NamedTuple):
   """One batched sampling call: the side, its live dialogues, the rows it computed (live
-  ones and batch filler), its decode steps (the longest row's tokens) and the tokens
-  sampled for live dialogues."""
+  ones and batch filler), its decode steps (the longest row's tokens), the tokens
+  sampled for live dialogues, and the decode row-steps it computed (0: rows x steps;
+  fewer when finished rows left the batch, `Sampler(compact=True)`)."""
   side: str
   live: int
   rows: int
   steps: int = 0
   tokens: int = 0
+  row_steps: int = 0
 
 
 @dataclasses.dataclass
@@ -108,9 +110,10 @@ class RolloutStats:
     return 1 - sum(c.live for c in self.calls) / rows if rows else 0.0
 
   def idle_steps(self) -> float:
-    """Share of decode row-steps that sampled no token of a live dialogue: filler rows,
-    and rows whose turn had ended while the call's longest went on."""
-    steps = sum(c.rows * c.steps for c in self.calls)
+    """Share of the decode row-steps computed that sampled no token of a live dialogue:
+    filler rows, and rows whose turn had ended while others went on (until at most half
+    the batch was live, with `Sampler(compact=True)`)."""
+    steps = sum(c.row_steps or c.rows * c.steps for c in self.calls)
     return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
@@ -220,7 +223,7 @@ class _Side:
       gen, self.cache = sampler.generate(self.party.params, [rows[d] for d in live], keys, sp,
                                          self.cache)
     stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
-                            int(gen.lengths.sum())))
+                            int(gen.lengths.sum()), gen.row_steps))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
     setattr(stats, f"{self.name}_seconds",
             getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
@@ -304,7 +307,7 @@ def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
   gen, _ = sampler.generate(student.params, rows, keys, sp, cache)
   stats.student_seconds += time.perf_counter() - start
   stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
-                          int(gen.lengths.sum())))
+                          int(gen.lengths.sum()), gen.row_steps))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
 
 
