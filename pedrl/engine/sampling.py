@@ -150,7 +150,8 @@ def _resume(model, params, cache, state, keys, stop_table, sp: SamplingParams, w
             rows_sampling, rows, shrink_at: int):
   """`_generate`'s decoding resumed for rows `rows` alone (a smaller batch: the live rows,
   filled with copies of one finished row), then written back into the whole batch (a
-  repeated row carries equal values). One program: taking, decoding and putting back."""
+  repeated row carries equal values). One program: taking, decoding and putting back,
+  of the window's slots only (the rows' whole cache would cost a copy of it)."""
   pick = lambda x: x[rows]
   per_row = state.replace(i=None, cache=None)
   part = jax.tree.map(pick, per_row).replace(i=state.i, cache=cache.head(window).take(rows))
