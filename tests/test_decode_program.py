@@ -1,10 +1,11 @@
 """The compiled decode loop reads the KV cache and updates it in place: no copy of a
 cache-sized buffer per step, so a step's cost does not grow with the allocated slots."""
+import jax
 import numpy as np
 import pytest
 
 from pedrl.bench import hlo
-from pedrl.engine import Sampler, SamplingParams
+from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 from pedrl.models.config import ModelConfig
 from pedrl.models.hf_checkpoint import build_model, random_params
 
@@ -45,3 +46,26 @@ ENTRY %main (a: f32[8,4,64,512]) -> f32[8,4,64,512] {
   assert hlo.loop_copies(text, 8 * 4 * 64 * 256) == ["copy [8,4,64,512]"]
   with pytest.raises(ValueError, match="no while loop"):
     hlo.loop_copies("HloModule m\n\nENTRY %main () -> f32[] {\n}\n", 1)
+
+
+def test_resumed_decoding_copies_only_the_window_of_its_rows():
+  """Going on with 8 of 16 rows takes and puts back the slots the call can reach (48 of
+  4096), not the rows' whole cache (96 MiB of scratch for a 128 MiB cache before)."""
+  cfg = ModelConfig("qwen2", "causal_lm", 256, 256, 2, 4, 2, 64, 512, 1e-6, 32768,
+                    dtype="float32", scan_layers=True, pad_token_id=0)
+  sampler = Sampler(build_model(cfg))
+  model = sampler.model
+  params, batch = random_params(cfg), 16
+  cache = sampler.new_cache(batch, 4096)
+  sp = SamplingParams(32, stop_token_ids=(5,))
+  tokens, mask, window = sampler._chunk([[1, 2, 3]] * batch, cache, 32, need_token=True)
+  keys, real = sequence_keys(0, np.arange(batch)), np.ones((batch,), bool)
+  state, _ = sampling._generate.lower(model, params, cache, tokens, mask, real, keys, None, sp,
+                                      window, None, 0).out_info
+  state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+  rows = np.arange(8, dtype=np.int32)
+  program = sampling._resume.lower(model, params, cache, state, keys, None, sp, window, None,
+                                   rows, 0).compile()
+  cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
+  assert window == 48
+  assert program.memory_analysis().temp_size_in_bytes < cache_bytes / 16

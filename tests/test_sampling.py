@@ -228,6 +228,40 @@ def test_same_seed_same_tokens_on_one_and_eight_devices(testdata):
   np.testing.assert_allclose(scores.sum, alone.sum, atol=1e-4)
 
 
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_finished_rows_leave_a_sharded_batch_in_divisible_batches(testdata):
+  """On a mesh with 4 batch shards, 16 rows shrink to 8 and then 4 (never below: rows
+  stay divisible over the shards); the tokens, log-probs and next turn are those of one
+  device decoding the whole batch."""
+  cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
+  rows = rows_of(np.random.default_rng(12), cfg.vocab_size, [3, 8, 5, 12, 4, 9, 6, 7] * 2)
+  stop_ids = tuple(range(1, cfg.vocab_size, 17))
+  sp = SamplingParams(24, temperature=1.0, top_k=50, stop_token_ids=stop_ids)
+  mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+  _, _, sharded = models.load(testdata("qwen2"), shardings=mesh, scan_layers=False)
+  out = {}
+  for name, sampler, p in (("one", Sampler(model, compact=False), params),
+                           ("mesh", Sampler(model, mesh=mesh), sharded)):
+    first, cache = sampler.generate(p, rows, sequence_keys(3, range(16)), sp,
+                                    cache=sampler.new_cache(16, 128))
+    nxt = [[int(t)] for t in first.tokens[:, 0]]
+    second, cache = sampler.generate(p, nxt, sequence_keys(4, range(16)), sp, cache=cache)
+    out[name] = first, second, cache
+  (one, one2, _), (mesh_, mesh2, cache) = out["one"], out["mesh"]
+  assert len(set(one.lengths.tolist())) > 3 and one.lengths.min() < one.lengths.max() // 4
+  for a, b in ((one, mesh_), (one2, mesh2)):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    np.testing.assert_array_equal(a.stopped, b.stopped)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+  assert one.lengths.sum() <= mesh_.row_steps < one.row_steps == 16 * one.lengths.max()
+  assert len(cache.k[0].sharding.device_set) == 8 and cache.batch == 16
+  # Where decoding leaves a batch: at most half as many rows, counted as the mesh pads them.
+  assert [Sampler(model, mesh=mesh)._shrink_at(b) for b in (4, 8, 16)] == [0, 4, 8]
+  assert [Sampler(model)._shrink_at(b) for b in (1, 2, 6, 8)] == [0, 1, 2, 4]
+  assert Sampler(model, compact=False)._shrink_at(16) == 0
+
+
 def test_bad_input_is_named(testdata):
   cfg, model, params = models.load(testdata("qwen2"), scan_layers=False)
   sampler, keys = Sampler(model), sequence_keys(0, range(2))

@@ -111,3 +111,16 @@ def test_section_refuses_unknown_and_missing_fields():
                      max_new_tokens=8, tempreature=0.5)
   with pytest.raises(ValueError, match="no default"):
     settings.section(party.PartySettings, path=None)
+
+
+def test_a_sides_compact_setting_reaches_its_sampler():
+  """`tutor.compact` (default on) is the tutor's Sampler(compact=...): finished rows
+  leave the decode batch unless a config turns it off."""
+  from pedrl import paths
+  from pedrl.jobs import loading
+  config = paths.load_config("rollout.py", "tiny")
+  assert config.tutor.compact is True and config.student.compact is True
+  config.tutor.compact = False
+  s = settings.read_settings(config)
+  assert loading.load_party(s.tutor, None, False).sampler.compact is False
+  assert loading.load_party(s.student, None, False).sampler.compact is True

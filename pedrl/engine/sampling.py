@@ -150,15 +150,16 @@ def _resume(model, params, cache, state, keys, stop_table, sp: SamplingParams, w
             rows_sampling, rows, shrink_at: int):
   """`_generate`'s decoding resumed for rows `rows` alone (a smaller batch: the live rows,
   filled with copies of one finished row), then written back into the whole batch (a
-  repeated row carries equal values). One program: taking, decoding and putting back."""
+  repeated row carries equal values). One program: taking, decoding and putting back,
+  of the window's slots only (the rows' whole cache would cost a copy of it)."""
   pick = lambda x: x[rows]
   per_row = state.replace(i=None, cache=None)
-  part = jax.tree.map(pick, per_row).replace(i=state.i, cache=cache.take(rows).head(window))
+  part = jax.tree.map(pick, per_row).replace(i=state.i, cache=cache.head(window).take(rows))
   part = _decode(model, params, part, pick(keys), stop_table, sp,
                  jax.tree.map(pick, rows_sampling), shrink_at)
   put = lambda x, y: x.at[rows].set(y)
   state = jax.tree.map(put, per_row, part.replace(i=None, cache=None)).replace(i=part.i)
-  return state, cache.put(rows, cache.take(rows).with_head(part.cache))
+  return state, cache.put(rows, part.cache)
 
 
 @dataclasses.dataclass
@@ -207,10 +208,10 @@ class Sampler:
     share_prefix: on a fresh cache, rows whose tokens open with the same
       share_prefix or more tokens (a system prompt's instructions, a problem's G
       rollouts) get that opening computed once and copied; 0: never.
-    compact: once at most half of a call's rows are still sampling, go on with those
-      rows alone in a batch half the size or smaller (finished rows stop costing
-      decode steps); the samples are the same either way. Unsharded rows only (one
-      batch shard): a mesh that splits rows decodes the whole batch to the end.
+    compact: once a call's live rows fit a batch at most half as large (a power of two,
+      padded for the mesh's batch shards), go on with those rows alone in it, again and
+      again (finished rows stop costing decode steps); the samples are the same
+      either way. False: every call decodes its whole batch to its longest row.
   """
 
   def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
@@ -431,12 +432,11 @@ class Sampler:
       rows_sampling = jax.tree.map(
           lambda x: self._rows(jnp.concatenate([x, jnp.repeat(x[:1], fill)])), rows_sampling)
     keys, b = self._rows(keys), tokens.shape[0]
-    shrink = self.compact and b > 1 and sharding_lib.batch_shards(self.mesh) == 1
     state, cache = _generate(self.model, params, cache, tokens, mask, real, keys,
                              self._stop_table, sampling, window, rows_sampling,
-                             b // 2 if shrink else 0)
+                             self._shrink_at(b))
     row_steps = b * int(state.i)
-    while shrink and not np.asarray(state.done).all():  # On the host: no program.
+    while not sharding_lib.to_host(state.done).all():  # On the host: no program.
       state, cache, row_steps = self._resumed(params, cache, state, keys, sampling, window,
                                               rows_sampling, row_steps)
     out = sharding_lib.to_host(Decoded(state.tokens, state.logprobs, state.length,
@@ -454,14 +454,28 @@ class Sampler:
     that holds them (filled with copies of a finished row), until they are done or half
     of that batch is; written back into the whole batch. A row's draws depend on its key
     and the step only, so it samples what it would have in the whole batch."""
-    done = np.asarray(state.done)
+    done = sharding_lib.to_host(state.done)
     live, finished = np.flatnonzero(~done), np.flatnonzero(done)
-    size = self.padded_batch(1 << (len(live) - 1).bit_length())
+    size = self._live_batch(len(live))
     rows = np.concatenate([live, np.repeat(finished[:1], size - len(live))]).astype(np.int32)
     start = int(state.i)
     state, cache = _resume(self.model, params, cache, state, keys, self._stop_table, sampling,
-                           window, rows_sampling, self._rows(rows), size // 2 if size > 1 else 0)
+                           window, rows_sampling, self._rows(rows), self._shrink_at(size))
     return state, cache, row_steps + size * (int(state.i) - start)
+
+  def _live_batch(self, live: int) -> int:
+    """The batch `live` rows go on in: the power of two that holds them, padded to a
+    multiple of the mesh's batch shards (rows sharded over them stay divisible)."""
+    return self.padded_batch(1 << (live - 1).bit_length())
+
+  def _shrink_at(self, batch: int) -> int:
+    """The most live rows at which decoding leaves a batch of `batch` rows for a smaller
+    one: the largest count whose `_live_batch` is at most half of it; 0 (never) when
+    compaction is off or none is (e.g. a batch of two shards' rows on a mesh)."""
+    at, p = 0, 1
+    while self.compact and self.padded_batch(p) <= batch // 2:
+      at, p = p, 2 * p
+    return at
 
   def _text(self, gen: Generation, i: int, sampling: SamplingParams):
     ids = gen.row_tokens(i).tolist()

@@ -23,6 +23,9 @@ class PartySettings:
   top_k: int
   top_p: float
   max_new_tokens: int  # Per turn (per reply, for a judge).
+  # Rows whose turn ended leave a sampling call's decode batch once the live ones fit one
+  # half as large (engine.Sampler's `compact`): the same samples, fewer row-steps.
+  compact: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,8 @@ def fit_context(party: "Party", ids: list, max_new_tokens: int, truncate: bool,
 
 
 def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = True,
-         template_kwargs=None, stop_strings=(), params=None, **runtime) -> Party:
+         template_kwargs=None, stop_strings=(), params=None, compact: bool = True,
+         **runtime) -> Party:
   """A party from a Hugging Face checkpoint directory (config, safetensors and a
   tokenizer with a chat template).
 
@@ -124,6 +128,7 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
     stop_strings: strings that also end a turn.
     params: the model's params, already placed (e.g. a training run's tutor,
       `pedrl.runs.trained_tutor`); None reads them from `path`.
+    compact: finished rows leave the decode batch (engine.Sampler's `compact`).
     **runtime: ModelConfig runtime fields, e.g. dtype="bfloat16", remat=True.
   """
   if params is None:
@@ -131,6 +136,6 @@ def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = 
   else:
     model = models.build_model(models.from_hf(path, scan_layers=scan_layers, **runtime))
   tokenizer = load_tokenizer(path, require_chat_template=True)
-  sampler = Sampler(model, tokenizer, stop_strings=stop_strings, mesh=mesh)
+  sampler = Sampler(model, tokenizer, stop_strings=stop_strings, mesh=mesh, compact=compact)
   return Party(sampler, params, chat.ChatFormat(tokenizer, dict(template_kwargs or {})),
                sampler.with_stops(sampling))

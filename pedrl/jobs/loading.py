@@ -22,7 +22,8 @@ def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=Non
   if not side.path:
     raise app.UsageError("give the checkpoint directory, e.g. --config.tutor.path=/ckpt/dir")
   return party_lib.load(side.path, settings_lib.sampling(side), mesh=mesh, scan_layers=scan_layers,
-                        template_kwargs=template_kwargs, params=params, **runtime)
+                        template_kwargs=template_kwargs, params=params, compact=side.compact,
+                        **runtime)
 
 
 def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh, scan_layers: bool,

@@ -205,12 +205,15 @@ class KVCache:
         mask=pick(self.mask), pos=pick(self.pos))
 
   def put(self, rows, part: "KVCache") -> "KVCache":
-    """This cache with rows `rows` replaced by `part`'s (len(rows) rows, the same slots;
-    a repeated row must carry equal values) and part's end."""
+    """This cache with rows `rows` replaced by `part`'s (len(rows) rows; a repeated row
+    must carry equal values) in part's slots, this cache's first part.size (a head,
+    written back without a copy of the rows' other slots), and part's end."""
     index = (slice(None), rows) if self._stacked else (rows,)  # Stacked: [L, B, ...].
-    at = lambda a, b: a.at[index].set(b)
-    return self.replace(k=jax.tree.map(at, self.k, part.k), v=jax.tree.map(at, self.v, part.v),
-                        mask=self.mask.at[rows].set(part.mask),
+    slots = slice(0, part.size)
+    k_at = lambda a, b: a.at[index + (Ellipsis, slots)].set(b)  # [..., D, S]
+    v_at = lambda a, b: a.at[index + (Ellipsis, slots, slice(None))].set(b)  # [..., S, D]
+    return self.replace(k=jax.tree.map(k_at, self.k, part.k), v=jax.tree.map(v_at, self.v, part.v),
+                        mask=self.mask.at[rows, slots].set(part.mask),
                         pos=self.pos.at[rows].set(part.pos), end=part.end)
 
   def compact(self) -> "KVCache":

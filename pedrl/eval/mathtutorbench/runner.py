@@ -76,7 +76,7 @@ class ModelPolicy:
     if stop not in self.samplers:
       base = self.party.sampler
       self.samplers[stop] = Sampler(base.model, base.tokenizer, stop_strings=stop,
-                                    mesh=base.mesh)
+                                    mesh=base.mesh, compact=base.compact)
     return self.samplers[stop]
 
   def ids(self, prompt: str) -> tuple[list, bool]:
