@@ -10,6 +10,7 @@ decoder's logits by up to 0.023 from transformers' on an H100, far outside the
 parity tests' 1e-4. The subprocess jobs the tests start run on CPU either way
 (tests/jobs.py).
 """
+import gc
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -27,6 +28,20 @@ import pytest  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(ROOT, "testdata")
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drops jax's in-memory compiled programs after each test file. Every loaded XLA:CPU
+  program keeps a few memory mappings of its code; a pytest worker that kept all of its
+  files' programs passed Linux's 65,530 mappings per process (vm.max_map_count) late in
+  the suite and segfaulted in XLA loading the next one (tests/test_sampling.py alone
+  left 27,500). Released, a worker stays near 1,300; reloading from the persistent
+  cache costs no measurable time."""
+  yield
+  import jax
+  jax.clear_caches()
+  gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -64,6 +64,13 @@ def test_memory_of_paper_003_on_four_devices_by_hand():
   assert memory.activation_bytes(tiny, 2, 64, "bfloat16", remat=False) == 2 * 128 * layer + logits
   assert memory.activation_bytes(tiny, 2, 64, "bfloat16", remat=True) == (
       2 * 128 * 64 * 2 + 128 * layer + logits)
+  # A fused attention keeps 4·H bytes of float32 softmax statistics per token instead of
+  # 12·H·T; its scoring pass holds no [T, T] probabilities.
+  fused = 2 * (4 * 64 + 2 * (4 + 2) * 16 + 3 * 176) + 4 * 4
+  assert memory.activation_bytes(tiny, 2, 64, "bfloat16", remat=False, fused=True) == (
+      2 * 128 * fused + logits)
+  assert memory.scoring_bytes(tiny, 2, 64) == 2 * 64 * (2 * 1024 * 4 + 4 * 4 * 64)
+  assert memory.scoring_bytes(tiny, 2, 64, fused=True) == 2 * 64 * 2 * 1024 * 4
 
 
 def test_a_plan_says_what_fits(capsys):
@@ -96,12 +103,15 @@ def test_the_plan_command(tmp_path):
 
 
 @pytest.mark.job
-def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path):
+@pytest.mark.parametrize("attention", ["einsum", "xla"])
+def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path, attention):
   """One update and its scoring pass on CPU: each made one program (none for the timed
-  calls), and pedrl.rl.memory's estimate is within 25% of XLA's accounting."""
+  calls), and pedrl.rl.memory's estimate is within 25% of XLA's accounting, with the
+  einsum attention and with jax.nn.dot_product_attention's XLA form (the fused path's
+  row packing; [T, T] probabilities held as by the einsum)."""
   out = subprocess.run([sys.executable, "-m", "pedrl.bench.train_step", "--size=tiny",
                         "--seq_len=128", "--rows=4", "--micro_batch=2", "--repeats=2",
-                        "--compilation_cache=off"],
+                        "--compilation_cache=off", f"--full_attention={attention}"],
                        capture_output=True, text=True, env=jobs.env(), cwd=tmp_path, check=True)
   lines = out.stdout.strip().splitlines()
   assert lines[-1] == "train_step_mfu=n/a"  # No datasheet peak for a CPU.

@@ -304,6 +304,7 @@ def measure(runs: dict, n: int, repeats: int) -> dict:
       t = time.perf_counter()
       work = run(n)
       out[name] = dict(work=work, warmup=time.perf_counter() - t, compiled=compiled)
+    print(f"warm-up: {name}, {n} messages, {out[name]['warmup']:.1f} s", flush=True)
   first = out["pedrl"]["work"]
   for name, r in out.items():  # Loud, not a silent unfair comparison.
     w = r["work"]
@@ -379,16 +380,24 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   configs = hf_configs(shape, layers) if isinstance(shape, str) else None
   rows = [p for p in problems for _ in range(group_size)]  # transformers' dialogues, in order.
   results = {}
+  start = time.perf_counter()
+
+  def setup(what):  # At real shapes the setup takes minutes: a run cut short says where.
+    print(f"setup: {what} at {time.perf_counter() - start:.1f} s", flush=True)
+
   with tempfile.TemporaryDirectory() as path:
     paths, n_params = save_models(path, None if configs else shape, configs, dtype, torch_device)
+    setup("random checkpoints written")
     pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens, group_size,
                                       stop_rate, scan_layers)
+    setup("pedrl's parties loaded")
     runs = {}
     if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
       runs = {name: transformers_runner(paths, rows, settings, new_tokens, carry_kv,
                                         torch_device, dtype)
               for name, carry_kv in (("transformers", False), ("transformers_kv", True))
               if name in engines}
+      setup("transformers' models loaded")
     runs["pedrl"] = pedrl_run
     _print_header(parties, n_params, torch_device, len(rows), dialogues, group_size, new_tokens,
                   stop_rate, repeats, settings)

@@ -34,6 +34,7 @@ import numpy as np
 from pedrl import cli
 from pedrl.bench import compiles, roofline, timing
 from pedrl.models import architectures, costs
+from pedrl.models.decoder import full_attention
 from pedrl.models.hf_checkpoint import build_model, random_params
 from pedrl.rl import batch as batch_lib, memory, update
 from pedrl.rl.trainer import TrainSettings
@@ -53,6 +54,9 @@ def define_flags():
   flags.DEFINE_string("param_dtype", TrainSettings.param_dtype, "Weights and AdamW moments.")
   flags.DEFINE_string("compute_dtype", "bfloat16", "Activations and matmuls.")
   flags.DEFINE_bool("remat", TrainSettings.remat, "Recompute layer activations in the backward.")
+  flags.DEFINE_enum("full_attention", "auto", ["auto", "einsum", "cudnn", "xla"],
+                    "How whole sequences attend (ModelConfig.full_attention; auto: cuDNN's "
+                    "fused attention on a GPU in bfloat16/float16).")
   timing.define_repeats("pass")
 
 
@@ -121,12 +125,13 @@ def best_seconds(fn, repeats: int) -> float:
 
 
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
-            param_dtype: str, compute_dtype: str, remat: bool, repeats: int) -> dict:
+            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
+            attention: str = "auto") -> dict:
   """The scoring pass and the update at one shape (one device); Pass by name."""
   arch = architectures.get(size)
-  cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat)
+  cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention)
   run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
-                        remat=remat)
+                        remat=remat, fused_attention=full_attention(cfg) == "cudnn")
   # What each program holds, by the plan: the scoring pass the reference and its logits, the
   # update the weights, moments, gradients and activations.
   parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
@@ -177,11 +182,13 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 
 
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
-           param_dtype: str, compute_dtype: str, remat: bool, repeats: int) -> dict:
+           param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
+           attention: str = "auto") -> dict:
   """Measures and prints the table; the passes by name."""
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
-                   repeats)
-  cfg = architectures.get(size).config(layers or None)
+                   repeats, attention)
+  cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
+                                       full_attention=attention)
   peak = roofline.peak_flops(compute_dtype)
   device = jax.devices()[0]
   mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f}"
@@ -189,7 +196,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
         f"{'n/a' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'} ({compute_dtype})")
   print(f"{size}: {cfg.num_layers} layers, {costs.param_count(cfg) / 1e6:.1f}M parameters "
         f"(N = {costs.matmul_params(cfg) / 1e6:.1f}M in matmuls); weights and moments "
-        f"{param_dtype}, compute {compute_dtype}, remat {remat}; {rows} rows x {seq_len} tokens, "
+        f"{param_dtype}, compute {compute_dtype}, remat {remat}, attention "
+        f"{full_attention(cfg)}; {rows} rows x {seq_len} tokens, "
         f"micro-batch {micro_batch}; best of {repeats}")
   print(f"{'pass':<8}{'seconds':>9}{'tok/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'xla_MiB':>11}"
         f"{'estimate_MiB':>14}{'peak_MiB':>11}{'programs':>10}")
@@ -207,7 +215,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 def main(argv):
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
-         FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats)
+         FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
+         FLAGS.full_attention)
 
 
 if __name__ == "__main__":

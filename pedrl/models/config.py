@@ -70,6 +70,15 @@ class ModelConfig:
   # score matrix at once; None: 256 on CPU, 0 on accelerators (the blocked loops
   # are measured on XLA:CPU only).
   attention_block: int | None = None
+  # Attention of a whole sequence without a KV cache (training, teacher-forced
+  # scoring): "einsum" (layers.dot_attention: float32 [T, T] scores and probabilities,
+  # kept for the backward pass), "cudnn" (cuDNN's flash attention through
+  # jax.nn.dot_product_attention: nothing of size [T, T] in memory; bfloat16 or
+  # float16 models on a GPU), "xla" (the same call in XLA's own ops), or "auto":
+  # cudnn on a GPU for bfloat16/float16 models, einsum elsewhere. The last two read
+  # each row's mask as one run of real tokens (left-, right- or both-side padded); a
+  # row with a hole gets NaN hidden states (see decoder.Decoder).
+  full_attention: str = "auto"
   # The checkpoint's own config.json, kept to write it back on export.
   hf_config_json: str = dataclasses.field(default="{}", compare=False, repr=False)
 

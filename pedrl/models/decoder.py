@@ -247,8 +247,11 @@ class Attention(nn.Module):
       q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)
     q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
-    new = LayerCache.of(k, v)
     old_mask, new_mask, filled = masks
+    if kv is None and (impl := full_attention(cfg)) != "einsum":  # new_mask: lengths [B].
+      out = layers.causal_attention(q, k, v, new_mask, impl)
+      return layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d)), None
+    new = LayerCache.of(k, v)
     segments = [(*new.read(t, dtype), new_mask)]
     block = cfg.attention_block
     if block is None:
@@ -263,6 +266,30 @@ class Attention(nn.Module):
       out = layers.dot_attention(q, segments)
     out = layers.dense(cfg.hidden_size, cfg.o_bias, dtype, "o")(out.reshape(b, t, h * d))
     return out, (None if kv is None else new)
+
+
+def full_attention(cfg: ModelConfig) -> str:
+  """How a whole sequence without a KV cache attends (ModelConfig.full_attention)."""
+  impl = cfg.full_attention
+  if impl == "auto":
+    fused = jax.default_backend() == "gpu" and jnp.dtype(cfg.dtype) in (jnp.bfloat16, jnp.float16)
+    impl = "cudnn" if fused else "einsum"
+  if impl not in ("einsum", "cudnn", "xla"):
+    raise ValueError(f"ModelConfig.full_attention={cfg.full_attention!r}: expected auto, "
+                     "einsum, cudnn or xla")
+  return impl
+
+
+def _real_first(mask):
+  """Where each row's run of real tokens starts and how long it is; the gather indices
+  that bring it to the front (and back); whether the row's real tokens are one run."""
+  t = mask.shape[1]
+  start = jnp.argmax(mask, axis=1)  # 0 for a row with no real token.
+  lengths = mask.sum(1, dtype=jnp.int32)
+  ahead = (jnp.arange(t)[None] + start[:, None]) % t
+  back = (jnp.arange(t)[None] - start[:, None]) % t
+  one_run = (jnp.take_along_axis(mask, ahead, 1) == (jnp.arange(t)[None] < lengths[:, None])).all(1)
+  return lengths, ahead, back, one_run
 
 
 class GatedMLP(nn.Module):
@@ -381,10 +408,17 @@ class Decoder(nn.Module):
     masks = (None if cache is None else cache.mask[:, None, :reach],
              mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None],
              None if cache is None else cache.end)
+    packed = cache is None and full_attention(self.cfg) != "einsum"
     if cache is None:
       kv = None
       if positions is None:
         positions = positions_from_mask(mask)
+      if packed:
+        # Fused attention takes lengths, so each row's real tokens move to the front
+        # (their positions with them: the same computation) and the hidden states back.
+        lengths, ahead, back, one_run = _real_first(mask)
+        tokens, positions = (jnp.take_along_axis(a, ahead, 1) for a in (tokens, positions))
+        masks = (None, lengths, None)
     else:
       kv = cache.per_layer
       if positions is None:
@@ -399,6 +433,9 @@ class Decoder(nn.Module):
       for i, layer in enumerate(self.layers):
         x, new[i] = layer(x, cos, sin, masks, kv[i])
     hidden = self.final_norm(x)
+    if packed:
+      hidden = jnp.take_along_axis(hidden, back[:, :, None], 1)
+      return jnp.where(one_run[:, None, None], hidden, jnp.nan).astype(hidden.dtype), None
     if cache is None:
       return hidden, None
     at = cache.end

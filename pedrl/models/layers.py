@@ -59,6 +59,25 @@ def dot_attention(q, segments):
   return out.reshape(b, t, h, d).astype(segments[0][1].dtype)
 
 
+def causal_attention(q, k, v, lengths, implementation: str):
+  """Causal grouped-query attention of right-padded rows through
+  `jax.nn.dot_product_attention` ("cudnn": cuDNN's flash attention, whose forward and
+  backward passes keep no [T, T] scores or probabilities in memory; "xla": the same
+  computation in XLA's ops).
+
+  Args:
+    q: [B, T, H, D] queries; k, v: [B, T, KV, D] keys and values, H a multiple of KV.
+    lengths: int32 [B], each row's real tokens, which come first.
+  Returns:
+    [B, T, H, D] in the dtype of the values, zero at padding queries.
+  """
+  out = jax.nn.dot_product_attention(q, k, v, is_causal=True, query_seq_lengths=lengths,
+                                     key_value_seq_lengths=lengths,
+                                     implementation=implementation)
+  real = jnp.arange(q.shape[1])[None, :] < lengths[:, None]
+  return jnp.where(real[:, :, None, None], out, 0).astype(v.dtype)
+
+
 def blocked_attention(q, cache, filled, new, block: int):
   """Attention of T new tokens over a KV cache and themselves, in blocks.
 

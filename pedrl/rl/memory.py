@@ -22,11 +22,13 @@ Activations, per token of a micro-batch (compute dtype of b bytes): without
 rematerialization each layer keeps its inputs and outputs for the backward pass,
 b·(4E + 2(H + KV)·Q + 3F) bytes of projections' inputs and outputs plus 12·H·T of
 float32 attention scores, masked scores and probabilities (the decoder's
-attention materializes them: [T, T] per head); with `remat` a layer keeps only
+attention materializes them: [T, T] per head; a fused attention, cuDNN's on a GPU
+(`ModelConfig.full_attention`, RunShape.fused_attention), keeps 4·H of float32
+softmax statistics instead); with `remat` a layer keeps only
 its input (b·E) and one layer's set is rebuilt at a time. The loss head adds 3
 float32 [T, V] buffers per row (logits, their softmax and its gradient). The
 reference's forward holds 2 such buffers and one layer's 4·H·T attention
-probabilities per token. These are estimates: against XLA's accounting of the
+probabilities per token (none when fused). These are estimates: against XLA's accounting of the
 compiled programs on CPU (`pedrl.bench.train_step` prints both) they were within
 ±20% at 1-4 layers of the tiny and 0.5B shapes, 256-512 tokens (2026-11-26).
 """
@@ -93,25 +95,28 @@ def kv_cache_bytes(cfg: ModelConfig, rows: int, slots: int, dtype: str,
   return rows * slots * costs.kv_bytes_per_token(cfg, dtype_bytes(dtype)) // heads
 
 
-def layer_activation_bytes(cfg: ModelConfig, seq_len: int, dtype: str) -> int:
+def layer_activation_bytes(cfg: ModelConfig, seq_len: int, dtype: str,
+                           fused: bool = False) -> int:
   """What one layer keeps for its backward pass, per token (see the docstring)."""
   b, e, q = dtype_bytes(dtype), cfg.hidden_size, cfg.head_dim
   dense = b * (4 * e + 2 * (cfg.num_heads + cfg.num_kv_heads) * q + 3 * cfg.intermediate_size)
-  return dense + 12 * cfg.num_heads * seq_len
+  return dense + (4 * cfg.num_heads if fused else 12 * cfg.num_heads * seq_len)
 
 
-def activation_bytes(cfg: ModelConfig, rows: int, seq_len: int, dtype: str, remat: bool) -> int:
+def activation_bytes(cfg: ModelConfig, rows: int, seq_len: int, dtype: str, remat: bool,
+                     fused: bool = False) -> int:
   """A micro-batch's activations and loss-head buffers on one device (rows already split)."""
   tokens = rows * seq_len
-  layer = layer_activation_bytes(cfg, seq_len, dtype) * tokens
+  layer = layer_activation_bytes(cfg, seq_len, dtype, fused) * tokens
   kept = (cfg.num_layers * tokens * cfg.hidden_size * dtype_bytes(dtype) + layer if remat
           else cfg.num_layers * layer)
   return kept + LOGITS_COPIES * tokens * cfg.vocab_size * 4
 
 
-def scoring_bytes(cfg: ModelConfig, rows: int, seq_len: int) -> int:
+def scoring_bytes(cfg: ModelConfig, rows: int, seq_len: int, fused: bool = False) -> int:
   """A forward log-prob pass's buffers on one device (rows already split)."""
-  return rows * seq_len * (SCORE_LOGITS_COPIES * cfg.vocab_size * 4 + 4 * cfg.num_heads * seq_len)
+  attention = 0 if fused else 4 * cfg.num_heads * seq_len
+  return rows * seq_len * (SCORE_LOGITS_COPIES * cfg.vocab_size * 4 + attention)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +132,10 @@ class RunShape:
   param_dtype: str = "float32"  # The tutor's weights, compute and cache (TrainSettings).
   student_dtype: str = "bfloat16"  # A checkpoint's own dtype.
   remat: bool = False
+  # Whole-sequence attention through cuDNN's fused kernel (ModelConfig.full_attention
+  # "auto" for bfloat16/float16 compute on a GPU). Float32 compute attends by einsum, and
+  # jax's XLA form of the fused call ("xla") holds the [T, T] probabilities as that does.
+  fused_attention: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,10 +171,10 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
                                          run.student_dtype, mesh),
       "solve KV cache": kv_cache_bytes(student, run.solve_rows, run.solve_slots,
                                        run.student_dtype, mesh),
-      "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len),
+      "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len, run.fused_attention),
       "gradients": 2 * tutor_params,  # The accumulator and one micro-batch's.
       "activations": activation_bytes(tutor, micro_rows, run.update_seq_len, run.param_dtype,
-                                      run.remat),
+                                      run.remat, run.fused_attention),
   }
   resident = sum(parts[k] for k in ("tutor params", "AdamW moments", "reference",
                                     "student params"))
