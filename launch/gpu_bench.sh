@@ -1,6 +1,6 @@
 #!/bin/bash
 # pedrl's GPU figures in one run, written to one results file; its steps' time limits add up
-# to 12 minutes (sized from a run on one H100; a step that ends early leaves the rest unused).
+# to 16 minutes (sized from runs on one H100; a step that ends early leaves the rest unused).
 # PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." runs only the steps it names.
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
@@ -10,12 +10,14 @@
 # Steps, each under its own time limit (a step past it is recorded as timed out and
 # the others still run):
 #   1. sampling: Qwen2.5-7B-shaped bf16 decode, batch 1 and 16 (HBM utilization);
-#   2. rollout, bench shape (26M models) against transformers on the same GPU, 6 and
-#      12 messages, with a fresh persistent compilation cache (cold warm-up);
+#   2. rollout, bench shape (26M models) against transformers on the same GPU, 6
+#      messages, with a fresh persistent compilation cache (cold warm-up);
 #   3. the same rollout again, 6 messages: its programs come from that cache (warm);
 #   4. rollout at real shapes: Qwen2.5-0.5B on both sides, and paper 003's Qwen2.5-7B
 #      tutor with a Llama-3.1-8B student, their stacks trimmed to 4 layers;
-#   5. one GRPO update at Qwen2.5-0.5B and 1.5B, and at 7B trimmed to 4 layers;
+#   5. one GRPO update at Qwen2.5-0.5B and 1.5B, and at 7B trimmed to 4 layers, whole
+#      sequences attending through cuDNN's fused attention; and at 1.5B with the einsum
+#      attention (float32 [T, T] probabilities), the comparison;
 #   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
 # the date, device, versions and commit, every step's output, and a summary of the
@@ -45,7 +47,9 @@ if (( tiny )); then
   real_small=(--size=tiny --engines=transformers_kv,pedrl) real_paper=("${real_small[@]}")
   train_small=(--size=tiny --seq_len=128 --rows=4 --micro_batch=2 --repeats=1)
   train_mid=("${train_small[@]}") train_big=("${train_small[@]}")
-  tests=(tests/test_transformers_version.py tests/test_train_step_bench.py -m "not job")
+  train_einsum=("${train_small[@]}" --full_attention=einsum)
+  tests=(tests/test_transformers_version.py tests/test_train_step_bench.py
+         tests/test_full_attention.py -m "not job")
 else
   torch_device=cuda test_platform=cuda
   sampling=(--gpu_size=qwen2.5-7b --repeats=2)
@@ -54,14 +58,17 @@ else
   rollout=(--size=bench --repeats=1 --engines=transformers_kv,pedrl)
   real_small=(--size=qwen2.5-0.5b --engines=transformers_kv,pedrl)
   real_paper=(--size=7b+8b --layers=4 --engines=transformers_kv,pedrl)
-  # Micro-batch 1: at 2048 tokens, 4 rows' attention probabilities alone (float32, every
-  # layer kept for the backward) are 21 GiB at 0.5B; pedrl.rl.memory's plan says what fits.
-  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2)
-  train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2)
-  train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=2 --repeats=2)
-  tests=(tests/test_decoder_parity.py tests/test_sampling.py tests/test_distribution.py
-         tests/test_grpo.py tests/test_programs.py tests/test_sharding.py
-         tests/test_train_step_bench.py -m "not job")
+  # Micro-batches as large as pedrl.rl.memory's plan fits in 95% of 80 GB with the fused
+  # attention; with the einsum attention, 4 rows' probabilities alone (float32, every
+  # layer kept for the backward) are 21 GiB at 0.5B and 2048 tokens: micro-batch 1.
+  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
+  train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=2 --repeats=2)
+  train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=4 --repeats=2)
+  train_einsum=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2
+                --full_attention=einsum)
+  tests=(tests/test_full_attention.py tests/test_decoder_parity.py tests/test_sampling.py
+         tests/test_distribution.py tests/test_grpo.py tests/test_programs.py
+         tests/test_sharding.py tests/test_train_step_bench.py -m "not job")
   # Most of the tests' time is compiling: eight workers when pytest-xdist is there.
   "$python" -c "import xdist" 2>/dev/null && tests+=(-n 8)
 fi
@@ -99,17 +106,19 @@ cc=(--compilation_cache="$cache")
 train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
 step sampling 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${sampling[@]}"
-step rollout_cold 90 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
-    --messages=6,12 --torch_device=$torch_device
+step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+    --messages=6 --torch_device=$torch_device
 step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
-step rollout_qwen2.5-0.5b 80 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
+step rollout_qwen2.5-0.5b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step rollout_7b+8b 100 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
+step rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step train_step_0.5b 40 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
+step train_step_0.5b 45 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
 step train_step_1.5b 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_mid[@]}"
-step train_step_7b_4_layers 35 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
+step train_step_7b_4_layers 40 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
+step train_step_1.5b_einsum 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
+    "${train_einsum[@]}"
 step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
     "${tests[@]}"
 
