@@ -55,3 +55,35 @@ def test_split_reasoning_streams_each_part_to_its_field():
   thinking = "".join(d.get("reasoning_content") or "" for d in deltas[1:-1])
   assert (content, thinking) == (" Seven.", "I add.")
   assert not any("<" in (d.get("content") or "") for d in deltas)  # No half-written tag.
+
+
+class Ahead(Scripted):
+  """The engine thread a step ahead of the events: every look at the channel finds the
+  sequence one state further on (the race a loaded server has)."""
+
+  def __init__(self, states):
+    super().__init__(states)
+    self._advance()
+
+  def _advance(self):
+    if self.states:
+      self.seq.text, self.seq.streamed, self.seq.finish_reason = self.states.pop(0)
+
+  @property
+  def complete(self):
+    self._advance()
+    return self.seq.finish_reason is not None
+
+  async def next(self):
+    self._advance()
+    return [self.seq]
+
+
+@pytest.mark.parametrize("states", [STATES, STATES[-2:], [("4", 0, None), ("42.", 3, "length")]])
+def test_a_stream_sends_the_final_text_when_the_engine_runs_ahead(states):
+  settings = app_lib.ServeSettings(served_name="m")
+  events = app_lib._completion_events(Ahead(states), None, settings, echo=[""],
+                                      include_usage=False)
+  choices = [c["choices"][0] for c in asyncio.run(_frames(events))]
+  assert "".join(c["text"] for c in choices) == states[-1][0]
+  assert [c.get("finish_reason") for c in choices][-1] == states[-1][2]

@@ -344,12 +344,17 @@ def _usage(sequences) -> CompletionUsage:
 
 async def _stream(channel: _Channel, generator: Scheduler, render, include_usage: bool,
                   usage_chunk):
-  """The SSE frames of a streamed job: `render(i, sequence, new_text)` per change, the
+  """The SSE frames of a streamed job: `render(i, text, new_text, finish_reason)` per
+  change of sequence i (the text it may show and what that gained, as read once), the
   usage chunk when asked, then [DONE]; if the stream ends early, the job is dropped."""
   sent = [0] * len(channel.job.sequences)
+  ended = [False] * len(channel.job.sequences)  # Its finish_reason sent.
   index = {id(s): i for i, s in enumerate(channel.job.sequences)}
   try:
-    while not channel.complete:
+    # The engine thread goes on changing the sequences while this loop sends them: the
+    # loop ends on what it sent, not on their state (which can be a step ahead), and
+    # reads a sequence's finish_reason before its text (the scheduler sets it last).
+    while not (all(ended) and channel.complete):
       try:
         changed = await channel.next()
       except APIError as e:
@@ -357,9 +362,14 @@ async def _stream(channel: _Channel, generator: Scheduler, render, include_usage
         break
       for s in changed:
         i = index[id(s)]
-        upto = len(s.text) if s.finish_reason else s.streamed
-        new, sent[i] = s.text[sent[i]:upto], max(sent[i], upto)
-        for frame in render(i, s, new):
+        if ended[i]:
+          continue
+        finish = s.finish_reason
+        text = s.text
+        upto = len(text) if finish else s.streamed
+        new, sent[i] = text[sent[i]:upto], max(sent[i], upto)
+        ended[i] = bool(finish)
+        for frame in render(i, text[:upto], new, finish):
           yield _sse(frame)
     else:
       if include_usage:
@@ -382,13 +392,14 @@ def _completion_events(channel, generator, settings: ServeSettings, echo: list,
                        include_usage: bool):
   chunk, started = _chunks(Completion, "cmpl", "text_completion", settings), set()
 
-  def render(i, s, new):
+  def render(i, shown, new, finish):
+    del shown
     if i not in started:
       started.add(i)
       new = echo[i] + new
-    if new or s.finish_reason:
+    if new or finish:
       yield chunk([CompletionChoice.model_construct(
-          index=i, text=new, logprobs=None, finish_reason=s.finish_reason)])
+          index=i, text=new, logprobs=None, finish_reason=finish)])
 
   return _stream(channel, generator, render, include_usage, lambda u: chunk([], u))
 
@@ -398,12 +409,12 @@ def _chat_events(channel, generator, settings: ServeSettings, include_usage: boo
   split = settings.reasoning == "split"
   started, shown = set(), {}
 
-  def render(i, s, new):
+  def render(i, shown_text, new, finish):
     if i not in started:
       started.add(i)
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content=""))])
     if split:  # Re-split what may be shown; send what each part gained.
-      text = s.text if s.finish_reason else _without_open_tag(s.text[:s.streamed])
+      text = shown_text if finish else _without_open_tag(shown_text)
       parts, before = chat_lib.split_thinking(text), shown.get(i, ("", ""))
       if all(p.startswith(b) for p, b in zip(parts, before)):
         content, thinking = (p[len(b):] for p, b in zip(parts, before))
@@ -413,8 +424,8 @@ def _chat_events(channel, generator, settings: ServeSettings, include_usage: boo
               content=content or None, reasoning_content=thinking or None))])
     elif new:
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(content=new))])
-    if s.finish_reason:
-      yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(), finish_reason=s.finish_reason)])
+    if finish:
+      yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(), finish_reason=finish)])
 
   return _stream(channel, generator, render, include_usage, lambda u: chunk([], u))
 

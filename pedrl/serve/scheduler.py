@@ -256,29 +256,32 @@ class Scheduler:
     """Appends a row's new tokens; ends the sequence at a stop token, its limit or a
     stop string, and sets its text (as the OpenAI API returns it: ending before the
     stop) and the tokens behind that text."""
+    finish = None
     for t in new:
       seq.sampled.append(t)
       if t in self.engine.stop_ids:
-        seq.finish_reason = "stop"
+        finish = "stop"
         break
       if len(seq.sampled) >= seq.max_tokens:
-        seq.finish_reason = "length"
+        finish = "length"
         break
     ids = seq.sampled[:-1] if seq.sampled[-1] in self.engine.stop_ids else list(seq.sampled)
     text = self.engine.tokenizer.decode(ids)
     cut, which = stops_lib.find_stop(text, seq.stop)
     if which is not None:
-      text, seq.finish_reason = text[:cut], "stop"
+      text, finish = text[:cut], "stop"
       # Keep the tokens up to the one that completes the returned text; the stop string
       # ends within the last few tokens, so search from the end.
       while ids and len(self.engine.tokenizer.decode(ids[:-1])) >= len(text):
         ids = ids[:-1]
     seq.text, seq.tokens = text, ids
-    if seq.finish_reason:
+    if finish:
       seq.streamed = len(text)
     else:  # Neither a stop string's possible start nor an unfinished character.
       stable = text[:len(text) - seq.holdback].rstrip("\ufffd")
       seq.streamed = max(seq.streamed, len(stable))
+    # Last: a stream reading finish_reason on the event loop then finds the final text.
+    seq.finish_reason = finish
 
   def _ended(self, job: Job, seq: Sequence, notify: bool = True):
     """A sequence that sampled its last token: scored if it asked for log-probs, else
