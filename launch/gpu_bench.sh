@@ -1,6 +1,6 @@
 #!/bin/bash
 # pedrl's GPU figures in one run, written to one results file; its steps' time limits add up
-# to 16 minutes (sized from runs on one H100; a step that ends early leaves the rest unused).
+# to 16.5 minutes (sized from runs on one H100; a step that ends early leaves the rest unused).
 # PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." runs only the steps it names.
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
@@ -110,7 +110,7 @@ step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}
     --messages=6 --torch_device=$torch_device
 step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
-step rollout_qwen2.5-0.5b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
+step rollout_qwen2.5-0.5b 180 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
 step rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
