@@ -30,6 +30,7 @@ from pedrl.engine import RowSampling, Sampler, SamplingParams
 from pedrl.env import chat as chat_lib, dialogue
 from pedrl.rewards import asking, judging
 from pedrl.serve import server
+from pedrl.serve.scheduler import Job, Sequence
 from pedrl.streams import sequence_keys
 
 pytestmark = pytest.mark.job  # Every test here talks to a server.
@@ -48,6 +49,7 @@ def served():
   url, stop = server.start(app)
   yield url, scheduler
   stop()
+  scheduler.close()
 
 
 @pytest.fixture(scope="module")
@@ -477,9 +479,24 @@ def test_no_request_compiles_after_the_warmup(served, client):
   assert compiles == []
 
 
+def test_a_closed_scheduler_ends_its_thread_and_fails_the_jobs_it_held():
+  _, scheduler = server.build(MODEL, served_name=NAME, options=server.Options(
+      max_num_seqs=1, max_model_len=64, warmup=False))
+  failed = []
+  jobs = [Job([Sequence(prompt=(1, 2, 3), max_tokens=50)], notify=lambda seqs: None,
+              fail=failed.append) for _ in range(2)]
+  for job in jobs:
+    scheduler.submit(job)
+  scheduler.close()
+  assert not scheduler._thread.is_alive()
+  assert failed and all("shutting down" in str(e) for e in failed)  # The second job waited.
+  with pytest.raises(RuntimeError, match="engine thread has ended"):
+    scheduler.submit(jobs[0])
+
+
 def test_bearer_token_guards_everything_but_health(monkeypatch):
   monkeypatch.setenv("PEDRL_TEST_KEY", "s3cret")
-  app, _ = server.build(MODEL, served_name=NAME, api_key_env="PEDRL_TEST_KEY",
+  app, scheduler = server.build(MODEL, served_name=NAME, api_key_env="PEDRL_TEST_KEY",
                         options=server.Options(max_num_seqs=1, max_model_len=64, warmup=False))
   url, stop = server.start(app)
   base = url.removesuffix("/v1")
@@ -494,6 +511,7 @@ def test_bearer_token_guards_everything_but_health(monkeypatch):
     assert ok.models.list().data[0].id == NAME
   finally:
     stop()
+    scheduler.close()
   monkeypatch.delenv("PEDRL_TEST_KEY")
   with pytest.raises(ValueError, match="PEDRL_TEST_KEY is empty or unset"):
     server.build("/nonexistent", api_key_env="PEDRL_TEST_KEY")  # Before any model loads.
@@ -506,8 +524,8 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
   config = json.loads((tmp_path / "long" / "config.json").read_text())
   (tmp_path / "long" / "config.json").write_text(json.dumps(config | {
       "max_position_embeddings": 4096}))
-  app, _ = server.build(str(tmp_path / "long"), served_name=NAME,
-                        options=server.Options(max_num_seqs=4, warmup=False))
+  app, scheduler = server.build(str(tmp_path / "long"), served_name=NAME,
+                                options=server.Options(max_num_seqs=4, warmup=False))
   url, stop = server.start(app)
   monkeypatch.setenv("PEDRL_JUDGE_KEY", "unused")
   backend = openai_compat.OpenAIBackend(model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY",
@@ -522,6 +540,7 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
                            stats=stats)
   finally:
     stop()
+    scheduler.close()
   # The random model's replies are no verdicts: every request was answered (no API
   # error), then filled in by the policy, and said so.
   assert stats["requests"] >= 4 and stats["replies"] >= 4

@@ -65,6 +65,7 @@ def test_local_completions_runs_loglikelihood_and_generate_until(tmp_path, monke
         task_manager=lm_tasks.TaskManager(include_path=str(tmp_path)), log_samples=True)
   finally:
     stop()
+    scheduler.close()
   acc = out["results"]["pedrl_choice"]["acc,none"]
   match = out["results"]["pedrl_generate"]["exact_match,none"]
   assert 0 <= acc <= 1 and 0 <= match <= 1

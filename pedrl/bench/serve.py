@@ -100,6 +100,7 @@ def measure(model: str, prefix_caching: bool, rng) -> list[dict]:
             cached=100 * (sample("pedrl_prefix_cached_tokens_total") - before[2]) / max(prompt, 1)))
   finally:
     stop()
+    scheduler.close()  # Its engine (weights, caches) goes with the thread.
   return rows
 
 

@@ -126,7 +126,10 @@ class Scheduler:
   # -- Called from the event loop ----------------------------------------------
 
   def submit(self, job: Job):
-    """Queues a job's sequences, all or none: raises queue.Full past `max_queue`."""
+    """Queues a job's sequences, all or none: raises queue.Full past `max_queue`, and
+    RuntimeError once closed."""
+    if not self._thread.is_alive():
+      raise RuntimeError("the engine thread has ended (Scheduler.close)")
     with self._lock:
       if self._queued + len(job.sequences) > self.max_queue:
         raise queue.Full
@@ -139,12 +142,21 @@ class Scheduler:
     job.cancelled = True
     self._inbox.put(("abort", job))
 
+  def close(self, timeout: float = 30.0):
+    """Ends the engine thread at its next step boundary; the jobs it still holds fail.
+    An in-process server (tests, notebooks) calls it once stopped: the thread holds the
+    engine's weights and caches for as long as it runs."""
+    self._inbox.put(("close", None))
+    self._thread.join(timeout)
+
   # -- The engine thread ----------------------------------------------------------
 
   def _loop(self):
     while True:
       idle = not self.waiting and not self.scoring and not any(self.rows)
-      self._receive(block=idle)
+      if self._receive(block=idle):
+        self._fail_all(RuntimeError("the server is shutting down"))
+        return
       self._admit()
       if any(self.rows):
         self._guarded(self._decode, [r for r in self.rows if r], decoding=True)
@@ -158,13 +170,23 @@ class Scheduler:
         messages.append(self._inbox.get_nowait())
     except queue.Empty:
       pass
+    closing = False
     for kind, job in messages:
-      if kind == "submit" and not job.cancelled:
+      if kind == "close":
+        closing = True
+      elif kind == "submit" and not job.cancelled:
         self.waiting.extend((job, s) for s in job.sequences)
       elif kind == "submit":
         self._dequeued(len(job.sequences))
       else:
         self._drop(job, aborted=True)
+    return closing
+
+  def _fail_all(self, error: Exception):
+    jobs = {id(j): j for j, _ in [*self.waiting, *filter(None, self.rows), *self.scoring]}
+    for job in jobs.values():
+      self._drop(job)
+      job.fail(error)
 
   def _dequeued(self, n: int):
     with self._lock:
