@@ -87,3 +87,14 @@ def test_a_stream_sends_the_final_text_when_the_engine_runs_ahead(states):
   choices = [c["choices"][0] for c in asyncio.run(_frames(events))]
   assert "".join(c["text"] for c in choices) == states[-1][0]
   assert [c.get("finish_reason") for c in choices][-1] == states[-1][2]
+
+
+def test_a_stream_read_between_the_engines_writes_loses_no_text():
+  """The event loop can read a sequence's `streamed` after the engine raised it and its
+  text from before (the engine writes text, then streamed): only the text read counts
+  as sent."""
+  states = [("ab", 5, None), ("abcde", 5, "stop")]
+  settings = app_lib.ServeSettings(served_name="m")
+  events = app_lib._completion_events(Scripted(states), None, settings, echo=[""],
+                                      include_usage=False)
+  assert "".join(c["choices"][0]["text"] for c in asyncio.run(_frames(events))) == "abcde"

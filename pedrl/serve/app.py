@@ -353,7 +353,8 @@ async def _stream(channel: _Channel, generator: Scheduler, render, include_usage
   try:
     # The engine thread goes on changing the sequences while this loop sends them: the
     # loop ends on what it sent, not on their state (which can be a step ahead), and
-    # reads a sequence's finish_reason before its text (the scheduler sets it last).
+    # reads a sequence's finish_reason, then how much may stream, then its text (the
+    # scheduler writes them in the opposite order), so what it sends is settled text.
     while not (all(ended) and channel.complete):
       try:
         changed = await channel.next()
@@ -364,9 +365,9 @@ async def _stream(channel: _Channel, generator: Scheduler, render, include_usage
         i = index[id(s)]
         if ended[i]:
           continue
-        finish = s.finish_reason
+        finish, streamed = s.finish_reason, s.streamed
         text = s.text
-        upto = len(text) if finish else s.streamed
+        upto = len(text) if finish else min(streamed, len(text))
         new, sent[i] = text[sent[i]:upto], max(sent[i], upto)
         ended[i] = bool(finish)
         for frame in render(i, text[:upto], new, finish):

@@ -302,7 +302,8 @@ class Scheduler:
     else:  # Neither a stop string's possible start nor an unfinished character.
       stable = text[:len(text) - seq.holdback].rstrip("\ufffd")
       seq.streamed = max(seq.streamed, len(stable))
-    # Last: a stream reading finish_reason on the event loop then finds the final text.
+    # Last: a stream that reads finish_reason, then streamed, then text on the event loop
+    # finds the final text, or a settled prefix at least `streamed` long.
     seq.finish_reason = finish
 
   def _ended(self, job: Job, seq: Sequence, notify: bool = True):
