@@ -436,9 +436,9 @@ class Sampler:
                              self._stop_table, sampling, window, rows_sampling,
                              self._shrink_at(b))
     row_steps = b * int(state.i)
-    while not sharding_lib.to_host(state.done).all():  # On the host: no program.
-      state, cache, row_steps = self._resumed(params, cache, state, keys, sampling, window,
-                                              rows_sampling, row_steps)
+    while not (done := sharding_lib.to_host(state.done)).all():  # On the host: no program.
+      state, cache, row_steps = self._resumed(params, cache, state, done, keys, sampling,
+                                              window, rows_sampling, row_steps)
     out = sharding_lib.to_host(Decoded(state.tokens, state.logprobs, state.length,
                                        state.stopped))
     gen = Generation(out.tokens[:n], out.logprobs[:n], out.length[:n], out.stopped[:n],
@@ -448,13 +448,13 @@ class Sampler:
       gen.texts, gen.stop_reasons = list(gen.texts), list(gen.stop_reasons)
     return gen, cache
 
-  def _resumed(self, params, cache, state, keys, sampling, window, rows_sampling,
-               row_steps: int):
+  def _resumed(self, params, cache, state, done: np.ndarray, keys, sampling, window,
+               rows_sampling, row_steps: int):
     """One more stretch of decoding with the live rows alone, in the power-of-two batch
     that holds them (filled with copies of a finished row), until they are done or half
     of that batch is; written back into the whole batch. A row's draws depend on its key
-    and the step only, so it samples what it would have in the whole batch."""
-    done = sharding_lib.to_host(state.done)
+    and the step only, so it samples what it would have in the whole batch. `done`:
+    state.done on the host."""
     live, finished = np.flatnonzero(~done), np.flatnonzero(done)
     size = self._live_batch(len(live))
     rows = np.concatenate([live, np.repeat(finished[:1], size - len(live))]).astype(np.int32)

@@ -405,10 +405,11 @@ class Decoder(nn.Module):
     # token reads all S (its own slot is still masked): an S - 1 slice would be
     # copied out of the cache at every decode step.
     reach = None if cache is None else cache.size - (t if t > 1 else 0)
-    masks = (None if cache is None else cache.mask[:, None, :reach],
-             mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None],
-             None if cache is None else cache.end)
     packed = cache is None and full_attention(self.cfg) != "einsum"
+    if not packed:
+      masks = (None if cache is None else cache.mask[:, None, :reach],
+               mask[:, None, :] & jnp.tril(jnp.ones((t, t), bool))[None],
+               None if cache is None else cache.end)
     if cache is None:
       kv = None
       if positions is None:
