@@ -81,7 +81,7 @@ def test_greedy_tokens_match_up_to_eos_on_every_testdata_decoder(testdata, name)
 @pytest.mark.job
 def test_cli_passes_on_testdata_qwen3_whose_reference_stops_at_eos(testdata):
   rc, lines, err = run_tool(f"--hf_dir={testdata('qwen3')}", "--generate=16")
-  assert rc == 0, (lines, err[-2000:])
+  assert rc == 0, "\n".join(lines) + "\n" + err[-2000:]  # A string: shown whole, not cut.
   assert int(lines[0].split("rows_ending_at_eos=")[1].split("/")[0]) >= 1
   assert lines[1:3] == ["verdict=PASS", "greedy_tokens_equal=true"]
 
