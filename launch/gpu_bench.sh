@@ -59,9 +59,11 @@ else
   real_small=(--size=qwen2.5-0.5b --engines=transformers_kv,pedrl)
   real_paper=(--size=7b+8b --layers=4 --engines=transformers_kv,pedrl)
   # Micro-batches as large as pedrl.rl.memory's plan fits in 95% of 80 GB with the fused
-  # attention; with the einsum attention, 4 rows' probabilities alone (float32, every
-  # layer kept for the backward) are 21 GiB at 0.5B and 2048 tokens: micro-batch 1.
-  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=4 --repeats=2)
+  # attention and the loss head in 1024-position chunks (the trainer's default): 0.5B at 8
+  # rows 55 GiB (68.5 with the whole head), 1.5B at 4 rows 73.6 GiB: 2; with the einsum
+  # attention, 4 rows' probabilities alone (float32, every layer kept for the backward)
+  # are 21 GiB at 0.5B and 2048 tokens: micro-batch 1.
+  train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=8 --repeats=2)
   train_mid=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=2 --repeats=2)
   train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=4 --repeats=2)
   train_einsum=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2

@@ -113,6 +113,7 @@ def test_bad_configs_fail_before_any_compute(tmp_path):
       (["--config.rl.lr=nan"], "--config.rl.lr=nan: must be a finite number > 0"),
       (["--config.rl.adam_eps=0"], "--config.rl.adam_eps=0.0: must be a finite number > 0"),
       (["--config.rl.max_grad_norm=-1"], "--config.rl.max_grad_norm=-1.0: must be"),
+      (["--config.rl.logits_chunk=-1"], "--config.rl.logits_chunk=-1: must be an integer >= 0"),
   ]
   for overrides, message in cases:
     r = subprocess.run(_cmd("pedagogical_rl", tmp_path / "bad", *overrides), cwd=ROOT,

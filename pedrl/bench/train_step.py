@@ -57,6 +57,9 @@ def define_flags():
   flags.DEFINE_enum("full_attention", "auto", ["auto", "einsum", "cudnn", "xla"],
                     "How whole sequences attend (ModelConfig.full_attention; auto: cuDNN's "
                     "fused attention on a GPU in bfloat16/float16).")
+  flags.DEFINE_integer("logits_chunk", TrainSettings.logits_chunk,
+                       "Positions per pass of the float32 loss head (ModelConfig.logits_chunk, "
+                       "the trainer's rl.logits_chunk; 0: the whole sequence at once).")
   timing.define_repeats("pass")
 
 
@@ -126,12 +129,14 @@ def best_seconds(fn, repeats: int) -> float:
 
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
             param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
-            attention: str = "auto") -> dict:
+            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk) -> dict:
   """The scoring pass and the update at one shape (one device); Pass by name."""
   arch = architectures.get(size)
-  cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention)
+  cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention,
+                    logits_chunk=logits_chunk)
   run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
-                        remat=remat, fused_attention=full_attention(cfg) == "cudnn")
+                        remat=remat, fused_attention=full_attention(cfg) == "cudnn",
+                        logits_chunk=logits_chunk)
   # What each program holds, by the plan: the scoring pass the reference and its logits, the
   # update the weights, moments, gradients and activations.
   parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
@@ -183,10 +188,10 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
-           attention: str = "auto") -> dict:
+           attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk) -> dict:
   """Measures and prints the table; the passes by name."""
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
-                   repeats, attention)
+                   repeats, attention, logits_chunk)
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
   peak = roofline.peak_flops(compute_dtype)
@@ -197,7 +202,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   print(f"{size}: {cfg.num_layers} layers, {costs.param_count(cfg) / 1e6:.1f}M parameters "
         f"(N = {costs.matmul_params(cfg) / 1e6:.1f}M in matmuls); weights and moments "
         f"{param_dtype}, compute {compute_dtype}, remat {remat}, attention "
-        f"{full_attention(cfg)}; {rows} rows x {seq_len} tokens, "
+        f"{full_attention(cfg)}, loss head {memory.head_positions(seq_len, logits_chunk)} "
+        f"positions a pass; {rows} rows x {seq_len} tokens, "
         f"micro-batch {micro_batch}; best of {repeats}")
   print(f"{'pass':<8}{'seconds':>9}{'tok/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'xla_MiB':>11}"
         f"{'estimate_MiB':>14}{'peak_MiB':>11}{'programs':>10}")
@@ -216,7 +222,7 @@ def main(argv):
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
-         FLAGS.full_attention)
+         FLAGS.full_attention, FLAGS.logits_chunk)
 
 
 if __name__ == "__main__":

@@ -141,12 +141,42 @@ def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float =
   """log p(tokens[:, t] | tokens[:, :t]) for t >= 1 ([B, T], 0 at t=0 and padding).
 
   Full-sequence teacher forcing (GRPO's old/reference log-probs), through the
-  same `token_logprobs` the sampler uses.
+  same `token_logprobs` the sampler uses; the head in chunks of positions when the
+  model's `logits_chunk` is shorter than the sequence (`head_logprobs`).
   """
-  logits, _ = model.apply({"params": params}, tokens, mask, method=Decoder.forward)
-  lp = distribution.token_logprobs(logits[:, :-1], tokens[:, 1:], temperature)
+  chunk = model.cfg.logits_chunk
+  if chunk and tokens.shape[1] - 1 > chunk:
+    hidden, _ = model.apply({"params": params}, tokens, mask)
+    lp = head_logprobs(model, params, hidden[:, :-1], tokens[:, 1:], temperature, chunk)
+  else:
+    logits, _ = model.apply({"params": params}, tokens, mask, method=Decoder.forward)
+    lp = distribution.token_logprobs(logits[:, :-1], tokens[:, 1:], temperature)
   lp = jnp.where(mask[:, 1:] & mask[:, :-1], lp, 0.0)
   return jnp.pad(lp, ((0, 0), (1, 0)))
+
+
+def head_logprobs(model: Decoder, params, hidden, targets, temperature: float, chunk: int):
+  """log softmax(head(hidden) / temperature) at `targets` ([B, T, E], [B, T] -> [B, T]),
+  `chunk` positions at a time.
+
+  A whole sequence's float32 logits are the largest buffers of a training step (three
+  [T, V] copies per row with their softmax and gradient: 1.9 GB a row at 1024 tokens
+  and Qwen2.5's 152k vocabulary). Here a loop computes one chunk's at a time, and
+  `jax.checkpoint` makes the backward pass recompute them from the kept hidden states
+  (one more head matmul per token) instead of keeping every chunk's.
+  """
+  b, t, e = hidden.shape
+  n = -(-t // chunk)
+  pad = n * chunk - t  # Padded positions score token 0 of zero states; cut below.
+  h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, e).swapaxes(0, 1)
+  y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one(h, y):
+    logits = model.apply({"params": params}, h, method=Decoder.logits)
+    return distribution.token_logprobs(logits, y, temperature)
+  lp = jax.lax.map(lambda hy: one(*hy), (h, y))  # [n, B, chunk]
+  return lp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
 
 
 @functools.partial(compiler.jit, static_argnums=(0, 4))

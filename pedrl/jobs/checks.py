@@ -48,6 +48,7 @@ def training_section(section: str, *parts) -> tuple:
   need = value_check(section, values)
   check_optimizer(need, values)
   counts(need, values, ("save_every", "keep", "max_bad_steps"))  # LoopSettings'.
+  counts(need, values, ["logits_chunk"], least=0)
   return need, values
 
 

@@ -79,6 +79,10 @@ class ModelConfig:
   # each row's mask as one run of real tokens (left-, right- or both-side padded); a
   # row with a hole gets NaN hidden states (see decoder.Decoder).
   full_attention: str = "auto"
+  # Teacher-forced log-probs (training, scoring) through the vocabulary head this many
+  # positions at a time: float32 [B, chunk, V] logits instead of [B, T, V], recomputed in
+  # the backward pass rather than kept (engine.scoring.sequence_logprobs); 0: all at once.
+  logits_chunk: int = 0
   # The checkpoint's own config.json, kept to write it back on export.
   hf_config_json: str = dataclasses.field(default="{}", compare=False, repr=False)
 

@@ -62,6 +62,10 @@ class LoopSettings:
   max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
   remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
   param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
+  # Positions per pass of the tutor's float32 vocabulary head in the update and the
+  # scoring passes (ModelConfig.logits_chunk): [rows, 1024, V] logits rather than
+  # [rows, T, V], 7.5 GB less per row at 8192 tokens and Qwen2.5's vocabulary; 0: whole.
+  logits_chunk: int = 1024
 
 
 def items_for_step(items, step: int, batch: int, seed: int, total: int | None = None):

@@ -26,11 +26,14 @@ attention materializes them: [T, T] per head; a fused attention, cuDNN's on a GP
 (`ModelConfig.full_attention`, RunShape.fused_attention), keeps 4·H of float32
 softmax statistics instead); with `remat` a layer keeps only
 its input (b·E) and one layer's set is rebuilt at a time. The loss head adds 3
-float32 [T, V] buffers per row (logits, their softmax and its gradient). The
-reference's forward holds 2 such buffers and one layer's 4·H·T attention
-probabilities per token (none when fused). These are estimates: against XLA's accounting of the
-compiled programs on CPU (`pedrl.bench.train_step` prints both) they were within
-±20% at 1-4 layers of the tiny and 0.5B shapes, 256-512 tokens (2026-11-26).
+float32 [T, V] buffers per row (logits, their softmax and its gradient), or [C, V]
+with the head run C positions at a time (`rl.logits_chunk`, C = 1024 by default; its
+backward recomputes each chunk's logits and sums the head weight's float32 gradient
+over the chunks: one more [E, V]). The reference's forward holds 2 such buffers
+and one layer's 4·H·T attention probabilities per token (none when fused). These
+are estimates: against XLA's accounting of the compiled programs on CPU
+(`pedrl.bench.train_step` prints both) they were within ±20% at 1-4 layers of the
+tiny and 0.5B shapes, 256-512 tokens, whole or in 64-256-position chunks (2026-11-26).
 """
 import dataclasses
 import math
@@ -103,20 +106,30 @@ def layer_activation_bytes(cfg: ModelConfig, seq_len: int, dtype: str,
   return dense + (4 * cfg.num_heads if fused else 12 * cfg.num_heads * seq_len)
 
 
+def head_positions(seq_len: int, logits_chunk: int) -> int:
+  """Positions whose logits the loss head holds at once (ModelConfig.logits_chunk)."""
+  return logits_chunk if 0 < logits_chunk < seq_len - 1 else seq_len
+
+
 def activation_bytes(cfg: ModelConfig, rows: int, seq_len: int, dtype: str, remat: bool,
-                     fused: bool = False) -> int:
+                     fused: bool = False, logits_chunk: int = 0) -> int:
   """A micro-batch's activations and loss-head buffers on one device (rows already split)."""
   tokens = rows * seq_len
   layer = layer_activation_bytes(cfg, seq_len, dtype, fused) * tokens
   kept = (cfg.num_layers * tokens * cfg.hidden_size * dtype_bytes(dtype) + layer if remat
           else cfg.num_layers * layer)
-  return kept + LOGITS_COPIES * tokens * cfg.vocab_size * 4
+  head = head_positions(seq_len, logits_chunk)
+  # In chunks, the head weight's float32 gradient is summed over them: one more [E, V].
+  summed = cfg.hidden_size * cfg.vocab_size * 4 if head < seq_len else 0
+  return kept + LOGITS_COPIES * rows * head * cfg.vocab_size * 4 + summed
 
 
-def scoring_bytes(cfg: ModelConfig, rows: int, seq_len: int, fused: bool = False) -> int:
+def scoring_bytes(cfg: ModelConfig, rows: int, seq_len: int, fused: bool = False,
+                  logits_chunk: int = 0) -> int:
   """A forward log-prob pass's buffers on one device (rows already split)."""
   attention = 0 if fused else 4 * cfg.num_heads * seq_len
-  return rows * seq_len * (SCORE_LOGITS_COPIES * cfg.vocab_size * 4 + attention)
+  head = rows * head_positions(seq_len, logits_chunk)
+  return head * SCORE_LOGITS_COPIES * cfg.vocab_size * 4 + rows * seq_len * attention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +149,7 @@ class RunShape:
   # "auto" for bfloat16/float16 compute on a GPU). Float32 compute attends by einsum, and
   # jax's XLA form of the fused call ("xla") holds the [T, T] probabilities as that does.
   fused_attention: bool = False
+  logits_chunk: int = 1024  # The loss head's positions per pass (rl.logits_chunk; 0: all).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,10 +185,11 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
                                          run.student_dtype, mesh),
       "solve KV cache": kv_cache_bytes(student, run.solve_rows, run.solve_slots,
                                        run.student_dtype, mesh),
-      "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len, run.fused_attention),
+      "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len, run.fused_attention,
+                               run.logits_chunk),
       "gradients": 2 * tutor_params,  # The accumulator and one micro-batch's.
       "activations": activation_bytes(tutor, micro_rows, run.update_seq_len, run.param_dtype,
-                                      run.remat, run.fused_attention),
+                                      run.remat, run.fused_attention, run.logits_chunk),
   }
   resident = sum(parts[k] for k in ("tutor params", "AdamW moments", "reference",
                                     "student params"))

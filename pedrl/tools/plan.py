@@ -49,6 +49,8 @@ def define_flags():
   flags.DEFINE_string("param_dtype", _RUN.param_dtype, "The tutor's weights, compute and cache.")
   flags.DEFINE_string("student_dtype", _RUN.student_dtype, "The student's weights and cache.")
   flags.DEFINE_bool("remat", _RUN.remat, "Rematerialized layers in the update.")
+  flags.DEFINE_integer("logits_chunk", _RUN.logits_chunk,
+                       "Positions per pass of the loss head (rl.logits_chunk; 0: all).")
   flags.DEFINE_bool("table", False, "Print the papers' setups on common GPU counts and exit.")
 
 
@@ -147,7 +149,7 @@ def main(argv):
   del argv
   run = memory.RunShape(FLAGS.dialogues, FLAGS.cache_slots, FLAGS.seq_len, FLAGS.micro_batch,
                         FLAGS.solve_rows, FLAGS.solve_slots, FLAGS.param_dtype,
-                        FLAGS.student_dtype, FLAGS.remat)
+                        FLAGS.student_dtype, FLAGS.remat, logits_chunk=FLAGS.logits_chunk)
   if FLAGS.table:
     print_table(run, FLAGS.mem_fraction)
     return

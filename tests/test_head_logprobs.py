@@ -1,0 +1,114 @@
+"""The loss head run a chunk of positions at a time (ModelConfig.logits_chunk) gives the
+log-probs and gradients of the whole head, on one device and over a mesh."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pedrl import models
+from pedrl.engine.scoring import sequence_logprobs
+from pedrl.models.decoder import Decoder
+from pedrl.rl import memory, update
+from pedrl.rl.batch import TrainBatch
+from pedrl.rl.trainer import TrainSettings
+
+
+@pytest.fixture(scope="module")
+def qwen2(testdata):
+  cfg, _, params = models.load(testdata("qwen2"))
+  return cfg, params
+
+
+def _rows(width=24, seed=0):
+  """Token rows with a left-padded and a right-padded row."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(3, 900, size=(3, width)).astype(np.int32)
+  mask = np.ones((3, width), bool)
+  mask[1, :5] = False
+  mask[2, -4:] = False
+  tokens[~mask] = 0
+  return tokens, mask
+
+
+def _model(cfg, chunk):
+  return models.build_model(cfg.replace(logits_chunk=chunk))
+
+
+@pytest.mark.parametrize("chunk", [5, 8, 22])
+def test_chunked_logprobs_and_gradients_are_the_whole_heads(qwen2, chunk):
+  """23 predicted positions in chunks of 5 (the last padded), 8 or 22; temperature 0.7.
+  The whole head's path is the one checked against transformers (test_decoder_parity)."""
+  cfg, params = qwen2
+  tokens, mask = _rows()
+  whole = lambda p: sequence_logprobs(_model(cfg, 0), p, tokens, mask, 0.7)
+  chunked = lambda p: sequence_logprobs(_model(cfg, chunk), p, tokens, mask, 0.7)
+  want, got = whole(params), chunked(params)
+  assert got.shape == want.shape == tokens.shape
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+  pairs = np.pad(mask[:, 1:] & mask[:, :-1], ((0, 0), (1, 0)))
+  assert (np.asarray(got)[~pairs] == 0).all() and (np.asarray(got)[pairs] < 0).all()
+  weights = jnp.asarray(np.random.default_rng(1).normal(size=tokens.shape), jnp.float32)
+  g_want = jax.grad(lambda p: jnp.sum(whole(p) * weights))(params)
+  g_got = jax.grad(lambda p: jnp.sum(chunked(p) * weights))(params)
+  for a, b in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=2e-5)
+
+
+def test_a_sequence_no_longer_than_a_chunk_runs_the_whole_head(qwen2):
+  """logits_chunk >= the predicted positions: one pass, no loop of its own."""
+  cfg, params = qwen2
+  tokens, mask = _rows(width=9)
+  text = jax.jit(lambda p: sequence_logprobs(_model(cfg, 8), p, tokens, mask)).lower(
+      params).as_text()
+  chunked = jax.jit(lambda p: sequence_logprobs(_model(cfg, 4), p, tokens, mask)).lower(
+      params).as_text()
+  assert chunked.count("stablehlo.while") == text.count("stablehlo.while") + 1
+
+
+def test_the_update_with_a_chunked_head_is_the_whole_heads(qwen2):
+  """GRPO's gradients (micro-batched, the trainer's path) with the head in chunks of 7."""
+  cfg, params = qwen2
+  tokens, mask = _rows()
+  loss_mask = mask.copy()
+  loss_mask[:, :10] = False
+  adv = np.where(loss_mask, np.asarray([1.0, -1.0, 0.5])[:, None], 0.0).astype(np.float32)
+  logp = np.asarray(update.policy_logprobs(_model(cfg, 0), params, tokens, mask, 1.0))
+  batch = TrainBatch(tokens=tokens, attn_mask=mask, loss_mask=loss_mask, advantages=adv,
+                     old_logp=logp, ref_logp=logp - 0.05)
+  objective = update.GRPOObjective(update.GRPOSettings(micro_batch=2), temperature=1.0)
+  g_want, m_want = update.gradients(_model(cfg, 0), params, batch, objective)
+  g_got, m_got = update.gradients(_model(cfg, 7), params, batch, objective)
+  for a, b in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=2e-5)
+  assert float(m_got["loss"]) == pytest.approx(float(m_want["loss"]), abs=1e-6)
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_chunked_scoring_over_a_mesh_equals_the_whole_head_on_one_device(qwen2):
+  from pedrl import sharding
+  cfg, params = qwen2
+  tokens, mask = _rows()
+  want = update.logprobs_in_chunks(_model(cfg, 0), params, tokens, mask, 1.0, chunk=4)
+  mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)
+  placed = jax.device_put(params, sharding.param_shardings(params, mesh))
+  got = update.logprobs_in_chunks(_model(cfg, 6), placed, tokens, mask, 1.0, chunk=4, mesh=mesh)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def test_the_head_memory_by_hand():
+  """The tiny shape (E 64, V 1024), 2 rows of 2048 tokens: 3 float32 [T, V] buffers per row
+  whole; in 512-position chunks 3 [512, V] and the head weight's summed gradient [E, V]."""
+  from pedrl.models import architectures
+  tiny = architectures.get("tiny").config()
+  assert TrainSettings.logits_chunk == memory.RunShape.logits_chunk == 1024
+  assert memory.head_positions(2048, 512) == 512
+  assert memory.head_positions(2048, 0) == 2048
+  assert memory.head_positions(513, 512) == 513  # 512 predicted positions: one pass.
+  layers = memory.activation_bytes(tiny, 2, 2048, "bfloat16", remat=True, logits_chunk=0) - (
+      3 * 2 * 2048 * 1024 * 4)
+  assert memory.activation_bytes(tiny, 2, 2048, "bfloat16", remat=True, logits_chunk=512) == (
+      layers + 3 * 2 * 512 * 1024 * 4 + 64 * 1024 * 4)
+  attention = 2 * 2048 * 4 * 4 * 2048  # One layer's float32 [T, T] probabilities, 4 heads.
+  assert memory.scoring_bytes(tiny, 2, 2048) == 2 * 2 * 2048 * 1024 * 4 + attention
+  assert memory.scoring_bytes(tiny, 2, 2048, logits_chunk=512) == (
+      2 * 2 * 512 * 1024 * 4 + attention)
