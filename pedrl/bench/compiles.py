@@ -8,14 +8,21 @@ from pedrl.engine import compiler
 
 COMPILE = "/jax/core/compile/backend_compile_duration"  # Every program made, cached or not.
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
+# Before a program is compiled or found in the persistent cache, jax traces the function
+# to a jaxpr and lowers it to StableHLO (the cache's key): a warm start pays both.
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
 @dataclasses.dataclass
 class Programs:
   """The programs made in a block: each one's seconds (compiling it, or reading it from
-  the persistent compilation cache) and how many came from that cache."""
+  the persistent compilation cache), how many came from that cache, and the seconds of
+  tracing and lowering the block's jitted functions to find or compile them."""
   seconds: list = dataclasses.field(default_factory=list)
   cache_hits: int = 0
+  traced: float = 0.0
+  lowered: float = 0.0
 
   def __len__(self) -> int:
     return len(self.seconds)
@@ -30,10 +37,18 @@ def compilations():
   def on_event(event, **_):
     if event == CACHE_HIT:
       out.cache_hits += 1
+
+  def on_duration(event, secs, **_):
+    if event == TRACE:
+      out.traced += secs
+    elif event == LOWER:
+      out.lowered += secs
   jax.monitoring.register_event_listener(on_event)
+  jax.monitoring.register_event_duration_secs_listener(on_duration)
   try:
     with compiler.compilations((COMPILE,)) as seconds:
       out.seconds = seconds  # Filled as the block compiles.
       yield out
   finally:
     jax.monitoring.unregister_event_listener(on_event)
+    jax.monitoring.unregister_event_duration_listener(on_duration)

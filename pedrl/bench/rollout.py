@@ -32,9 +32,10 @@ never keeps them and no dialogue ends early. Messages and sampled tokens are
 asserted equal between engines. Warm-up (each length's first rollout after
 clearing jax's in-memory caches, compiling or loading from the persistent
 compilation cache included) is timed apart from steady state (best of --repeats,
-engines alternated); pedrl's warm-up reports the programs it made and how many
+engines alternated); pedrl's warm-up reports the programs it made, how many
 came from the persistent cache (`--compilation_cache`; a second run of the same
-command finds them all there). The last line is
+command finds them all there), and the seconds jax spent tracing and lowering
+its functions first, which a warm start still pays. The last line is
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
 
@@ -406,9 +407,11 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
       _print_rows(n, results[n])
   for n, by_engine in results.items():
     r = by_engine["pedrl"]
-    print(f"pedrl programs, {n} messages: {len(r['compiled'])} in the warm-up rollout "
-          f"({sum(r['compiled'].seconds):.1f} s, {r['compiled'].cache_hits} from the persistent "
-          f"cache), {len(r['steady_compiled'])} in {repeats} timed rollouts")
+    c = r["compiled"]
+    print(f"pedrl programs, {n} messages: {len(c)} in the warm-up rollout "
+          f"({sum(c.seconds):.1f} s, {c.cache_hits} from the persistent "
+          f"cache; {c.traced:.1f} s tracing and {c.lowered:.1f} s lowering the functions "
+          f"first), {len(r['steady_compiled'])} in {repeats} timed rollouts")
   if "transformers_kv" in runs:
     speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
     print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")
