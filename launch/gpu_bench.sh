@@ -60,7 +60,8 @@ else
   real_paper=(--size=7b+8b --layers=4 --engines=transformers_kv,pedrl)
   # Micro-batches as large as pedrl.rl.memory's plan fits in 95% of 80 GB with the fused
   # attention and the loss head in 1024-position chunks (the trainer's default): 0.5B at 8
-  # rows 55 GiB (68.5 with the whole head), 1.5B at 4 rows 73.6 GiB: 2; with the einsum
+  # rows 55 GiB (68.5, little margin, with the whole head), 1.5B at 4 rows 73.6 GiB: 2;
+  # with the einsum
   # attention, 4 rows' probabilities alone (float32, every layer kept for the backward)
   # are 21 GiB at 0.5B and 2048 tokens: micro-batch 1.
   train_small=(--size=qwen2.5-0.5b --seq_len=2048 --rows=16 --micro_batch=8 --repeats=2)

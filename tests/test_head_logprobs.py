@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from pedrl import models
+from pedrl.models import architectures
+from pedrl.models.hf_checkpoint import random_params
 from pedrl.engine.scoring import sequence_logprobs
 from pedrl.models.decoder import Decoder
 from pedrl.rl import memory, update
@@ -83,6 +85,33 @@ def test_the_update_with_a_chunked_head_is_the_whole_heads(qwen2):
   assert float(m_got["loss"]) == pytest.approx(float(m_want["loss"]), abs=1e-6)
 
 
+def test_the_backward_pass_keeps_no_chunks_logits():
+  """Gradient temporaries by XLA's accounting, 2 rows x 513 tokens, vocabulary 8192, one
+  [B, T, V] float32 buffer 32 MiB: the whole head holds several (158 MiB on CPU, jax
+  0.10); in 64-position chunks under jax.checkpoint 40 MiB; without the checkpoint the
+  backward pass keeps every chunk's logits (72 MiB)."""
+  cfg = architectures.decoder("qwen2", 8192, 64, 1, 4, 2, 128, 4096).config()
+  params = random_params(cfg)
+  rng = np.random.default_rng(0)
+  tokens, mask = rng.integers(0, 8192, (2, 513)).astype(np.int32), np.ones((2, 513), bool)
+
+  def temp_bytes(chunk):
+    model = _model(cfg, chunk)
+    grad = jax.jit(jax.grad(lambda p: sequence_logprobs(model, p, tokens, mask).sum()))
+    return grad.lower(params).compile().memory_analysis().temp_size_in_bytes
+  one = 2 * 512 * 8192 * 4
+  assert temp_bytes(0) > 3 * one
+  assert temp_bytes(64) < 1.5 * one
+
+
+def test_the_trainers_settings_reach_the_tutors_config(testdata):
+  """What train.py and offline.py load the trained tutor with."""
+  runtime = TrainSettings(logits_chunk=256, remat=True).tutor_runtime()
+  assert runtime == {"remat": True, "dtype": "float32", "logits_chunk": 256}
+  cfg = models.from_hf(testdata("qwen2"), **TrainSettings().tutor_runtime())
+  assert (cfg.logits_chunk, cfg.remat, cfg.dtype) == (1024, False, "float32")
+
+
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
 def test_chunked_scoring_over_a_mesh_equals_the_whole_head_on_one_device(qwen2):
   from pedrl import sharding
@@ -98,7 +127,6 @@ def test_chunked_scoring_over_a_mesh_equals_the_whole_head_on_one_device(qwen2):
 def test_the_head_memory_by_hand():
   """The tiny shape (E 64, V 1024), 2 rows of 2048 tokens: 3 float32 [T, V] buffers per row
   whole; in 512-position chunks 3 [512, V] and the head weight's summed gradient [E, V]."""
-  from pedrl.models import architectures
   tiny = architectures.get("tiny").config()
   assert TrainSettings.logits_chunk == memory.RunShape.logits_chunk == 1024
   assert memory.head_positions(2048, 512) == 512

@@ -59,7 +59,8 @@ def define_flags():
                     "fused attention on a GPU in bfloat16/float16).")
   flags.DEFINE_integer("logits_chunk", TrainSettings.logits_chunk,
                        "Positions per pass of the float32 loss head (ModelConfig.logits_chunk, "
-                       "the trainer's rl.logits_chunk; 0: the whole sequence at once).")
+                       "the trainer's rl.logits_chunk; 0: the whole sequence at once).",
+                       lower_bound=0)
   timing.define_repeats("pass")
 
 

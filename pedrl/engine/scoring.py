@@ -145,7 +145,7 @@ def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float =
   model's `logits_chunk` is shorter than the sequence (`head_logprobs`).
   """
   chunk = model.cfg.logits_chunk
-  if chunk and tokens.shape[1] - 1 > chunk:
+  if 0 < chunk < tokens.shape[1] - 1:
     hidden, _ = model.apply({"params": params}, tokens, mask)
     lp = head_logprobs(model, params, hidden[:, :-1], tokens[:, 1:], temperature, chunk)
   else:

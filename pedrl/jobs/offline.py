@@ -206,8 +206,7 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   mesh = run.mesh.make()
   # The trained tutor's weights are float32 whatever the checkpoint stores (as GRPO's).
   tutor = party_lib.load(tutor_path, SamplingParams(max_new_tokens=1), mesh=mesh,
-                         scan_layers=run.job.scan_layers, remat=t.remat, dtype=t.param_dtype,
-                         logits_chunk=t.logits_chunk)
+                         scan_layers=run.job.scan_layers, **t.tutor_runtime())
   steps = t.steps or -(-t.epochs * len(items) // t.batch)
   o = run.optimizer
   if t.warmup_fraction:

@@ -71,7 +71,7 @@ def build(c, workdir: str, config_name: str = "?"):
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
   # learning rates, AdamW updates vanish in bfloat16 weights.
   tutor = load_party(s.tutor, mesh, job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                     remat=t.remat, dtype=t.param_dtype, logits_chunk=t.logits_chunk)
+                     **t.tutor_runtime())
   student = load_party(s.student, mesh, job.scan_layers)
   rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
   rows = job.batch_problems * job.group_size

@@ -64,8 +64,13 @@ class LoopSettings:
   param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
   # Positions per pass of the tutor's float32 vocabulary head in the update and the
   # scoring passes (ModelConfig.logits_chunk): [rows, 1024, V] logits rather than
-  # [rows, T, V], 7.5 GB less per row at 8192 tokens and Qwen2.5's vocabulary; 0: whole.
+  # [rows, T, V], 13 GB less per row at 8192 tokens and Qwen2.5's vocabulary; 0: whole.
+  # With bfloat16 weights the head's gradient is summed over the chunks in bfloat16.
   logits_chunk: int = 1024
+
+  def tutor_runtime(self) -> dict:
+    """The trained tutor's ModelConfig runtime fields these settings choose."""
+    return dict(remat=self.remat, dtype=self.param_dtype, logits_chunk=self.logits_chunk)
 
 
 def items_for_step(items, step: int, batch: int, seed: int, total: int | None = None):

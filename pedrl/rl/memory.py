@@ -33,7 +33,8 @@ over the chunks: one more [E, V]). The reference's forward holds 2 such buffers
 and one layer's 4·H·T attention probabilities per token (none when fused). These
 are estimates: against XLA's accounting of the compiled programs on CPU
 (`pedrl.bench.train_step` prints both) they were within ±20% at 1-4 layers of the
-tiny and 0.5B shapes, 256-512 tokens, whole or in 64-256-position chunks (2026-11-26).
+tiny and 0.5B shapes, 256-512 tokens, whole or in 64-256-position chunks, except the
+chunked scoring pass (30% above at 0.5B with 4 layers; 2026-11-26).
 """
 import dataclasses
 import math

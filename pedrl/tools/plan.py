@@ -50,7 +50,8 @@ def define_flags():
   flags.DEFINE_string("student_dtype", _RUN.student_dtype, "The student's weights and cache.")
   flags.DEFINE_bool("remat", _RUN.remat, "Rematerialized layers in the update.")
   flags.DEFINE_integer("logits_chunk", _RUN.logits_chunk,
-                       "Positions per pass of the loss head (rl.logits_chunk; 0: all).")
+                       "Positions per pass of the loss head (rl.logits_chunk; 0: all).",
+                       lower_bound=0)
   flags.DEFINE_bool("table", False, "Print the papers' setups on common GPU counts and exit.")
 
 
