@@ -5,6 +5,7 @@ along their embedding dimension) and `tensor` (Megatron-style splits of heads,
 MLP width and vocabulary). A dimension that an axis does not divide is left
 replicated, so the same rules serve 0.5B and 14B models and any GQA ratio.
 """
+import contextlib
 import re
 
 import jax
@@ -60,6 +61,12 @@ def param_shardings(params, mesh: Mesh):
     name = "/".join(str(getattr(k, "key", k)) for k in path)
     return NamedSharding(mesh, spec_for(name, leaf.shape, mesh))
   return jax.tree_util.tree_map_with_path(one, params)
+
+
+def context(mesh: Mesh | None):
+  """`jax.set_mesh(mesh)` (None: no mesh): programs traced inside see the mesh, so the
+  decoder can ask that a batch's rows stay split (models.decoder.shard_rows)."""
+  return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

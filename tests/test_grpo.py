@@ -299,3 +299,30 @@ def test_dialogue_advantages_mix_components_and_skip_dropped():
   assert b[1] < 0 and a[1] > 0 and c[1] > 0
   # Returns (gamma 1): a [1, 1], c [1, 0]: turn 0 equal, turn 1 a above c.
   assert a[4] > c[4]
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_an_update_on_a_mesh_keeps_each_devices_rows():
+  """16 rows over fsdp=8: each device holds its 2 rows' activations and gathers the
+  weights (FSDP). XLA's partitioner would otherwise keep all 16 rows on every device with
+  the hidden axis split, all-reducing each layer's [16, T, F] outputs and the logits."""
+  import re
+  from pedrl import sharding
+  from pedrl.bench import train_step as bench
+  from pedrl.models import architectures, build_model
+  from pedrl.models.hf_checkpoint import random_params
+  cfg = architectures.get("tiny").config()
+  mesh = sharding.make_mesh(data=1, fsdp=8, tensor=1)
+  params = random_params(cfg)
+  params = jax.device_put(params, sharding.param_shardings(params, mesh))
+  batch = bench.synthetic_batch(cfg, 16, 64)
+  logp = np.zeros((16, 64), np.float32)
+  batch = batch.replace(old_logp=logp, ref_logp=logp)
+  opt = update.OptimizerSettings().optimizer(total_updates=2)
+  model = build_model(cfg)
+  program = update.train_step_program(model, params, update.init_optimizer(opt, params), opt,
+                                      batch, _grpo(micro_batch=16), mesh)
+  whole_rows = re.findall(r"= \w+\[16,64,\d+\]\S* all-reduce\(", program.as_text())
+  assert not whole_rows, whole_rows
+  scoring = update.logprobs_program(model, params, batch.tokens, batch.attn_mask, 1.0, 16, mesh)
+  assert not re.findall(r"= \w+\[16,64,\d+\]\S* all-reduce\(", scoring.as_text())

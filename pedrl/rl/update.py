@@ -206,8 +206,9 @@ def gradients(model, params, batch: objective_lib.Batch, objective: objective_li
               mesh=None):
   """The mini-batch gradient, accumulated over micro-batches of objective.micro_batch
   rows; equal to one pass over the whole batch. Returns (grads, summed metrics)."""
-  return _gradients(model, params, micro_batches(batch, objective.micro_batch, mesh), objective,
-                    _totals(objective, batch))
+  with sharding_lib.context(mesh):
+    return _gradients(model, params, micro_batches(batch, objective.micro_batch, mesh),
+                      objective, _totals(objective, batch))
 
 
 def state_shardings(optimizer, params):
@@ -293,7 +294,8 @@ def train_step(model, params, opt_state, optimizer, batch: objective_lib.Batch,
   the params); both are donated: their buffers become the new ones. Returns (params,
   opt_state, UpdateMetrics of host values)."""
   step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
-  params, opt_state, metrics = step(*args)
+  with sharding_lib.context(mesh):
+    params, opt_state, metrics = step(*args)
   return params, opt_state, sharding_lib.to_host(metrics)
 
 
@@ -302,7 +304,8 @@ def train_step_program(model, params, opt_state, optimizer, batch: objective_lib
   """The program `train_step` runs for these arguments, for XLA's memory and cost
   analyses (from the compilation caches once train_step has run it)."""
   step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
-  return step.lower(*args).compile()
+  with sharding_lib.context(mesh):
+    return step.lower(*args).compile()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
@@ -324,12 +327,15 @@ def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chu
   """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
   would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
   rows = tokens.shape[0]
-  lp = _chunked_logprobs(model, params, *_chunked(tokens, attn_mask, chunk, mesh), temperature)
+  with sharding_lib.context(mesh):
+    lp = _chunked_logprobs(model, params, *_chunked(tokens, attn_mask, chunk, mesh),
+                           temperature)
   return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:rows]
 
 
 def logprobs_program(model, params, tokens, attn_mask, temperature: float, chunk: int,
                      mesh=None) -> jax.stages.Compiled:
   """The program `logprobs_in_chunks` runs for these arguments (see train_step_program)."""
-  return _chunked_logprobs.lower(model, params, *_chunked(tokens, attn_mask, chunk, mesh),
-                                 temperature).compile()
+  with sharding_lib.context(mesh):
+    return _chunked_logprobs.lower(model, params, *_chunked(tokens, attn_mask, chunk, mesh),
+                                   temperature).compile()
