@@ -46,29 +46,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from pedrl import sharding
 from pedrl.models import layers
 from pedrl.models import rope
 from pedrl.models.config import ModelConfig
-
-# The mesh axes a batch's rows are split over (pedrl.sharding.BATCH).
-ROW_AXES = ("data", "fsdp")
-
-
-def shard_rows(x):
-  """x [B, ...] constrained to its rows split over the context mesh's batch axes (a
-  `jax.set_mesh` around the jitted call; without one, or rows the axes do not divide, x
-  as it is). The embedding table's E axis is split over fsdp, and from the lookup on
-  XLA's partitioner otherwise keeps every row on every device with E split, all-reducing
-  each layer's [B, T, F] outputs and the [B, T, V] logits instead of gathering weights
-  (a 1-layer Qwen2.5-0.5B gradient of 16 rows x 1025 tokens over fsdp=8 on CPU: 21.5
-  GiB of temporaries per device, 5.2 GiB with its rows split)."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or not set(ROW_AXES) <= set(mesh.axis_names):
-    return x
-  if x.shape[0] % (mesh.shape["data"] * mesh.shape["fsdp"]):
-    return x
-  return jax.lax.with_sharding_constraint(x, P(ROW_AXES, *(None,) * (x.ndim - 1)))
-
 
 REMAT_POLICIES = {
     "nothing": jax.checkpoint_policies.nothing_saveable,
@@ -447,7 +428,7 @@ class Decoder(nn.Module):
     cos, sin = rope.cos_sin(positions, self.inv_freq, self.rope_scale)
     x = self.embed(tokens)
     if cache is None:  # Whole sequences (training, scoring): rows split over the mesh.
-      x = shard_rows(x)
+      x = sharding.shard_rows(x)
     if self.cfg.scan_layers:
       x, new = self.layers(x, cos, sin, masks, kv)
     else:
