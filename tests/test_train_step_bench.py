@@ -73,6 +73,21 @@ def test_memory_of_paper_003_on_four_devices_by_hand():
   assert memory.scoring_bytes(tiny, 2, 64, fused=True) == 2 * 64 * 2 * 1024 * 4
 
 
+def test_fsdp_gathered_weights_by_hand():
+  """Over fsdp=8 a device gathers the vocabulary matrix and one layer whole: the tiny
+  shape's V·E = 1024·64 and a layer's q, k, v, o (64·64 + 2·64·32 + 64·64, q/k/v biases
+  64 + 2·32), gate, up, down (3·64·176) and two norms (2·64), float32; none on one device."""
+  tiny = architectures.get("tiny").config()
+  layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + (64 + 2 * 32) + 3 * 64 * 176 + 2 * 64
+  assert memory.gathered_bytes(tiny, "float32", memory.MeshShape(fsdp=8)) == (
+      1024 * 64 + layer) * 4
+  assert memory.gathered_bytes(tiny, "float32", memory.MeshShape()) == 0
+  p = memory.plan(tiny, tiny, memory.MeshShape(fsdp=8), memory.RunShape(), float("inf"))
+  assert p.phases["update"] == sum(p.parts[k] for k in (
+      "tutor params", "AdamW moments", "reference", "student params", "gradients",
+      "activations", "gathered weights"))
+
+
 def test_a_plan_says_what_fits(capsys):
   tutor, student = (architectures.get(n).config() for n in ("qwen2.5-7b", "llama-3.1-8b"))
   run = memory.RunShape()
@@ -120,6 +135,24 @@ def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path, a
     xla, estimate, programs = float(row[5]), float(row[6]), int(row[8])
     assert programs == 1, row
     assert 0.75 < estimate / xla < 1.25, row
+
+
+@pytest.mark.job
+def test_the_train_step_benchmark_on_a_mesh_gives_memory_per_device(tmp_path):
+  """16 rows over fsdp=8 simulated devices: XLA's per-device accounting against the plan's
+  for that mesh (2 rows a device, the weights split, a layer and the vocabulary gathered)."""
+  env = dict(jobs.env(), XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  out = subprocess.run([sys.executable, "-m", "pedrl.bench.train_step", "--size=tiny",
+                        "--seq_len=128", "--rows=16", "--micro_batch=16", "--repeats=1",
+                        "--mesh=1,8,1", "--compilation_cache=off"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+  assert "mesh {'data': 1, 'fsdp': 8, 'tensor': 1}, memory per device" in out.stdout
+  for name in ("score", "update"):
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith(name + " "))
+    assert 0.6 < float(row[6]) / float(row[5]) < 1.5, row
+  bad = subprocess.run([sys.executable, "-m", "pedrl.bench.train_step", "--mesh=1,4,1"],
+                       capture_output=True, text=True, env=jobs.env(), cwd=tmp_path)
+  assert bad.returncode != 0 and "--mesh=1,4,1: mesh" in bad.stderr, bad.stderr[-500:]
 
 
 def test_a_shape_over_the_devices_memory_is_refused_before_compiling(monkeypatch):

@@ -3,6 +3,8 @@ r"""One GRPO update at a named model shape: step time, tokens/s, MFU and memory.
   python -m pedrl.bench.train_step --size=qwen2.5-1.5b --seq_len=2048 --micro_batch=4
   python -m pedrl.bench.train_step --size=qwen2.5-7b --layers=4   # a 7B's layers, trimmed
   python -m pedrl.bench.train_step --size=tiny --seq_len=64 --rows=4 --repeats=1
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m pedrl.bench.train_step \
+      --size=qwen2.5-0.5b --layers=1 --seq_len=1024 --rows=16 --micro_batch=16 --mesh=1,8,1
 
 Random weights (`hf_checkpoint.random_params`) in --param_dtype (the trained tutor's
 weights and AdamW moments, `TrainSettings.param_dtype` by default), computed in
@@ -23,6 +25,10 @@ scored token, PaLM's convention) over the time and the device's datasheet peak
 accounting of each compiled program (arguments + outputs − donated + temporaries),
 the device's peak in use where it reports one (GPUs), and `pedrl.rl.memory`'s
 estimate of the same buffers. Also counted: the programs each pass compiled.
+With --mesh (data,fsdp,tensor sizes) the weights, moments and rows are split over the
+devices as a training run splits them (`pedrl.sharding`), and the memory figures are
+per device, XLA's against the plan's for that mesh: on CPU, simulate the devices
+with XLA_FLAGS=--xla_force_host_platform_device_count=N.
 """
 import dataclasses
 import time
@@ -31,7 +37,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from pedrl import cli
+from pedrl import cli, sharding
 from pedrl.bench import compiles, roofline, timing
 from pedrl.models import architectures, costs
 from pedrl.models.decoder import full_attention
@@ -57,6 +63,8 @@ def define_flags():
   flags.DEFINE_enum("full_attention", "auto", ["auto", "einsum", "cudnn", "xla"],
                     "How whole sequences attend (ModelConfig.full_attention; auto: cuDNN's "
                     "fused attention on a GPU in bfloat16/float16).")
+  flags.DEFINE_list("mesh", [], "data,fsdp,tensor sizes of a mesh over the devices "
+                    "(default: one device).")
   flags.DEFINE_integer("logits_chunk", TrainSettings.logits_chunk,
                        "Positions per pass of the float32 loss head (ModelConfig.logits_chunk, "
                        "the trainer's rl.logits_chunk; 0: the whole sequence at once).",
@@ -130,8 +138,10 @@ def best_seconds(fn, repeats: int) -> float:
 
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
             param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
-            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk) -> dict:
-  """The scoring pass and the update at one shape (one device); Pass by name."""
+            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
+            mesh=None) -> dict:
+  """The scoring pass and the update at one shape, on one device or over `mesh` (memory
+  per device); Pass by name."""
   arch = architectures.get(size)
   cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention,
                     logits_chunk=logits_chunk)
@@ -140,15 +150,18 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
                         logits_chunk=logits_chunk)
   # What each program holds, by the plan: the scoring pass the reference and its logits, the
   # update the weights, moments, gradients and activations.
-  parts = memory.plan(cfg, cfg, memory.MeshShape(), run, float("inf")).parts
-  estimate = {"score": parts["reference"] + parts["scoring"],
+  shape = memory.MeshShape(**mesh.shape) if mesh is not None else memory.MeshShape()
+  parts = memory.plan(cfg, cfg, shape, run, float("inf")).parts
+  estimate = {"score": parts["reference"] + parts["scoring"] + parts["gathered weights"],
               "update": sum(parts[k] for k in ("tutor params", "AdamW moments", "gradients",
-                                               "activations"))}
+                                               "activations", "gathered weights"))}
   check_fits(size, parts["reference"] + estimate["update"], seq_len, micro_batch, remat)
   model = build_model(cfg)
   # Committed to the device, as loaded checkpoints are: the update returns committed arrays,
   # and jit would compile the step again for the second call if its inputs were not.
-  params = jax.device_put(random_params(cfg.replace(dtype=param_dtype)), jax.devices()[0])
+  params = random_params(cfg.replace(dtype=param_dtype))
+  params = jax.device_put(params, jax.devices()[0] if mesh is None else
+                          sharding.param_shardings(params, mesh))
   reference = jax.tree.map(lambda x: x.copy(), params)  # The trainer's frozen copy.
   # Paper 003's tutor samples at T = 1.0: its log-probs are of the logits as they are.
   settings = update.GRPOObjective(update.GRPOSettings(micro_batch=micro_batch), temperature=1.0)
@@ -158,12 +171,12 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   out = {}
 
   score = lambda: update.logprobs_in_chunks(model, reference, batch.tokens, batch.attn_mask,
-                                            settings.temperature, micro_batch)
+                                            settings.temperature, micro_batch, mesh)
   with compiles.compilations() as compiled:  # Those of the timed calls too (none, or a bug).
     ref_logp = score()
     seconds = best_seconds(score, repeats)
   program = update.logprobs_program(model, reference, batch.tokens, batch.attn_mask,
-                                    settings.temperature, micro_batch)
+                                    settings.temperature, micro_batch, mesh)
   tokens = rows * seq_len
   out["score"] = Pass("score", seconds, tokens,
                       tokens * costs.forward_flops_per_token(cfg, seq_len), program_bytes(program),
@@ -173,14 +186,15 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   state = [params, opt_state]
 
   def step():
-    state[0], state[1], metrics = update.train_step(model, *state, optimizer, batch, settings)
+    state[0], state[1], metrics = update.train_step(model, *state, optimizer, batch, settings,
+                                                    mesh)
     if not np.isfinite(metrics.objective.loss):
       raise FloatingPointError(f"the update's loss is {metrics.objective.loss}")
 
   with compiles.compilations() as compiled:
     step()
     seconds = best_seconds(step, repeats)
-  program = update.train_step_program(model, *state, optimizer, batch, settings)
+  program = update.train_step_program(model, *state, optimizer, batch, settings, mesh)
   out["update"] = Pass("update", seconds, tokens,
                        tokens * costs.train_flops_per_token(cfg, seq_len), program_bytes(program),
                        estimate["update"], len(compiled), device_peak())
@@ -189,10 +203,22 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
-           attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk) -> dict:
-  """Measures and prints the table; the passes by name."""
+           attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
+           mesh_sizes=()) -> dict:
+  """Measures and prints the table (on a mesh of `mesh_sizes`, data,fsdp,tensor, if
+  given); the passes by name."""
+  mesh = None
+  if mesh_sizes:
+    if len(mesh_sizes) != 3:
+      raise app.UsageError(f"--mesh needs three sizes (data,fsdp,tensor), got {mesh_sizes}")
+    try:
+      mesh = sharding.make_mesh(*map(int, mesh_sizes))
+    except ValueError as e:
+      raise app.UsageError(f"--mesh={','.join(map(str, mesh_sizes))}: {e} (on CPU, "
+                           "XLA_FLAGS=--xla_force_host_platform_device_count=N simulates N)")
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
-                   repeats, attention, logits_chunk)
+                   repeats, attention, logits_chunk, mesh)
+  devices = 1 if mesh is None else mesh.size
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
   peak = roofline.peak_flops(compute_dtype)
@@ -205,9 +231,12 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
         f"{param_dtype}, compute {compute_dtype}, remat {remat}, attention "
         f"{full_attention(cfg)}, loss head {memory.head_positions(seq_len, logits_chunk)} "
         f"positions a pass; {rows} rows x {seq_len} tokens, "
-        f"micro-batch {micro_batch}; best of {repeats}")
+        f"micro-batch {micro_batch}; best of {repeats}"
+        + ("" if mesh is None else f"; mesh {dict(mesh.shape)}, memory per device, MFU "
+           f"over {devices} devices"))
   print(f"{'pass':<8}{'seconds':>9}{'tok/s':>10}{'TFLOP/s':>9}{'MFU':>7}{'xla_MiB':>11}"
         f"{'estimate_MiB':>14}{'peak_MiB':>11}{'programs':>10}")
+  peak = None if peak is None else peak * devices
   for p in passes.values():
     mfu = p.mfu(peak)
     print(f"{p.name:<8}{p.seconds:>9.3f}{p.tokens / p.seconds:>10.0f}"
@@ -223,7 +252,7 @@ def main(argv):
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
-         FLAGS.full_attention, FLAGS.logits_chunk)
+         FLAGS.full_attention, FLAGS.logits_chunk, FLAGS.mesh)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ float32 [T, V] buffers per row (logits, their softmax and its gradient), or [C, 
 with the head run C positions at a time (`rl.logits_chunk`, C = 1024 by default; its
 backward recomputes each chunk's logits and sums the head weight's float32 gradient
 over the chunks: one more [E, V]). The reference's forward holds 2 such buffers
-and one layer's 4·H·T attention probabilities per token (none when fused). These
+and one layer's 4·H·T attention probabilities per token (none when fused). When
+the mesh splits the weights, each device also holds, while it computes, the
+vocabulary matrix and one layer's weights gathered whole (FSDP). These
 are estimates: against XLA's accounting of the compiled programs on CPU
 (`pedrl.bench.train_step` prints both) they were within ±20% at 1-4 layers of the
 tiny and 0.5B shapes, 256-512 tokens, whole or in 64-256-position chunks, except the
@@ -105,6 +107,17 @@ def layer_activation_bytes(cfg: ModelConfig, seq_len: int, dtype: str,
   b, e, q = dtype_bytes(dtype), cfg.hidden_size, cfg.head_dim
   dense = b * (4 * e + 2 * (cfg.num_heads + cfg.num_kv_heads) * q + 3 * cfg.intermediate_size)
   return dense + (4 * cfg.num_heads if fused else 12 * cfg.num_heads * seq_len)
+
+
+def gathered_bytes(cfg: ModelConfig, dtype: str, mesh: MeshShape = MeshShape()) -> int:
+  """What a device gathers at once when the mesh splits the weights (FSDP): the
+  vocabulary matrix and one layer's weights, whole; 0 when nothing is split."""
+  if param_bytes(cfg, dtype, mesh) == param_bytes(cfg, dtype):
+    return 0
+  vocab = cfg.vocab_size * cfg.hidden_size
+  layer = (costs.param_count(cfg) - vocab * (1 if cfg.tie_embeddings else 2)
+           - cfg.hidden_size) // cfg.num_layers
+  return (vocab + layer) * dtype_bytes(dtype)
 
 
 def head_positions(seq_len: int, logits_chunk: int) -> int:
@@ -189,6 +202,7 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
       "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len, run.fused_attention,
                                run.logits_chunk),
       "gradients": 2 * tutor_params,  # The accumulator and one micro-batch's.
+      "gathered weights": gathered_bytes(tutor, run.param_dtype, mesh),
       "activations": activation_bytes(tutor, micro_rows, run.update_seq_len, run.param_dtype,
                                       run.remat, run.fused_attention, run.logits_chunk),
   }
@@ -196,6 +210,7 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
                                     "student params"))
   phases = {"rollout": resident + parts["tutor KV cache"] + parts["student KV cache"],
             "solve": resident + parts["solve KV cache"],
-            "score": resident + parts["scoring"],
-            "update": resident + parts["gradients"] + parts["activations"]}
+            "score": resident + parts["scoring"] + parts["gathered weights"],
+            "update": (resident + parts["gradients"] + parts["activations"]
+                       + parts["gathered weights"])}
   return Plan(parts, phases, device_bytes)
