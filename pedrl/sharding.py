@@ -72,8 +72,8 @@ def context(mesh: Mesh | None):
 
 def shard_rows(x):
   """x [B, ...] constrained to its rows split over the context mesh's batch axes (a
-  `context` around the jitted call; without one, or rows the axes do not divide, x as
-  it is). The decoder's whole sequences need it: the embedding table's E axis is split
+  `context` around the jitted call; without one, x as it is; rows the axes do not
+  divide are an error, as batches on a mesh are padded to them). The decoder's whole sequences need it: the embedding table's E axis is split
   over fsdp, and from the lookup on XLA's partitioner otherwise keeps every row on every
   device with E split, all-reducing each layer's [B, T, F] outputs and the [B, T, V]
   logits instead of gathering weights (a 1-layer Qwen2.5-0.5B update of 16 rows x 1024
@@ -82,8 +82,9 @@ def shard_rows(x):
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or not set(BATCH) <= set(mesh.axis_names):
     return x
-  if x.shape[0] % math.prod(mesh.shape[a] for a in BATCH):
-    return x
+  shards = math.prod(mesh.shape[a] for a in BATCH)
+  if x.shape[0] % shards:
+    raise ValueError(f"{x.shape[0]} rows do not split over the mesh's {shards} batch shards")
   return jax.lax.with_sharding_constraint(x, P(BATCH, *(None,) * (x.ndim - 1)))
 
 

@@ -24,14 +24,19 @@ def matmul_params(cfg: ModelConfig) -> int:
   return cfg.num_layers * layer_matmul_params(cfg) + cfg.hidden_size * cfg.vocab_size
 
 
-def param_count(cfg: ModelConfig) -> int:
-  """Every parameter the decoder holds (embeddings, norms and biases included)."""
+def layer_params(cfg: ModelConfig) -> int:
+  """Every parameter of one decoder layer (projections, norms, biases)."""
   e, d, h, kv = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
   layer = layer_matmul_params(cfg) + 2 * e  # Two norms.
   layer += (h + 2 * kv) * d * cfg.qkv_bias + e * cfg.o_bias + 2 * d * cfg.qk_norm
-  layer += (2 * cfg.intermediate_size + e) * cfg.mlp_bias
+  return layer + (2 * cfg.intermediate_size + e) * cfg.mlp_bias
+
+
+def param_count(cfg: ModelConfig) -> int:
+  """Every parameter the decoder holds (embeddings, norms and biases included)."""
+  e = cfg.hidden_size
   head = 0 if cfg.tie_embeddings else e * cfg.vocab_size
-  return cfg.vocab_size * e + cfg.num_layers * layer + e + head
+  return cfg.vocab_size * e + cfg.num_layers * layer_params(cfg) + e + head
 
 
 def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:

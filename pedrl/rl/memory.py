@@ -114,10 +114,7 @@ def gathered_bytes(cfg: ModelConfig, dtype: str, mesh: MeshShape = MeshShape()) 
   vocabulary matrix and one layer's weights, whole; 0 when nothing is split."""
   if param_bytes(cfg, dtype, mesh) == param_bytes(cfg, dtype):
     return 0
-  vocab = cfg.vocab_size * cfg.hidden_size
-  layer = (costs.param_count(cfg) - vocab * (1 if cfg.tie_embeddings else 2)
-           - cfg.hidden_size) // cfg.num_layers
-  return (vocab + layer) * dtype_bytes(dtype)
+  return (cfg.vocab_size * cfg.hidden_size + costs.layer_params(cfg)) * dtype_bytes(dtype)
 
 
 def head_positions(seq_len: int, logits_chunk: int) -> int:
