@@ -1,27 +1,35 @@
 #!/bin/bash
-# pedrl's GPU figures in one run, written to one results file; its steps' time limits add up
-# to 16.5 minutes (sized from runs on one H100; a step that ends early leaves the rest unused).
-# PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." runs only the steps it names.
+# pedrl's GPU figures in one run, written to one results file; its default steps' time
+# limits add up to 13 minutes (sized from runs on one H100; a step that ends early leaves
+# the rest unused).
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
 #   bash launch/gpu_bench.sh --tiny          # the same steps at tiny shapes on CPU (a dry run)
 #   PEDRL_GPU_BENCH_OUT=/path bash launch/gpu_bench.sh
+#   PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." bash launch/gpu_bench.sh   # only these
+#   PEDRL_GPU_BENCH_SECONDS=540 bash launch/gpu_bench.sh   # cut steps short to end by then
 #
 # Steps, each under its own time limit (a step past it is recorded as timed out and
 # the others still run):
-#   1. sampling: Qwen2.5-7B-shaped bf16 decode, batch 1 and 16 (HBM utilization);
+#   1. sampling: Qwen2.5-7B-shaped bf16 decode, batch 1 and 16 (HBM utilization), then
+#      each traced once: its longest XLA ops (pedrl.bench.profile);
 #   2. rollout, bench shape (26M models) against transformers on the same GPU, 6
 #      messages, with a fresh persistent compilation cache (cold warm-up);
 #   3. the same rollout again, 6 messages: its programs come from that cache (warm);
-#   4. rollout at real shapes: Qwen2.5-0.5B on both sides, and paper 003's Qwen2.5-7B
-#      tutor with a Llama-3.1-8B student, their stacks trimmed to 4 layers;
-#   5. one GRPO update at Qwen2.5-0.5B and 1.5B, and at 7B trimmed to 4 layers, whole
-#      sequences attending through cuDNN's fused attention; and at 1.5B with the einsum
-#      attention (float32 [T, T] probabilities), the comparison;
+#   4. rollout at paper 003's shapes: a Qwen2.5-7B tutor with a Llama-3.1-8B student,
+#      their stacks trimmed to 4 layers;
+#   5. one GRPO update at Qwen2.5-0.5B and 1.5B (traced like step 1), and at 7B trimmed
+#      to 4 layers, whole sequences attending through cuDNN's fused attention;
 #   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
+# Options, run only when PEDRL_GPU_BENCH_STEPS names them: rollout_cold_scan and
+# rollout_warm_scan (steps 2 and 3 with scanned layers), rollout_cold_autotune0 (step 2
+# with XLA's autotuning off), rollout_qwen2.5-0.5b (Qwen2.5-0.5B on both sides) and
+# train_step_1.5b_einsum (the 1.5B update with the einsum attention's float32 [T, T]
+# probabilities).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
 # the date, device, versions and commit, every step's output, and a summary of the
-# key=value lines the benchmarks end with. docs/performance.md lists the goals.
+# key=value lines the benchmarks end with; the traced calls beside it (gzipped .xplane.pb,
+# for TensorBoard's or XProf's viewers). docs/performance.md lists the goals.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiny=0
@@ -37,6 +45,9 @@ cache="${TMPDIR:-/tmp}/pedrl_gpu_bench_jax_cache_$stamp"
 # instead of taking 75% of the memory at start.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=false
 
+# PEDRL_GPU_BENCH_SECONDS: the whole run's limit (a device lent for so long); steps that
+# would run past it are cut short or skipped, and the summary is still written.
+deadline=${PEDRL_GPU_BENCH_SECONDS:-0}
 scale=1  # Time limits are an H100's; a CPU dry run gets more.
 if (( tiny )); then
   export JAX_PLATFORMS=cpu
@@ -69,7 +80,8 @@ else
   train_big=(--size=qwen2.5-7b --layers=4 --seq_len=2048 --rows=8 --micro_batch=4 --repeats=2)
   train_einsum=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2
                 --full_attention=einsum)
-  tests=(tests/test_full_attention.py tests/test_decoder_parity.py tests/test_sampling.py
+  tests=(tests/test_head_logprobs.py tests/test_bench_profile.py
+         tests/test_full_attention.py tests/test_decoder_parity.py tests/test_sampling.py
          tests/test_distribution.py tests/test_grpo.py tests/test_programs.py
          tests/test_sharding.py tests/test_train_step_bench.py -m "not job")
   # Most of the tests' time is compiling: eight workers when pytest-xdist is there.
@@ -89,9 +101,18 @@ print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, torch {torch.__versi
 EOF
 } > "$results" 2>&1
 
+named() { [[ " ${PEDRL_GPU_BENCH_STEPS:-} " == *" $1 "* ]]; }
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, output to $results.
   local name=$1 limit=$(( $2 * scale )); shift 2
-  [[ -z "${PEDRL_GPU_BENCH_STEPS:-}" || " $PEDRL_GPU_BENCH_STEPS " == *" $name "* ]] || return 0
+  [[ -z "${PEDRL_GPU_BENCH_STEPS:-}" ]] || named "$name" || return 0
+  if (( deadline )); then  # No step runs past the whole run's limit (30 s kept for the summary).
+    local left=$(( deadline - SECONDS - 30 ))
+    if (( left < 15 )); then
+      echo "=== $name: SKIPPED (PEDRL_GPU_BENCH_SECONDS=$deadline reached)" | tee -a "$results"
+      return 0
+    fi
+    (( limit > left )) && limit=$left
+  fi
   local start=$SECONDS status
   { echo; echo "=== $name (limit ${limit}s): $*"; } >> "$results"
   timeout --kill-after=10 "$limit" "$@" >> "$results" 2>&1
@@ -103,32 +124,52 @@ step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, outpu
   echo "$name: $verdict in $((SECONDS - start)) s"
 }
 
+option() {  # option NAME SECONDS COMMAND...: a step that runs only when PEDRL_GPU_BENCH_STEPS names it.
+  named "$1" && step "$@"
+  return 0
+}
+
 cc=(--compilation_cache="$cache")
+# The decode and the 1.5B update are traced once more after timing: their longest XLA ops
+# (pedrl.bench.profile) go to the results, the traces beside them (gzipped .xplane.pb).
+prof=(--profile_top=25 --trace_dir="$out_dir")
 # The training steps share the GPU with nothing: jax may take 95% of it, not its default 75%
 # (also its limit when it allocates as it goes).
 train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
-step sampling 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
-    --gpu_cache_slots=0 "${sampling[@]}"
+step sampling 120 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+    --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
 step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
 step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
-step rollout_qwen2.5-0.5b 180 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
+# Options: scanned layers (one compiled layer body, the jobs' default) and XLA's GEMM
+# autotuning off, each from a fresh cache, against the two steps above.
+option rollout_cold_scan 90 "$python" -m pedrl.bench.rollout --compilation_cache="$cache.scan" \
+    "${rollout[@]}" --messages=6 --torch_device=$torch_device --scan_layers
+option rollout_warm_scan 40 "$python" -m pedrl.bench.rollout --compilation_cache="$cache.scan" \
+    "${rollout[@]}" --messages=6 --torch_device=$torch_device --scan_layers
+option rollout_cold_autotune0 90 env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" \
+    "$python" -m pedrl.bench.rollout --compilation_cache="$cache.autotune0" "${rollout[@]}" \
+    --messages=6 --torch_device=$torch_device
+# An option: run C's did not exit after its last line (2026-11-26).
+option rollout_qwen2.5-0.5b 180 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
 step rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
 step train_step_0.5b 45 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
-step train_step_1.5b 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_mid[@]}"
+step train_step_1.5b 60 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
+    "${prof[@]}" "${train_mid[@]}"
 step train_step_7b_4_layers 40 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
-step train_step_1.5b_einsum 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
+option train_step_1.5b_einsum 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${train_einsum[@]}"
 step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
     "${tests[@]}"
 
 {
   echo; echo "=== summary (the benchmarks' last lines, in step order)"
-  grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |passed|failed' "$results" \
+  grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |^profile |^traced call|^kinds: |passed|failed' "$results" \
     | grep -v '^=== summary'
 } >> "$results"
-rm -rf "$cache"
+rm -rf "$cache" "$cache.scan" "$cache.autotune0"
+gzip -f "$out_dir"/*.xplane.pb 2>/dev/null
 echo "results: $results"

@@ -26,7 +26,7 @@ import numpy as np
 
 from pedrl import cli
 from pedrl import models
-from pedrl.bench import roofline, timing
+from pedrl.bench import profile, roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 from pedrl.models import architectures, costs
 
@@ -39,6 +39,7 @@ flags.DEFINE_integer("new_tokens", 128, "Tokens to generate.")
 flags.DEFINE_float("top_p", 0.95, "Nucleus sampling mass.")
 timing.define_scan_layers(False)
 timing.define_repeats("engine")
+profile.define_flags()
 flags.DEFINE_string("gpu_size", "qwen2.5-7b", "GPU profile: the model's shape "
                     "(pedrl.models.architectures; tiny to smoke-test).")
 flags.DEFINE_integer("gpu_layers", 0, "GPU profile: the model's layers (0: the shape's own).")
@@ -166,12 +167,12 @@ def gpu_profile():
   print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
         f"{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)
-  utilization = {}
+  utilization, traced = {}, []
   for batch in (1, 16):
     prompts = rng.integers(1, cfg.vocab_size, (batch, FLAGS.prompt_len)).tolist()
     for slots in map(int, FLAGS.gpu_cache_slots):
-      r = measure({"pedrl": pedrl_runner(model, params, prompts, FLAGS.top_p, slots)},
-                  FLAGS.new_tokens, FLAGS.repeats)["pedrl"]
+      run = pedrl_runner(model, params, prompts, FLAGS.top_p, slots)
+      r = measure({"pedrl": run}, FLAGS.new_tokens, FLAGS.repeats)["pedrl"]
       step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
       # The roofline reads the filled slots only, whatever the cache's allocated size.
       _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
@@ -180,6 +181,9 @@ def gpu_profile():
       print(f"{batch:>6}{slots or FLAGS.prompt_len + FLAGS.new_tokens:>7}{batch / step:>14.1f}"
             f"{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}{r['ttft']:>8.3f}{r['compile']:>11.1f}"
             f"{stats.get('peak_bytes_in_use', 0) / 2**30:>9.1f}")
+      traced.append((f"decode_batch{batch}_slots{slots}", run))
+  for name, run in traced:  # A prompt and --new_tokens decode steps, traced.
+    profile.show(lambda: run(FLAGS.new_tokens).tokens, name, FLAGS.profile_top, FLAGS.trace_dir)
   for batch, u in utilization.items():
     print(f"decode_hbm_utilization_batch{batch}={u:.3f}")
 

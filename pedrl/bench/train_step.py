@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from pedrl import cli, sharding
-from pedrl.bench import compiles, roofline, timing
+from pedrl.bench import compiles, profile, roofline, timing
 from pedrl.models import architectures, costs
 from pedrl.models.decoder import full_attention
 from pedrl.models.hf_checkpoint import build_model, random_params
@@ -70,6 +70,7 @@ def define_flags():
                        "the trainer's rl.logits_chunk; 0: the whole sequence at once).",
                        lower_bound=0)
   timing.define_repeats("pass")
+  profile.define_flags()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,9 +140,10 @@ def best_seconds(fn, repeats: int) -> float:
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
             param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
             attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-            mesh=None) -> dict:
+            mesh=None, profile_top: int = 0, trace_dir: str = "") -> dict:
   """The scoring pass and the update at one shape, on one device or over `mesh` (memory
-  per device); Pass by name."""
+  per device); Pass by name. profile_top > 0: then one more call of each traced, its
+  longest ops printed (`pedrl.bench.profile`)."""
   arch = architectures.get(size)
   cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention,
                     logits_chunk=logits_chunk)
@@ -165,7 +167,7 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   reference = jax.tree.map(lambda x: x.copy(), params)  # The trainer's frozen copy.
   # Paper 003's tutor samples at T = 1.0: its log-probs are of the logits as they are.
   settings = update.GRPOObjective(update.GRPOSettings(micro_batch=micro_batch), temperature=1.0)
-  optimizer = update.OptimizerSettings().optimizer(total_updates=1 + repeats)
+  optimizer = update.OptimizerSettings().optimizer(total_updates=2 + repeats)
   opt_state = update.init_optimizer(optimizer, params)
   batch = synthetic_batch(cfg, rows, seq_len)
   out = {}
@@ -198,13 +200,16 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   out["update"] = Pass("update", seconds, tokens,
                        tokens * costs.train_flops_per_token(cfg, seq_len), program_bytes(program),
                        estimate["update"], len(compiled), device_peak())
+  name = f"{size}_{cfg.num_layers}layers_{rows}x{seq_len}_mb{micro_batch}"
+  profile.show(score, f"score_{name}", profile_top, trace_dir)
+  profile.show(lambda: step() or state[0], f"update_{name}", profile_top, trace_dir)
   return out
 
 
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-           mesh_sizes=()) -> dict:
+           mesh_sizes=(), profile_top: int = 0, trace_dir: str = "") -> dict:
   """Measures and prints the table (on a mesh of `mesh_sizes`, data,fsdp,tensor, if
   given); the passes by name."""
   mesh = None
@@ -217,7 +222,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
       raise app.UsageError(f"--mesh={','.join(map(str, mesh_sizes))}: {e} (on CPU, "
                            "XLA_FLAGS=--xla_force_host_platform_device_count=N simulates N)")
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
-                   repeats, attention, logits_chunk, mesh)
+                   repeats, attention, logits_chunk, mesh, profile_top, trace_dir)
   devices = 1 if mesh is None else mesh.size
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
@@ -252,7 +257,8 @@ def main(argv):
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
-         FLAGS.full_attention, FLAGS.logits_chunk, FLAGS.mesh)
+         FLAGS.full_attention, FLAGS.logits_chunk, FLAGS.mesh, FLAGS.profile_top,
+         FLAGS.trace_dir)
 
 
 if __name__ == "__main__":
