@@ -23,7 +23,10 @@
 #   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
 # Options, run only when PEDRL_GPU_BENCH_STEPS names them: rollout_cold_scan and
 # rollout_warm_scan (steps 2 and 3 with scanned layers), rollout_cold_autotune0 (step 2
-# with XLA's autotuning off), rollout_qwen2.5-0.5b (Qwen2.5-0.5B on both sides) and
+# with XLA's autotuning off), rollout_cold_parallel (step 2 compiling on 16 threads),
+# rollout_cold_cublas (step 2 with cuBLAS for every dot: no Triton GEMMs to tune and
+# compile), train_step_1.5b_unrolled (the 1.5B update, layers unrolled: no copies of
+# the scan's stacked activations), rollout_qwen2.5-0.5b (Qwen2.5-0.5B on both sides) and
 # train_step_1.5b_einsum (the 1.5B update with the einsum attention's float32 [T, T]
 # probabilities).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
@@ -148,6 +151,12 @@ option rollout_cold_scan 90 "$python" -m pedrl.bench.rollout --compilation_cache
     "${rollout[@]}" --messages=6 --torch_device=$torch_device --scan_layers
 option rollout_warm_scan 40 "$python" -m pedrl.bench.rollout --compilation_cache="$cache.scan" \
     "${rollout[@]}" --messages=6 --torch_device=$torch_device --scan_layers
+option rollout_cold_parallel 90 env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_force_compilation_parallelism=16" \
+    "$python" -m pedrl.bench.rollout --compilation_cache="$cache.parallel" "${rollout[@]}" \
+    --messages=6 --torch_device=$torch_device
+option rollout_cold_cublas 90 env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false" \
+    "$python" -m pedrl.bench.rollout --compilation_cache="$cache.cublas" "${rollout[@]}" \
+    --messages=6 --torch_device=$torch_device
 option rollout_cold_autotune0 90 env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" \
     "$python" -m pedrl.bench.rollout --compilation_cache="$cache.autotune0" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
@@ -159,6 +168,8 @@ step rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper
 step train_step_0.5b 45 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
 step train_step_1.5b 60 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${prof[@]}" "${train_mid[@]}"
+option train_step_1.5b_unrolled 80 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
+    "${prof[@]}" "${train_mid[@]}" --noscan_layers
 step train_step_7b_4_layers 40 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
 option train_step_1.5b_einsum 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${train_einsum[@]}"
@@ -170,6 +181,6 @@ step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cac
   grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |^profile |^traced call|^kinds: |passed|failed' "$results" \
     | grep -v '^=== summary'
 } >> "$results"
-rm -rf "$cache" "$cache.scan" "$cache.autotune0"
+rm -rf "$cache" "$cache".*
 gzip -f "$out_dir"/*.xplane.pb 2>/dev/null
 echo "results: $results"

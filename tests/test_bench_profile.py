@@ -52,4 +52,4 @@ def test_trace_counts_each_loop_iteration_once(tmp_path):
   assert sum(p.kinds().values()) == pytest.approx(p.op_seconds)
   assert p.table().splitlines()[0].startswith("traced call")
   assert os.path.getsize(keep) > 0
-  assert [o.op for o in profile.read(keep, p.wall_s).ops] == [o.op for o in p.ops]
+  assert [o.kernel for o in profile.read(keep, p.wall_s).ops] == [o.kernel for o in p.ops]

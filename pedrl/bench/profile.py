@@ -1,9 +1,10 @@
 """Where one call's time goes: its XLA ops, from a jax.profiler trace.
 
-`trace(fn)` runs `fn` once under the profiler and sums, per HLO op and per kind of op
+`trace(fn)` runs `fn` once under the profiler and sums, per kernel and per kind of op
 (matmul, attention, elementwise fusion, reduction, copy, ...), the time of every event
-XLA tags with the op it runs (the `hlo_op` stat): on a GPU the device's kernels, on a CPU
-the thunks on XLA's host threads. `busy_s`, the union of those events over time, set
+XLA tags with the HLO op it runs (the `hlo_op` stat): on a GPU the device's kernels, on a
+CPU the thunks on XLA's host threads. Ops that XLA compiled to one kernel (the same
+fusion in each of a model's layers) are summed together. `busy_s`, the union of those events over time, set
 against the call's wall time says how long the device sat idle between kernels (launch
 gaps, host work, transfers); the op table says which kernels to make faster.
 """
@@ -54,12 +55,14 @@ def busy_seconds(intervals) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class OpTime:
-  """One HLO op's events: summed seconds, how many ran, and its (first) kernel's name."""
-  op: str
+  """One kernel's events: summed seconds, how many ran, and the HLO ops that ran it
+  (their count, and the first one's name)."""
+  kernel: str
   kind: str
   seconds: float
   runs: int
-  kernel: str
+  ops: int
+  op: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +70,7 @@ class Profile:
   """One traced call: wall seconds, seconds with some op running, and ops by time."""
   wall_s: float
   busy_s: float
-  ops: tuple[OpTime, ...]  # Longest first.
+  ops: tuple[OpTime, ...]  # Per kernel, longest first.
   where: str  # The profiler planes the ops came from ("/device:GPU:0", "/host:CPU").
 
   @property
@@ -88,10 +91,10 @@ class Profile:
              f"({self.busy_s / self.wall_s:.0%} of wall) on {self.where}; "
              f"{self.op_seconds * 1e3:.1f} ms of op time in {runs} runs",
              "kinds: " + ", ".join(f"{k} {s / total:.0%}" for k, s in self.kinds().items()),
-             f"{'op':<36}{'kind':<11}{'ms':>9}{'share':>7}{'runs':>7}  kernel"]
+             f"{'kind':<11}{'ms':>9}{'share':>7}{'runs':>7}{'us/run':>9}{'ops':>5}  kernel"]
     for o in self.ops[:top]:
-      lines.append(f"{o.op[:35]:<36}{o.kind:<11}{o.seconds * 1e3:>9.2f}"
-                   f"{o.seconds / total:>7.1%}{o.runs:>7}  {o.kernel[:70]}")
+      lines.append(f"{o.kind:<11}{o.seconds * 1e3:>9.2f}{o.seconds / total:>7.1%}{o.runs:>7}"
+                   f"{o.seconds / o.runs * 1e6:>9.2f}{o.ops:>5}  {o.kernel[:90]}")
     return "\n".join(lines)
 
 
@@ -120,25 +123,27 @@ def _op_events(data):
 
 def leaves(events):
   """The events of one timeline that hold no other: a CPU `while` or `conditional` op
-  spans the ops of its body, which would count twice."""
+  spans the ops of its body, which would count twice. (A GPU kernel may start before the
+  one before it ends, programmatic dependent launch: overlapping is not holding.)"""
   events = sorted(events, key=lambda e: (e[2], -e[3]))
   out = []
   for i, e in enumerate(events):
     nxt = events[i + 1] if i + 1 < len(events) else None
-    if nxt is None or nxt[2] >= e[2] + e[3]:
-      out.append(e)  # The next event starts after this one ends.
+    if nxt is None or nxt[2] + nxt[3] > e[2] + e[3] or nxt[3] == e[3] == 0:
+      out.append(e)  # The next event ends after this one: not inside it.
   return out
 
 
 def read(path: str, wall_s: float) -> Profile:
   """The Profile of a saved trace (an .xplane.pb) of a call that took `wall_s`."""
   events, where = _op_events(jax.profiler.ProfileData.from_file(path))
-  by_op = {}
+  by_kernel = {}
   for op, kernel, _, duration in events:
-    seconds, runs, first = by_op.get(op, (0.0, 0, kernel))
-    by_op[op] = (seconds + duration / 1e9, runs + 1, first)
-  ops = sorted((OpTime(op, kind(op, k), s, n, k) for op, (s, n, k) in by_op.items()),
-               key=lambda o: -o.seconds)
+    seconds, runs, ops = by_kernel.get(kernel, (0.0, 0, {}))
+    ops.setdefault(op, None)
+    by_kernel[kernel] = (seconds + duration / 1e9, runs + 1, ops)
+  ops = sorted((OpTime(k, kind(next(iter(o)), k), s, n, len(o), next(iter(o)))
+                for k, (s, n, o) in by_kernel.items()), key=lambda o: -o.seconds)
   busy = busy_seconds((start, duration) for _, _, start, duration in events)
   return Profile(wall_s, busy, tuple(ops), where)
 

@@ -70,6 +70,7 @@ def define_flags():
                        "the trainer's rl.logits_chunk; 0: the whole sequence at once).",
                        lower_bound=0)
   timing.define_repeats("pass")
+  timing.define_scan_layers(True)
   profile.define_flags()
 
 
@@ -140,13 +141,14 @@ def best_seconds(fn, repeats: int) -> float:
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
             param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
             attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-            mesh=None, profile_top: int = 0, trace_dir: str = "") -> dict:
+            mesh=None, profile_top: int = 0, trace_dir: str = "",
+            scan_layers: bool = True) -> dict:
   """The scoring pass and the update at one shape, on one device or over `mesh` (memory
   per device); Pass by name. profile_top > 0: then one more call of each traced, its
   longest ops printed (`pedrl.bench.profile`)."""
   arch = architectures.get(size)
   cfg = arch.config(layers or None, dtype=compute_dtype, remat=remat, full_attention=attention,
-                    logits_chunk=logits_chunk)
+                    logits_chunk=logits_chunk, scan_layers=scan_layers)
   run = memory.RunShape(update_seq_len=seq_len, micro_batch=micro_batch, param_dtype=param_dtype,
                         remat=remat, fused_attention=full_attention(cfg) == "cudnn",
                         logits_chunk=logits_chunk)
@@ -200,7 +202,8 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   out["update"] = Pass("update", seconds, tokens,
                        tokens * costs.train_flops_per_token(cfg, seq_len), program_bytes(program),
                        estimate["update"], len(compiled), device_peak())
-  name = f"{size}_{cfg.num_layers}layers_{rows}x{seq_len}_mb{micro_batch}"
+  name = (f"{size}_{cfg.num_layers}layers{'' if scan_layers else '_unrolled'}_{rows}x{seq_len}"
+          f"_mb{micro_batch}")
   profile.show(score, f"score_{name}", profile_top, trace_dir)
   profile.show(lambda: step() or state[0], f"update_{name}", profile_top, trace_dir)
   return out
@@ -209,7 +212,8 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-           mesh_sizes=(), profile_top: int = 0, trace_dir: str = "") -> dict:
+           mesh_sizes=(), profile_top: int = 0, trace_dir: str = "",
+           scan_layers: bool = True) -> dict:
   """Measures and prints the table (on a mesh of `mesh_sizes`, data,fsdp,tensor, if
   given); the passes by name."""
   mesh = None
@@ -222,7 +226,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
       raise app.UsageError(f"--mesh={','.join(map(str, mesh_sizes))}: {e} (on CPU, "
                            "XLA_FLAGS=--xla_force_host_platform_device_count=N simulates N)")
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
-                   repeats, attention, logits_chunk, mesh, profile_top, trace_dir)
+                   repeats, attention, logits_chunk, mesh, profile_top, trace_dir, scan_layers)
   devices = 1 if mesh is None else mesh.size
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
@@ -231,7 +235,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f}"
   print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}; peak "
         f"{'n/a' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'} ({compute_dtype})")
-  print(f"{size}: {cfg.num_layers} layers, {costs.param_count(cfg) / 1e6:.1f}M parameters "
+  layout = "scanned" if scan_layers else "unrolled"
+  print(f"{size}: {cfg.num_layers} {layout} layers, {costs.param_count(cfg) / 1e6:.1f}M parameters "
         f"(N = {costs.matmul_params(cfg) / 1e6:.1f}M in matmuls); weights and moments "
         f"{param_dtype}, compute {compute_dtype}, remat {remat}, attention "
         f"{full_attention(cfg)}, loss head {memory.head_positions(seq_len, logits_chunk)} "
@@ -258,7 +263,7 @@ def main(argv):
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
          FLAGS.full_attention, FLAGS.logits_chunk, FLAGS.mesh, FLAGS.profile_top,
-         FLAGS.trace_dir)
+         FLAGS.trace_dir, FLAGS.scan_layers)
 
 
 if __name__ == "__main__":
