@@ -140,3 +140,21 @@ def test_the_head_memory_by_hand():
   assert memory.scoring_bytes(tiny, 2, 2048) == 2 * 2 * 2048 * 1024 * 4 + attention
   assert memory.scoring_bytes(tiny, 2, 2048, logits_chunk=512) == (
       2 * 2 * 512 * 1024 * 4 + attention)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_head_matmul_runs_in_the_compute_dtype_under_float32_weights(tied):
+  # The trainer's float32 master weights with bfloat16 compute: the head's matmul must
+  # take bfloat16 operands (a float32 one runs as TF32 on a GPU, at half the speed).
+  cfg = architectures.get("tiny").config(dtype="bfloat16", tie_embeddings=tied)
+  params = random_params(cfg.replace(dtype="float32"))
+  assert jax.tree.leaves(params)[0].dtype == jnp.float32
+  model = models.build_model(cfg)
+  tokens = jnp.ones((2, 9), jnp.int32)
+  text = jax.jit(lambda p: sequence_logprobs(model, p, tokens, tokens > 0)).lower(params).as_text()
+  heads = [line for line in text.splitlines()
+           if "dot_general" in line and f"x{cfg.vocab_size}xf32>" in line.split("->")[-1]]
+  assert heads, "no head matmul found"
+  for line in heads:
+    operands = line.split("->")[0]
+    assert "bf16" in operands and "xf32>" not in operands, line
