@@ -1,6 +1,6 @@
 #!/bin/bash
 # pedrl's GPU figures in one run, written to one results file; its default steps' time
-# limits add up to 14.5 minutes (sized from runs on one H100; a step that ends early leaves
+# limits add up to 14.3 minutes (sized from runs on one H100; a step that ends early leaves
 # the rest unused).
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])

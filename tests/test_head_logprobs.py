@@ -143,18 +143,25 @@ def test_the_head_memory_by_hand():
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_head_matmul_runs_in_the_compute_dtype_under_float32_weights(tied):
-  # The trainer's float32 master weights with bfloat16 compute: the head's matmul must
-  # take bfloat16 operands (a float32 one runs as TF32 on a GPU, at half the speed).
+def test_head_matmuls_run_in_the_compute_dtype_under_float32_weights(tied):
+  # The trainer's float32 master weights with bfloat16 compute: the head's matmuls, the
+  # forward one and the two of its gradient, must take bfloat16 operands (float32 ones
+  # run as TF32 on a GPU, at half the speed).
   cfg = architectures.get("tiny").config(dtype="bfloat16", tie_embeddings=tied)
   params = random_params(cfg.replace(dtype="float32"))
   assert jax.tree.leaves(params)[0].dtype == jnp.float32
   model = models.build_model(cfg)
   tokens = jnp.ones((2, 9), jnp.int32)
-  text = jax.jit(lambda p: sequence_logprobs(model, p, tokens, tokens > 0)).lower(params).as_text()
+  loss = lambda p: sequence_logprobs(model, p, tokens, tokens > 0).sum()
+  text = jax.jit(jax.grad(loss)).lower(params).as_text()
+  vocab = f"{cfg.vocab_size}x{cfg.hidden_size}"  # The table [V, E] (tied) ...
+  if not tied:
+    vocab = f"{cfg.hidden_size}x{cfg.vocab_size}"  # ... or the kernel [E, V].
   heads = [line for line in text.splitlines()
-           if "dot_general" in line and f"x{cfg.vocab_size}xf32>" in line.split("->")[-1]]
-  assert heads, "no head matmul found"
+           if "dot_general" in line and (f"x{cfg.vocab_size}x" in line or vocab in line)]
+  assert len(heads) >= 3, heads  # Forward, d(hidden), d(weights).
   for line in heads:
-    operands = line.split("->")[0]
+    operands = line.split(":")[-1].split("->")[0]
     assert "bf16" in operands and "xf32>" not in operands, line
+  # The logits themselves stay float32.
+  assert any(line.split("->")[-1].strip().endswith(f"x{cfg.vocab_size}xf32>") for line in heads)

@@ -2,11 +2,12 @@
 
 `trace(fn)` runs `fn` once under the profiler and sums, per kernel and per kind of op
 (matmul, attention, elementwise fusion, reduction, copy, ...), the time of every event
-XLA tags with the HLO op it runs (the `hlo_op` stat): on a GPU the device's kernels, on a
-CPU the thunks on XLA's host threads. Ops that XLA compiled to one kernel (the same
-fusion in each of a model's layers) are summed together. `busy_s`, the union of those events over time, set
-against the call's wall time says how long the device sat idle between kernels (launch
-gaps, host work, transfers); the op table says which kernels to make faster.
+XLA tags with the HLO op it runs (the `hlo_op` stat): on a GPU the device's kernels and
+transfers, on a CPU the thunks on XLA's host threads. Ops that XLA compiled to one
+kernel (the same fusion in each of a model's layers) are summed together. `busy_s`, the
+union of those events over time (over all devices, on a mesh), set against the call's
+wall time says how long the device sat idle between them (launch gaps, host work); the
+table says which kernels to make faster.
 """
 import dataclasses
 import glob
@@ -27,7 +28,7 @@ KINDS = (
     ("matmul", r"gemm|\bdot|cublas|nvjet|xmma|cutlass|matmul|wgmma"),
     ("copy", r"copy|memcpy|memset|dynamic.update.slice|transpose|concatenate"),
     ("sort", r"sort|top.?k"),
-    ("reduce", r"reduce"),
+    ("reduce", r"reduce|softmax"),
     ("fusion", r"fusion|loop|elementwise|wrapped"),
 )
 _KINDS = tuple((name, re.compile(pattern, re.I)) for name, pattern in KINDS)
@@ -116,21 +117,22 @@ def _op_events(data):
         if op is None and not devices:
           continue  # Host bookkeeping (Python, the runtime), not XLA's work.
         tagged.append((str(op or e.name), e.name, int(e.start_ns), int(e.duration_ns)))
-      events += leaves(tagged)
+      # A stream runs kernels one after another (some start before the last ends, with
+      # programmatic dependent launch); a host thread's ops nest.
+      events += tagged if devices else leaves(tagged)
       where.update([plane.name] if tagged else [])
   return events, ", ".join(sorted(where)) or "nowhere"
 
 
 def leaves(events):
-  """The events of one timeline that hold no other: a CPU `while` or `conditional` op
-  spans the ops of its body, which would count twice. (A GPU kernel may start before the
-  one before it ends, programmatic dependent launch: overlapping is not holding.)"""
+  """The events of one host timeline that hold no other: a CPU `while` or `conditional`
+  op spans the ops of its body, which would count twice."""
   events = sorted(events, key=lambda e: (e[2], -e[3]))
   out = []
   for i, e in enumerate(events):
     nxt = events[i + 1] if i + 1 < len(events) else None
-    if nxt is None or nxt[2] + nxt[3] > e[2] + e[3] or nxt[3] == e[3] == 0:
-      out.append(e)  # The next event ends after this one: not inside it.
+    if nxt is None or nxt[3] == 0 or nxt[2] + nxt[3] > e[2] + e[3]:
+      out.append(e)  # The next event is empty or ends after this one: not inside it.
   return out
 
 

@@ -147,7 +147,7 @@ class JobSettings:
   resume_mismatch: str = "refuse"
   batch_problems: int = 16  # B problems per batch (paper 003 A.2).
   group_size: int = 8  # G rollouts per problem (paper 003 A.2 and 5.3).
-  scan_layers: bool = True  # False: unrolled layers, faster decoding on CPU, longer compiles.
+  scan_layers: bool = True  # False: unrolled, faster decoding and GPU training, longer compiles.
 
   def __post_init__(self):
     if self.batch_problems < 1 or self.group_size < 1:

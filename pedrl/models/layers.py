@@ -180,12 +180,38 @@ def _weighted_values(probs, v):
   return out.transpose(0, 3, 1, 2, 4)  # The small output moves, not the probabilities.
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _f32_out_dot(lhs, rhs, dimension_numbers):
+  return jax.lax.dot_general(lhs, rhs, dimension_numbers, preferred_element_type=jnp.float32)
+
+
+def _f32_out_dot_fwd(lhs, rhs, dimension_numbers):
+  return _f32_out_dot(lhs, rhs, dimension_numbers), (lhs, rhs)
+
+
+def _f32_out_dot_bwd(dimension_numbers, residuals, g):
+  # The float32 cotangent in the operands' dtype: otherwise jax promotes the operands
+  # and both backward matmuls run in float32 (TF32 on a GPU, at half bfloat16's rate).
+  lhs, rhs = residuals
+  _, vjp = jax.vjp(lambda a, b: jax.lax.dot_general(a, b, dimension_numbers), lhs, rhs)
+  return vjp(g.astype(jnp.result_type(lhs, rhs)))
+
+
+_f32_out_dot.defvjp(_f32_out_dot_fwd, _f32_out_dot_bwd)
+
+
+def f32_out_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+  """lax.dot_general with a float32 result from operands of the model dtype (a head's
+  logits), whose backward matmuls take their operands in that dtype too."""
+  del precision, preferred_element_type  # The default precision; always float32 out.
+  return _f32_out_dot(lhs, rhs, dimension_numbers)
+
+
 def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:
   """A Dense layer whose params and inputs share the model dtype.
 
   With f32_out the product is returned in float32 (for logits) instead of being
-  rounded to the model dtype.
+  rounded to the model dtype (`f32_out_dot`).
   """
-  dot = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32) if f32_out else None
   return nn.Dense(features, use_bias=use_bias, dtype=dtype, param_dtype=dtype,
-                  dot_general=dot, name=name)
+                  dot_general=f32_out_dot if f32_out else None, name=name)
