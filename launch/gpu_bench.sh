@@ -30,8 +30,8 @@
 # probabilities).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
 # the date, device, versions and commit, every step's output, and a summary of the
-# key=value lines the benchmarks end with; the traced calls beside it (gzipped .xplane.pb,
-# for TensorBoard's or XProf's viewers). docs/performance.md lists the goals.
+# key=value lines the benchmarks end with; the traced calls in traces_DATE/ beside it
+# (gzipped .xplane.pb, for TensorBoard's or XProf's viewers). docs/performance.md lists the goals.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiny=0
@@ -50,6 +50,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=false
 # PEDRL_GPU_BENCH_SECONDS: the whole run's limit (a device lent for so long); steps that
 # would run past it are cut short or skipped, and the summary is still written.
 deadline=${PEDRL_GPU_BENCH_SECONDS:-0}
+[[ "$deadline" =~ ^[0-9]+$ ]] || { echo "PEDRL_GPU_BENCH_SECONDS=$deadline: expected whole seconds" >&2; exit 2; }
 scale=1  # Time limits are an H100's; a CPU dry run gets more.
 if (( tiny )); then
   export JAX_PLATFORMS=cpu
@@ -139,7 +140,8 @@ option() {  # option NAME SECONDS COMMAND...: a step that runs only when PEDRL_G
 cc=(--compilation_cache="$cache")
 # The decode and the 1.5B update are traced once more after timing: their longest XLA ops
 # (pedrl.bench.profile) go to the results, the traces beside them (gzipped .xplane.pb).
-prof=(--profile_top=25 --trace_dir="$out_dir")
+traces="$out_dir/traces_$stamp"
+prof=(--profile_top=25 --trace_dir="$traces")
 # The training steps share the GPU with nothing: jax may take 95% of it, not its default 75%
 # (also its limit when it allocates as it goes).
 train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
@@ -180,5 +182,5 @@ step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cac
     | grep -v '^=== summary'
 } >> "$results"
 rm -rf "$cache" "$cache".*
-gzip -f "$out_dir"/*.xplane.pb 2>/dev/null
+gzip -f "$traces"/*.xplane.pb 2>/dev/null
 echo "results: $results"
