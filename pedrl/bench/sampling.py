@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 
+from absl import app
 from absl import flags
 import jax
 import numpy as np
@@ -192,6 +193,9 @@ def main(argv):
   del argv
   if FLAGS.device_profile == "gpu":
     gpu_profile()
+  elif FLAGS.profile_top:
+    raise app.UsageError("--profile_top traces the gpu profile's decode (--device_profile=gpu); "
+                         "the cpu profile compares engines and traces nothing")
   else:
     cpu_profile()
 

@@ -180,20 +180,23 @@ def _weighted_values(probs, v):
   return out.transpose(0, 3, 1, 2, 4)  # The small output moves, not the probabilities.
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _f32_out_dot(lhs, rhs, dimension_numbers):
-  return jax.lax.dot_general(lhs, rhs, dimension_numbers, preferred_element_type=jnp.float32)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _f32_out_dot(lhs, rhs, dimension_numbers, precision):
+  return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision,
+                             preferred_element_type=jnp.float32)
 
 
-def _f32_out_dot_fwd(lhs, rhs, dimension_numbers):
-  return _f32_out_dot(lhs, rhs, dimension_numbers), (lhs, rhs)
+def _f32_out_dot_fwd(lhs, rhs, dimension_numbers, precision):
+  return _f32_out_dot(lhs, rhs, dimension_numbers, precision), (lhs, rhs)
 
 
-def _f32_out_dot_bwd(dimension_numbers, residuals, g):
+def _f32_out_dot_bwd(dimension_numbers, precision, residuals, g):
   # The float32 cotangent in the operands' dtype: otherwise jax promotes the operands
   # and both backward matmuls run in float32 (TF32 on a GPU, at half bfloat16's rate).
+  # (vjp's own forward matmul is unused, and XLA drops it.)
   lhs, rhs = residuals
-  _, vjp = jax.vjp(lambda a, b: jax.lax.dot_general(a, b, dimension_numbers), lhs, rhs)
+  _, vjp = jax.vjp(lambda a, b: jax.lax.dot_general(a, b, dimension_numbers, precision),
+                   lhs, rhs)
   return vjp(g.astype(jnp.result_type(lhs, rhs)))
 
 
@@ -203,8 +206,9 @@ _f32_out_dot.defvjp(_f32_out_dot_fwd, _f32_out_dot_bwd)
 def f32_out_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
   """lax.dot_general with a float32 result from operands of the model dtype (a head's
   logits), whose backward matmuls take their operands in that dtype too."""
-  del precision, preferred_element_type  # The default precision; always float32 out.
-  return _f32_out_dot(lhs, rhs, dimension_numbers)
+  if preferred_element_type not in (None, jnp.float32):
+    raise ValueError(f"f32_out_dot returns float32, asked for {preferred_element_type}")
+  return _f32_out_dot(lhs, rhs, dimension_numbers, precision)
 
 
 def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:
