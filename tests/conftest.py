@@ -40,7 +40,9 @@ def _release_compiled_programs():
   cache costs no measurable time."""
   yield
   import jax
+  from pedrl.engine import programs
   jax.clear_caches()
+  programs.forget()  # The program store's executables found in this process, likewise.
   gc.collect()
 
 

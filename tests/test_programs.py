@@ -7,6 +7,7 @@ import numpy as np
 
 from pedrl import streams
 from pedrl.bench import compiles, rollout as bench
+from pedrl.engine import programs
 from pedrl.env import rollout
 from pedrl.env.dialogue import GUIDED
 from pedrl.env.problems import load_bigmath
@@ -35,6 +36,7 @@ def test_a_six_message_rollout_makes_at_most_eight_programs():
     paths, _ = bench.save_models(path, bench.SIZES["tiny"])
     run, _ = bench.pedrl_runner(paths, problems, settings, new_tokens=16)
     jax.clear_caches()
+    programs.forget()  # As in a new process: programs come from the caches on disk.
     with compiles.compilations() as made:
       work = run(6)
   assert work.messages == 8 * 6

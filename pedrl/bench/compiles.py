@@ -4,10 +4,11 @@ import dataclasses
 
 import jax
 
-from pedrl.engine import compiler
+from pedrl.engine import compiler, programs
 
 COMPILE = "/jax/core/compile/backend_compile_duration"  # Every program made, cached or not.
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
+STORED = programs.LOAD_EVENT  # A program read from the program store: no tracing at all.
 # Before a program is compiled or found in the persistent cache, jax traces the function
 # to a jaxpr and lowers it to StableHLO (the cache's key): a warm start pays both.
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -17,15 +18,18 @@ LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 @dataclasses.dataclass
 class Programs:
   """The programs made in a block: each one's seconds (compiling it, or reading it from
-  the persistent compilation cache), how many came from that cache, and the seconds of
-  tracing and lowering the block's jitted functions to find or compile them."""
+  the persistent compilation cache or the program store), how many came from that
+  cache and from the store, and the seconds of tracing and lowering the block's jitted
+  functions to find or compile them (a program from the store needs neither)."""
   seconds: list = dataclasses.field(default_factory=list)
   cache_hits: int = 0
+  stored: int = 0
   traced: float = 0.0
   lowered: float = 0.0
+  afresh: int = 0  # Programs compiled a second time for the store (one program each).
 
   def __len__(self) -> int:
-    return len(self.seconds)
+    return len(self.seconds) - self.afresh
 
 
 @contextlib.contextmanager
@@ -37,16 +41,20 @@ def compilations():
   def on_event(event, **_):
     if event == CACHE_HIT:
       out.cache_hits += 1
+    elif event == programs.AFRESH_EVENT:
+      out.afresh += 1
 
   def on_duration(event, secs, **_):
-    if event == TRACE:
+    if event == STORED:
+      out.stored += 1
+    elif event == TRACE:
       out.traced += secs
     elif event == LOWER:
       out.lowered += secs
   jax.monitoring.register_event_listener(on_event)
   jax.monitoring.register_event_duration_secs_listener(on_duration)
   try:
-    with compiler.compilations((COMPILE,)) as seconds:
+    with compiler.compilations((COMPILE, STORED)) as seconds:
       out.seconds = seconds  # Filled as the block compiles.
       yield out
   finally:

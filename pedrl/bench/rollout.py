@@ -33,9 +33,10 @@ asserted equal between engines. Warm-up (each length's first rollout after
 clearing jax's in-memory caches, compiling or loading from the persistent
 compilation cache included) is timed apart from steady state (best of --repeats,
 engines alternated); pedrl's warm-up reports the programs it made, how many
-came from the persistent cache (`--compilation_cache`; a second run of the same
-command finds them all there), and the seconds jax spent tracing and lowering
-its functions first, which a warm start still pays. The last line is
+came from the persistent cache or the program store (`--compilation_cache`; a
+second run of the same command finds them all there), and the seconds jax spent
+tracing and lowering its functions first, which a program read from the store
+(`pedrl.engine.programs`) skips. The last line is
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
 
@@ -59,7 +60,7 @@ import jax
 
 from pedrl import cli
 from pedrl.bench import compiles, timing
-from pedrl.engine import SamplingParams, shapes
+from pedrl.engine import SamplingParams, programs, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
 from pedrl.env.problems import load_bigmath
@@ -299,6 +300,7 @@ def measure(runs: dict, n: int, repeats: int) -> dict:
   """Per engine: workload, warm-up seconds (first rollout after clearing jax's in-memory
   caches), best steady seconds; and pedrl's programs in the warm-up and the timed runs."""
   jax.clear_caches()  # Each length's warm-up starts cold, as a job's first rollout does.
+  programs.forget()
   out = {}
   for name, run in runs.items():
     with compiles.compilations() as compiled:
@@ -360,10 +362,11 @@ def _print_rows(n: int, by_engine: dict):
     if name not in by_engine:
       continue
     r, w = by_engine[name], by_engine[name]["work"]
-    programs = (f"{len(r['compiled']):>10}{r['compiled'].cache_hits:>8}" if name == "pedrl"
-                else f"{'-':>10}{'-':>8}")
+    c = r["compiled"]
+    made = (f"{len(c):>10}{c.cache_hits + c.stored:>8}" if name == "pedrl"
+            else f"{'-':>10}{'-':>8}")
     print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{w.fed:>12}"
-          f"{w.cache_slots:>13}{r['warmup']:>10.2f}{programs}{share(w.idle_rows):>11}"
+          f"{w.cache_slots:>13}{r['warmup']:>10.2f}{made}{share(w.idle_rows):>11}"
           f"{share(w.idle_steps):>12}", flush=True)
 
 
@@ -409,9 +412,10 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
     r = by_engine["pedrl"]
     c = r["compiled"]
     print(f"pedrl programs, {n} messages: {len(c)} in the warm-up rollout "
-          f"({sum(c.seconds):.1f} s, {c.cache_hits} from the persistent "
-          f"cache; {c.traced:.1f} s tracing and {c.lowered:.1f} s lowering the functions "
-          f"first), {len(r['steady_compiled'])} in {repeats} timed rollouts")
+          f"({sum(c.seconds):.1f} s; {c.cache_hits} from the persistent cache and "
+          f"{c.stored} from the program store; {c.traced:.1f} s tracing and {c.lowered:.1f} s "
+          f"lowering the functions first), {len(r['steady_compiled'])} in {repeats} timed "
+          "rollouts")
   if "transformers_kv" in runs:
     speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
     print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")

@@ -8,13 +8,16 @@ program (never in XLA_FLAGS, which abort on unknown names) and dropped when
 this jaxlib does not know it.
 
 `compilations` measures how much of a block's time went to getting programs
-(tracing, lowering, compiling, or reading them from the persistent cache) rather
-than running them: throughput figures leave it out.
+(tracing, lowering, compiling, or reading them from the persistent cache or the
+program store, `programs`) rather than running them: throughput figures leave it
+out.
 """
 import contextlib
 import functools
 
 import jax
+
+from pedrl.engine import programs
 
 CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
@@ -32,8 +35,10 @@ def engine_options() -> dict:
 
 
 def jit(fn, **kwargs):
-  """jax.jit with the engine's options, compiled on first call (backend known by then)."""
+  """jax.jit with the engine's options, compiled on first call (backend known by then);
+  its programs go through the program store when one is in use (`programs.use`)."""
   compiled = None
+  found = programs.Programs(fn, kwargs)
 
   def get():
     nonlocal compiled
@@ -43,19 +48,22 @@ def jit(fn, **kwargs):
 
   @functools.wraps(fn)
   def call(*args, **kw):
-    return get()(*args, **kw)
+    return found.run(get(), args, kw)
 
   call.jitted = lambda: compiled
   call.lower = lambda *args, **kw: get().lower(*args, **kw)  # The program the engine runs.
+  # Distinct programs this function ran in this process (since `jax.clear_caches` and
+  # `programs.forget`): through the store, or jax.jit's own.
+  call.programs = lambda: len(found) + (compiled._cache_size() if compiled else 0)
   return call
 
 
 # What jax reports for getting a program rather than running it, phases that do not
 # overlap: tracing, lowering, compiling (which holds reading the persistent cache, so
-# the cache's own retrieval event would count twice).
+# the cache's own retrieval event would count twice); and a program read from the store.
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                  "/jax/core/compile/backend_compile_duration")
+                  "/jax/core/compile/backend_compile_duration", programs.LOAD_EVENT)
 
 
 @contextlib.contextmanager

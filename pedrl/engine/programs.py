@@ -1,0 +1,267 @@
+"""Compiled programs kept on disk, found by what a call is, before jax traces anything.
+
+JAX's persistent compilation cache keys a program by its lowered StableHLO, so a
+job's second start still traces and lowers every jitted function to find its
+programs: 2.8 s tracing and 0.9 s lowering of a 6.0 s warm warm-up on an H100
+(`python -m pedrl.bench.rollout`, docs/performance.md). The store keys a program by
+what the call is instead: the function, its static arguments, the structure,
+shapes, dtypes and placements of its array arguments, and a fingerprint of
+everything else that shapes the program (the source files it can be traced from,
+`TRACED_CODE`; the jax and jaxlib versions, the devices, jax's configuration and
+this thread's settings, XLA_FLAGS). A hit deserializes the executable
+(`jax.experimental.serialize_executable`) and runs it; a miss lowers and compiles
+as jax.jit does and writes the executable. Each call pays ~0.1-0.2 ms for its key
+(the engine's calls run for milliseconds to seconds).
+
+A program is never found for a call it was not compiled for: a call whose static
+arguments print an object's address (no stable key), or a multi-process run, skips
+the store. An unreadable or stale file is compiled anew and replaced. Like jax's
+cache, the store is trusted: loading an executable can run its code, so it must
+be a folder only its user writes (the default is under ~/.cache).
+"""
+import functools
+import glob
+import hashlib
+import os
+import pickle
+import tempfile
+import threading
+import time
+import weakref
+
+from absl import logging
+import jax
+from jax.experimental import serialize_executable
+
+# A program read from the store, in jax's monitoring events (beside jax's own compile
+# events, so a count of the programs a block made sees both); and a program that jax
+# read from its cache compiled again for the store (`_fresh`): one program, two compiles.
+LOAD_EVENT = "/pedrl/program_store/load_duration"
+AFRESH_EVENT = "/pedrl/program_store/compiled_afresh"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# The code an engine program can be traced from: the engine, the models, pedrl's
+# top-level modules (sharding, streams, ...); and the jitted function's own module.
+TRACED_CODE = ("engine/**/*.py", "models/**/*.py", "*.py")
+
+
+@functools.cache
+def sources_digest(root: str = _PACKAGE, patterns=TRACED_CODE, extra: str = "") -> str:
+  """sha256 of the .py files under `root` that `patterns` match, and of `extra` (a file
+  path), paths and contents: an edit there changes every key."""
+  paths = {p for pattern in patterns
+           for p in glob.glob(os.path.join(root, pattern), recursive=True)}
+  h = hashlib.sha256()
+  for path in sorted(paths | ({os.path.abspath(extra)} if extra else set())):
+    h.update(os.path.relpath(path, root).encode())
+    with open(path, "rb") as f:
+      h.update(hashlib.sha256(f.read()).digest())
+  return h.hexdigest()
+
+
+@functools.cache
+def _environment() -> str:
+  """What besides the call shapes its program: versions, devices, config, flags."""
+  import jaxlib
+  devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
+  config = sorted((k, repr(v)) for k, v in jax.config.values.items())
+  flags = [os.environ.get(name) for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")]
+  return repr((jax.__version__, jaxlib.__version__, jax.default_backend(), devices, config,
+               flags))
+
+
+def _context() -> str:
+  """jax's settings of this thread that its own jit cache keys on (a
+  `jax.default_matmul_precision` block, ...), objects printed by address left out."""
+  try:
+    from jax._src import config
+    values = config.trace_context()
+  except (ImportError, AttributeError):  # Not in this jax: its global config still counts.
+    return ""
+  return repr(tuple(r for r in map(repr, values) if " at 0x" not in r))
+
+
+@functools.lru_cache(maxsize=256)
+def _placement(sharding) -> str:
+  """Where an argument lives: its sharding and the devices in their order."""
+  devices = getattr(sharding, "_device_assignment", None) or sorted(
+      d.id for d in sharding.device_set)
+  return f"{sharding!r}@{[getattr(d, 'id', d) for d in devices]}"
+
+
+def _argument(x) -> tuple:
+  """What of an argument shapes the program: its type (shape, dtype, weak typing) and
+  placement (none for host values, which jax puts on the default device)."""
+  if isinstance(x, (bool, int, float, complex)):
+    return (type(x).__name__,)  # Weakly typed scalars.
+  sharding = getattr(x, "sharding", None)
+  return (x.shape, str(x.dtype), getattr(x, "weak_type", False),
+          "" if sharding is None else _placement(sharding))
+
+
+@functools.lru_cache(maxsize=4096)
+def _head(fn, options: str, statics: tuple, tree) -> str | None:
+  """The printed function, jit options, static arguments (hashable, as jit requires)
+  and argument structure; None if they print an address (no stable key)."""
+  head = repr((fn.__module__, fn.__qualname__, options, statics, str(tree),
+               sources_digest(extra=getattr(fn.__code__, "co_filename", ""))))
+  return None if " at 0x" in head else hashlib.sha256(head.encode()).hexdigest()
+
+
+def call_key(fn, jit_kwargs: dict, args: tuple, kwargs: dict) -> str | None:
+  """The store's key of fn(*args, **kwargs) jitted with `jit_kwargs`; None when the
+  call has no stable key (an address in a static argument, static argument names)."""
+  if "static_argnames" in jit_kwargs:
+    return None
+  static = set(jit_kwargs.get("static_argnums", ()))
+  statics = tuple((i, a) for i, a in enumerate(args) if i in static)
+  dynamic = [a for i, a in enumerate(args) if i not in static]
+  leaves, tree = jax.tree.flatten((dynamic, kwargs))
+  if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    return None  # Called inside another transformation: jax.jit's own path.
+  head = _head(fn, repr(sorted((k, repr(v)) for k, v in jit_kwargs.items())), statics, tree)
+  if head is None:
+    return None
+  avals = [_argument(x) for x in leaves]
+  return hashlib.sha256(repr((_environment(), _context(), head, avals)).encode()).hexdigest()
+
+
+def _device_ids(compiled) -> list[int]:
+  """The ids of the devices a compiled program runs on, in its order."""
+  for sharding in jax.tree.leaves((compiled.input_shardings, compiled.output_shardings)):
+    if assignment := getattr(sharding, "_device_assignment", None):
+      return [d.id for d in assignment]
+  return [jax.devices()[0].id]
+
+
+class Store:
+  """Executables under `directory`, one file per key (written whole, then renamed)."""
+
+  def __init__(self, directory: str):
+    self.directory = directory
+    self._warned = False
+
+  def _path(self, key: str) -> str:
+    return os.path.join(self.directory, key[:2], key + ".pkl")
+
+  def load(self, key: str):
+    """The stored program, or None (none, or unreadable: it is compiled again)."""
+    path = self._path(key)
+    if not os.path.exists(path):
+      return None
+    start = time.perf_counter()
+    try:
+      with open(path, "rb") as f:
+        payload, in_tree, out_tree, device_ids = pickle.load(f)
+      by_id = {d.id: d for d in jax.devices()}
+      # The devices it was compiled for, in order (the key holds the arguments' devices):
+      # by default jax would load it for all of them, and XLA aborts on a mismatch.
+      program = serialize_executable.deserialize_and_load(
+          payload, in_tree, out_tree, execution_devices=[by_id[i] for i in device_ids])
+    except Exception as e:  # A file from another jaxlib, cut short, ...: compile anew.
+      logging.warning("program store: %s is unreadable (%s: %s); compiling it again", path,
+                      type(e).__name__, e)
+      return None
+    jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start)
+    return program
+
+  def save(self, key: str, compiled) -> None:
+    try:
+      blob = pickle.dumps((*serialize_executable.serialize(compiled), _device_ids(compiled)))
+    except Exception as e:  # Some executables cannot be serialized: they are just not kept.
+      if not self._warned:
+        self._warned = True
+        logging.warning("program store: a program cannot be serialized (%s: %s); such "
+                        "programs are compiled at every start", type(e).__name__, e)
+      return
+    path = self._path(key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(blob)
+    os.replace(tmp, path)
+
+
+ENV = "PEDRL_PROGRAM_STORE"  # The store's directory; "" or "off": none.
+_UNSET = object()
+_store = _UNSET
+
+
+def use(directory: str | None) -> None:
+  """Keeps the engine's programs in `directory` (None, "" or "off": none); without a
+  call, the directory comes from $PEDRL_PROGRAM_STORE (`cli.use_compilation_cache`
+  sets it beside jax's cache) when the first program is needed."""
+  global _store
+  _store = Store(directory) if directory and directory != "off" else None
+
+
+def store() -> Store | None:
+  """The store in use, if any. None in a multi-process run: each process would need
+  its own executables."""
+  if _store is _UNSET:
+    use(os.environ.get(ENV))
+  return _store if _store is not None and jax.process_count() == 1 else None
+
+
+_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def _fresh(lowered):
+  """The lowered program compiled by XLA, not read from jax's persistent cache: on
+  XLA:CPU (jaxlib 0.10) an executable jax read from its cache serializes without its
+  kernels, and the stored copy fails when it runs ("Function ... not found"). A hit
+  is compiled again under an option that changes jax's cache key and nothing else."""
+  hits = []
+  listen = lambda event, **_: hits.append(1) if event == _HIT else None
+  jax.monitoring.register_event_listener(listen)
+  try:
+    compiled = lowered.compile()
+  finally:
+    jax.monitoring.unregister_event_listener(listen)
+  if not hits:
+    return compiled
+  nonce = f"pedrl-program-store-{os.getpid()}-{time.time_ns()}"
+  jax.monitoring.record_event(AFRESH_EVENT)
+  return lowered.compile(compiler_options={"xla_dump_emitter_re": nonce})
+
+
+_every = weakref.WeakSet()
+
+
+def forget() -> None:
+  """Drops the programs found in this process (as `jax.clear_caches` drops jax's):
+  the next calls look in the store again, as a new process would."""
+  for p in list(_every):
+    p._found.clear()
+
+
+class Programs:
+  """One jitted function's programs through the store: `run(jitted, args, kwargs)`
+  finds (in this process, then on disk) or compiles the call's program and runs it."""
+
+  def __init__(self, fn, jit_kwargs: dict):
+    self.fn, self.jit_kwargs = fn, jit_kwargs
+    self._found = {}
+    self._lock = threading.Lock()
+    _every.add(self)
+
+  def __len__(self) -> int:
+    """Programs found or compiled through the store in this process."""
+    return len(self._found)
+
+  def run(self, jitted, args, kwargs):
+    disk = store()
+    key = None if disk is None else call_key(self.fn, self.jit_kwargs, args, kwargs)
+    if key is None:
+      return jitted(*args, **kwargs)
+    program = self._found.get(key)
+    if program is None:
+      with self._lock:
+        program = self._found.get(key) or disk.load(key)
+        if program is None:
+          program = _fresh(jitted.lower(*args, **kwargs))
+          disk.save(key, program)
+        self._found[key] = program
+    static = set(self.jit_kwargs.get("static_argnums", ()))
+    return program(*(a for i, a in enumerate(args) if i not in static), **kwargs)

@@ -1,0 +1,152 @@
+"""The program store (`pedrl.engine.programs`): a program is found by what a call is,
+never for a call it was not compiled for, and runs without jax tracing anything."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pedrl.bench import compiles
+from pedrl.engine import compiler, programs
+
+
+def scaled_sums(n, x, y):
+  return (x * n + y).sum(0), jnp.cumsum(x, 0)
+
+
+@pytest.fixture
+def store(tmp_path):
+  programs.use(str(tmp_path))
+  programs.forget()
+  yield tmp_path
+  programs.use(os.environ.get(programs.ENV))
+  programs.forget()
+
+
+def _stored_files(path):
+  return sorted(f for _, _, fs in os.walk(path) for f in fs if f.endswith(".pkl"))
+
+
+def test_a_stored_program_runs_without_tracing(store):
+  x, y = jnp.arange(12.0).reshape(4, 3), jnp.ones(3)
+  first = compiler.jit(scaled_sums, static_argnums=(0,))(3, x, y)
+  assert len(_stored_files(store)) == 1
+  jax.clear_caches()
+  programs.forget()  # As a new process: the program comes from the store.
+  with compiles.compilations() as made:
+    again = compiler.jit(scaled_sums, static_argnums=(0,))(3, x, y)
+  assert (len(made), made.stored, made.traced, made.lowered) == (1, 1, 0.0, 0.0)
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  np.testing.assert_array_equal(np.asarray(again[0]), [58.0, 70.0, 82.0])  # 3 (0+3+6+9) + 4 ...
+
+
+def test_the_key_holds_what_shapes_the_program_not_the_values():
+  key = lambda *args, **jit: programs.call_key(scaled_sums, jit or {"static_argnums": (0,)},
+                                               args, {})
+  x, y = jnp.ones((4, 3)), jnp.ones(3)
+  base = key(3, x, y)
+  assert base == key(3, x + 1, y * 5)  # Values.
+  different = [
+      key(4, x, y),  # A static argument.
+      key(3, jnp.ones((5, 3)), y),  # A shape.
+      key(3, x.astype(jnp.bfloat16), y),  # A dtype.
+      key(3, x, 1.0),  # A Python scalar (weakly typed) for an array.
+      key(3, x, (y,)),  # The arguments' structure.
+      key(3, x, y, static_argnums=(0,), donate_argnums=(1,)),  # jit's options.
+  ]
+  assert base not in different and len(set(different)) == len(different)
+  assert key(object(), x, y) is None  # A static argument printed with an address: no key.
+  with jax.default_matmul_precision("highest"):  # A setting jax's jit keys on.
+    assert key(3, x, y) not in (base, None)
+  jax.jit(lambda x: key(3, x, y) is None or 1 / 0)(x)  # Traced arguments: jax.jit's path.
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
+def test_placement_is_part_of_the_key_and_a_sharded_program_loads(store):
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  x, y = np.arange(32.0).reshape(8, 4), jnp.ones(4)
+  keys, results = [], []
+  for devices in (jax.devices()[:4], jax.devices()[4:]):
+    rows = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
+    xs = jax.device_put(x, rows)
+    keys.append(programs.call_key(scaled_sums, {"static_argnums": (0,)}, (2, xs, y), {}))
+    compiler.jit(scaled_sums, static_argnums=(0,))(2, xs, y)
+    programs.forget()
+    results.append(compiler.jit(scaled_sums, static_argnums=(0,))(2, xs, y))  # Loaded.
+  assert keys[0] != keys[1] and len(_stored_files(store)) == 2
+  for out, devices in zip(results, (jax.devices()[:4], jax.devices()[4:])):
+    assert out[1].sharding.device_set == set(devices)
+    np.testing.assert_array_equal(np.asarray(out[0]), (x * 2 + 1).sum(0))
+
+
+def test_an_unreadable_file_is_compiled_again(store, caplog):
+  x, y = jnp.ones((4, 3)), jnp.ones(3)
+  compiler.jit(scaled_sums, static_argnums=(0,))(2, x, y)
+  path, = [os.path.join(r, f) for r, _, fs in os.walk(store) for f in fs]
+  with open(path, "wb") as f:
+    f.write(b"cut short")
+  programs.forget()
+  out = compiler.jit(scaled_sums, static_argnums=(0,))(2, x, y)
+  np.testing.assert_array_equal(np.asarray(out[0]), [12.0, 12.0, 12.0])
+  assert "unreadable" in caplog.text
+  assert os.path.getsize(path) > 100  # Replaced by the program compiled again.
+
+
+def test_the_sources_digest_covers_the_traced_code_and_the_functions_file(tmp_path):
+  (tmp_path / "engine").mkdir()
+  (tmp_path / "engine" / "a.py").write_text("x = 1\n")
+  (tmp_path / "top.py").write_text("y = 2\n")
+  (tmp_path / "eval").mkdir()
+  (tmp_path / "eval" / "report.py").write_text("z = 3\n")
+  digest = lambda extra="": programs.sources_digest.__wrapped__(
+      str(tmp_path), programs.TRACED_CODE, extra)
+  seen = [digest()]
+  (tmp_path / "engine" / "a.py").write_text("x = 2\n")
+  seen.append(digest())
+  (tmp_path / "top.py").write_text("y = 3\n")
+  seen.append(digest())
+  seen.append(digest(str(tmp_path / "eval" / "report.py")))  # A jitted function's module.
+  assert len(set(seen)) == 4
+  (tmp_path / "eval" / "report.py").write_text("z = 4\n")  # Not code an engine program runs.
+  assert digest() == seen[2]
+
+
+RUN = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp, numpy as np
+    from pedrl.engine import compiler, programs
+    from pedrl.bench import compiles
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    programs.use(sys.argv[2])
+    def f(x):  # Fusions with kernels of their own (an iota, a reduction, a scan).
+      return (x * jnp.arange(x.shape[0])[:, None]).sum(1), jnp.cumsum(x, 0)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 32)), jnp.float32)
+    compiler.engine_options()  # Its probe compiles a program of its own.
+    with compiles.compilations() as made:
+      out = compiler.jit(f)(x)
+    print(made.stored, made.cache_hits, float(out[0].sum()), float(out[1].sum()))
+    """)
+
+
+@pytest.mark.job
+def test_a_program_jax_read_from_its_cache_is_stored_compiled_afresh(tmp_path):
+  """XLA:CPU serializes an executable that jax read from its persistent cache without
+  its kernels: stored as it is, it loads, then fails when it runs. The store compiles
+  such a program again first (`programs._fresh`)."""
+  cache, store = str(tmp_path / "jax"), str(tmp_path / "store")
+  script = tmp_path / "run.py"
+  script.write_text(RUN)
+  run = lambda store_dir: subprocess.run(
+      [sys.executable, str(script), cache, store_dir], capture_output=True, text=True,
+      timeout=300, check=True).stdout.split()
+  plain = run("off")  # Compiled, and written to jax's cache.
+  assert plain[:2] == ["0", "0"]
+  assert run(store)[:2] == ["0", "1"]  # Read from jax's cache, then stored compiled afresh.
+  stored = run(store)  # A new process: from the store, and it runs.
+  assert stored[0] == "1" and stored[2:] == plain[2:]
