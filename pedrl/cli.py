@@ -253,12 +253,8 @@ def use_compilation_cache(directory: str) -> None:
   compile in under a second count too: a tiny run's dozens of them add up to most
   of its start. The engine's programs are also kept in its `pedrl-programs` folder,
   found without tracing (`pedrl.engine.programs`; $PEDRL_PROGRAM_STORE=off: not)."""
-  store = os.environ.get("PEDRL_PROGRAM_STORE")
   if directory in ("", "off"):
-    os.environ["PEDRL_PROGRAM_STORE"] = "off"  # Also for a parent's store this inherited.
     return
-  if store != "off":
-    os.environ["PEDRL_PROGRAM_STORE"] = os.path.join(directory, "pedrl-programs")
   settings = {"jax_compilation_cache_dir": directory,
               "jax_persistent_cache_min_compile_time_secs": 0.0}
   if "jax" in sys.modules:

@@ -23,7 +23,7 @@ def store(tmp_path):
   programs.use(str(tmp_path))
   programs.forget()
   yield tmp_path
-  programs.use(os.environ.get(programs.ENV))
+  programs.reset()
   programs.forget()
 
 
@@ -100,7 +100,8 @@ def test_an_unreadable_file_is_compiled_again(store, caplog):
 def test_the_sources_digest_covers_the_traced_code_and_the_functions_file(tmp_path):
   (tmp_path / "engine").mkdir()
   (tmp_path / "engine" / "a.py").write_text("x = 1\n")
-  (tmp_path / "top.py").write_text("y = 2\n")
+  (tmp_path / "sharding.py").write_text("y = 2\n")
+  (tmp_path / "cli.py").write_text("w = 1\n")
   (tmp_path / "eval").mkdir()
   (tmp_path / "eval" / "report.py").write_text("z = 3\n")
   digest = lambda extra="": programs.sources_digest.__wrapped__(
@@ -108,11 +109,12 @@ def test_the_sources_digest_covers_the_traced_code_and_the_functions_file(tmp_pa
   seen = [digest()]
   (tmp_path / "engine" / "a.py").write_text("x = 2\n")
   seen.append(digest())
-  (tmp_path / "top.py").write_text("y = 3\n")
+  (tmp_path / "sharding.py").write_text("y = 3\n")
   seen.append(digest())
   seen.append(digest(str(tmp_path / "eval" / "report.py")))  # A jitted function's module.
   assert len(set(seen)) == 4
   (tmp_path / "eval" / "report.py").write_text("z = 4\n")  # Not code an engine program runs.
+  (tmp_path / "cli.py").write_text("w = 2\n")
   assert digest() == seen[2]
 
 
@@ -128,8 +130,11 @@ RUN = textwrap.dedent("""
       return (x * jnp.arange(x.shape[0])[:, None]).sum(1), jnp.cumsum(x, 0)
     x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 32)), jnp.float32)
     compiler.engine_options()  # Its probe compiles a program of its own.
+    g = compiler.jit(f)
+    if sys.argv[3] == "lower first":  # jax reads it from its cache, outside the store.
+      g.lower(x).compile()
     with compiles.compilations() as made:
-      out = compiler.jit(f)(x)
+      out = g(x)
     print(made.stored, made.cache_hits, float(out[0].sum()), float(out[1].sum()))
     """)
 
@@ -138,15 +143,45 @@ RUN = textwrap.dedent("""
 def test_a_program_jax_read_from_its_cache_is_stored_compiled_afresh(tmp_path):
   """XLA:CPU serializes an executable that jax read from its persistent cache without
   its kernels: stored as it is, it loads, then fails when it runs. The store compiles
-  such a program again first (`programs._fresh`)."""
+  each program afresh (`programs._fresh`), also one that jax read earlier in the
+  process, and leaves jax's cache as it was."""
   cache, store = str(tmp_path / "jax"), str(tmp_path / "store")
   script = tmp_path / "run.py"
   script.write_text(RUN)
-  run = lambda store_dir: subprocess.run(
-      [sys.executable, str(script), cache, store_dir], capture_output=True, text=True,
+  run = lambda store_dir, how="": subprocess.run(
+      [sys.executable, str(script), cache, store_dir, how], capture_output=True, text=True,
       timeout=300, check=True).stdout.split()
   plain = run("off")  # Compiled, and written to jax's cache.
   assert plain[:2] == ["0", "0"]
-  assert run(store)[:2] == ["0", "1"]  # Read from jax's cache, then stored compiled afresh.
+  entries = sorted(os.listdir(cache))
+  assert run(store, "lower first")[:2] == ["0", "0"]  # Compiled afresh, not read, and stored.
+  assert sorted(os.listdir(cache)) == entries  # Nor written to jax's cache.
   stored = run(store)  # A new process: from the store, and it runs.
   assert stored[0] == "1" and stored[2:] == plain[2:]
+
+
+def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):
+  shared = tmp_path / "shared"
+  shared.mkdir()
+  shared.chmod(0o777)
+  monkeypatch.setenv(programs.ENV, str(shared))
+  programs.reset()
+  try:
+    assert programs.store() is None and "not the user's own folder" in caplog.text
+    shared.chmod(0o700)
+    programs.reset()
+    assert programs.store() is not None
+  finally:
+    monkeypatch.delenv(programs.ENV)
+    programs.reset()
+
+
+def test_a_failed_write_leaves_the_call_alone(store, monkeypatch, caplog):
+  def full(*_, **__):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(programs.tempfile, "mkstemp", full)
+  out = compiler.jit(scaled_sums, static_argnums=(0,))(1, jnp.ones((2, 3)), jnp.ones(3))
+  np.testing.assert_array_equal(np.asarray(out[0]), [4.0, 4.0, 4.0])  # Two rows of 1 + 1.
+  assert "could not write" in caplog.text and _stored_files(store) == []
+  with jax.disable_jit():  # And no store without jit (jax.jit's own path).
+    assert programs.call_key(scaled_sums, {}, (1, jnp.ones(3), jnp.ones(3)), {}) is None

@@ -26,10 +26,9 @@ class Programs:
   stored: int = 0
   traced: float = 0.0
   lowered: float = 0.0
-  afresh: int = 0  # Programs compiled a second time for the store (one program each).
 
   def __len__(self) -> int:
-    return len(self.seconds) - self.afresh
+    return len(self.seconds)
 
 
 @contextlib.contextmanager
@@ -41,8 +40,6 @@ def compilations():
   def on_event(event, **_):
     if event == CACHE_HIT:
       out.cache_hits += 1
-    elif event == programs.AFRESH_EVENT:
-      out.afresh += 1
 
   def on_duration(event, secs, **_):
     if event == STORED:

@@ -39,6 +39,7 @@ def jit(fn, **kwargs):
   its programs go through the program store when one is in use (`programs.use`)."""
   compiled = None
   found = programs.Programs(fn, kwargs)
+  programs.code_digest(fn)  # Now, as the engine is imported: the code that will run.
 
   def get():
     nonlocal compiled

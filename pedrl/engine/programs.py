@@ -5,19 +5,23 @@ job's second start still traces and lowers every jitted function to find its
 programs: 2.8 s tracing and 0.9 s lowering of a 6.0 s warm warm-up on an H100
 (`python -m pedrl.bench.rollout`, docs/performance.md). The store keys a program by
 what the call is instead: the function, its static arguments, the structure,
-shapes, dtypes and placements of its array arguments, and a fingerprint of
-everything else that shapes the program (the source files it can be traced from,
-`TRACED_CODE`; the jax and jaxlib versions, the devices, jax's configuration and
-this thread's settings, XLA_FLAGS). A hit deserializes the executable
-(`jax.experimental.serialize_executable`) and runs it; a miss lowers and compiles
-as jax.jit does and writes the executable. Each call pays ~0.1-0.2 ms for its key
-(the engine's calls run for milliseconds to seconds).
+shapes, dtypes and placements of its array arguments, and what else shapes the
+program: the source files it can be traced from (`TRACED_CODE`, read when the
+engine is imported), the versions of jax, jaxlib, flax, numpy and ml_dtypes, the
+devices, jax's configuration when the first program is looked up and the calling
+thread's jit settings, XLA_FLAGS. A hit deserializes the executable
+(`jax.experimental.serialize_executable`) and runs it; a miss compiles the call
+afresh and writes it. Each call pays ~0.2-0.6 ms for its key (the engine's calls run
+for milliseconds to seconds).
 
-A program is never found for a call it was not compiled for: a call whose static
-arguments print an object's address (no stable key), or a multi-process run, skips
-the store. An unreadable or stale file is compiled anew and replaced. Like jax's
-cache, the store is trusted: loading an executable can run its code, so it must
-be a folder only its user writes (the default is under ~/.cache).
+Not in the key: code outside `TRACED_CODE` that a jitted function reaches through
+its arguments (pedrl's engine functions reach none), and jax settings changed after
+the first lookup that jax's own jit cache does not key on either. A call with
+static arguments printed by address or passed by keyword, traced arguments, or under
+`jax.disable_jit`, and a multi-process run, skip the store. An unreadable file is
+compiled anew and replaced. The store is trusted like jax's cache (loading an
+executable can run its code): a folder that another user owns or can write is not
+used.
 """
 import functools
 import glob
@@ -34,16 +38,14 @@ import jax
 from jax.experimental import serialize_executable
 
 # A program read from the store, in jax's monitoring events (beside jax's own compile
-# events, so a count of the programs a block made sees both); and a program that jax
-# read from its cache compiled again for the store (`_fresh`): one program, two compiles.
+# events, so a count of the programs a block made sees both).
 LOAD_EVENT = "/pedrl/program_store/load_duration"
-AFRESH_EVENT = "/pedrl/program_store/compiled_afresh"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# The code an engine program can be traced from: the engine, the models, pedrl's
-# top-level modules (sharding, streams, ...); and the jitted function's own module.
-TRACED_CODE = ("engine/**/*.py", "models/**/*.py", "*.py")
+# The code an engine program can be traced from: the engine, the models, the top-level
+# modules they import; and the jitted function's own module.
+TRACED_CODE = ("engine/**/*.py", "models/**/*.py", "__init__.py", "sharding.py", "streams.py")
 
 
 @functools.cache
@@ -63,12 +65,16 @@ def sources_digest(root: str = _PACKAGE, patterns=TRACED_CODE, extra: str = "") 
 @functools.cache
 def _environment() -> str:
   """What besides the call shapes its program: versions, devices, config, flags."""
+  import flax
   import jaxlib
+  import ml_dtypes
+  import numpy
+  versions = [m.__version__ for m in (jax, jaxlib, flax, numpy, ml_dtypes)]
   devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
+  platform = getattr(jax.devices()[0].client, "platform_version", "")
   config = sorted((k, repr(v)) for k, v in jax.config.values.items())
   flags = [os.environ.get(name) for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")]
-  return repr((jax.__version__, jaxlib.__version__, jax.default_backend(), devices, config,
-               flags))
+  return repr((versions, jax.default_backend(), platform, devices, config, flags))
 
 
 def _context() -> str:
@@ -100,20 +106,26 @@ def _argument(x) -> tuple:
           "" if sharding is None else _placement(sharding))
 
 
+def code_digest(fn) -> str:
+  """The digest of the code `fn`'s programs are traced from (`TRACED_CODE` and fn's
+  file), taken once per process: `compiler.jit` asks when the engine is imported, so
+  keys describe the code that runs, even if the files change later."""
+  return sources_digest(extra=getattr(getattr(fn, "__code__", None), "co_filename", ""))
+
+
 @functools.lru_cache(maxsize=4096)
 def _head(fn, options: str, statics: tuple, tree) -> str | None:
   """The printed function, jit options, static arguments (hashable, as jit requires)
   and argument structure; None if they print an address (no stable key)."""
-  head = repr((fn.__module__, fn.__qualname__, options, statics, str(tree),
-               sources_digest(extra=getattr(fn.__code__, "co_filename", ""))))
+  head = repr((fn.__module__, fn.__qualname__, options, statics, str(tree), code_digest(fn)))
   return None if " at 0x" in head else hashlib.sha256(head.encode()).hexdigest()
 
 
 def call_key(fn, jit_kwargs: dict, args: tuple, kwargs: dict) -> str | None:
   """The store's key of fn(*args, **kwargs) jitted with `jit_kwargs`; None when the
   call has no stable key (an address in a static argument, static argument names)."""
-  if "static_argnames" in jit_kwargs:
-    return None
+  if "static_argnames" in jit_kwargs or kwargs or jax.config.jax_disable_jit:
+    return None  # Keyword arguments may be static ones; no jit: jax.jit's own path.
   static = set(jit_kwargs.get("static_argnums", ()))
   statics = tuple((i, a) for i, a in enumerate(args) if i in static)
   dynamic = [a for i, a in enumerate(args) if i not in static]
@@ -175,55 +187,83 @@ class Store:
         logging.warning("program store: a program cannot be serialized (%s: %s); such "
                         "programs are compiled at every start", type(e).__name__, e)
       return
-    path = self._path(key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-      f.write(blob)
-    os.replace(tmp, path)
+    path, tmp = self._path(key), None
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+      with os.fdopen(fd, "wb") as f:
+        f.write(blob)
+      os.replace(tmp, path)
+    except OSError as e:  # A full disk, a quota: the call goes on, the program is not kept.
+      logging.warning("program store: could not write %s (%s)", path, e)
+      if tmp and os.path.exists(tmp):
+        os.unlink(tmp)
 
 
-ENV = "PEDRL_PROGRAM_STORE"  # The store's directory; "" or "off": none.
+ENV = "PEDRL_PROGRAM_STORE"  # "off": none; a directory: there instead.
+FOLDER = "pedrl-programs"  # The store's place in jax's compilation cache directory.
 _UNSET = object()
 _store = _UNSET
 
 
 def use(directory: str | None) -> None:
-  """Keeps the engine's programs in `directory` (None, "" or "off": none); without a
-  call, the directory comes from $PEDRL_PROGRAM_STORE (`cli.use_compilation_cache`
-  sets it beside jax's cache) when the first program is needed."""
+  """Keeps the engine's programs in `directory` (None, "" or "off": none). Without a
+  call: $PEDRL_PROGRAM_STORE, else the `pedrl-programs` folder of jax's compilation
+  cache directory when one is set (`cli.use_compilation_cache`), looked up when the
+  first program is needed."""
   global _store
   _store = Store(directory) if directory and directory != "off" else None
+
+
+def reset() -> None:
+  """Forgets `use`: the next lookup finds the store's directory again."""
+  global _store
+  _store = _UNSET
+
+
+def _trusted(directory: str) -> bool:
+  """Whether a store folder is the user's own: created if missing; refused (with a
+  warning) when another user owns it or others may write it."""
+  try:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+  except OSError as e:
+    logging.warning("program store: %s is not usable (%s); programs are not kept", directory, e)
+    return False
+  if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o022:
+    logging.warning("program store: %s is not the user's own folder (owner or write "
+                    "permissions); programs are not kept", directory)
+    return False
+  return True
 
 
 def store() -> Store | None:
   """The store in use, if any. None in a multi-process run: each process would need
   its own executables."""
+  global _store
   if _store is _UNSET:
-    use(os.environ.get(ENV))
+    chosen = os.environ.get(ENV)
+    if chosen is None and jax.config.jax_compilation_cache_dir:
+      chosen = os.path.join(jax.config.jax_compilation_cache_dir, FOLDER)
+    use(chosen if chosen in (None, "", "off") or _trusted(chosen) else None)
   return _store if _store is not None and jax.process_count() == 1 else None
 
 
-_HIT = "/jax/compilation_cache/cache_hits"
-
-
 def _fresh(lowered):
-  """The lowered program compiled by XLA, not read from jax's persistent cache: on
-  XLA:CPU (jaxlib 0.10) an executable jax read from its cache serializes without its
-  kernels, and the stored copy fails when it runs ("Function ... not found"). A hit
-  is compiled again under an option that changes jax's cache key and nothing else."""
-  hits = []
-  listen = lambda event, **_: hits.append(1) if event == _HIT else None
-  jax.monitoring.register_event_listener(listen)
+  """The lowered program compiled by XLA now, neither read from nor written to jax's
+  persistent cache: on XLA:CPU (jaxlib 0.10) an executable that jax read from its cache
+  (in this process or earlier in it) serializes without its kernels, and the stored copy
+  fails when it runs ("Function ... not found"). An option that changes jax's cache key
+  and nothing else keeps it from being found there; this thread's minimum compile time
+  for writing it, from being written."""
+  nonce = {"xla_dump_emitter_re": f"pedrl-program-store-{os.getpid()}-{time.time_ns()}"}
   try:
-    compiled = lowered.compile()
-  finally:
-    jax.monitoring.unregister_event_listener(listen)
-  if not hits:
-    return compiled
-  nonce = f"pedrl-program-store-{os.getpid()}-{time.time_ns()}"
-  jax.monitoring.record_event(AFRESH_EVENT)
-  return lowered.compile(compiler_options={"xla_dump_emitter_re": nonce})
+    from jax._src import config
+    unwritten = config.persistent_cache_min_compile_time_secs(float("inf"))
+  except (ImportError, AttributeError):  # Not in this jax: written, never read again.
+    return lowered.compile(compiler_options=nonce)
+  with unwritten:
+    return lowered.compile(compiler_options=nonce)
 
 
 _every = weakref.WeakSet()
