@@ -63,7 +63,9 @@ def test_the_key_holds_what_shapes_the_program_not_the_values():
   assert key(object(), x, y) is None  # A static argument printed with an address: no key.
   with jax.default_matmul_precision("highest"):  # A setting jax's jit keys on.
     assert key(3, x, y) not in (base, None)
-  jax.jit(lambda x: key(3, x, y) is None or 1 / 0)(x)  # Traced arguments: jax.jit's path.
+  seen = []
+  jax.jit(lambda x: seen.append(key(3, x, y)) or x)(x)
+  assert seen == [None]  # Traced arguments: jax.jit's own path.
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
