@@ -145,7 +145,11 @@ prof=(--profile_top=25 --trace_dir="$traces")
 # The training steps share the GPU with nothing: jax may take 95% of it, not its default 75%
 # (also its limit when it allocates as it goes).
 train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
-step sampling 120 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+# The decode's compiled programs (XLA's HLO after optimization, as text) go beside its
+# traces, in decode_hlo.tar.gz: they name the model code behind each kernel of the profile.
+dump=("XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/decode_hlo --xla_dump_hlo_as_text")
+dump[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
+step sampling 120 env "${dump[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
 step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
@@ -183,4 +187,8 @@ step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cac
 } >> "$results"
 rm -rf "$cache" "$cache".*
 gzip -f "$traces"/*.xplane.pb 2>/dev/null
+if [[ -d "$traces/decode_hlo" ]]; then  # The HLO text alone (XLA dumps its object code too).
+  (cd "$traces" && find decode_hlo -name '*after_optimizations.txt' | tar czf decode_hlo.tar.gz -T -)
+  rm -rf "$traces/decode_hlo"
+fi
 echo "results: $results"
