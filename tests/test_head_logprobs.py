@@ -85,6 +85,9 @@ def test_the_update_with_a_chunked_head_is_the_whole_heads(qwen2):
   assert float(m_got["loss"]) == pytest.approx(float(m_want["loss"]), abs=1e-6)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="the bounds are XLA:CPU's buffer accounting (it failed on an H100); "
+                           "a GPU's is pedrl.bench.train_step's xla_MiB")
 def test_the_backward_pass_keeps_no_chunks_logits():
   """Gradient temporaries by XLA's accounting, 2 rows x 513 tokens, vocabulary 8192, one
   [B, T, V] float32 buffer 32 MiB: the whole head holds several (158 MiB on CPU, jax

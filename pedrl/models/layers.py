@@ -71,10 +71,16 @@ def causal_attention(q, k, v, lengths, implementation: str):
   Returns:
     [B, T, H, D] in the dtype of the values, zero at padding queries.
   """
+  t = q.shape[1]
+  if t % 2:
+    # cuDNN's kernels for a gradient take even lengths only (jax's check_is_flash_attention
+    # refuses "Unsupported sequence length Q 9, KV 9"): one more position, past every
+    # row's length, so masked out. The "xla" implementation pads alike.
+    q, k, v = (jnp.pad(a, ((0, 0), (0, 1), (0, 0), (0, 0))) for a in (q, k, v))
   out = jax.nn.dot_product_attention(q, k, v, is_causal=True, query_seq_lengths=lengths,
                                      key_value_seq_lengths=lengths,
-                                     implementation=implementation)
-  real = jnp.arange(q.shape[1])[None, :] < lengths[:, None]
+                                     implementation=implementation)[:, :t]
+  real = jnp.arange(t)[None, :] < lengths[:, None]
   return jnp.where(real[:, :, None, None], out, 0).astype(v.dtype)
 
 
