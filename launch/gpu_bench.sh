@@ -22,7 +22,8 @@
 #      to 4 layers, layers unrolled, whole sequences attending through cuDNN's fused
 #      attention;
 #   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
-# Options, run only when PEDRL_GPU_BENCH_STEPS names them: rollout_cold_scan and
+# Options, run only when PEDRL_GPU_BENCH_STEPS names them: sampling_fused_qkv (step 1's
+# decode with one matmul for q, k and v), rollout_cold_scan and
 # rollout_warm_scan (steps 2 and 3 with scanned layers), rollout_cold_autotune0 (step 2
 # with XLA's autotuning off), train_step_1.5b_scanned (the 1.5B update with scanned
 # layers, the jobs' default: copies of the scan's stacked activations), rollout_qwen2.5-0.5b (Qwen2.5-0.5B on both sides) and
@@ -151,6 +152,10 @@ dump=("XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/decode_hlo --xla_dump_hlo_
 dump[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
 step sampling 120 env "${dump[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
+# An option: the decode with one matmul for q, k and v (ModelConfig.qkv_matmul), against
+# the sampling step's separate ones.
+option sampling_fused_qkv 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+    --gpu_cache_slots=0 --qkv_matmul=fused "${sampling[@]}"
 step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
 step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \

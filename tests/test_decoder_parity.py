@@ -49,6 +49,20 @@ def test_greedy_kv_cache_generation_matches_transformers(family):
   np.testing.assert_array_equal(ours, reference.greedy(hf, tokens, mask, 32))
 
 
+def test_fused_qkv_matmul_matches_transformers(family):
+  # ModelConfig.qkv_matmul="fused": one matmul over the q, k and v kernels, same params;
+  # greedy decoding of one row, the case it is for (a vector times the kernels).
+  name, cfg, model, params, hf = family
+  fused = Decoder(cfg.replace(qkv_matmul="fused"))
+  tokens, mask = reference.left_padded(np.random.default_rng(0), cfg.vocab_size, [0, 3, 11], 24)
+  ours, _ = run(fused, params, tokens, mask)
+  ref = reference.forward(hf, tokens, mask, reference.mask_positions(mask))
+  np.testing.assert_allclose(ours[mask], ref[mask], atol=ATOL, rtol=0)
+  tokens, mask = reference.left_padded(np.random.default_rng(1), cfg.vocab_size, [2], 12)
+  np.testing.assert_array_equal(np.asarray(generate_greedy(fused, params, tokens, mask, 16)),
+                                reference.greedy(hf, tokens, mask, 16))
+
+
 def test_left_padded_rows_equal_each_sequence_alone(family):
   name, cfg, model, params, _ = family
   tokens, mask = reference.left_padded(np.random.default_rng(2), cfg.vocab_size, [0, 4, 9], 16)

@@ -46,6 +46,8 @@ flags.DEFINE_string("gpu_size", "qwen2.5-7b", "GPU profile: the model's shape "
 flags.DEFINE_integer("gpu_layers", 0, "GPU profile: the model's layers (0: the shape's own).")
 flags.DEFINE_list("gpu_cache_slots", ["0", "4096"],
                   "GPU profile: pedrl cache slots per case (0: prompt + new tokens).")
+flags.DEFINE_enum("qkv_matmul", "separate", ["separate", "fused"],
+                  "GPU profile: the q, k and v projections' matmuls (ModelConfig.qkv_matmul).")
 
 SIZES = {  # Qwen2 architecture, fp32.
     "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
@@ -158,13 +160,14 @@ def cpu_profile():
 def gpu_profile():
   from pedrl.models.hf_checkpoint import random_params
   cfg = architectures.get(FLAGS.gpu_size).config(FLAGS.gpu_layers or None, dtype="bfloat16",
-                                                 scan_layers=FLAGS.scan_layers)
+                                                 scan_layers=FLAGS.scan_layers,
+                                                 qkv_matmul=FLAGS.qkv_matmul)
   params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
   print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s "
         f"({'datasheet' if roofline.hbm_bandwidth() else 'measured'}); jax {jax.__version__}; "
-        f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16")
+        f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16, {cfg.qkv_matmul} q/k/v matmuls")
   print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
         f"{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)

@@ -79,6 +79,13 @@ class ModelConfig:
   # each row's mask as one run of real tokens (left-, right- or both-side padded); a
   # row with a hole gets NaN hidden states (see decoder.Decoder).
   full_attention: str = "auto"
+  # The q, k and v projections as "separate" matmuls, or "fused": one matmul over the
+  # three kernels put side by side (the params stay q, k and v). With more than one row
+  # XLA:GPU merges the three itself (one Triton GEMM reading the kernels in place); a
+  # decode step of one row gives it vectors, and it turns the k and v products into a
+  # multiply and a reduction instead (19 us a layer at the Qwen2.5-7B shape on an H100,
+  # docs/performance.md). Whether "fused" is faster there is not measured yet.
+  qkv_matmul: str = "separate"
   # Teacher-forced log-probs (training, scoring) through the vocabulary head this many
   # positions at a time: float32 [B, chunk, V] logits instead of [B, T, V], recomputed in
   # the backward pass rather than kept (engine.scoring.sequence_logprobs); 0: all at once.

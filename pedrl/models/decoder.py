@@ -241,9 +241,17 @@ class Attention(nn.Module):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     b, t, _ = x.shape
     h, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    q = layers.dense(h * d, cfg.qkv_bias, dtype, "q")(x).reshape(b, t, h, d)
-    k = layers.dense(g * d, cfg.qkv_bias, dtype, "k")(x).reshape(b, t, g, d)
-    v = layers.dense(g * d, cfg.qkv_bias, dtype, "v")(x).reshape(b, t, g, d)
+    if cfg.qkv_matmul == "fused":
+      q, k, v = layers.side_by_side(x, [
+          layers.DenseParams(n, cfg.qkv_bias, dtype, name=name)(x.shape[-1])
+          for n, name in ((h * d, "q"), (g * d, "k"), (g * d, "v"))], dtype)
+    elif cfg.qkv_matmul == "separate":
+      q = layers.dense(h * d, cfg.qkv_bias, dtype, "q")(x)
+      k = layers.dense(g * d, cfg.qkv_bias, dtype, "k")(x)
+      v = layers.dense(g * d, cfg.qkv_bias, dtype, "v")(x)
+    else:
+      raise ValueError(f"ModelConfig.qkv_matmul={cfg.qkv_matmul!r}: expected separate or fused")
+    q, k, v = q.reshape(b, t, h, d), k.reshape(b, t, g, d), v.reshape(b, t, g, d)
     if cfg.qk_norm:  # Qwen3: RMSNorm over each head before rotation.
       q = layers.RMSNorm(cfg.norm_eps, dtype, name="q_norm")(q)
       k = layers.RMSNorm(cfg.norm_eps, dtype, name="k_norm")(k)

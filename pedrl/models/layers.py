@@ -4,6 +4,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # A large finite negative instead of -inf: a query row with no visible key
 # (a padding position) then gets a harmless uniform softmax, not NaN.
@@ -215,6 +216,32 @@ def f32_out_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
   if preferred_element_type not in (None, jnp.float32):
     raise ValueError(f"f32_out_dot returns float32, asked for {preferred_element_type}")
   return _f32_out_dot(lhs, rhs, dimension_numbers, precision)
+
+
+class DenseParams(nn.Module):
+  """The params of a `dense` layer (nn.Dense's names, shapes and initializers), not
+  applied: `side_by_side` multiplies several of them at once."""
+  features: int
+  use_bias: bool
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, in_features: int):
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), (in_features, self.features),
+                        self.dtype)
+    bias = (self.param("bias", nn.initializers.zeros_init(), (self.features,), self.dtype)
+            if self.use_bias else jnp.zeros((self.features,), self.dtype))
+    return kernel, bias
+
+
+def side_by_side(x, params, dtype):
+  """x times several Dense layers' (kernel, bias) in one matmul over their kernels
+  concatenated; one output per layer, as `dense` would give each."""
+  kernel = jnp.concatenate([k.astype(dtype) for k, _ in params], axis=1)
+  bias = jnp.concatenate([b.astype(dtype) for _, b in params])
+  y = jax.lax.dot_general(x.astype(dtype), kernel, (((x.ndim - 1,), (0,)), ((), ()))) + bias
+  ends = np.cumsum([k.shape[1] for k, _ in params])[:-1]
+  return jnp.split(y, ends, axis=-1)
 
 
 def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:
