@@ -153,9 +153,11 @@ dump[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
 step sampling 120 env "${dump[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
 # An option: the decode with one matmul for q, k and v (ModelConfig.qkv_matmul), against
-# the sampling step's separate ones.
-option sampling_fused_qkv 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
-    --gpu_cache_slots=0 --qkv_matmul=fused "${sampling[@]}"
+# the sampling step's separate ones; its HLO beside theirs (decode_hlo_fused_qkv).
+dump_fused=("XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/decode_hlo_fused_qkv --xla_dump_hlo_as_text")
+dump_fused[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
+option sampling_fused_qkv 120 env "${dump_fused[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" \
+    --device_profile=gpu --gpu_cache_slots=0 --qkv_matmul=fused "${sampling[@]}"
 step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
 step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
@@ -192,8 +194,9 @@ step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cac
 } >> "$results"
 rm -rf "$cache" "$cache".*
 gzip -f "$traces"/*.xplane.pb 2>/dev/null
-if [[ -d "$traces/decode_hlo" ]]; then  # The HLO text alone (XLA dumps its object code too).
-  (cd "$traces" && find decode_hlo -name '*after_optimizations.txt' | tar czf decode_hlo.tar.gz -T -)
-  rm -rf "$traces/decode_hlo"
-fi
+for hlo in decode_hlo decode_hlo_fused_qkv; do  # The HLO text alone (XLA dumps object code too).
+  [[ -d "$traces/$hlo" ]] || continue
+  (cd "$traces" && find "$hlo" -name '*after_optimizations.txt' | tar czf "$hlo.tar.gz" -T -)
+  rm -rf "${traces:?}/$hlo"
+done
 echo "results: $results"

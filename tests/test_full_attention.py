@@ -66,8 +66,9 @@ def test_log_probs_and_their_gradients_agree(tiny):
 
 
 def test_an_odd_length_reaches_the_fused_call_padded_to_an_even_one(tiny, monkeypatch):
-  # cuDNN refuses the gradient of an odd length ("Unsupported sequence length Q 9, KV 9",
-  # seen on an H100 with jax 0.11.2); the call gets one masked position more.
+  # cuDNN refuses the gradient of an odd length (jax 0.11's check: "Unsupported sequence
+  # length Q 9, KV 9"; such gradients failed in the GPU subset on an H100); the call gets
+  # one masked position more.
   cfg, params = tiny
   t = 9
   tokens = np.random.default_rng(3).integers(0, cfg.vocab_size, (5, t)).astype(np.int32)

@@ -199,6 +199,9 @@ def main(argv):
   elif FLAGS.profile_top:
     raise app.UsageError("--profile_top traces the gpu profile's decode (--device_profile=gpu); "
                          "the cpu profile compares engines and traces nothing")
+  elif FLAGS.qkv_matmul != "separate":
+    raise app.UsageError("--qkv_matmul sets the gpu profile's model (--device_profile=gpu); "
+                         "the cpu profile's models are transformers checkpoints")
   else:
     cpu_profile()
 

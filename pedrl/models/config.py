@@ -80,11 +80,13 @@ class ModelConfig:
   # row with a hole gets NaN hidden states (see decoder.Decoder).
   full_attention: str = "auto"
   # The q, k and v projections as "separate" matmuls, or "fused": one matmul over the
-  # three kernels put side by side (the params stay q, k and v). With more than one row
-  # XLA:GPU merges the three itself (one Triton GEMM reading the kernels in place); a
-  # decode step of one row gives it vectors, and it turns the k and v products into a
-  # multiply and a reduction instead (19 us a layer at the Qwen2.5-7B shape on an H100,
-  # docs/performance.md). Whether "fused" is faster there is not measured yet.
+  # three kernels put side by side (the params stay q, k and v; under tensor parallelism
+  # the kernels, each split on its outputs, are regathered for it at every call: meant
+  # for one device). A 16-row decode step at the Qwen2.5-7B shape on an H100 had XLA
+  # merge the three itself (one Triton GEMM reading the kernels in place); a one-row step
+  # gives it vectors, and it turned the k and v products into a multiply and a reduction
+  # instead (19 us a layer, docs/performance.md). Whether "fused" is faster there is not
+  # measured yet.
   qkv_matmul: str = "separate"
   # Teacher-forced log-probs (training, scoring) through the vocabulary head this many
   # positions at a time: float32 [B, chunk, V] logits instead of [B, T, V], recomputed in
