@@ -61,6 +61,12 @@ def test_fused_qkv_matmul_matches_transformers(family):
   tokens, mask = reference.left_padded(np.random.default_rng(1), cfg.vocab_size, [2], 12)
   np.testing.assert_array_equal(np.asarray(generate_greedy(fused, params, tokens, mask, 16)),
                                 reference.greedy(hf, tokens, mask, 16))
+  # One matmul makes q, k and v: a dot whose outputs are all three heads' widths.
+  width = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+  text = jax.jit(lambda p: fused.apply({"params": p}, tokens, mask, method=Decoder.forward)
+                 ).lower(params).as_text()
+  dots = [line for line in text.splitlines() if "dot_general" in line]
+  assert any(f"x{width}x" in line.split("->")[-1] for line in dots), dots
 
 
 def test_left_padded_rows_equal_each_sequence_alone(family):
