@@ -274,5 +274,11 @@ def run(main) -> None:
 
   def with_cache(argv):
     use_compilation_cache(flags.FLAGS.compilation_cache)
+    if os.environ.get("PEDRL_PROGRAM_STORE_MAX_GIB"):  # Checked now, not at the first program.
+      from pedrl.engine import programs
+      try:
+        programs.max_bytes()
+      except ValueError as e:
+        raise app.UsageError(str(e)) from None
     return main(argv)
   app.run(with_cache, flags_parser=parse_flags)

@@ -187,3 +187,46 @@ def test_a_failed_write_leaves_the_call_alone(store, monkeypatch, caplog):
   assert "could not write" in caplog.text and _stored_files(store) == []
   with jax.disable_jit():  # And no store without jit (jax.jit's own path).
     assert programs.call_key(scaled_sums, {}, (1, jnp.ones(3), jnp.ones(3)), {}) is None
+
+
+
+def test_past_its_limit_the_store_drops_the_least_recently_used(store, monkeypatch):
+  def call(n):  # A program per row count; their files are about the same size.
+    compiler.jit(scaled_sums, static_argnums=(0,))(1, jnp.ones((n, 3)), jnp.ones(3))
+
+  made = {}
+  for n in (1, 2, 3):
+    before = set(_stored_files(store))
+    call(n)
+    new, = set(_stored_files(store)) - before
+    made[n] = os.path.join(store, new[:2], new)
+  for age, n in enumerate((1, 2, 3)):  # Distinct last uses, 1 the oldest.
+    os.utime(made[n], (1e9 + age, 1e9 + age))
+  sizes = [os.path.getsize(p) for p in made.values()]
+  programs.store().max_bytes = sum(sizes) + min(sizes) // 2  # Room for three.
+  jax.clear_caches()
+  programs.forget()
+  with compiles.compilations() as loaded:
+    call(1)  # Read from the store: now the most recently used.
+  assert loaded.stored == 1
+  call(4)  # A fourth file: the least recently used one, 2's, goes.
+  assert [os.path.exists(made[n]) for n in (1, 2, 3)] == [True, False, True]
+  assert len(_stored_files(store)) == 3
+
+
+def test_the_size_limit_comes_from_the_environment(monkeypatch):
+  monkeypatch.delenv(programs.MAX_GIB_ENV, raising=False)
+  assert programs.max_bytes() == 4 * 2**30
+  monkeypatch.setenv(programs.MAX_GIB_ENV, "0.5")
+  assert programs.max_bytes() == 2**29
+  monkeypatch.setenv(programs.MAX_GIB_ENV, "0")
+  assert programs.max_bytes() is None
+  for bad in ("-1", "nan", "4G"):
+    monkeypatch.setenv(programs.MAX_GIB_ENV, bad)
+    with pytest.raises(ValueError, match=f"PEDRL_PROGRAM_STORE_MAX_GIB='{bad}': expected"):
+      programs.max_bytes()
+  # A command refuses it at its start, before any model or program.
+  env = dict(os.environ, PEDRL_PROGRAM_STORE_MAX_GIB="4G")
+  out = subprocess.run([sys.executable, "-m", "pedrl.bench.sampling", "--device_profile=gpu"],
+                       capture_output=True, text=True, env=env)
+  assert out.returncode != 0 and "PEDRL_PROGRAM_STORE_MAX_GIB='4G': expected" in out.stderr

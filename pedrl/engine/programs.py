@@ -148,10 +148,12 @@ def _device_ids(compiled) -> list[int]:
 
 
 class Store:
-  """Executables under `directory`, one file per key (written whole, then renamed)."""
+  """Executables under `directory`, one file per key (written whole, then renamed); past
+  `max_bytes` (None: no limit), a write removes the least recently used ones."""
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: str, max_bytes: int | None = None):
     self.directory = directory
+    self.max_bytes = max_bytes
     self._warned = False
 
   def _path(self, key: str) -> str:
@@ -176,6 +178,10 @@ class Store:
                       type(e).__name__, e)
       return None
     jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start)
+    try:
+      os.utime(path)  # Its last use, for the eviction.
+    except OSError:
+      pass
     return program
 
   def save(self, key: str, compiled) -> None:
@@ -198,21 +204,61 @@ class Store:
       logging.warning("program store: could not write %s (%s)", path, e)
       if tmp and os.path.exists(tmp):
         os.unlink(tmp)
+      return
+    self._evict(keep=path)
+
+  def _evict(self, keep: str) -> None:
+    """Removes the least recently used programs until the store is under max_bytes."""
+    if self.max_bytes is None:
+      return
+    files = []
+    for folder, _, names in os.walk(self.directory):
+      for name in names:
+        if name.endswith(".pkl") and (path := os.path.join(folder, name)) != keep:
+          try:
+            st = os.stat(path)
+          except OSError:  # Removed meanwhile by another process.
+            continue
+          files.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in files) + os.path.getsize(keep)
+    for _, size, path in sorted(files):
+      if total <= self.max_bytes:
+        break
+      try:
+        os.unlink(path)
+        total -= size
+      except OSError:
+        pass
 
 
 ENV = "PEDRL_PROGRAM_STORE"  # "off": none; a directory: there instead.
+MAX_GIB_ENV = "PEDRL_PROGRAM_STORE_MAX_GIB"  # Its size limit (0: none).
+MAX_GIB = 4.0
 FOLDER = "pedrl-programs"  # The store's place in jax's compilation cache directory.
 _UNSET = object()
 _store = _UNSET
 
 
-def use(directory: str | None) -> None:
-  """Keeps the engine's programs in `directory` (None, "" or "off": none). Without a
-  call: $PEDRL_PROGRAM_STORE, else the `pedrl-programs` folder of jax's compilation
-  cache directory when one is set (`cli.use_compilation_cache`), looked up when the
-  first program is needed."""
+def max_bytes() -> int | None:
+  """The store's size limit: $PEDRL_PROGRAM_STORE_MAX_GIB (default 4; 0: none)."""
+  raw = os.environ.get(MAX_GIB_ENV, str(MAX_GIB))
+  try:
+    gb = float(raw)
+  except ValueError:
+    gb = -1.0
+  if not gb >= 0:  # Also NaN.
+    raise ValueError(f"{MAX_GIB_ENV}={raw!r}: expected the store's size limit in GiB (0: none)")
+  return int(gb * 2**30) or None
+
+
+def use(directory: str | None, limit: int | None = None) -> None:
+  """Keeps the engine's programs in `directory` (None, "" or "off": none), at most `limit`
+  bytes (None: `max_bytes()`). Without a call: $PEDRL_PROGRAM_STORE, else the
+  `pedrl-programs` folder of jax's compilation cache directory when one is set
+  (`cli.use_compilation_cache`), looked up when the first program is needed."""
   global _store
-  _store = Store(directory) if directory and directory != "off" else None
+  on = directory and directory != "off"
+  _store = Store(directory, max_bytes() if limit is None and on else limit) if on else None
 
 
 def reset() -> None:
