@@ -28,7 +28,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from pedrl import logs, paths
+from pedrl import environ, logs, paths
 
 # pedrl.distributed.MODES (not imported: it imports JAX).
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -274,11 +274,9 @@ def run(main) -> None:
 
   def with_cache(argv):
     use_compilation_cache(flags.FLAGS.compilation_cache)
-    if os.environ.get("PEDRL_PROGRAM_STORE_MAX_GIB"):  # Checked now, not at the first program.
-      from pedrl.engine import programs
-      try:
-        programs.max_bytes()
-      except ValueError as e:
-        raise app.UsageError(str(e)) from None
+    try:  # Checked now, not at the first compiled program.
+      environ.program_store_max_bytes()
+    except ValueError as e:
+      fail(str(e))
     return main(argv)
   app.run(with_cache, flags_parser=parse_flags)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pedrl.bench import compiles
+from pedrl import environ
 from pedrl.engine import compiler, programs
 
 
@@ -209,24 +210,37 @@ def test_past_its_limit_the_store_drops_the_least_recently_used(store, monkeypat
   with compiles.compilations() as loaded:
     call(1)  # Read from the store: now the most recently used.
   assert loaded.stored == 1
-  call(4)  # A fourth file: the least recently used one, 2's, goes.
+  other, stale = store / "notes.pkl", store / "ab" / "x.tmp"  # Not the store's programs.
+  stale.parent.mkdir(exist_ok=True)
+  other.write_bytes(b"0" * 10 * max(sizes))
+  stale.write_bytes(b"0")
+  os.utime(stale, (1e9, 1e9))  # Left by a write killed long ago.
+  call(4)  # A fourth file: the least recently used program, 2's, goes.
   assert [os.path.exists(made[n]) for n in (1, 2, 3)] == [True, False, True]
-  assert len(_stored_files(store)) == 3
+  assert len(_stored_files(store)) == 4 and other.exists() and not stale.exists()
 
 
-def test_the_size_limit_comes_from_the_environment(monkeypatch):
-  monkeypatch.delenv(programs.MAX_GIB_ENV, raising=False)
-  assert programs.max_bytes() == 4 * 2**30
-  monkeypatch.setenv(programs.MAX_GIB_ENV, "0.5")
-  assert programs.max_bytes() == 2**29
-  monkeypatch.setenv(programs.MAX_GIB_ENV, "0")
-  assert programs.max_bytes() is None
-  for bad in ("-1", "nan", "4G"):
-    monkeypatch.setenv(programs.MAX_GIB_ENV, bad)
+def test_the_size_limit_comes_from_the_environment(tmp_path, monkeypatch):
+  limit = environ.program_store_max_bytes
+  for value, want in ((None, 4 * 2**30), ("", 4 * 2**30), ("0.5", 2**29), ("0", None),
+                      ("1e-12", 1)):
+    if value is None:
+      monkeypatch.delenv(environ.PROGRAM_STORE_MAX_GIB, raising=False)
+    else:
+      monkeypatch.setenv(environ.PROGRAM_STORE_MAX_GIB, value)
+    assert limit() == want, value
+  monkeypatch.setenv(environ.PROGRAM_STORE_MAX_GIB, "0.5")
+  programs.use(str(tmp_path))  # The store takes it.
+  assert programs.store().max_bytes == 2**29
+  programs.reset()
+  for bad in ("-1", "nan", "inf", "4G"):
+    monkeypatch.setenv(environ.PROGRAM_STORE_MAX_GIB, bad)
     with pytest.raises(ValueError, match=f"PEDRL_PROGRAM_STORE_MAX_GIB='{bad}': expected"):
-      programs.max_bytes()
-  # A command refuses it at its start, before any model or program.
+      limit()
+  # A command refuses it in one line at its start, before any model or program.
   env = dict(os.environ, PEDRL_PROGRAM_STORE_MAX_GIB="4G")
   out = subprocess.run([sys.executable, "-m", "pedrl.bench.sampling", "--device_profile=gpu"],
-                       capture_output=True, text=True, env=env)
-  assert out.returncode != 0 and "PEDRL_PROGRAM_STORE_MAX_GIB='4G': expected" in out.stderr
+                       capture_output=True, text=True, env=env, timeout=60)
+  assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+      "error: PEDRL_PROGRAM_STORE_MAX_GIB='4G': expected the program store's size limit in "
+      "GiB (0: none)"], out.stderr[-1000:]

@@ -28,6 +28,7 @@ import glob
 import hashlib
 import os
 import pickle
+import re
 import tempfile
 import threading
 import time
@@ -36,6 +37,8 @@ import weakref
 from absl import logging
 import jax
 from jax.experimental import serialize_executable
+
+from pedrl import environ
 
 # A program read from the store, in jax's monitoring events (beside jax's own compile
 # events, so a count of the programs a block made sees both).
@@ -147,9 +150,12 @@ def _device_ids(compiled) -> list[int]:
   return [jax.devices()[0].id]
 
 
+_STORED = re.compile(r"[0-9a-f]{64}\.pkl")  # A key's file; nothing else is removed.
+
+
 class Store:
   """Executables under `directory`, one file per key (written whole, then renamed); past
-  `max_bytes` (None: no limit), a write removes the least recently used ones."""
+  `max_bytes` (None or 0: no limit), a write removes the least recently used ones."""
 
   def __init__(self, directory: str, max_bytes: int | None = None):
     self.directory = directory
@@ -208,19 +214,27 @@ class Store:
     self._evict(keep=path)
 
   def _evict(self, keep: str) -> None:
-    """Removes the least recently used programs until the store is under max_bytes."""
-    if self.max_bytes is None:
+    """Removes the least recently used programs until the store is under max_bytes, and
+    temporary files a killed write left (over an hour old)."""
+    if not self.max_bytes:
       return
-    files = []
+    files, now = [], time.time()
     for folder, _, names in os.walk(self.directory):
       for name in names:
-        if name.endswith(".pkl") and (path := os.path.join(folder, name)) != keep:
-          try:
-            st = os.stat(path)
-          except OSError:  # Removed meanwhile by another process.
-            continue
+        path = os.path.join(folder, name)
+        try:
+          st = os.stat(path)
+          if name.endswith(".tmp") and now - st.st_mtime > 3600:
+            os.unlink(path)
+        except OSError:  # Removed meanwhile by another process.
+          continue
+        if _STORED.fullmatch(name) and path != keep:
           files.append((st.st_mtime, st.st_size, path))
-    total = sum(size for _, size, _ in files) + os.path.getsize(keep)
+    try:
+      total = os.path.getsize(keep)
+    except OSError:  # Another process's eviction took it already.
+      total = 0
+    total += sum(size for _, size, _ in files)
     for _, size, path in sorted(files):
       if total <= self.max_bytes:
         break
@@ -232,33 +246,21 @@ class Store:
 
 
 ENV = "PEDRL_PROGRAM_STORE"  # "off": none; a directory: there instead.
-MAX_GIB_ENV = "PEDRL_PROGRAM_STORE_MAX_GIB"  # Its size limit (0: none).
-MAX_GIB = 4.0
-FOLDER = "pedrl-programs"  # The store's place in jax's compilation cache directory.
 _UNSET = object()
 _store = _UNSET
 
 
-def max_bytes() -> int | None:
-  """The store's size limit: $PEDRL_PROGRAM_STORE_MAX_GIB (default 4; 0: none)."""
-  raw = os.environ.get(MAX_GIB_ENV, str(MAX_GIB))
-  try:
-    gb = float(raw)
-  except ValueError:
-    gb = -1.0
-  if not gb >= 0:  # Also NaN.
-    raise ValueError(f"{MAX_GIB_ENV}={raw!r}: expected the store's size limit in GiB (0: none)")
-  return int(gb * 2**30) or None
-
-
-def use(directory: str | None, limit: int | None = None) -> None:
-  """Keeps the engine's programs in `directory` (None, "" or "off": none), at most `limit`
-  bytes (None: `max_bytes()`). Without a call: $PEDRL_PROGRAM_STORE, else the
-  `pedrl-programs` folder of jax's compilation cache directory when one is set
-  (`cli.use_compilation_cache`), looked up when the first program is needed."""
+def use(directory: str | None, limit: int | None = -1) -> None:
+  """Keeps the engine's programs in `directory` (None, "" or "off": none), in at most
+  `limit` bytes (None or 0: no limit; -1: $PEDRL_PROGRAM_STORE_MAX_GIB, 4 GiB unless
+  set). Without a call: $PEDRL_PROGRAM_STORE, else the `pedrl-programs` folder of jax's
+  compilation cache directory when one is set (`cli.use_compilation_cache`), looked up
+  when the first program is needed."""
   global _store
-  on = directory and directory != "off"
-  _store = Store(directory, max_bytes() if limit is None and on else limit) if on else None
+  if not directory or directory == "off":
+    _store = None
+    return
+  _store = Store(directory, environ.program_store_max_bytes() if limit == -1 else limit)
 
 
 def reset() -> None:
