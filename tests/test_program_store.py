@@ -237,7 +237,11 @@ def test_the_size_limit_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(environ.PROGRAM_STORE_MAX_GIB, bad)
     with pytest.raises(ValueError, match=f"PEDRL_PROGRAM_STORE_MAX_GIB='{bad}': expected"):
       limit()
-  # A command refuses it in one line at its start, before any model or program.
+
+
+@pytest.mark.job
+def test_a_command_refuses_a_bad_size_limit_in_one_line_at_its_start():
+  # Before any model or program: a 7B-shaped random model would take minutes on CPU.
   env = dict(os.environ, PEDRL_PROGRAM_STORE_MAX_GIB="4G")
   out = subprocess.run([sys.executable, "-m", "pedrl.bench.sampling", "--device_profile=gpu"],
                        capture_output=True, text=True, env=env, timeout=60)

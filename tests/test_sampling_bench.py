@@ -25,6 +25,7 @@ def test_the_gpu_profile_runs_at_the_tiny_shape_with_fused_qkv_matmuls(tmp_path)
     assert re.search(rf"^decode_hbm_utilization_batch{batch}=0\.\d+$", out.stdout, re.M)
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("flag", ["--qkv_matmul=fused", "--profile_top=5"])
 def test_gpu_profile_options_are_refused_in_the_cpu_profile(tmp_path, flag):
   out = _bench(tmp_path, flag)
