@@ -246,6 +246,7 @@ class Store:
 
 
 ENV = "PEDRL_PROGRAM_STORE"  # "off": none; a directory: there instead.
+FOLDER = "pedrl-programs"  # The store's place in jax's compilation cache directory.
 _UNSET = object()
 _store = _UNSET
 
