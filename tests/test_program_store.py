@@ -179,6 +179,18 @@ def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):
     programs.reset()
 
 
+def test_without_a_setting_the_store_is_a_folder_of_jaxs_cache(tmp_path, monkeypatch):
+  monkeypatch.delenv(programs.ENV, raising=False)
+  before = jax.config.jax_compilation_cache_dir
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+  programs.reset()
+  try:
+    assert programs.store().directory == str(tmp_path / "pedrl-programs")
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
+    programs.reset()
+
+
 def test_a_failed_write_leaves_the_call_alone(store, monkeypatch, caplog):
   def full(*_, **__):
     raise OSError(28, "No space left on device")
