@@ -21,8 +21,8 @@ def test_the_gpu_profile_runs_at_the_tiny_shape_with_fused_qkv_matmuls(tmp_path)
                "--compilation_cache=off")
   assert out.returncode == 0, out.stderr[-2000:]
   assert "tiny shape (2 layers), bf16, fused q/k/v matmuls" in out.stdout
-  for batch in (1, 16):
-    assert re.search(rf"^decode_hbm_utilization_batch{batch}=0\.\d+$", out.stdout, re.M)
+  for batch in (1, 16):  # Its value is timing (4 tiny steps: noise, even below zero), not checked.
+    assert re.search(rf"^decode_hbm_utilization_batch{batch}=-?\d+\.\d+$", out.stdout, re.M)
 
 
 @pytest.mark.job
