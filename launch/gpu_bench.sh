@@ -148,15 +148,14 @@ prof=(--profile_top=25 --trace_dir="$traces")
 train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
 # The decode's compiled programs (XLA's HLO after optimization, as text) go beside its
 # traces, in decode_hlo.tar.gz: they name the model code behind each kernel of the profile.
-dump=("XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/decode_hlo --xla_dump_hlo_as_text")
-dump[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
-step sampling 120 env "${dump[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+hlo_dump() {  # hlo_dump FOLDER: XLA_FLAGS that dump the decode's programs to $traces/FOLDER.
+  echo "XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/$1 --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*_generate.*"
+}
+step sampling 120 env "$(hlo_dump decode_hlo)" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
 # An option: the decode with one matmul for q, k and v (ModelConfig.qkv_matmul), against
 # the sampling step's separate ones; its HLO beside theirs (decode_hlo_fused_qkv).
-dump_fused=("XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/decode_hlo_fused_qkv --xla_dump_hlo_as_text")
-dump_fused[0]+=" --xla_dump_hlo_module_re=.*_generate.*"
-option sampling_fused_qkv 120 env "${dump_fused[@]}" "$python" -m pedrl.bench.sampling "${cc[@]}" \
+option sampling_fused_qkv 120 env "$(hlo_dump decode_hlo_fused_qkv)" "$python" -m pedrl.bench.sampling "${cc[@]}" \
     --device_profile=gpu --gpu_cache_slots=0 --qkv_matmul=fused "${sampling[@]}"
 step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device

@@ -49,20 +49,23 @@ def test_fused_path_equals_einsum_attention_at_every_real_token(tiny):
   np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=2e-5)
 
 
-def test_log_probs_and_their_gradients_agree(tiny):
-  cfg, params = tiny
-  tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (5, T)).astype(np.int32)
-  mask = jnp.asarray(masks())
-
+def assert_log_probs_and_gradients_agree(cfg, params, tokens, mask):
+  """The fused path's summed log-probs and their gradients against the einsum's."""
   def total(p, impl):
     model = build_model(cfg.replace(full_attention=impl))
-    return sequence_logprobs(model, p, jnp.asarray(tokens), mask).sum()
+    return sequence_logprobs(model, p, jnp.asarray(tokens), jnp.asarray(mask)).sum()
 
   want, want_grad = jax.value_and_grad(total)(params, "einsum")
   got, got_grad = jax.value_and_grad(total)(params, "xla")
   np.testing.assert_allclose(got, want, rtol=1e-5)
   for g, w in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad)):
     np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_log_probs_and_their_gradients_agree(tiny):
+  cfg, params = tiny
+  tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (5, T)).astype(np.int32)
+  assert_log_probs_and_gradients_agree(cfg, params, tokens, masks())
 
 
 def test_an_odd_length_reaches_the_fused_call_padded_to_an_even_one(tiny, monkeypatch):
@@ -72,21 +75,11 @@ def test_an_odd_length_reaches_the_fused_call_padded_to_an_even_one(tiny, monkey
   cfg, params = tiny
   t = 9
   tokens = np.random.default_rng(3).integers(0, cfg.vocab_size, (5, t)).astype(np.int32)
-  mask = jnp.asarray(masks(t))
   seen, fused = [], jax.nn.dot_product_attention
   monkeypatch.setattr(jax.nn, "dot_product_attention",
                       lambda q, *a, **k: seen.append(q.shape[1]) or fused(q, *a, **k))
-
-  def total(p, impl):
-    model = build_model(cfg.replace(full_attention=impl))
-    return sequence_logprobs(model, p, jnp.asarray(tokens), mask).sum()
-
-  want, want_grad = jax.value_and_grad(total)(params, "einsum")
-  got, got_grad = jax.value_and_grad(total)(params, "xla")
+  assert_log_probs_and_gradients_agree(cfg, params, tokens, masks(t))
   assert seen and set(seen) == {t + 1}
-  np.testing.assert_allclose(got, want, rtol=1e-5)
-  for g, w in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad)):
-    np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-4)
 
 
 def test_a_row_with_a_hole_gets_nan_hidden_states_and_the_others_are_unchanged(tiny):
