@@ -2,6 +2,7 @@
 format (never timings)."""
 import re
 
+import jax
 import pytest
 
 from pedrl.bench import rollout as bench
@@ -20,6 +21,24 @@ def test_engines_roll_out_the_same_workload(capsys):
   assert work["pedrl"].fed < work["transformers"].fed
   last = capsys.readouterr().out.strip().splitlines()[-1]
   assert re.fullmatch(r"rollout_speedup_vs_transformers_kv=\d+\.\d\d", last)
+
+
+@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 (simulated) devices")
+def test_pedrl_runs_tensor_parallel_over_cpu_devices(capsys):
+  """--cpu_devices: both parties' weights and caches split over 2 devices' `tensor` axis;
+  the same workload as the transformers loop."""
+  results = bench.report("tiny", dialogues=2, lengths=[4], new_tokens=6, repeats=1,
+                         engines=("transformers_kv", "pedrl"), cpu_devices=2)
+  work = {name: r["work"] for name, r in results[4].items()}
+  assert {(w.messages, w.sampled) for w in work.values()} == {(2 * 4, 2 * 4 * 6)}
+  out = capsys.readouterr().out
+  assert "pedrl tensor-parallel over 2 CPU devices" in out
+  mesh = bench.cpu_mesh(2)
+  assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 2}
+  with pytest.raises(ValueError, match="cpu_devices=99, but jax has"):
+    bench.cpu_mesh(99)
+  assert bench.cpu_mesh(1) is None
+  assert bench.kv_heads("tiny") == [2, 2] and bench.kv_heads({"num_key_value_heads": 4}) == [4]
 
 
 def test_idle_shares_count_filler_rows_and_turns_that_ended_early():

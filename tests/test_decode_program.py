@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from pedrl import sharding
 from pedrl.bench import hlo
 from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 from pedrl.models.config import ModelConfig
@@ -69,3 +70,27 @@ def test_resumed_decoding_copies_only_the_window_of_its_rows():
   cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
   assert window == 48
   assert program.memory_analysis().temp_size_in_bytes < cache_bytes / 16
+
+
+@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 (simulated) devices")
+def test_a_tensor_split_decode_step_gathers_its_logits_once():
+  """On a `tensor` mesh the head splits the vocabulary; sampling from split logits made
+  XLA all-reduce integers and floats of every row several times a step. The loop's
+  collectives are the layers' (o and down projections), the embedding lookup's, and one
+  gather of the logits."""
+  layers, vocab, batch = 2, 256, 8
+  cfg = ModelConfig("qwen2", "causal_lm", vocab, 128, layers, 4, 2, 32, 256, 1e-6, 32768,
+                    dtype="float32", scan_layers=False, pad_token_id=0)
+  mesh = sharding.make_mesh(1, 1, 2, devices=jax.devices()[:2])
+  sampler = Sampler(build_model(cfg), mesh=mesh)
+  params = random_params(cfg)
+  params = jax.device_put(params, sharding.param_shardings(params, mesh))
+  rows = np.random.default_rng(0).integers(1, vocab, (batch, 40)).tolist()
+  cache = sampler.extend(params, sampler.new_cache(batch, 128), [r[:-1] for r in rows])
+  text, _ = hlo.decode_hlo(sampler, params, cache, [r[-1:] for r in rows],
+                           SamplingParams(8, temperature=1.0, top_k=20))
+  ops = hlo.loop_ops(text, hlo.COLLECTIVES)
+  gathered = [r for op, r in ops if op == "all-gather"]
+  assert len(gathered) == 1 and gathered[0].startswith(f"f32[{batch},1,{vocab}]"), ops
+  assert [op for op, _ in ops].count("all-reduce") <= 2 * layers + 1, ops
+  assert not [r for _, r in ops if "s32" in r or "pred" in r], ops

@@ -22,6 +22,15 @@ def test_make_mesh_fills_one_axis_and_rejects_bad_sizes():
     sharding.make_mesh(data=3, fsdp=-1, tensor=1)
 
 
+def test_a_hosts_devices_are_the_most_cores_that_divide_every_models_kv_heads():
+  assert sharding.host_devices(2, [4, 4]) == 2  # The bench models on a 2-core machine.
+  assert sharding.host_devices(8, [4, 8]) == 4
+  assert sharding.host_devices(3, [4]) == 2
+  assert sharding.host_devices(16, [2, 8]) == 2  # Qwen2.5-0.5B's 2 KV heads.
+  assert sharding.host_devices(4, [3]) == 3
+  assert sharding.host_devices(1, [4]) == sharding.host_devices(0, [4]) == 1
+
+
 def test_rules_shard_what_divides_and_replicate_the_rest():
   mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)
   assert sharding.spec_for("layers/attn/q/kernel", (2, 64, 128), mesh) == P(None, "fsdp", "tensor")

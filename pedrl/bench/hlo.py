@@ -1,36 +1,52 @@
-"""What the engine's compiled programs hold: the decode program's optimized HLO and
-the buffer copies inside its loops (used by bench.cache_size and a test)."""
+"""What the engine's compiled programs hold: the decode program's optimized HLO, and
+the buffer copies and collectives inside its loops (used by bench.cache_size and tests)."""
 import re
 
-import jax.numpy as jnp
 import numpy as np
 
+from pedrl import sharding
 from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
-def loop_copies(hlo: str, min_elements: int) -> list[str]:
-  """The `copy` ops of at least `min_elements` elements inside the while loops'
-  bodies of an optimized HLO module's text."""
+
+def loop_ops(hlo: str, ops) -> list[tuple[str, str]]:
+  """(op, result type) of each instruction named in `ops` (e.g. "copy", "all-reduce")
+  inside the while loops' bodies of an optimized HLO module's text; a tuple result's
+  type is its whole parenthesized list."""
   bodies = set(re.findall(r"while\([^)]*\)[^\n]*body=%?([\w.\-]+)", hlo))
   if not bodies:
     raise ValueError("no while loop in this HLO module")
+  wanted = "|".join(re.escape(op) for op in sorted(ops, key=len, reverse=True))
   found = []
   for comp in re.split(r"\n(?=\S)", hlo):  # One computation per top-level block.
     name = re.match(r"(?:ENTRY )?%?([\w.\-]+)", comp)
     if not name or name.group(1) not in bodies:
       continue
-    for shape, op in re.findall(r"= \w+\[([\d,]*)\][^=]*? (copy(?:-start)?)\(", comp):
-      if int(np.prod([int(d) for d in shape.split(",") if d] or [1])) >= min_elements:
-        found.append(f"{op} [{shape}]")
+    for result, op in re.findall(rf"= (\([^=]*?\)|\w+\[[\d,]*\]\S*) ({wanted})\(", comp):
+      found.append((op, result))
+  return found
+
+
+def loop_copies(hlo: str, min_elements: int) -> list[str]:
+  """The `copy` ops of at least `min_elements` elements (a tuple's first, for an async
+  copy's start) inside the while loops' bodies of an optimized HLO module's text."""
+  found = []
+  for op, result in loop_ops(hlo, ("copy", "copy-start")):
+    shape = re.search(r"\w+\[([\d,]*)\]", result).group(1)
+    if int(np.prod([int(d) for d in shape.split(",") if d] or [1])) >= min_elements:
+      found.append(f"{op} [{shape}]")
   return found
 
 
 def decode_hlo(sampler: Sampler, params, cache, rows, sp: SamplingParams) -> tuple[str, int]:
   """(optimized HLO, window) of the program `sampler.generate(params, rows, ..., sp,
-  cache)` runs: the engine's own jitted decode function, lowered for these arguments."""
+  cache)` runs: the engine's own jitted decode function, lowered for these arguments
+  as the sampler lowers it (its rows placed on its mesh, under the mesh's context)."""
   tokens, mask, window = sampler._chunk(rows, cache, sp.max_new_tokens, need_token=True)
-  real = jnp.ones((cache.batch,), bool)
-  keys = sequence_keys(0, np.arange(cache.batch))
-  low = sampling._generate.lower(sampler.model, params, cache, tokens, mask, real, keys, None,
-                                 sp, window)
+  b = cache.batch
+  real, keys = sampler._rows(np.ones((b,), bool)), sampler._rows(sequence_keys(0, np.arange(b)))
+  with sharding.context(sampler.mesh):
+    low = sampling._generate.lower(sampler.model, params, cache, tokens, mask, real, keys, None,
+                                   sp, window, None, sampler._shrink_at(b))
   return low.compile().as_text(), window

@@ -58,7 +58,7 @@ import time
 from absl import app, flags
 import jax
 
-from pedrl import cli
+from pedrl import cli, sharding
 from pedrl.bench import compiles, timing
 from pedrl.engine import SamplingParams, programs, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
@@ -86,6 +86,11 @@ flags.DEFINE_integer("max_conversation_tokens", rollout.RolloutSettings.max_conv
 timing.define_repeats("engine and length")
 timing.define_scan_layers(False)
 flags.DEFINE_string("torch_device", "cpu", "Where transformers runs (cuda: beside jax on a GPU).")
+flags.DEFINE_integer("cpu_devices", 0,
+                     "Where jax runs on a CPU: pedrl's models are split tensor-parallel over "
+                     "this many host devices, one per core (0: the most that the cores and "
+                     "both models' KV heads allow, `sharding.host_devices`; 1: one device, "
+                     "as a job runs unless its mesh says otherwise).")
 flags.DEFINE_list("engines", ["transformers", "transformers_kv", "pedrl"],
                   "Engines to run (pedrl always; at real shapes the transformers loop without "
                   "a cache mostly costs time).")
@@ -127,6 +132,24 @@ def hf_configs(size: str, layers: int = 0) -> dict:
   cfg = lambda: transformers.Qwen2Config(vocab_size=VOCAB, tie_word_embeddings=False,
                                          **SIZES[size])
   return {TUTOR: cfg(), STUDENT: cfg()}
+
+
+def kv_heads(shape, layers: int = 0) -> list[int]:
+  """The KV heads of a size's models (its name, or Qwen2 fields for both sides)."""
+  if isinstance(shape, str):
+    return [c.num_key_value_heads for c in hf_configs(shape, layers).values()]
+  return [shape["num_key_value_heads"]]
+
+
+def cpu_mesh(devices: int):
+  """A `tensor` mesh over the first `devices` CPU devices; None for one device, or where
+  jax runs on an accelerator (--cpu_devices is a CPU's setting)."""
+  if devices <= 1 or jax.default_backend() != "cpu":
+    return None
+  if jax.device_count() < devices:
+    raise ValueError(f"cpu_devices={devices}, but jax has {jax.device_count()} CPU devices "
+                     "(jax_num_cpu_devices is set before jax starts: the command does)")
+  return sharding.make_mesh(1, 1, devices, devices=jax.devices()[:devices])
 
 
 def save_models(path: str, shape: dict | None = None, configs: dict | None = None,
@@ -273,12 +296,13 @@ def stop_ids(tokenizer, rate: float) -> tuple:
 
 
 def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1,
-                 stop_rate: float = 0.0, scan_layers: bool = False):
-  """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties."""
+                 stop_rate: float = 0.0, scan_layers: bool = False, mesh=None):
+  """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties
+  (on `mesh`, None: one device)."""
   stops = stop_ids(load_tokenizer(paths[TUTOR]), stop_rate)
   # No stops: a logged warning, and every turn samples new_tokens.
   sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=stops)
-  parties = {side: party_lib.load(path, sampling, scan_layers=scan_layers)
+  parties = {side: party_lib.load(path, sampling, scan_layers=scan_layers, mesh=mesh)
              for side, path in paths.items()}
 
   def run(n):
@@ -334,7 +358,8 @@ def _described(side: str, party, n_params: int | None) -> str:
 
 
 def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: int,
-                  group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings):
+                  group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings,
+                  mesh):
   import torch
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
@@ -344,6 +369,8 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
   print(_described(TUTOR, parties[TUTOR], n_params) + "; " +
         _described(STUDENT, parties[STUDENT], None))
+  print("pedrl on one device" if mesh is None else
+        f"pedrl tensor-parallel over {mesh.size} CPU devices, one per core (--cpu_devices)")
   print(f"{batch} guided dialogues ({dialogues} problems x {group_size}), {new_tokens} sampled "
         f"tokens per turn ({f'stop rate {stop_rate}' if stop_rate else 'no stops'}), "
         f"temperature 1, top-k {TOP_K}; best of {repeats} interleaved runs")
@@ -373,9 +400,12 @@ def _print_rows(n: int, by_engine: dict):
 def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
            torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
-           layers: int = 0, engines=ENGINES, scan_layers: bool = False) -> dict:
+           layers: int = 0, engines=ENGINES, scan_layers: bool = False,
+           cpu_devices: int = 1) -> dict:
   """Runs `engines` (pedrl always) at every length and prints the table; results by
-  length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides."""
+  length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides.
+  On a CPU, pedrl runs tensor-parallel over `cpu_devices` of jax's devices (`cpu_mesh`)."""
+  mesh = cpu_mesh(cpu_devices)
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
   assert len(problems) == dialogues, f"{PROBLEMS} has {len(problems)} problems"
   settings = rollout.RolloutSettings(scenario=GUIDED,
@@ -393,7 +423,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
     paths, n_params = save_models(path, None if configs else shape, configs, dtype, torch_device)
     setup("random checkpoints written")
     pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens, group_size,
-                                      stop_rate, scan_layers)
+                                      stop_rate, scan_layers, mesh)
     setup("pedrl's parties loaded")
     runs = {}
     if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
@@ -404,7 +434,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
       setup("transformers' models loaded")
     runs["pedrl"] = pedrl_run
     _print_header(parties, n_params, torch_device, len(rows), dialogues, group_size, new_tokens,
-                  stop_rate, repeats, settings)
+                  stop_rate, repeats, settings, mesh)
     for n in lengths:  # Each length's rows as soon as measured: a run cut short keeps them.
       results[n] = measure(runs, n, repeats)
       _print_rows(n, results[n])
@@ -430,9 +460,16 @@ def main(argv):
                          f"not --size={size}")
   if unknown := set(FLAGS.engines) - set(ENGINES):
     raise app.UsageError(f"--engines: {sorted(unknown)} are not among {list(ENGINES)}")
+  if FLAGS.cpu_devices < 0:
+    raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: a count of devices, or 0 for "
+                         "the most the cores allow")
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  devices = FLAGS.cpu_devices or sharding.host_devices(cores or 1, kv_heads(size, FLAGS.layers))
+  if devices > 1:  # Before jax starts; only a CPU backend makes them.
+    jax.config.update("jax_num_cpu_devices", devices)
   report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
          FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
-         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers)
+         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers, devices)
 
 
 if __name__ == "__main__":

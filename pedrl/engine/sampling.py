@@ -45,10 +45,15 @@ from pedrl.streams import sequence_keys
 
 
 def next_token_logits(model: Decoder, params, tokens, mask, cache):
-  """Runs new tokens through the cache; float32 logits [B, V] at the last slot."""
+  """Runs new tokens through the cache; float32 logits [B, V] at the last slot.
+
+  Under a mesh (`Sampler` traces inside its mesh's `sharding.context`) the logits are
+  gathered whole next to their rows: the head splits the vocabulary over `tensor`, and
+  sampling from split logits (top-k, the draw, its log-prob) made XLA's partitioner
+  all-reduce several times a step, where the gather is one collective."""
   hidden, cache = model.apply({"params": params}, tokens, mask, cache)
   logits = model.apply({"params": params}, hidden[:, -1:], method=Decoder.logits)
-  return logits[:, 0], cache
+  return sharding_lib.shard_rows(logits[:, 0]), cache
 
 
 @functools.partial(compiler.jit, static_argnums=(0, 5), donate_argnums=(2,))
@@ -432,9 +437,10 @@ class Sampler:
       rows_sampling = jax.tree.map(
           lambda x: self._rows(jnp.concatenate([x, jnp.repeat(x[:1], fill)])), rows_sampling)
     keys, b = self._rows(keys), tokens.shape[0]
-    state, cache = _generate(self.model, params, cache, tokens, mask, real, keys,
-                             self._stop_table, sampling, window, rows_sampling,
-                             self._shrink_at(b))
+    with sharding_lib.context(self.mesh):
+      state, cache = _generate(self.model, params, cache, tokens, mask, real, keys,
+                               self._stop_table, sampling, window, rows_sampling,
+                               self._shrink_at(b))
     row_steps = b * int(state.i)
     while not (done := sharding_lib.to_host(state.done)).all():  # On the host: no program.
       state, cache, row_steps = self._resumed(params, cache, state, done, keys, sampling,
@@ -459,8 +465,10 @@ class Sampler:
     size = self._live_batch(len(live))
     rows = np.concatenate([live, np.repeat(finished[:1], size - len(live))]).astype(np.int32)
     start = int(state.i)
-    state, cache = _resume(self.model, params, cache, state, keys, self._stop_table, sampling,
-                           window, rows_sampling, self._rows(rows), self._shrink_at(size))
+    with sharding_lib.context(self.mesh):
+      state, cache = _resume(self.model, params, cache, state, keys, self._stop_table,
+                             sampling, window, rows_sampling, self._rows(rows),
+                             self._shrink_at(size))
     return state, cache, row_steps + size * (int(state.i) - start)
 
   def _live_batch(self, live: int) -> int:
