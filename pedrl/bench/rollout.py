@@ -23,6 +23,9 @@ turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 
 pedrl's layers are unrolled (faster decoding; --scan_layers: the jobs' scanned
 layout, one compiled layer body, shorter compiles); --engines leaves engines out.
+On a CPU, pedrl's models are split tensor-parallel over --cpu_devices JAX devices, one
+per core (default: the most that divide both models' KV heads, `sharding.host_devices`;
+XLA:CPU runs one device's decode attention on one core); the header says which.
 Each length's rows print as soon as it is measured, so a run cut short by a time
 limit keeps the lengths it finished.
 
