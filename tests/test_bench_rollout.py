@@ -23,22 +23,27 @@ def test_engines_roll_out_the_same_workload(capsys):
   assert re.fullmatch(r"rollout_speedup_vs_transformers_kv=\d+\.\d\d", last)
 
 
-@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 (simulated) devices")
-def test_pedrl_runs_tensor_parallel_over_cpu_devices(capsys):
-  """--cpu_devices: both parties' weights and caches split over 2 devices' `tensor` axis;
-  the same workload as the transformers loop."""
+@pytest.mark.skipif(jax.default_backend() != "cpu" or jax.device_count() < 2,
+                    reason="needs 2 (simulated) CPU devices")
+def test_pedrl_runs_tensor_parallel_over_cpu_devices(capsys, tmp_path):
+  """--cpu_devices: both parties' weights split over 2 devices' `tensor` axis; the same
+  workload as the transformers loop."""
   results = bench.report("tiny", dialogues=2, lengths=[4], new_tokens=6, repeats=1,
                          engines=("transformers_kv", "pedrl"), cpu_devices=2)
   work = {name: r["work"] for name, r in results[4].items()}
   assert {(w.messages, w.sampled) for w in work.values()} == {(2 * 4, 2 * 4 * 6)}
-  out = capsys.readouterr().out
-  assert "pedrl tensor-parallel over 2 CPU devices" in out
+  assert "pedrl tensor-parallel over 2 CPU devices" in capsys.readouterr().out
   mesh = bench.cpu_mesh(2)
   assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 2}
+  paths, _ = bench.save_models(str(tmp_path), bench.SIZES["tiny"])
+  _, parties = bench.pedrl_runner(paths, [], rollout.RolloutSettings(), 4, mesh=mesh)
+  for party in parties.values():
+    q = party.params["layers_0"]["attn"]["q"]["kernel"]
+    assert q.sharding.spec[-1] == "tensor" and len(q.sharding.device_set) == 2
   with pytest.raises(ValueError, match="cpu_devices=99, but jax has"):
     bench.cpu_mesh(99)
   assert bench.cpu_mesh(1) is None
-  assert bench.kv_heads("tiny") == [2, 2] and bench.kv_heads({"num_key_value_heads": 4}) == [4]
+  assert bench.kv_heads("tiny") == [2, 2]
 
 
 def test_idle_shares_count_filler_rows_and_turns_that_ended_early():

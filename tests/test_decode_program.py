@@ -1,5 +1,8 @@
 """The compiled decode loop reads the KV cache and updates it in place: no copy of a
-cache-sized buffer per step, so a step's cost does not grow with the allocated slots."""
+cache-sized buffer per step, so a step's cost does not grow with the allocated slots;
+on a tensor mesh its collectives are the layers' and one gather of the logits."""
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -72,7 +75,8 @@ def test_resumed_decoding_copies_only_the_window_of_its_rows():
   assert program.memory_analysis().temp_size_in_bytes < cache_bytes / 16
 
 
-@pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 (simulated) devices")
+@pytest.mark.skipif(jax.default_backend() != "cpu" or jax.device_count() < 2,
+                    reason="needs 2 (simulated) CPU devices")
 def test_a_tensor_split_decode_step_gathers_its_logits_once():
   """On a `tensor` mesh the head splits the vocabulary; sampling from split logits made
   XLA all-reduce integers and floats of every row several times a step. The loop's
@@ -90,7 +94,7 @@ def test_a_tensor_split_decode_step_gathers_its_logits_once():
   text, _ = hlo.decode_hlo(sampler, params, cache, [r[-1:] for r in rows],
                            SamplingParams(8, temperature=1.0, top_k=20))
   ops = hlo.loop_ops(text, hlo.COLLECTIVES)
-  gathered = [r for op, r in ops if op == "all-gather"]
-  assert len(gathered) == 1 and gathered[0].startswith(f"f32[{batch},1,{vocab}]"), ops
-  assert [op for op, _ in ops].count("all-reduce") <= 2 * layers + 1, ops
+  gathered = [r for op, r in ops if op.startswith("all-gather")]
+  assert len(gathered) == 1 and re.match(rf"f32\[{batch},(1,)?{vocab}\]", gathered[0]), ops
+  assert sum(op.startswith("all-reduce") for op, _ in ops) <= 2 * layers + 1, ops
   assert not [r for _, r in ops if "s32" in r or "pred" in r], ops

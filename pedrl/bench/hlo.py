@@ -4,10 +4,12 @@ import re
 
 import numpy as np
 
-from pedrl import sharding
 from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+# With their asynchronous forms' starts (a GPU's).
+COLLECTIVES = tuple(op + start for op in ("all-reduce", "all-gather", "reduce-scatter",
+                                          "all-to-all", "collective-permute")
+                    for start in ("", "-start"))
 
 
 def loop_ops(hlo: str, ops) -> list[tuple[str, str]]:
@@ -42,11 +44,10 @@ def loop_copies(hlo: str, min_elements: int) -> list[str]:
 def decode_hlo(sampler: Sampler, params, cache, rows, sp: SamplingParams) -> tuple[str, int]:
   """(optimized HLO, window) of the program `sampler.generate(params, rows, ..., sp,
   cache)` runs: the engine's own jitted decode function, lowered for these arguments
-  as the sampler lowers it (its rows placed on its mesh, under the mesh's context)."""
+  as the sampler runs it (its rows placed on its mesh, `Sampler.on_mesh`)."""
   tokens, mask, window = sampler._chunk(rows, cache, sp.max_new_tokens, need_token=True)
   b = cache.batch
   real, keys = sampler._rows(np.ones((b,), bool)), sampler._rows(sequence_keys(0, np.arange(b)))
-  with sharding.context(sampler.mesh):
-    low = sampling._generate.lower(sampler.model, params, cache, tokens, mask, real, keys, None,
-                                   sp, window, None, sampler._shrink_at(b))
+  low = sampler.on_mesh(sampling._generate.lower, sampler.model, params, cache, tokens, mask,
+                        real, keys, None, sp, window, None, sampler._shrink_at(b))
   return low.compile().as_text(), window

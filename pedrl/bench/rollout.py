@@ -24,8 +24,8 @@ turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 pedrl's layers are unrolled (faster decoding; --scan_layers: the jobs' scanned
 layout, one compiled layer body, shorter compiles); --engines leaves engines out.
 On a CPU, pedrl's models are split tensor-parallel over --cpu_devices JAX devices, one
-per core (default: the most that divide both models' KV heads, `sharding.host_devices`;
-XLA:CPU runs one device's decode attention on one core); the header says which.
+per core (default: the most that divide both models' KV heads, `sharding.host_devices`,
+which says why); the header says which.
 Each length's rows print as soon as it is measured, so a run cut short by a time
 limit keeps the lengths it finished.
 
@@ -58,7 +58,7 @@ import os
 import tempfile
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 import jax
 
 from pedrl import cli, sharding
@@ -137,11 +137,9 @@ def hf_configs(size: str, layers: int = 0) -> dict:
   return {TUTOR: cfg(), STUDENT: cfg()}
 
 
-def kv_heads(shape, layers: int = 0) -> list[int]:
-  """The KV heads of a size's models (its name, or Qwen2 fields for both sides)."""
-  if isinstance(shape, str):
-    return [c.num_key_value_heads for c in hf_configs(shape, layers).values()]
-  return [shape["num_key_value_heads"]]
+def kv_heads(size: str, layers: int = 0) -> list[int]:
+  """The KV heads of a size's tutor and student."""
+  return [c.num_key_value_heads for c in hf_configs(size, layers).values()]
 
 
 def cpu_mesh(devices: int):
@@ -466,13 +464,32 @@ def main(argv):
   if FLAGS.cpu_devices < 0:
     raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: a count of devices, or 0 for "
                          "the most the cores allow")
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  devices = FLAGS.cpu_devices or sharding.host_devices(cores or 1, kv_heads(size, FLAGS.layers))
-  if devices > 1:  # Before jax starts; only a CPU backend makes them.
-    jax.config.update("jax_num_cpu_devices", devices)
   report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
          FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
-         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers, devices)
+         FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers,
+         _cpu_devices(FLAGS.cpu_devices, kv_heads(size, FLAGS.layers), FLAGS.torch_device))
+
+
+def _cpu_devices(wanted: int, heads: list[int], torch_device: str) -> int:
+  """--cpu_devices resolved, and jax's CPU device count set to it before jax starts: not
+  where a count is already set (JAX_NUM_CPU_DEVICES, XLA_FLAGS' forced count: kept, the
+  mesh takes its first devices) or where jax runs on an accelerator (the count would
+  only change the program store's keys)."""
+  # The logical CPUs this process may run on (a container's CPU quota is not read).
+  cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  already = (jax.config.jax_num_cpu_devices != -1 or
+             "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""))
+  if already:
+    cpus = min(cpus or 1, len(jax.devices("cpu")))
+  devices = wanted or sharding.host_devices(cpus or 1, heads)
+  if any(h % devices for h in heads):
+    logging.warning("--cpu_devices=%d does not divide the models' KV heads %s: caches stay "
+                    "whole on every device", devices, heads)
+  platforms = jax.config.jax_platforms or ""
+  on_accelerator = torch_device != "cpu" or (platforms and "cpu" not in platforms.split(","))
+  if devices > 1 and not on_accelerator and not already:
+    jax.config.update("jax_num_cpu_devices", devices)
+  return devices
 
 
 if __name__ == "__main__":

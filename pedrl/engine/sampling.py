@@ -247,6 +247,12 @@ class Sampler:
   def _rows(self, x):
     return sharding_lib.put_rows(x, self.mesh)
 
+  def on_mesh(self, fn, *args):
+    """fn(*args) traced under the mesh's context (`next_token_logits` keeps the logits
+    whole beside their rows there); the decode programs, or their `.lower`."""
+    with sharding_lib.context(self.mesh):
+      return fn(*args)
+
   def padded_batch(self, n: int) -> int:
     """Rows a cache for n sequences gets: a multiple of the mesh's batch shards."""
     shards = sharding_lib.batch_shards(self.mesh)
@@ -437,10 +443,9 @@ class Sampler:
       rows_sampling = jax.tree.map(
           lambda x: self._rows(jnp.concatenate([x, jnp.repeat(x[:1], fill)])), rows_sampling)
     keys, b = self._rows(keys), tokens.shape[0]
-    with sharding_lib.context(self.mesh):
-      state, cache = _generate(self.model, params, cache, tokens, mask, real, keys,
-                               self._stop_table, sampling, window, rows_sampling,
-                               self._shrink_at(b))
+    state, cache = self.on_mesh(_generate, self.model, params, cache, tokens, mask, real, keys,
+                                self._stop_table, sampling, window, rows_sampling,
+                                self._shrink_at(b))
     row_steps = b * int(state.i)
     while not (done := sharding_lib.to_host(state.done)).all():  # On the host: no program.
       state, cache, row_steps = self._resumed(params, cache, state, done, keys, sampling,
@@ -465,10 +470,9 @@ class Sampler:
     size = self._live_batch(len(live))
     rows = np.concatenate([live, np.repeat(finished[:1], size - len(live))]).astype(np.int32)
     start = int(state.i)
-    with sharding_lib.context(self.mesh):
-      state, cache = _resume(self.model, params, cache, state, keys, self._stop_table,
-                             sampling, window, rows_sampling, self._rows(rows),
-                             self._shrink_at(size))
+    state, cache = self.on_mesh(_resume, self.model, params, cache, state, keys,
+                                self._stop_table, sampling, window, rows_sampling,
+                                self._rows(rows), self._shrink_at(size))
     return state, cache, row_steps + size * (int(state.i) - start)
 
   def _live_batch(self, live: int) -> int:
@@ -524,6 +528,7 @@ def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
   if mesh is not None:
     rows = kv_cache.shardings(model.cfg, mesh, tokens.shape[0]).pos  # Replicated if indivisible.
     keys, real = jax.device_put(keys, rows), jax.device_put(real, rows)
+  # No mesh context (its rows may not divide the mesh): the logits stay as XLA splits them.
   out, _ = _generate(model, params, cache, tokens, jnp.asarray(mask, bool), real, keys, None, sp,
                      None)
   return out.tokens
