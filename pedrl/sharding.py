@@ -50,8 +50,8 @@ def host_devices(cores: int, kv_heads) -> int:
   """How many devices to make of a CPU host's cores for tensor-parallel sampling
   (`jax_num_cpu_devices`, set before jax starts; a `tensor` mesh over them): the most, at
   most one per core, that divide every model's KV heads, so each device keeps whole
-  heads of the caches. XLA runs each device's kernels on its own core, where one
-  device's decode attention runs on one core (docs/performance.md)."""
+  heads of the caches. XLA:CPU runs the devices' programs side by side, where one
+  device's decode attention keeps to one core (docs/performance.md)."""
   return max(n for n in range(1, max(cores, 1) + 1) if all(h % n == 0 for h in kv_heads))
 
 
