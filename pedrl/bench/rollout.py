@@ -473,15 +473,17 @@ def main(argv):
 def _cpu_devices(wanted: int, heads: list[int], torch_device: str) -> int:
   """--cpu_devices resolved, and jax's CPU device count set to it before jax starts: not
   where a count is already set (JAX_NUM_CPU_DEVICES, XLA_FLAGS' forced count: kept, the
-  mesh takes its first devices) or where jax runs on an accelerator (the count would
-  only change the program store's keys)."""
+  mesh takes its first devices) or for an accelerator's run (--torch_device other than
+  cpu, or JAX_PLATFORMS without cpu: the count would only change the program store's
+  keys)."""
   # The logical CPUs this process may run on (a container's CPU quota is not read).
-  cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+          else os.cpu_count()) or 1
   already = (jax.config.jax_num_cpu_devices != -1 or
              "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""))
   if already:
-    cpus = min(cpus or 1, len(jax.devices("cpu")))
-  devices = wanted or sharding.host_devices(cpus or 1, heads)
+    cpus = min(cpus, len(jax.devices("cpu")))
+  devices = wanted or sharding.host_devices(cpus, heads)
   if any(h % devices for h in heads):
     logging.warning("--cpu_devices=%d does not divide the models' KV heads %s: caches stay "
                     "whole on every device", devices, heads)
