@@ -41,9 +41,9 @@ _example_config = "experiments/uco.py:tiny"  # The job's, for the missing --conf
 
 def define_job_flags(example_config: str, workdir_help: str) -> None:
   """The flags every job takes: --config (a config file and variant), --workdir,
-  --multihost. Defined again (by the job's module after the early check, or by a job
-  that builds on another's module: cpa on mathtutorbench), the flags stay and their
-  help becomes the latest definer's."""
+  --multihost and a launch of several processes. Defined again (by the job's module
+  after the early check, or by a job that builds on another's module: cpa on
+  mathtutorbench), the flags stay and their help becomes the latest definer's."""
   global _example_config
   _example_config = example_config
   if "config" in flags.FLAGS:
@@ -55,6 +55,14 @@ def define_job_flags(example_config: str, workdir_help: str) -> None:
   flags.DEFINE_enum("multihost", "auto", MULTIHOST_MODES,
                     "jax.distributed.initialize(): auto = when the environment shows several "
                     "processes (TPU pod, SLURM, Open MPI, JAX_COORDINATOR_ADDRESS).")
+  # A launch without a cluster manager (ssh, launch/local.sh): all three, or none.
+  flags.DEFINE_string("coordinator_address", None,
+                      "Process 0's HOST:PORT, for a job of several processes started by hand "
+                      "(default: $JAX_COORDINATOR_ADDRESS).")
+  flags.DEFINE_integer("num_processes", None, "How many processes the job has "
+                       "(default: $JAX_NUM_PROCESSES).")
+  flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1 "
+                       "(default: $JAX_PROCESS_ID).")
 
 
 def _define_command_flags() -> None:

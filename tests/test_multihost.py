@@ -47,7 +47,7 @@ def test_two_processes_agree_with_one(tmp_path, testdata):
     np.testing.assert_allclose(got["embedding_row"], want["embedding_row"], atol=1e-7)
 
 
-def test_auto_mode_reads_the_cluster_environment():
+def test_auto_mode_reads_the_cluster_environment(monkeypatch):
   from pedrl import distributed
   assert not distributed.multiple_processes({})
   assert not distributed.multiple_processes({"SLURM_NTASKS": "1", "TPU_WORKER_HOSTNAMES": "h0"})
@@ -56,3 +56,33 @@ def test_auto_mode_reads_the_cluster_environment():
   assert distributed.multiple_processes({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
   with pytest.raises(ValueError, match="multihost mode"):
     distributed.initialize("sometimes")
+  for name in ("JAX_COORDINATOR_ADDRESS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+    monkeypatch.delenv(name, raising=False)
+  assert not distributed.starts_runtime("auto", distributed.environ.Launch())
+
+
+def test_a_launch_is_all_three_settings_or_none():
+  from pedrl import environ
+  assert environ.launch(env={}) == environ.Launch()
+  assert environ.launch("127.0.0.1:5", 2, 1, env={}) == environ.Launch("127.0.0.1:5", 2, 1)
+  env = {"JAX_COORDINATOR_ADDRESS": "h0:5", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"}
+  assert environ.launch(env=env) == environ.Launch("h0:5", 4, 3)
+  assert environ.launch(None, None, 0, env=env) == environ.Launch("h0:5", 4, 0)  # Flag first.
+  # An address alone is enough where a cluster manager gives the rest (JAX reads it there).
+  assert environ.launch(env={"JAX_COORDINATOR_ADDRESS": "h0:5", "SLURM_NTASKS": "4"}).given
+  for kwargs, why in [
+      (dict(env={"JAX_COORDINATOR_ADDRESS": "h0:5"}), "--num_processes and --process_id are missing"),
+      (dict(num_processes=2, env={}), "--coordinator_address and --process_id are missing"),
+      (dict(coordinator_address="h0", num_processes=2, process_id=0, env={}), "HOST:PORT"),
+      (dict(coordinator_address="h0:5", num_processes=2, process_id=2, env={}), "not below"),
+      (dict(env={**env, "JAX_PROCESS_ID": "-1"}), "JAX_PROCESS_ID='-1': expected an integer >= 0"),
+      (dict(env={**env, "JAX_NUM_PROCESSES": "two"}), "expected an integer >= 1")]:
+    with pytest.raises(ValueError, match=why):
+      environ.launch(**kwargs)
+
+
+def test_explicit_launches_start_the_runtime_only_for_several_processes():
+  from pedrl import distributed, environ
+  one, two = environ.Launch("127.0.0.1:5", 1, 0), environ.Launch("127.0.0.1:5", 2, 0)
+  assert distributed.starts_runtime("auto", two) and not distributed.starts_runtime("auto", one)
+  assert distributed.starts_runtime("on", one) and not distributed.starts_runtime("off", two)

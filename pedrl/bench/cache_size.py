@@ -67,7 +67,7 @@ def main(argv):
     assert gen.lengths.min() == n
     return time.perf_counter() - t
 
-  print(f"device: {jax.devices()[0].device_kind}; {cfg.num_layers} layers, hidden "
+  print(f"device: {jax.local_devices()[0].device_kind}; {cfg.num_layers} layers, hidden "
         f"{cfg.hidden_size}, {cfg.num_kv_heads} KV heads x {cfg.head_dim}, {cfg.dtype}; batch "
         f"{FLAGS.batch}, {FLAGS.filled} slots filled, {FLAGS.new_tokens} decoded; best of "
         f"{FLAGS.repeats}")

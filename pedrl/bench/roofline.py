@@ -22,7 +22,7 @@ DEVICE_MEMORY = {"H200": 141e9, "H100": 80e9, "A100": 80e9, "A100-SXM4-40GB": 40
 
 def by_kind(table: dict, kind: str | None = None):
   """The entry of `table` for a device kind (default: the first device's), or None."""
-  kind = jax.devices()[0].device_kind if kind is None else kind
+  kind = jax.local_devices()[0].device_kind if kind is None else kind
   names = [name for name in table if name in kind]
   return table[max(names, key=len)] if names else None
 

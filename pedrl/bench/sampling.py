@@ -118,7 +118,7 @@ def cpu_profile():
   import torch
   import transformers
   peak, bw = roofline.peak_matmul_flops(), roofline.memory_bandwidth()
-  print(f"machine: {jax.devices()[0].device_kind}, {os.cpu_count()} cores, peak matmul "
+  print(f"machine: {jax.local_devices()[0].device_kind}, {os.cpu_count()} cores, peak matmul "
         f"{peak / 1e9:.0f} GFLOP/s (fp32), memory read {bw / 1e9:.1f} GB/s")
   rng = np.random.default_rng(0)
   speedups, lines = [], []
@@ -165,7 +165,7 @@ def gpu_profile():
   params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
-  print(f"device: {jax.devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s "
+  print(f"device: {jax.local_devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s "
         f"({'datasheet' if roofline.hbm_bandwidth() else 'measured'}); jax {jax.__version__}; "
         f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16, {cfg.qkv_matmul} q/k/v matmuls")
   print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
@@ -180,7 +180,7 @@ def gpu_profile():
       step = (r["total"] - r["ttft"]) / (FLAGS.new_tokens - 1)
       # The roofline reads the filled slots only, whatever the cache's allocated size.
       _, nbytes = step_cost(cfg, batch, FLAGS.prompt_len + FLAGS.new_tokens // 2, 2)
-      stats = jax.devices()[0].memory_stats() or {}
+      stats = jax.local_devices()[0].memory_stats() or {}
       utilization.setdefault(batch, nbytes / step / hbm)  # The first cache size's.
       print(f"{batch:>6}{slots or FLAGS.prompt_len + FLAGS.new_tokens:>7}{batch / step:>14.1f}"
             f"{step * 1e3:>9.2f}{nbytes / step / hbm:>10.0%}{r['ttft']:>8.3f}{r['compile']:>11.1f}"

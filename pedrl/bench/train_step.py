@@ -99,7 +99,7 @@ def program_bytes(compiled) -> int:
 
 
 def device_peak() -> int | None:
-  stats = jax.devices()[0].memory_stats() or {}
+  stats = jax.local_devices()[0].memory_stats() or {}
   return stats.get("peak_bytes_in_use")
 
 
@@ -107,7 +107,7 @@ def check_fits(size: str, needed: int, seq_len: int, micro_batch: int, remat: bo
   """A UsageError before compiling when the plan's estimate of the update (with the
   reference beside it) is over what the device can allocate: XLA would fail only after
   minutes of compiling and autotuning. Devices that report no limit (CPU) pass."""
-  limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+  limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
   if limit and needed > limit:
     hint = "a smaller --micro_batch" + ("" if remat else " or --remat")
     raise app.UsageError(
@@ -164,7 +164,7 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   # Committed to the device, as loaded checkpoints are: the update returns committed arrays,
   # and jit would compile the step again for the second call if its inputs were not.
   params = random_params(cfg.replace(dtype=param_dtype))
-  params = jax.device_put(params, jax.devices()[0] if mesh is None else
+  params = jax.device_put(params, jax.local_devices()[0] if mesh is None else
                           sharding.param_shardings(params, mesh))
   reference = jax.tree.map(lambda x: x.copy(), params)  # The trainer's frozen copy.
   # Paper 003's tutor samples at T = 1.0: its log-probs are of the logits as they are.
@@ -231,7 +231,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
   peak = roofline.peak_flops(compute_dtype)
-  device = jax.devices()[0]
+  device = jax.local_devices()[0]
   mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f}"
   print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}; peak "
         f"{'n/a' if peak is None else f'{peak / 1e12:.0f} TFLOP/s'} ({compute_dtype})")

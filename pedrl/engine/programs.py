@@ -73,8 +73,9 @@ def _environment() -> str:
   import ml_dtypes
   import numpy
   versions = [m.__version__ for m in (jax, jaxlib, flax, numpy, ml_dtypes)]
+  # The job's whole device list: a program of a pod's process is compiled for all of them.
   devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
-  platform = getattr(jax.devices()[0].client, "platform_version", "")
+  platform = getattr(jax.local_devices()[0].client, "platform_version", "")
   config = sorted((k, repr(v)) for k, v in jax.config.values.items())
   flags = [os.environ.get(name) for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")]
   return repr((versions, jax.default_backend(), platform, devices, config, flags))
@@ -147,7 +148,7 @@ def _device_ids(compiled) -> list[int]:
   for sharding in jax.tree.leaves((compiled.input_shardings, compiled.output_shardings)):
     if assignment := getattr(sharding, "_device_assignment", None):
       return [d.id for d in assignment]
-  return [jax.devices()[0].id]
+  return [jax.local_devices()[0].id]  # Host values go to this process's default device.
 
 
 _STORED = re.compile(r"[0-9a-f]{64}\.pkl")  # A key's file; nothing else is removed.

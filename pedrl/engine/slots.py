@@ -239,7 +239,7 @@ class SlotDecoder:
         sampling=RowSampling.of(np.ones(r, np.float32), np.zeros(r, np.int32),
                                 np.ones(r, np.float32)),
         count=jnp.zeros((r,), jnp.int32), budget=jnp.ones((r,), jnp.int32),
-        live=jnp.zeros((r,), bool)), jax.devices()[0])
+        live=jnp.zeros((r,), bool)), jax.local_devices()[0])
     self.end = 0
     self.busy = np.zeros(r, bool)
     self.history = [[] for _ in range(r)]  # Tokens each row's cache holds, in order.

@@ -393,7 +393,8 @@ def views(s: Settings, workdir: str) -> list:
   return paths + (report.save(figs, os.path.join(workdir, "figures")) if figs else [])
 
 
-@job_main
+@job_main(single_process="analyze labels transcripts through its judge and draws figures on "
+                          "the host; several processes would each repeat the work")
 def main(config, workdir: str):
   s = read(config)
   if not (s.analysis.runs or s.views.problems_path or s.views.sweep):

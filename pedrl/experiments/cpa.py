@@ -212,7 +212,8 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
   return "\n".join(lines)
 
 
-@job_main
+@job_main(single_process="cpa's agent calls its backbone and judges from the host; several "
+                          "processes would each repeat every call")
 def main(config, workdir: str):
   s = read(config)
   s = mtb.resolve_run(s, workdir)

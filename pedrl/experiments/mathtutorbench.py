@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+import jax
 from absl import app, logging
 
 from pedrl import cli
@@ -174,6 +175,9 @@ def main(config, workdir: str):
     raise app.UsageError("give the model under test: --config.tutor.path (a Hugging Face "
                          "directory), --config.tutor.workdir (a training run) or "
                          "--config.tutor.endpoint.model (an OpenAI-compatible endpoint)")
+  if s.endpoint.model and jax.process_count() > 1:
+    raise app.UsageError("a tutor behind an endpoint is called from the host: run the "
+                         "benchmark of an endpoint as one process (--multihost=off)")
   start = time.perf_counter()
   task = Bench(s, loaded)
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)

@@ -3,10 +3,12 @@ every job takes."""
 import functools
 import signal
 import sys
+import traceback
 
+import jax
 from absl import app, flags, logging
 
-from pedrl import cli, distributed, logs, runs
+from pedrl import cli, distributed, environ, logs, runs
 from pedrl.clients import openai_compat
 from pedrl.env import problems as problems_lib
 from pedrl.env.dialogue import RecordError
@@ -26,6 +28,7 @@ EXPECTED_ERRORS = (app.UsageError, runs.CheckpointError, judging.JudgeError,
                    oracle_lib.OracleError, problems_lib.DataError, RecordError, WorkdirError,
                    shards.ShardError, pedrm.PedRMError, openai_compat.EndpointError,
                    mtb_tasks.TaskError)
+distributed.register_error(*EXPECTED_ERRORS)  # Raised alike on every process.
 
 
 # The flags every job takes (--config, --workdir, --multihost): defined by pedrl.cli, which
@@ -33,31 +36,72 @@ EXPECTED_ERRORS = (app.UsageError, runs.CheckpointError, judging.JudgeError,
 define_flags = cli.define_job_flags
 
 
+def _end(code: int, line: str | None = None):
+  """Ends the job with exit `code` after printing `line`. With several processes, the
+  others are told first (they would wait for this one in their next collective) and this
+  one does not wait for them at JAX's shutdown barrier."""
+  if line is not None:
+    print(line, file=sys.stderr)
+  if jax.process_count() > 1:
+    distributed.fail_all(line or f"exited with status {code}")
+    distributed.exit_now(code)
+  sys.exit(code)
+
+
 def exits_cleanly(main):
-  """Wraps an entry point's main: expected errors end it with `error: …` and an exit code."""
+  """Wraps an entry point's main: expected errors end it with `error: …` and an exit code;
+  with several processes, any error ends them all (`_end`)."""
   @functools.wraps(main)
   def wrapped(argv):
     logs.quiet()  # Also when a main is called in process, not through cli.run.
     try:
       return main(argv)
     except EXPECTED_ERRORS as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(EXIT_ERROR)
+      _end(EXIT_ERROR, f"error: {e}")
     except loop.TrainingDiverged as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(EXIT_DIVERGED)
+      _end(EXIT_DIVERGED, f"error: {e}")
+    except SystemExit as e:
+      # 128 + N: a stop on a signal that every process agreed on; they exit together.
+      code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
+      if code == 0 or code >= 128 or jax.process_count() == 1:
+        raise
+      _end(code)
+    except Exception as e:
+      if jax.process_count() == 1:
+        raise  # A bug: its traceback.
+      traceback.print_exc()
+      _end(EXIT_ERROR, f"error: {type(e).__name__}: {runs.one_line(e)}")
   return wrapped
 
 
-def job_main(run):
+def launch_from_flags() -> environ.Launch:
+  """The launch --coordinator_address, --num_processes and --process_id (or their JAX_*
+  variables) describe; a partial or wrong one is a usage error."""
+  try:
+    return environ.launch(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,
+                          flags.FLAGS.process_id)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+
+
+def job_main(run=None, *, single_process: str | None = None):
   """An entry point's main from `run(config, workdir)` (its --config and --workdir): the
-  multi-process runtime starts first (--multihost), before anything touches the devices,
-  and expected errors end the job as `exits_cleanly` says."""
+  multi-process runtime starts first (--multihost and the launch flags), before anything
+  touches the devices, and errors end the job as `exits_cleanly` says.
+
+  single_process: why the job runs as one process only; a launch of several is refused
+  with it, before the runtime starts."""
+  if run is None:
+    return functools.partial(job_main, single_process=single_process)
+
   @exits_cleanly
   @functools.wraps(run)
   def main(argv):
     del argv
-    distributed.initialize(flags.FLAGS.multihost)
+    launch = launch_from_flags()
+    if single_process and distributed.starts_runtime(flags.FLAGS.multihost, launch):
+      raise app.UsageError(f"{single_process}; run it as one process (--multihost=off)")
+    distributed.initialize(flags.FLAGS.multihost, launch)
     return run(flags.FLAGS.config, flags.FLAGS.workdir)
   return main
 

@@ -87,7 +87,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
                     sum(sizes), task.unit, len(shards.batches(sizes, task.batch_size, 0, 1)),
                     task.batch_size)
   workdir_lib.refuse_checkpoint(workdir)
-  shards.check_protocol(workdir, protocol)
+  distributed.on_main_process(shards.check_protocol, workdir, protocol)  # One reader decides.
   status_path = shards.status_path(workdir, i, n)
   out_path = shards.records_path(workdir, i, n)
   per_batch = {j: len(idx) * task.per_item for j, idx in plan}

@@ -23,7 +23,7 @@ import sys
 from absl import logging
 import jax
 
-from pedrl import files, paths
+from pedrl import distributed, files, paths
 
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
@@ -34,6 +34,9 @@ POLICIES = ("refuse", "allow")
 
 class WorkdirError(ValueError):
   """The workdir belongs to a different run."""
+
+
+distributed.register_error(WorkdirError)
 
 
 def architecture(path: str) -> dict:
@@ -93,7 +96,16 @@ def recorded_job(workdir: str) -> str | None:
 def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True,
           want: dict | None = None) -> None:
   """Checks that `workdir` is empty or holds the run of settings `s`, then records it.
-  `want`: the run's identity when it is not a dialogue job's (`identity(s, job)`)."""
+  `want`: the run's identity when it is not a dialogue job's (`identity(s, job)`).
+
+  With several processes, process 0 checks and writes the record and every process
+  raises its refusal: each reading run.json while process 0 rewrites it could take
+  another branch. (`main_process` is kept for callers; process 0 is the one that writes.)"""
+  del main_process
+  distributed.on_main_process(_claim, workdir, s, job, config_name, want)
+
+
+def _claim(workdir: str, s, job: str, config_name: str, want: dict | None) -> None:
   refuse_checkpoint(workdir)
   want = identity(s, job) if want is None else want
   path = os.path.join(workdir, RECORD)
@@ -117,13 +129,11 @@ def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True
         raise WorkdirError(f"{message}. Use a new --workdir, or --config.resume_mismatch=allow "
                            "to take this one over")
       logging.warning("%s; taking it over (resume_mismatch=allow)", message)
-  if main_process:
-    os.makedirs(workdir, exist_ok=True)
-    start = provenance()
-    starts = (have or {}).get("starts", []) + [start]
-    with open(path, "w") as f:
-      json.dump({"config": config_name, "identity": want, "provenance": start,
-                 "starts": starts}, f, indent=2)
+  os.makedirs(workdir, exist_ok=True)
+  start = provenance()
+  starts = (have or {}).get("starts", []) + [start]
+  files.write_json(path, {"config": config_name, "identity": want, "provenance": start,
+                          "starts": starts})
 
 
 def _git(*args) -> str | None:

@@ -205,7 +205,7 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
   Args:
     ckpt_dir: directory with model.safetensors or sharded files plus their index.
     cfg: the config read from the same directory (`config.from_hf`).
-    shardings: None (first device), a `Mesh` (sharded by `pedrl.sharding`
+    shardings: None (this process's first device), a `Mesh` (sharded by `pedrl.sharding`
       rules), a single `Sharding` for all leaves, or a pytree of them.
   Returns:
     The params pytree, each leaf already placed with its sharding.
@@ -213,7 +213,9 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
   abstract = abstract_params(cfg)
   paths, leaves, treedef = _leaf_paths(abstract)
   if shardings is None:
-    shardings = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    # This process's own device: on a pod, the global list's first belongs to process 0, and any
+    # other process could not address the array (it has no shard to fill).
+    shardings = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   if isinstance(shardings, jax.sharding.Mesh):
     from pedrl import sharding as sharding_lib
     shardings = sharding_lib.param_shardings(abstract, shardings)

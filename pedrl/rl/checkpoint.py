@@ -68,7 +68,9 @@ class Checkpoints:
     meta = dict(meta, checksums=checksums(state))
     # A write that fails part-way leaves tensorstore's other writes failing in the background
     # (tracebacks past our control); a disk too small for the state is told before writing.
-    need, free = sum(x.nbytes for x in jax.tree.leaves(state)), self._free_bytes()
+    # Process 0's disk decides for all: processes that decided apart would part ways here.
+    need = sum(x.nbytes for x in jax.tree.leaves(state))
+    free = distributed.on_main_process(self._free_bytes)
     if need > free:
       raise CheckpointError(f"not enough space to save step {step} to {self.step_path(step)}: "
                             f"the state is {_size(need)}, {_size(free)} free on that disk")
@@ -117,14 +119,19 @@ class Checkpoints:
     """
     failures = []
     for step in sorted(self.manager.all_steps(), reverse=True):
+      why = None
       try:
         state, meta = self._restore_step(step, state_like, model_fingerprint)
       except CheckpointError:
         raise
       except Exception as e:  # Whatever a damaged directory makes orbax raise.
-        failures.append((step, runs.one_line(e)))
+        why = runs.one_line(e)
+      # Every process restores the same step: one that failed anywhere is passed over by all.
+      if distributed.any_process(why is not None):
+        why = why or "it failed on another process"
+        failures.append((step, why))
         logging.warning("checkpoint %s cannot be used (%s); trying the step before",
-                        self.step_path(step), runs.one_line(e))
+                        self.step_path(step), why)
         continue
       self._set_aside([s for s, _ in failures])
       return step, state, meta

@@ -70,7 +70,8 @@ SETUPS = (
     Setup("001 Thinking", "qwen3-8b", "llama-3.1-8b", 16 * 8, "4 GPUs"),
     Setup("000 UCO", "qwen2.5-7b", "qwen2.5-14b", 16 * 4, "8 x H200"),
 )
-HARDWARE = (("H100", 1), ("A100", 4), ("H100", 8), ("H200", 8))
+# One host, and (16 GPUs) two hosts of 8: a pod job's mesh spans its hosts, the plan per device.
+HARDWARE = (("H100", 1), ("A100", 4), ("H100", 8), ("H200", 8), ("H100", 16))
 
 
 def model_config(name: str):

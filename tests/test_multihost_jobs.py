@@ -1,0 +1,192 @@
+"""Jobs run as several processes on one machine, as a pod's hosts run them: the entry
+points themselves (launch flags, orbax, the metrics writer, the embedder), started as
+launch/local.sh starts them, on 127.0.0.1 with one CPU device a process.
+
+A 2-process run must equal a 1-process run over 2 devices bit for bit: the same mesh,
+the same programs, only split over two processes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import jobs
+
+pytestmark = pytest.mark.job  # Every test here starts jobs.
+
+LOCAL = os.path.join(jobs.ROOT, "launch", "local.sh")
+TIMEOUT = 600
+
+
+def _port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _env(**extra):
+  env = {k: v for k, v in jobs.env().items()
+         if k not in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")}
+  return dict(env, **extra)
+
+
+class _Process:
+  """One process of a job, its output in files (a pipe nobody reads would fill and stop it)."""
+
+  def __init__(self, command, env, logs):
+    self.out, self.err = open(f"{logs}.out", "w+"), open(f"{logs}.err", "w+")
+    self.popen = subprocess.Popen(command, cwd=jobs.ROOT, stdout=self.out, stderr=self.err,
+                                  text=True, env=env)
+
+  def finish(self, timeout=TIMEOUT):
+    """(exit code, stdout, stderr) once it has ended."""
+    code = self.popen.wait(timeout=timeout)
+    return code, *(open(f.name).read() for f in (self.out, self.err))
+
+
+def _start(n: int, command, logs, per_process=None):
+  """The processes of one n-process job, as launch/local.sh starts them; `per_process`:
+  each one's extra arguments (to make one of them fail)."""
+  port = _port()
+  return [_Process([*command, *(per_process[i] if per_process else [])],
+                   _env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(n),
+                        JAX_PROCESS_ID=str(i), JAX_NUM_CPU_DEVICES="1"), f"{logs}_{i}")
+          for i in range(n)]
+
+
+def _finish(procs, timeout=TIMEOUT):
+  return [p.finish(timeout) for p in procs]
+
+
+def _one_process(command, devices=2):
+  r = subprocess.run(command, cwd=jobs.ROOT, env=_env(JAX_NUM_CPU_DEVICES=str(devices)),
+                     capture_output=True, text=True, timeout=TIMEOUT)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return r
+
+
+def _steps(workdir):
+  """metrics.jsonl's rows without their timings (the only thing that may differ)."""
+  drop = lambda k: k.startswith("seconds/") or k in ("time", "tokens_per_second")
+  return [{k: v for k, v in row.items() if not drop(k)} for row in jobs.metrics(workdir)]
+
+
+def _dialogues(workdir):
+  with open(os.path.join(workdir, "dialogues.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def _wait_for_steps(workdir, n, procs, timeout=TIMEOUT):
+  path = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if os.path.exists(path) and len(open(path).read().splitlines()) >= n:
+      return
+    if any(p.popen.poll() is not None for p in procs):
+      raise AssertionError(f"a process ended early: {[p.finish() for p in procs]}")
+    time.sleep(0.2)
+  raise AssertionError(f"no step {n} in {timeout} s")
+
+
+UCO = ("uco", "--config.rl.steps=2")  # Two steps: a resume has one left to take.
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+  """The tiny UCO run, one process over two CPU devices: what every 2-process run equals."""
+  workdir = tmp_path_factory.mktemp("uco") / "one"
+  _one_process(jobs.cmd(UCO[0], workdir, *UCO[1:]))
+  return workdir
+
+
+def test_uco_as_two_processes_equals_one_process_of_two_devices(one_process, tmp_path):
+  """Started by launch/local.sh; metrics and dialogues the same bit for bit."""
+  workdir = tmp_path / "two"
+  r = subprocess.run(["bash", LOCAL, "2", *jobs.cmd(UCO[0], workdir, *UCO[1:])], cwd=jobs.ROOT,
+                     env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "step=2" in r.stdout and "process 0 of 2" not in r.stdout
+  assert _steps(workdir) == _steps(one_process)
+  assert _dialogues(workdir) == _dialogues(one_process)
+  record = json.loads((workdir / "run.json").read_text())
+  assert record["provenance"]["devices"]["processes"] == 2
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_step_and_resumes(one_process, tmp_path):
+  workdir = tmp_path / "run"
+  command = jobs.cmd(UCO[0], workdir, *UCO[1:])
+  procs = _start(2, command, tmp_path / "first")
+  _wait_for_steps(workdir, 1, procs)
+  procs[1].popen.send_signal(signal.SIGTERM)
+  (code0, _, err0), (code1, _, err1) = _finish(procs)
+  assert code0 == code1 == 128 + signal.SIGTERM, (err0[-2000:], err1[-2000:])
+  stopped = [line for line in err0.splitlines() if line.startswith("stopped on SIGTERM")]
+  assert stopped and stopped == [l for l in err1.splitlines() if l.startswith("stopped on")]
+  assert len(_steps(workdir)) < 2
+  results = _finish(_start(2, command, tmp_path / "again"))
+  assert [c for c, _, _ in results] == [0, 0], results[0][2][-2000:]
+  assert _steps(workdir) == _steps(one_process)
+
+
+def test_a_killed_process_ends_the_other_and_the_run_resumes(one_process, tmp_path):
+  workdir = tmp_path / "run"
+  command = jobs.cmd(UCO[0], workdir, *UCO[1:])
+  procs = _start(2, command, tmp_path / "first")
+  _wait_for_steps(workdir, 1, procs)
+  procs[1].popen.kill()
+  killed = time.monotonic()
+  code0, _, err0 = _finish(procs[:1], timeout=120)[0]
+  assert code0 != 0 and time.monotonic() - killed < 60, err0[-2000:]
+  assert "process 1" in err0.strip().splitlines()[-1] or "coordinator" in err0, err0[-2000:]
+  results = _finish(_start(2, command, tmp_path / "again"))
+  assert [c for c, _, _ in results] == [0, 0], results[0][2][-2000:]
+  assert _steps(workdir) == _steps(one_process)
+
+
+def test_an_error_on_one_process_ends_both_within_seconds(tmp_path):
+  """Process 1 alone is given a problem file that does not exist: it stops at its check,
+  and process 0, already waiting for it, ends with process 1's error as its last line."""
+  command = jobs.cmd("uco", tmp_path / "run")
+  procs = _start(2, command, tmp_path / "log",
+                 per_process=[[], ["--config.problems.path=/nonexistent.jsonl"]])
+  code1, _, err1 = _finish(procs[1:])[0]
+  ended = time.monotonic()
+  code0, _, err0 = _finish(procs[:1], timeout=120)[0]
+  assert code1 == 1 and "nonexistent.jsonl" in err1.strip().splitlines()[-1], err1[-2000:]
+  assert time.monotonic() - ended < 20
+  last = err0.strip().splitlines()[-1]
+  assert code0 == 1 and last.startswith("error: process 1 of 2 failed:"), err0[-2000:]
+  assert "nonexistent.jsonl" in last
+
+
+def test_evaluation_as_two_processes_equals_one_process(tmp_path):
+  one, two = tmp_path / "one", tmp_path / "two"
+  _one_process(jobs.cmd("evaluate", one))
+  results = _finish(_start(2, jobs.cmd("evaluate", two), tmp_path / "log"))
+  assert [c for c, _, _ in results] == [0, 0], results[0][2][-2000:]
+  want, got = (json.loads((d / "metrics.json").read_text()) for d in (one, two))
+  drop = lambda m: {k: v for k, v in m.items() if not k.startswith(("seconds", "time"))
+                    and k not in ("counts",)}
+  assert drop(got) == drop(want)
+  assert (two / "eval_dialogues.jsonl").read_text() == (one / "eval_dialogues.jsonl").read_text()
+
+
+def test_sft_as_two_processes_equals_one_process(tmp_path):
+  one, two = tmp_path / "one", tmp_path / "two"
+  _one_process(jobs.cmd("sft", one))
+  results = _finish(_start(2, jobs.cmd("sft", two), tmp_path / "log"))
+  assert [c for c, _, _ in results] == [0, 0], results[0][2][-2000:]
+  assert _steps(two) == _steps(one)
+
+
+def test_a_partial_launch_is_one_error_line(tmp_path):
+  r = subprocess.run([*jobs.cmd("uco", tmp_path / "run"), "--num_processes=2"], cwd=jobs.ROOT,
+                     env=_env(), capture_output=True, text=True, timeout=120)
+  assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+      r.stderr.strip().splitlines()[-1]], r.stderr[-2000:]
+  assert "--coordinator_address and --process_id are missing" in r.stderr
+  assert not (tmp_path / "run").exists()
