@@ -148,11 +148,16 @@ def _client():
   return jax_distributed.global_state.client
 
 
+def started() -> bool:
+  """Whether this process is one of several (the runtime started); asks no backend."""
+  return _client() is not None
+
+
 def fail_all(message: str) -> None:
   """Tells every process that this one failed (`message`: one line), so that each ends
   within a second instead of waiting for it in a collective; no-op on one process."""
   client = _client()
-  if client is None or jax.process_count() == 1:
+  if client is None:
     return
   try:
     client.key_value_set(f"{_FAILED}{jax.process_index()}", message[:2000],
@@ -194,7 +199,8 @@ class _Watch(threading.Thread):
       except Exception as e:  # Unreachable coordinator: a few tries, then give up.
         lost += 1
         if lost * _POLL_S >= 5 and not self.finishing.is_set():
-          self._end(f"error: lost the coordinator (process 0): {str(e).splitlines()[0]}")
+          why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+          self._end(f"error: lost the coordinator (process 0): {why}")
         continue
       others = sorted((int(k.rpartition("/")[2]), v) for k, v in failed
                       if int(k.rpartition("/")[2]) != me)

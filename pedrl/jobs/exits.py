@@ -5,7 +5,6 @@ import signal
 import sys
 import traceback
 
-import jax
 from absl import app, flags, logging
 
 from pedrl import cli, distributed, environ, logs, runs
@@ -42,10 +41,21 @@ def _end(code: int, line: str | None = None):
   one does not wait for them at JAX's shutdown barrier."""
   if line is not None:
     print(line, file=sys.stderr)
-  if jax.process_count() > 1:
-    distributed.fail_all(line or f"exited with status {code}")
+  if distributed.started():
+    distributed.fail_all((line or f"exited with status {code}").removeprefix("error: "))
     distributed.exit_now(code)
   sys.exit(code)
+
+
+# What a collective's error says when another process is gone (gloo on CPUs, NCCL on GPUs).
+_LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "Gloo", "NCCL")
+
+
+def _lost_peer(e: Exception) -> str:
+  """The cause an error of several processes most likely has, when it shows one."""
+  text = str(e)
+  return ("another process ended (a collective with it failed): "
+          if any(s in text for s in _LOST_PEER) else "")
 
 
 def exits_cleanly(main):
@@ -63,14 +73,18 @@ def exits_cleanly(main):
     except SystemExit as e:
       # 128 + N: a stop on a signal that every process agreed on; they exit together.
       code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
-      if code == 0 or code >= 128 or jax.process_count() == 1:
+      if code == 0 or code >= 128 or not distributed.started():
         raise
       _end(code)
+    except KeyboardInterrupt:  # SIGINT outside a loop's stop request (loading, compiling).
+      if not distributed.started():
+        raise
+      _end(128 + signal.SIGINT, "error: stopped on SIGINT")
     except Exception as e:
-      if jax.process_count() == 1:
+      if not distributed.started():
         raise  # A bug: its traceback.
       traceback.print_exc()
-      _end(EXIT_ERROR, f"error: {type(e).__name__}: {runs.one_line(e)}")
+      _end(EXIT_ERROR, f"error: {_lost_peer(e)}{runs.one_line(e)}")
   return wrapped
 
 

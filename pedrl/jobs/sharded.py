@@ -96,7 +96,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
   counts = collections.Counter()
-  if os.path.exists(status_path):
+  if main_process and os.path.exists(status_path):  # Only process 0 writes the status.
     counts.update(files.read_json(status_path, shards.ShardError).get("counts", {}))
   name = workdir_lib.config_name(sys.argv)
   start = workdir_lib.provenance() if main_process else None
