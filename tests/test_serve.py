@@ -390,7 +390,7 @@ def test_a_huge_body_is_refused_without_blocking_others(served):
   start = time.perf_counter()
   sender.start()
   for _ in range(5):
-    assert _request(health, timeout=5) == (200, {"status": "ok"})
+    assert _request(health, timeout=5) == (200, {"status": "ready"})
   sender.join(30)
   assert time.perf_counter() - start < 10
   assert 'status="413"' in _request(served[0].removesuffix("/v1") + "/metrics")[1]
@@ -503,7 +503,7 @@ def test_bearer_token_guards_everything_but_health(monkeypatch):
   try:
     with pytest.raises(openai.AuthenticationError):
       openai.OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
-    assert _request(base + "/health") == (200, {"status": "ok"})
+    assert _request(base + "/health") == (200, {"status": "ready"})
     for path in ("/openapi.json", "/docs", "/metrics"):
       assert _request(base + path)[0] == 401
       assert _request(base + path, headers={"Authorization": "Bearer s3cret"})[0] == 200
