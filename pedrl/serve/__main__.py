@@ -93,7 +93,11 @@ def main(argv):
   except (OSError, ValueError) as e:
     cli.fail(str(e))
   # The HTTP side first, without JAX: the port answers (/health: loading) at once.
-  from pedrl.serve import app as app_lib, metrics as metrics_lib, startup as startup_lib
+  try:
+    from pedrl.serve import app as app_lib, metrics as metrics_lib, startup as startup_lib
+  except ImportError as e:  # FastAPI, uvicorn, prometheus_client are an extra.
+    sock.close()
+    cli.fail(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'")
   name = f.served_name or os.path.basename(os.path.normpath(f.workdir or f.model))
   settings = app_lib.ServeSettings(served_name=name, api_key=key, max_tokens=f.max_tokens,
                                    reasoning=f.reasoning, max_body=int(f.max_body_mb * (1 << 20)),

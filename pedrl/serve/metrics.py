@@ -89,7 +89,8 @@ class Metrics:
                    self.compiled_after_warmup)
 
   def compiled_after_warmup(self) -> int:
-    return programs_compiled() - (self.warm_at or 0)
+    """0 until the warm-up ends (its own compiles are not after it)."""
+    return 0 if self.warm_at is None else programs_compiled() - self.warm_at
 
   def text(self) -> bytes:
     return prom.generate_latest(self.registry)

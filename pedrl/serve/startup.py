@@ -87,7 +87,8 @@ class Startup:
       try:
         served = load(self)
       except Exception as e:  # noqa: BLE001 — reported by /health and every request.
-        logging.exception("loading the model failed")
+        if not isinstance(e, (OSError, ValueError)):  # Not a checkpoint or setting refused.
+          logging.exception("loading the model failed")
         self.fail(f"{type(e).__name__}: {e}")
         if on_failure:
           on_failure(self.error)
