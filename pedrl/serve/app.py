@@ -151,8 +151,8 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     """The loaded model (waiting for it), if it serves `kind` (a decoder generates)."""
     m = await startup.model()
     if m.generates != generates:
-      model = "a decoder" if m.generates else "an encoder"
-      raise APIError(400, f"this server's model is {model}: it does not serve {kind}",
+      what = "a decoder" if m.generates else "an encoder"
+      raise APIError(400, f"this server's model is {what}: it does not serve {kind}",
                      code="model_not_supported")
     return m
 
