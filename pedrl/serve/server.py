@@ -4,6 +4,7 @@ engine, scheduler and warm-up, and the API over them. `python -m pedrl.serve` ru
 import dataclasses
 import json
 import os
+import time
 
 from absl import logging
 import jax
@@ -54,6 +55,7 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
   the warm-up's progress as they come."""
   options, metrics = options or Options(), metrics or Metrics()
   metrics_lib.listen()
+  start = time.perf_counter()
   runtime = {"dtype": dtype} if dtype else {}
 
   def tick(done, total, what):
@@ -78,6 +80,7 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
     tokenizer = load_tokenizer(model_dir)
     chat = (chat_lib.ChatFormat(tokenizer) if getattr(tokenizer, "chat_template", None)
             else None)
+    logging.info("weights and tokenizer read in %.1f s", time.perf_counter() - start)
     context = model.cfg.max_position_embeddings
     if options.max_model_len and options.max_model_len > context:
       raise ValueError(f"--max_model_len={options.max_model_len} exceeds the model's context "

@@ -94,6 +94,7 @@ class Startup:
           on_failure(self.error)
         return
       self.ready(served)
+      logging.info("ready %.1f s after the port opened", self.ready_s)
       if on_ready:
         on_ready()
     thread = threading.Thread(target=body, name="pedrl-loader", daemon=True)
