@@ -1,12 +1,15 @@
 """`python -m pedrl.serve` from the command line: a mistake is one `error:` line within
 2 s (before JAX loads), a port in use is found before the model loads, and a server
-that is ready says where it serves."""
+answers while its model loads, then says where it serves."""
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -58,7 +61,16 @@ def test_a_port_in_use_is_found_before_the_model_loads(taken_port):
   assert time.perf_counter() - start < 2
 
 
-def test_a_ready_server_says_where_it_serves_and_stops_on_sigterm():
+def _get(url):
+  """(status, JSON body) of a GET."""
+  try:
+    with urllib.request.urlopen(url, timeout=30) as r:
+      return r.status, json.loads(r.read())
+  except urllib.error.HTTPError as e:
+    return e.code, json.loads(e.read())
+
+
+def test_the_port_answers_while_loading_then_says_where_it_serves_and_stops_on_sigterm():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -67,11 +79,21 @@ def test_a_ready_server_says_where_it_serves_and_stops_on_sigterm():
        "--served_name=tutor", "--max_num_seqs=1", "--max_model_len=64", "--nowarmup",
        "--compilation_cache=off"],
       cwd=jobs.ROOT, env=jobs.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  base = f"http://127.0.0.1:{port}"
   try:
+    # The port answers before JAX is imported: the loader starts as this line is written,
+    # and JAX's import alone takes longer than two requests on 127.0.0.1.
+    for _ in range(100):  # Past any warning a library prints at import.
+      line = proc.stderr.readline()
+      if not line or line.startswith("answering at"):
+        break
+    assert line.startswith(f"answering at {base}/v1 while tutor loads"), line
+    assert _get(base + "/health") == (503, {"status": "loading"})
+    assert _get(base + "/v1/models")[1]["data"][0]["id"] == "tutor"
     line = proc.stdout.readline()  # Blocks until the server is ready (or exits).
-    assert line == f"serving tutor at http://127.0.0.1:{port}/v1\n", proc.stderr.read()
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
-                           timeout=60)
+    assert line == f"serving tutor at {base}/v1\n", proc.stderr.read()
+    assert _get(base + "/health") == (200, {"status": "ready"})
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=60)
     assert client.completions.create(model="tutor", prompt="Hi", max_tokens=2).choices
   finally:
     proc.send_signal(signal.SIGTERM)

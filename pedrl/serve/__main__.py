@@ -8,11 +8,15 @@ Bound to 127.0.0.1 unless --host says otherwise; --api_key_env=VAR asks every
 request but /health for `Authorization: Bearer $VAR`. The flags, the model or run
 directory, the key variable and the port are checked before JAX is imported (a
 mistake is one `error: …` line at once; main runs before JAX loads, see
-cli.use_compilation_cache); every program the server can run is compiled before it
-prints `serving NAME at http://HOST:PORT/v1`.
+cli.use_compilation_cache). The port then answers at once: `/health` says `loading`
+while the model loads and every program it can run compiles on a background thread
+(`pedrl.serve.startup`), then `ready`, when stdout gets `serving NAME at
+http://HOST:PORT/v1`; a failed load is an `error: …` line on stderr and a `failed`
+/health, and the server stays up to say so.
 """
 import json
 import os
+import sys
 
 from absl import flags
 
@@ -39,6 +43,8 @@ flags.DEFINE_bool("prefix_caching", True, "Reuse a row's cached prompt opening (
                   "system prompt is computed once per row).")
 flags.DEFINE_bool("warmup", True, "Compile every program before serving (off: each compiles "
                   "on first use, stalling that request).")
+flags.DEFINE_float("loading_wait_s", 30.0, "A request that comes while the model loads waits "
+                   "this long for it, then gets 503 + Retry-After.", lower_bound=0.0)
 flags.DEFINE_integer("max_tokens", 1024, "A chat request's token limit when it gives none.",
                      lower_bound=1)
 flags.DEFINE_float("max_body_mb", 8.0, "Largest request body, in MiB (larger: 413).",
@@ -82,11 +88,45 @@ def main(argv):
     problem = _model_problem(f.model, f.workdir)
     if problem:
       raise ValueError(problem)
-    middleware.api_key(f.api_key_env)
+    key = middleware.api_key(f.api_key_env)
     sock = sockets.bind(f.host, f.port)
   except (OSError, ValueError) as e:
     cli.fail(str(e))
-  from pedrl.serve import server  # JAX from here on.
+  # The HTTP side first, without JAX: the port answers (/health: loading) at once.
+  try:
+    from pedrl.serve import app as app_lib, metrics as metrics_lib, startup as startup_lib
+  except ImportError as e:  # FastAPI, uvicorn, prometheus_client are an extra.
+    sock.close()
+    cli.fail(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'")
+  name = f.served_name or os.path.basename(os.path.normpath(f.workdir or f.model))
+  settings = app_lib.ServeSettings(served_name=name, api_key=key, max_tokens=f.max_tokens,
+                                   reasoning=f.reasoning, max_body=int(f.max_body_mb * (1 << 20)),
+                                   access_log=f.access_log)
+  metrics, startup = metrics_lib.Metrics(), startup_lib.Startup(wait_s=f.loading_wait_s)
+  api = app_lib.make_app(startup, settings, metrics)
+  url = sockets.url_of(sock)
+
+  def load(startup):
+    from pedrl.serve import server  # JAX from here on.
+    options = server.Options(max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len,
+                             decode_steps=f.decode_steps, max_queue=f.max_queue,
+                             prefix_caching=f.prefix_caching, warmup=f.warmup)
+    return server.load(f.model, f.workdir, f.step, f.dtype, f.scan_layers, options,
+                       _progress_bar(), metrics, startup)
+
+  def started():
+    print(f"answering at {url} while {name} loads (GET /health says when it is ready)",
+          file=sys.stderr, flush=True)
+    startup.run(load, on_ready=lambda: print(f"serving {name} at {url}", flush=True),
+                on_failure=lambda error: print(f"error: the model failed to load: {error} "
+                                               "(the server stays up to say so on /health)",
+                                               file=sys.stderr, flush=True))
+
+  sockets.serve(api, sock, on_started=started)
+
+
+def _progress_bar():
+  """progress(done, total, what) drawing the warm-up's bar on stderr."""
   from tqdm import tqdm
   bar = None
 
@@ -97,22 +137,7 @@ def main(argv):
     bar.update(done - bar.n)
     if done == total:
       bar.close()
-
-  options = server.Options(max_num_seqs=f.max_num_seqs, max_model_len=f.max_model_len,
-                           decode_steps=f.decode_steps, max_queue=f.max_queue,
-                           prefix_caching=f.prefix_caching, warmup=f.warmup)
-  settings = dict(max_tokens=f.max_tokens, reasoning=f.reasoning,
-                  max_body=int(f.max_body_mb * (1 << 20)), access_log=f.access_log)
-  name = settings["served_name"] = (f.served_name or
-                                    os.path.basename(os.path.normpath(f.workdir or f.model)))
-  try:
-    api, _ = server.build(f.model, f.workdir, f.step, f.dtype, f.scan_layers, options,
-                          f.api_key_env, progress, **settings)
-  except (OSError, ValueError) as e:  # A checkpoint, config or setting pedrl cannot serve.
-    sock.close()
-    cli.fail(str(e))
-  url = sockets.url_of(sock)
-  server.serve(api, sock, on_ready=lambda: print(f"serving {name} at {url}", flush=True))
+  return progress
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 /v1/embeddings (encoder models), vLLM's /tokenize and /detokenize, /health and
 /metrics (Prometheus).
 
+The app answers from the moment its port opens: /health, /metrics and /v1/models at
+once, the other routes once the model has loaded (`startup`: they wait for it,
+bounded, then 503 with Retry-After; after a failed load, 500).
+
 Responses are built from the `openai` package's own types. Every error is an
 OpenAI-style body (`{"error": {"message", "type", "param", "code"}}`): a bad or
 unsupported field, malformed JSON or invalid UTF-8 400, a wrong key 401, an unknown
@@ -39,7 +43,8 @@ from pedrl.serve import protocol
 from pedrl.serve.metrics import Metrics
 from pedrl.serve.middleware import Gate
 from pedrl.serve.protocol import APIError
-from pedrl.serve.scheduler import Job, Scheduler, Sequence
+from pedrl.serve.sequences import Job, Sequence
+from pedrl.serve.startup import Served, Startup
 
 
 @dataclasses.dataclass
@@ -106,17 +111,11 @@ class _Channel:
     return item
 
 
-def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
-             metrics: Metrics | None = None) -> Gate:
-  """The API for one model (an ASGI app: the FastAPI routes behind the Gate): its backend
-  (a Scheduler for a decoder, an Encoder for an encoder), tokenizer and chat format
-  (None: no chat)."""
-  metrics = metrics or getattr(backend, "metrics", None) or Metrics()
+def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None = None) -> Gate:
+  """The API for one model (an ASGI app: the FastAPI routes behind the Gate), served once
+  `startup` has it: a Scheduler for a decoder, an Encoder for an encoder."""
+  metrics = metrics or Metrics()
   app = fastapi.FastAPI(title="pedrl", version="1", redoc_url=None)
-  generator = backend if isinstance(backend, Scheduler) else None
-  encoder = None if generator else backend
-  context = generator.engine.context if generator else None
-  vocab = (generator.engine.model if generator else encoder.embedder).cfg.vocab_size
 
   @app.exception_handler(APIError)
   async def _api_error(request, e: APIError):
@@ -148,34 +147,37 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
       raise APIError(404, f"the model {name!r} does not exist; this server serves "
                      f"{settings.served_name!r}", param="model", code="model_not_found")
 
-  def need(what, kind: str):
-    if what is None:
-      model = "an encoder" if generator is None else "a decoder"
-      raise APIError(400, f"this server's model is {model}: it does not serve {kind}",
+  async def model(generates: bool, kind: str) -> Served:
+    """The loaded model (waiting for it), if it serves `kind` (a decoder generates)."""
+    m = await startup.model()
+    if m.generates != generates:
+      what = "a decoder" if m.generates else "an encoder"
+      raise APIError(400, f"this server's model is {what}: it does not serve {kind}",
                      code="model_not_supported")
+    return m
 
-  def check_ids(ids, param: str = "prompt"):
+  def check_ids(m: Served, ids, param: str = "prompt"):
     if any(not p for p in ids):
       raise APIError(400, "a prompt has no tokens", param=param)
-    if any(max(p) >= vocab or min(p) < 0 for p in ids):
-      raise APIError(400, f"a token id is outside the vocabulary [0, {vocab})", param=param)
+    if any(max(p) >= m.vocab or min(p) < 0 for p in ids):
+      raise APIError(400, f"a token id is outside the vocabulary [0, {m.vocab})", param=param)
 
-  def check_room(prompt_len: int, max_tokens: int):
-    if prompt_len + max_tokens > context:
-      raise APIError(400, f"this server's context is {context} tokens; the prompt has "
+  def check_room(m: Served, prompt_len: int, max_tokens: int):
+    if prompt_len + max_tokens > m.context:
+      raise APIError(400, f"this server's context is {m.context} tokens; the prompt has "
                      f"{prompt_len} and max_tokens asks for {max_tokens} more",
-                     param="prompt" if prompt_len >= context else "max_tokens",
+                     param="prompt" if prompt_len >= m.context else "max_tokens",
                      code="context_length_exceeded")
 
-  def sampling(req) -> dict:
-    if req.top_k > vocab:
-      raise APIError(400, f"top_k={req.top_k} exceeds the vocabulary ({vocab}); 0 or -1 "
+  def sampling(m: Served, req) -> dict:
+    if req.top_k > m.vocab:
+      raise APIError(400, f"top_k={req.top_k} exceeds the vocabulary ({m.vocab}); 0 or -1 "
                      "turns top-k off", param="top_k")
     seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little")
     return dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                 stop=req.stops, seed=seed)
 
-  async def submit(sequences: list[Sequence]) -> _Channel:
+  async def submit(generator, sequences: list[Sequence]) -> _Channel:
     if len(sequences) > generator.max_queue:
       raise APIError(400, f"this request has {len(sequences)} prompts x choices; the server "
                      f"takes at most {generator.max_queue} per request (--max_queue)",
@@ -188,7 +190,7 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
                      headers={"Retry-After": "1"}) from None
     return channel
 
-  async def finished(channel: _Channel, request: fastapi.Request):
+  async def finished(generator, channel: _Channel, request: fastapi.Request):
     """Waits for every sequence of the job; drops the job if the client leaves first."""
     gone = asyncio.ensure_future(_disconnected(request.receive))
     try:
@@ -209,7 +211,8 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
 
   @app.get("/health")
   async def health():
-    return {"status": "ok"}
+    status, body, headers = startup.health()
+    return responses.JSONResponse(body, status_code=status, headers=headers)
 
   @app.get("/metrics")
   async def prometheus():
@@ -219,34 +222,36 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
   async def models():
     card = Model(id=settings.served_name, created=int(time.time()), object="model",
                  owned_by="pedrl")
+    context = startup.context  # None until the model's program set is known.
     return {"object": "list", "data": [card.model_dump(exclude_none=True)
                                        | ({"max_model_len": context} if context else {})]}
 
   @app.post("/v1/completions")
   async def completions(req: protocol.CompletionRequest, request: fastapi.Request):
     check_model(req.model)
-    need(generator, "completions")
     if req.max_tokens == 0 and not req.echo:
       raise APIError(400, "max_tokens=0 needs echo=true", param="max_tokens")
-    common = sampling(req)
+    m = await model(True, "completions")
+    generator, tokenizer = m.backend, m.tokenizer
+    common = sampling(m, req)
     prompts = req.prompts()
     ids = await asyncio.to_thread(
         lambda: [tuple(p) if isinstance(p, list) else tuple(tokenizer(p)["input_ids"])
                  for p in prompts])
-    check_ids(ids)
+    check_ids(m, ids)
     limit = 16 if req.max_tokens is None else req.max_tokens
     for p in ids:
-      check_room(len(p), limit)
+      check_room(m, len(p), limit)
     sequences = [Sequence(prompt=p, max_tokens=limit, index=j, logprobs=req.logprobs,
                           echo=req.echo, **common) for p in ids for j in range(req.n)]
-    channel = await submit(sequences)
+    channel = await submit(generator, sequences)
     texts = [(p if isinstance(p, str) else tokenizer.decode(list(p))) if req.echo else ""
              for p in prompts]
     echo = [texts[i // req.n] for i in range(len(sequences))]
     if req.stream:
       return EventStream(_completion_events(channel, generator, settings, echo,
                                             req.include_usage))
-    await finished(channel, request)
+    await finished(generator, channel, request)
     choices = [CompletionChoice(
         index=i, text=echo[i] + s.text, finish_reason=s.finish_reason,
         logprobs=_logprobs(tokenizer, s) if req.logprobs is not None else None)
@@ -258,20 +263,21 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
   @app.post("/v1/chat/completions")
   async def chat_completions(req: protocol.ChatCompletionRequest, request: fastapi.Request):
     check_model(req.model)
-    need(generator, "chat completions")
-    if chat is None:
+    m = await model(True, "chat completions")
+    generator = m.backend
+    if m.chat is None:
       raise APIError(400, "this model has no chat template; use /v1/completions")
-    common = sampling(req)
-    prompt = await _render(chat, req.messages)
-    check_ids([prompt], "messages")
-    check_room(len(prompt), req.limit() or 1)
-    limit = req.limit() or min(settings.max_tokens, context - len(prompt))
+    common = sampling(m, req)
+    prompt = await _render(m.chat, req.messages)
+    check_ids(m, [prompt], "messages")
+    check_room(m, len(prompt), req.limit() or 1)
+    limit = req.limit() or min(settings.max_tokens, m.context - len(prompt))
     sequences = [Sequence(prompt=prompt, max_tokens=limit, index=j, **common)
                  for j in range(req.n)]
-    channel = await submit(sequences)
+    channel = await submit(generator, sequences)
     if req.stream:
       return EventStream(_chat_events(channel, generator, settings, req.include_usage))
-    await finished(channel, request)
+    await finished(generator, channel, request)
     choices = []
     for i, s in enumerate(sequences):
       message = ChatCompletionMessage(role="assistant", content=s.text)
@@ -288,8 +294,8 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
   @app.post("/v1/embeddings")
   async def embeddings(req: protocol.EmbeddingRequest):
     check_model(req.model)
-    need(encoder, "embeddings")
-    vectors, used = await encoder.embed(req.input)
+    m = await model(False, "embeddings")
+    vectors, used = await m.backend.embed(req.input)
     encode = ((lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode())
               if req.encoding_format == "base64" else (lambda v: v.tolist()))
     return CreateEmbeddingResponse(  # base64 strings where the type says floats.
@@ -301,20 +307,22 @@ def make_app(backend, tokenizer, settings: ServeSettings, chat=None,
   @app.post("/tokenize")
   async def tokenize(req: protocol.TokenizeRequest):
     check_model(req.model)
+    m = await startup.model()
     if req.messages is not None:
-      if chat is None:
+      if m.chat is None:
         raise APIError(400, "this model has no chat template; give prompt", param="messages")
-      ids = await _render(chat, req.messages)
+      ids = await _render(m.chat, req.messages)
     else:
       ids = await asyncio.to_thread(
-          lambda: tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
-    return {"count": len(ids), "max_model_len": context, "tokens": list(ids)}
+          lambda: m.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
+    return {"count": len(ids), "max_model_len": m.context, "tokens": list(ids)}
 
   @app.post("/detokenize")
   async def detokenize(req: protocol.DetokenizeRequest):
     check_model(req.model)
-    check_ids([req.tokens or [0]], "tokens")
-    return {"prompt": await asyncio.to_thread(tokenizer.decode, req.tokens)}
+    m = await startup.model()
+    check_ids(m, [req.tokens or [0]], "tokens")
+    return {"prompt": await asyncio.to_thread(m.tokenizer.decode, req.tokens)}
 
   routes = {r.path for r in app.routes}
   return Gate(app, metrics, settings.api_key, settings.max_body, routes, settings.access_log)
@@ -342,7 +350,7 @@ def _usage(sequences) -> CompletionUsage:
                          total_tokens=prompt + used)
 
 
-async def _stream(channel: _Channel, generator: Scheduler, render, include_usage: bool,
+async def _stream(channel: _Channel, generator, render, include_usage: bool,
                   usage_chunk):
   """The SSE frames of a streamed job: `render(i, text, new_text, finish_reason)` per
   change of sequence i (the text it may show and what that gained, as read once), the

@@ -45,7 +45,8 @@ def programs_compiled() -> int:
 
 
 def listen():
-  """Starts counting JAX's compilations (once per process)."""
+  """Starts counting JAX's compilations (once per process; the loader calls it before
+  the model loads, so the HTTP side can answer before JAX is imported)."""
   global _listening
   with _lock:
     if not _listening:
@@ -58,7 +59,6 @@ class Metrics:
   """The registry and its metrics; the scheduler and the HTTP middleware update them."""
 
   def __init__(self):
-    listen()
     self.registry = r = prom.CollectorRegistry()
     self.requests = prom.Counter("pedrl_requests", "HTTP requests answered",
                                  ["path", "status"], registry=r)
@@ -89,7 +89,8 @@ class Metrics:
                    self.compiled_after_warmup)
 
   def compiled_after_warmup(self) -> int:
-    return programs_compiled() - (self.warm_at or 0)
+    """0 until the warm-up ends (its own compiles are not after it)."""
+    return 0 if self.warm_at is None else programs_compiled() - self.warm_at
 
   def text(self) -> bytes:
     return prom.generate_latest(self.registry)

@@ -1,11 +1,9 @@
-"""Building a server: a model (a checkpoint directory or a training run's tutor), its
-engine, scheduler and warm-up, and the API over them; binding and running it.
-`python -m pedrl.serve` runs it."""
+"""Loading a server's model (a checkpoint directory or a training run's tutor): its
+engine, scheduler and warm-up, and the API over them. `python -m pedrl.serve` runs it;
+`start` and `serve` (from `sockets`) run an app."""
 import dataclasses
 import json
 import os
-import socket
-import threading
 import time
 
 from absl import logging
@@ -18,11 +16,12 @@ try:
   from pedrl.serve import app as app_lib
 except ImportError as e:  # FastAPI is an extra.
   raise ImportError(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'") from e
-from pedrl.serve import middleware
+from pedrl.serve import metrics as metrics_lib, middleware
 from pedrl.serve.encoder import Encoder
-from pedrl.serve.metrics import Metrics, programs_compiled
+from pedrl.serve.metrics import Metrics
 from pedrl.serve.scheduler import Engine, Scheduler
-from pedrl.serve.sockets import bind, url_of
+from pedrl.serve.sockets import serve, start  # noqa: F401 (run an app; also from here)
+from pedrl.serve.startup import Served, Startup
 from pedrl.tokenizer import load_tokenizer
 
 ENCODER_TYPES = ("bert", "xlm-roberta")
@@ -47,22 +46,30 @@ def is_encoder(model_dir: str) -> bool:
     return json.load(f).get("model_type") in ENCODER_TYPES
 
 
-def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
-          options: Options | None = None, api_key_env: str | None = None, progress=None,
-          **settings):
-  """(ASGI app, backend) for a checkpoint directory or a training run's tutor. The
-  backend is a Scheduler (a decoder) or an Encoder (/v1/embeddings only); `settings`
-  are app.ServeSettings fields; `progress(done, total, what)` follows the warm-up."""
-  options = options or Options()
-  settings["api_key"] = middleware.api_key(api_key_env)
+def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
+         options: Options | None = None, progress=None, metrics: Metrics | None = None,
+         startup: Startup | None = None) -> Served:
+  """A checkpoint directory's model or a training run's tutor, its engine and scheduler
+  (or encoder), warmed up: every program compiled or read from the persistent caches.
+  `progress(done, total, what)` follows the warm-up; `startup` learns the context and
+  the warm-up's progress as they come."""
+  options, metrics = options or Options(), metrics or Metrics()
+  metrics_lib.listen()
+  start = time.perf_counter()
   runtime = {"dtype": dtype} if dtype else {}
-  settings.setdefault("served_name", os.path.basename(os.path.normpath(workdir or model_dir)))
-  metrics = Metrics()
+
+  def tick(done, total, what):
+    if startup:
+      startup.progress(done, total, what)
+    if progress:
+      progress(done, total, what)
+
   if model_dir and is_encoder(model_dir):
     backend = Encoder(model_dir)
-    tokenizer, chat = backend.tokenizer, None
+    served = Served(backend, backend.tokenizer, None, generates=False, context=None,
+                    vocab=backend.embedder.cfg.vocab_size)
     if options.warmup:
-      backend.warmup(progress)
+      backend.warmup(tick)
   else:
     if workdir:
       tutor = runs.trained_tutor(workdir, step, scan_layers, **runtime)
@@ -73,6 +80,7 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
     tokenizer = load_tokenizer(model_dir)
     chat = (chat_lib.ChatFormat(tokenizer) if getattr(tokenizer, "chat_template", None)
             else None)
+    logging.info("weights and tokenizer read in %.1f s", time.perf_counter() - start)
     context = model.cfg.max_position_embeddings
     if options.max_model_len and options.max_model_len > context:
       raise ValueError(f"--max_model_len={options.max_model_len} exceeds the model's context "
@@ -80,52 +88,34 @@ def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False
     programs = slots_lib.ProgramSet(rows=options.max_num_seqs,
                                     max_len=options.max_model_len or min(context, DEFAULT_MAX_LEN),
                                     steps=options.decode_steps)
+    if startup:
+      startup.context = programs.max_len
     engine = Engine(model, params, tokenizer, programs)
     cache = sum(x.nbytes for x in jax.tree.leaves(engine.decoder.slots.cache))
     logging.info("KV cache: %d rows x %d slots (%.2f GiB); sequences of up to %d tokens",
                  programs.rows, programs.slots, cache / 2**30, programs.max_len)
     if options.warmup:
-      seconds = engine.warmup(progress)
+      seconds = engine.warmup(tick)
       logging.info("warm-up: %d programs in %.1f s", programs.count + len(engine.score_widths),
                    seconds)
     backend = Scheduler(engine, options.max_queue, options.prefix_caching, metrics)
-  metrics.warm_at = programs_compiled()
-  app = app_lib.make_app(backend, tokenizer, app_lib.ServeSettings(**settings), chat, metrics)
-  return app, backend
+    served = Served(backend, tokenizer, chat, generates=True, context=engine.context,
+                    vocab=model.cfg.vocab_size)
+  metrics.warm_at = metrics_lib.programs_compiled()
+  return served
 
 
-def _server(api, sock, on_ready=None, log_level: str = "error"):
-  import uvicorn
-
-  class Server(uvicorn.Server):
-    async def startup(self, sockets=None):
-      await super().startup(sockets)
-      if self.started and on_ready:
-        on_ready()
-
-  return Server(uvicorn.Config(api, log_level=log_level, timeout_graceful_shutdown=5))
-
-
-def serve(api, sock: socket.socket, on_ready=None):
-  """Serves `api` on `sock` in this thread until Ctrl-C or SIGTERM; `on_ready()` is
-  called once it accepts requests."""
-  _server(api, sock, on_ready, log_level="warning").run(sockets=[sock])
-
-
-def start(api, host: str = "127.0.0.1", port: int = 0) -> tuple[str, object]:
-  """Serves `api` from a background thread (tests, benchmarks, notebooks); port 0 picks
-  a free one. Returns (base URL ending in /v1, stop())."""
-  sock = bind(host, port)
-  server = _server(api, sock)
-  thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-  thread.start()
-  while not server.started:
-    if not thread.is_alive():
-      raise RuntimeError(f"the server did not start on {host}:{port}")
-    time.sleep(0.02)
-
-  def stop():
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
-  return url_of(sock), stop
+def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
+          options: Options | None = None, api_key_env: str | None = None, progress=None,
+          **settings):
+  """(ASGI app, backend) for a checkpoint directory or a training run's tutor, loaded and
+  warmed up before it returns (tests, benchmarks, notebooks; `python -m pedrl.serve`
+  loads in the background instead, `startup`). The backend is a Scheduler (a decoder)
+  or an Encoder (/v1/embeddings only); `settings` are app.ServeSettings fields;
+  `progress(done, total, what)` follows the warm-up."""
+  settings["api_key"] = middleware.api_key(api_key_env)
+  settings.setdefault("served_name", os.path.basename(os.path.normpath(workdir or model_dir)))
+  metrics = Metrics()
+  served = load(model_dir, workdir, step, dtype, scan_layers, options, progress, metrics)
+  app = app_lib.make_app(Startup.loaded(served), app_lib.ServeSettings(**settings), metrics)
+  return app, served.backend

@@ -1,0 +1,43 @@
+"""A request's sequences as the engine thread and the request's coroutine share them
+(no JAX here: the HTTP side imports this before the model loads)."""
+import dataclasses
+from typing import Callable
+
+
+@dataclasses.dataclass(eq=False)
+class Sequence:
+  """One choice of one prompt: n of these per prompt. The engine thread fills in the
+  outputs; the request's coroutine reads them when notified."""
+  prompt: tuple  # Token ids.
+  max_tokens: int  # 0: echo only (scored, never decoded).
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  stop: tuple = ()
+  seed: int = 0
+  index: int = 0  # Choice number: its key is fold_in(key(seed), index).
+  logprobs: int | None = None  # Alternatives per token; None: no log-probs.
+  echo: bool = False
+  # Outputs.
+  sampled: list = dataclasses.field(default_factory=list)  # Every token, a stop token too.
+  tokens: list = dataclasses.field(default_factory=list)  # The tokens behind `text`.
+  text: str = ""
+  finish_reason: str | None = None  # "stop" or "length" once it ended.
+  alternatives: object | None = None  # pedrl.engine.scoring.Alternatives of prompt + tokens.
+  streamed: int = 0  # Characters of text that may be streamed (no stop string can start there).
+
+  @property
+  def holdback(self) -> int:
+    """Characters at the end of the text a stop string may still begin in."""
+    return max(map(len, self.stop), default=1) - 1
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+  """One request's sequences and how the engine thread tells its coroutine about them:
+  `notify(sequences)` with those that changed (called on the engine thread), or
+  `fail(error)` once."""
+  sequences: list
+  notify: Callable[[list], None]
+  fail: Callable[[Exception], None]
+  cancelled: bool = False
