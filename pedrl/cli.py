@@ -22,6 +22,7 @@
 
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
+import ast
 import os
 import sys
 
@@ -78,7 +79,7 @@ def check_job_command() -> None:
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
   _define_command_flags()
   define_job_flags(f"experiments/{example}.py:tiny", "Output directory.")
-  _check_job_flags(sys.argv[1:], early=True)
+  _check_job_flags(sys.argv[1:], early=True, module=module)
 
 
 def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -109,7 +110,7 @@ def _is_job() -> bool:
   return spec is not None and _job_module(spec.name) and "config" in flags.FLAGS
 
 
-def _check_job_flags(argv: list[str], early: bool = False) -> None:
+def _check_job_flags(argv: list[str], early: bool = False, module: str | None = None) -> None:
   """A job's command line (arguments only): its flags exist, --config names a file and
   --workdir is given; each mistake one `error:` line. Nothing is checked where absl
   acts first (help) or where the arguments are not all here (--flagfile). `early`:
@@ -131,6 +132,37 @@ def _check_job_flags(argv: list[str], early: bool = False) -> None:
           "the current directory nor in pedrl's repository)")
   if not values.get("workdir"):
     _exit("--workdir is missing: the job's output directory, e.g. --workdir=/tmp/run")
+  if module is not None:
+    check_config_job(values["config"], module, dict(_given_flags(argv)).get("config"))
+
+
+def config_entry_point(path: str) -> str | None:
+  """The job a config file is for: its `ENTRY_POINT` literal, read without importing the
+  file (None: the file names none, as a config written before it did)."""
+  try:
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+  except (OSError, SyntaxError, ValueError):
+    return None  # Its own error comes from loading it.
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENTRY_POINT"
+                                            for t in node.targets):
+      try:
+        return ast.literal_eval(node.value)
+      except ValueError:
+        return None
+  return None
+
+
+def check_config_job(config_arg: str, module: str, given: str | None = None) -> None:
+  """Refuses a config file (`config_arg`, found; `given`, as typed) of another job
+  (`thinking` given experiments/uco.py), which would otherwise run that job's settings
+  under this one's name."""
+  owner = config_entry_point(config_arg.partition(":")[0])
+  if owner and owner != module:
+    mine = f"experiments/{module.rpartition('.')[2]}.py"
+    fail(f"--config={given or config_arg} is a config of {owner}, not of {module}: run it "
+         f"with `python -m {owner}`, or give {module} its own config"
+         + (f" ({mine})" if os.path.exists(paths.config_file(mine)) else ""))
 
 
 def _config_flags(argv: list[str]) -> list[str]:
@@ -203,7 +235,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   """absl's parse, with every mistake reported as one `error: …` line (exit 1); then the
   config's own relative paths resolved (pedrl.paths), not those given as overrides."""
   if _is_job():
-    _check_job_flags(argv[1:])
+    _check_job_flags(argv[1:], module=sys.modules["__main__"].__spec__.name)
   argv = _config_flags(argv)
   try:
     rest = flags.FLAGS(argv)

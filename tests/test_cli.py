@@ -10,8 +10,12 @@ from tests import jobs
 
 
 def _uco(tmp_path, *args, cwd=jobs.ROOT):
+  """The uco job, or the job whose config file the first argument names."""
   workdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "-m", "pedrl.experiments.uco", *args,
+  name = args[0].partition("experiments/")[2].partition(".py")[0] if args else ""
+  module = name if os.path.exists(os.path.join(jobs.ROOT, "pedrl", "experiments", f"{name}.py")) \
+      else "uco"
+  out = subprocess.run([sys.executable, "-m", f"pedrl.experiments.{module}", *args,
                         f"--workdir={workdir}"], cwd=cwd, env=jobs.env(), capture_output=True,
                        text=True, timeout=300)
   return out, workdir

@@ -24,6 +24,7 @@ adds paper 003's table 1 and fig. 3, `--config.views.sweep='2=W2,4=W4,…'` pape
 import collections
 import dataclasses
 import os
+import sys
 import time
 
 import jax
@@ -400,8 +401,9 @@ def main(config, workdir: str):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
                          "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
-  workdir_lib.refuse_checkpoint(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "analyze", config, name)
+  workdir_lib.record_start(workdir, "analyze", config, name, changed)
   workdir_lib.write_config(workdir, config)
   start, paths = time.perf_counter(), []
   try:

@@ -62,7 +62,10 @@ def build(c, workdir: str, config_name: str = "?"):
   t, job = s.train, s.job
   mesh = s.mesh.make()
   check_config(s, mesh)
+  changed = workdir_lib.guard(workdir, "train", c, config_name)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "train", c, config_name, changed, claimed=True)
   problems, _ = load_problems(s.problems, job.seed)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
     trained_on.record(workdir, problems, s.problems.path)
