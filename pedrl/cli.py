@@ -23,6 +23,7 @@
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
 import ast
+import importlib.util
 import os
 import sys
 
@@ -254,6 +255,34 @@ def parse_flags(argv: list[str]) -> list[str]:
     paths.resolve_config(flags.FLAGS.config, paths.config_root(name.split(":")[0]),
                          skip=_overrides(argv))
   return rest
+
+
+# Optional packages -> the pedrl extra that installs them (setup.py's extras_require).
+EXTRAS = {"matplotlib": "plot", "torch": "test", "fastapi": "serve", "uvicorn": "serve",
+          "prometheus_client": "serve", "tensorflow_datasets": "data",
+          "all_minilm_l6_v2": "embed"}
+
+
+def require(what: str, *modules: str) -> None:
+  """Ends the command with one `error:` line naming the extra to install unless the
+  optional `modules` are installed: found, not imported, so a command checks what it
+  will need in milliseconds, before it loads or computes anything."""
+  missing = [m for m in modules if importlib.util.find_spec(m) is None]
+  if missing:
+    extras = ",".join(sorted({EXTRAS[m] for m in missing}))
+    fail(f"{what} needs {', '.join(missing)}, which pedrl installs only with an extra: "
+         f'pip install "pedrl[{extras}]"')
+
+
+def input_path(flag: str, value: str | None, checkpoint: bool = False) -> str | None:
+  """A path flag's value found as config paths are (pedrl.paths.find: the current directory,
+  then pedrl's repository), so a README command works from any directory. `checkpoint`:
+  it must be a checkpoint directory (its config.json), else one `error:` line."""
+  found = paths.find(value) if value else value
+  if checkpoint and not (found and os.path.isfile(os.path.join(found, "config.json"))):
+    fail(f"--{flag}={value}: not a checkpoint directory (no config.json), neither under the "
+         "current directory nor in pedrl's repository")
+  return found
 
 
 def _exit(message: str):

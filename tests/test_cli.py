@@ -64,6 +64,7 @@ def test_a_missing_job_flag_is_one_line(args, line):
     ("evaluate", ["--workdir=/tmp/never"]),
     ("mathtutorbench", ["--config=experiments/mathtutorbench.py:tiny"]),
     ("cpa", ["--config", "experiments/cpa.py:tiny", "--workdir", "/tmp/never", "--steps", "3"]),
+    ("thinking", ["--config=experiments/uco.py:tiny", "--workdir=/tmp/never"]),  # Another job's.
 ])
 def test_flag_and_config_path_mistakes_are_found_before_jax_is_imported(job, args):
   """The early check (pedrl.experiments' __init__) ends the command before the job's

@@ -401,6 +401,8 @@ def main(config, workdir: str):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
                          "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
+  if s.analysis.figures:  # Before any labelling: the figures come last.
+    cli.require("analyze's figures (--config.figures=False: the tables only)", "matplotlib")
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "analyze", config, name)
   workdir_lib.record_start(workdir, "analyze", config, name, changed)
