@@ -74,13 +74,19 @@ def check_job_command() -> None:
   if sys.argv[:1] != ["-m"] or len(sys.orig_argv) < len(sys.argv):
     return
   module = sys.orig_argv[-len(sys.argv)]  # The token before the command's arguments.
+  check_job(module, sys.argv[1:])
+
+
+def check_job(module: str, args: list[str]) -> None:
+  """The early check of a job's command line (`args`: its arguments) when `module` is a
+  job's; for `python -m` (above) and the `pedrl` command (pedrl.commands)."""
   if not _job_module(module):
     return
   name = module.rpartition(".")[2]
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
   _define_command_flags()
   define_job_flags(f"experiments/{example}.py:tiny", "Output directory.")
-  _check_job_flags(sys.argv[1:], early=True, module=module)
+  _check_job_flags(args, early=True, module=module)
 
 
 def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:

@@ -418,6 +418,9 @@ def main(config, workdir: str):
   for path in paths:
     print(path)
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if paths:
+    workdir_lib.print_results(workdir, "analysis.md", "views.md", "tables", "figures",
+                              "analysis.json")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,10 @@ def main(config, workdir: str):
   if summary is not None:
     for k, v in summary.items():
       print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+    workdir_lib.print_results(workdir, "summary.json", offline_data.ACCEPTED,
+                              offline_data.PAIRS, offline_data.DIALOGUES)
+  elif distributed.is_main_process():
+    workdir_lib.print_results(workdir, "shards")
 
 
 if __name__ == "__main__":

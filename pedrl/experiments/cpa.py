@@ -251,6 +251,8 @@ def main(config, workdir: str):
     f.write(text + "\n")
   print(text)
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if distributed.is_main_process():
+    workdir_lib.print_results(workdir, "tables.md")
 
 
 if __name__ == "__main__":

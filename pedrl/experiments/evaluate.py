@@ -269,6 +269,10 @@ def main(config, workdir: str):
   if metrics is not None:
     for k in summary_keys(metrics):
       print(f"{k}={metrics[k]}")
+    workdir_lib.print_results(workdir, "metrics.json", "eval_dialogues.jsonl",
+                              "eval_reasoning.jsonl", "run.json")
+  elif distributed.is_main_process():  # Other shards still running: they, or report, merge.
+    workdir_lib.print_results(workdir, "shards")
 
 
 def summary_keys(metrics: dict) -> list[str]:

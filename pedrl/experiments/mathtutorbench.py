@@ -186,6 +186,9 @@ def main(config, workdir: str):
       logging.info("%s", results_lib.summary(name, m))
     print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if distributed.is_main_process():
+    workdir_lib.print_results(workdir, *(("results.md", "results.json", "metrics.json")
+                                         if metrics is not None else ("shards",)))
 
 
 if __name__ == "__main__":

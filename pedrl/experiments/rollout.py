@@ -199,8 +199,12 @@ def main(c, workdir: str):
     with open(os.path.join(workdir, "summary.json"), "w") as f:
       json.dump(summary, f, indent=2)
     if stopped_by is None:
+      if not todo:
+        workdir_lib.print_finished(f"every problem's dialogues were in {out_path} before")
       for k, v in summary.items():
         print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+      workdir_lib.print_results(workdir, "summary.json", "dialogues.jsonl", "metrics.jsonl",
+                                "run.json")
   exit_on_signal(stopped_by, f"{len({d.problem_id for d in done})} of {len(rows)} problems "
                  "(written)")
 

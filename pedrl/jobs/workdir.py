@@ -344,3 +344,17 @@ def record_start(workdir: str, job: str, config, config_name: str, changed: dict
     record["provenance"] = record["starts"][-1]
   record["settings"] = settings_of(config)
   files.write_json(os.path.join(workdir, RECORD), record)
+
+
+# -- How a job ends: where its results are ---------------------------------------------------
+
+def print_results(workdir: str, *names: str) -> None:
+  """A job's last line: `results: ` and the files and folders of `names` it wrote into
+  `workdir` (those that exist), so the user need not look for them."""
+  found = [os.path.join(workdir, n) for n in names if os.path.exists(os.path.join(workdir, n))]
+  print("results: " + ", ".join(found or [workdir]))
+
+
+def print_finished(what: str) -> None:
+  """Said by a rerun of a run that had finished: nothing ran, the figures are the run's."""
+  print(f"finished: {what}; nothing left to run (its final figures follow)")
