@@ -77,7 +77,8 @@ def test_a_resume_with_other_settings_is_refused_listing_them_unless_allowed(tmp
   c = _training_run(run)
   assert workdir.guard(str(run), "train", c, "experiments/uco.py:tiny") == {}  # Same: resumes.
   other = jobs.config("uco", "tiny,lam=0.3")
-  other.mesh.fsdp = 1  # The mesh may change on a resume (checkpoints restore onto any).
+  other.mesh.fsdp = 1  # The mesh may change on a resume (checkpoints restore onto any),
+  other.rl.steps = 5  # and a GRPO run be extended.
   before = _digest(run)
   with pytest.raises(workdir.WorkdirError) as e:
     workdir.guard(str(run), "train", other, "experiments/uco.py:tiny,lam=0.3")

@@ -201,7 +201,7 @@ TRAINING_ENTRY_POINTS = ("uco", "pedagogical_rl", "thinking")
 # (a GRPO run may be extended; the checkpoint's metadata refuses what would change an offline
 # run's data order or schedule, pedrl.rl.loop).
 RESUMABLE_KEYS = frozenset(
-    ["resume_mismatch", "eval.shard", "rl.steps", "train.steps", "train.epochs",
+    ["resume_mismatch", "eval.shard", "baselines.shard", "rl.steps", "train.steps", "train.epochs",
      "rl.samples_every", "rl.samples_dialogues", "rl.dialogues_every"]
     + [f"{section}.{key}" for section in ("rl", "train")
        for key in ("save_every", "keep", "remat", "logits_chunk")])
