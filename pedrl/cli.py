@@ -23,6 +23,7 @@
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
 import ast
+import contextlib
 import importlib.util
 import os
 import sys
@@ -346,4 +347,18 @@ def run(main) -> None:
     except ValueError as e:
       fail(str(e))
     return main(argv)
-  app.run(with_cache, flags_parser=parse_flags)
+  with help_exits_0():
+    app.run(with_cache, flags_parser=parse_flags)
+
+
+@contextlib.contextmanager
+def help_exits_0():
+  """absl ends `--help`, `--helpshort` and `--helpfull` with exit code 1, as if they had
+  failed; asked for, help is a success (exit 0), as other command lines' help is."""
+  try:
+    yield
+  except SystemExit as e:
+    asked = any(name in _HELP for name, _ in _given_flags(sys.argv[1:]))
+    if e.code == 1 and asked:
+      sys.exit(0)
+    raise

@@ -90,6 +90,7 @@ def test_the_early_check_knows_the_multihost_modes():
 def test_helpshort_lists_the_entry_points_flags():
   out = subprocess.run([sys.executable, "-m", "pedrl.experiments.rollout", "--helpshort"],
                        cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0  # Asked-for help is no failure (absl's own exit code is 1).
   for flag in ("--config:", "--workdir:", "--multihost:"):
     assert flag in out.stdout + out.stderr
 

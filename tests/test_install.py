@@ -100,7 +100,7 @@ def test_the_wheel_runs_training_evaluation_and_serving_from_another_directory(p
   assert (tmp_path / "eval" / "metrics.json").is_file()
 
   serve = _run(python, tmp_path, "-m", "pedrl.serve", "--help", timeout=300)
-  assert "Traceback" not in serve.stderr, serve.stderr[-3000:]  # absl's --help exits 1.
+  assert "Traceback" not in serve.stderr, serve.stderr[-3000:]
   assert "--model" in serve.stdout and "--port" in serve.stdout
 
 
