@@ -50,6 +50,8 @@ setuptools.setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["pedrl", "pedrl.*"]),
+    # `pedrl train uco …`, `pedrl evaluate …`, `pedrl serve …`: the modules under one name.
+    entry_points={"console_scripts": ["pedrl = pedrl.commands:main"]},
     package_data={"pedrl": ["**/*.txt", "**/*.jinja", "**/*.tsv"]},  # .tsv: the codebook.
     install_requires=[
         "jax>=0.6",

@@ -24,6 +24,7 @@ from pedrl.eval.analysis import data_views, labelling, summary
 from pedrl.eval.protocol import ShardSettings
 from pedrl.jobs import settings, variants
 
+ENTRY_POINT = "pedrl.experiments.analyze"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -18,6 +18,7 @@ pedrl.experiments.sft (experiments/sft.py) and pedrl.experiments.mdpo
 """
 from pedrl.jobs import base_config, settings, variants
 
+ENTRY_POINT = "pedrl.experiments.baseline_data"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -21,6 +21,7 @@ from pedrl.agents.cpa.agent import CPASettings
 from pedrl.jobs import base_config, settings, variants
 from pedrl.experiments.cpa import AgentRuns
 
+ENTRY_POINT = "pedrl.experiments.cpa"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

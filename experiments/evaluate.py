@@ -47,6 +47,7 @@ from pedrl.jobs import base_config, conditions, settings, variants
 from pedrl.eval import pedrm, protocol as protocol_lib, reasoning
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
+ENTRY_POINT = "pedrl.experiments.evaluate"  # The job it configures; others refuse it.
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

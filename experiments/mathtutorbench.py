@@ -24,6 +24,7 @@ Shards: `--config.eval.shard=I --config.eval.num_shards=N` (launch/eval_array.sb
 """
 from pedrl.jobs import base_config, variants
 
+ENTRY_POINT = "pedrl.experiments.mathtutorbench"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -16,6 +16,7 @@ tiny pairs).
 from pedrl.jobs import base_config, variants
 from pedrl.rl import dpo
 
+ENTRY_POINT = "pedrl.experiments.mdpo"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -20,6 +20,7 @@ the key from $OPENAI_API_KEY).
 """
 from pedrl.jobs import base_config, conditions, rl_config, variants
 
+ENTRY_POINT = "pedrl.experiments.pedagogical_rl"  # The job it configures; others refuse it.
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

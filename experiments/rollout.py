@@ -13,6 +13,7 @@ WORKDIR/summary.json.
 """
 from pedrl.jobs import base_config
 
+ENTRY_POINT = "pedrl.experiments.rollout"  # The job it configures; others refuse it.
 VARIANTS = base_config.VARIANTS
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -16,6 +16,7 @@ as it was rolled out (train.thinking=false masks it).
 from pedrl.jobs import base_config, variants
 from pedrl.rl import offline_data, sft
 
+ENTRY_POINT = "pedrl.experiments.sft"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -31,6 +31,7 @@ from pedrl.jobs import base_config, conditions, rl_config, variants
 
 # The conditions (thinking, tutor prompt, thinking reward) are pedrl.jobs.conditions',
 # shared with the evaluation; the paper's method first (the default).
+ENTRY_POINT = "pedrl.experiments.thinking"  # The job it configures; others refuse it.
 VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
 VARIANT_HELP = {

@@ -24,6 +24,7 @@ fixed templates) and the testdata BERT embedder, 3 steps on a CPU.
 """
 from pedrl.jobs import base_config, conditions, rl_config, variants
 
+ENTRY_POINT = "pedrl.experiments.uco"  # The job it configures; others refuse it.
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool, rollouts=int)
 # One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).

@@ -22,6 +22,9 @@
 
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
+import ast
+import contextlib
+import importlib.util
 import os
 import sys
 
@@ -80,13 +83,19 @@ def check_job_command() -> None:
   if sys.argv[:1] != ["-m"] or len(sys.orig_argv) < len(sys.argv):
     return
   module = sys.orig_argv[-len(sys.argv)]  # The token before the command's arguments.
+  check_job(module, sys.argv[1:])
+
+
+def check_job(module: str, args: list[str]) -> None:
+  """The early check of a job's command line (`args`: its arguments) when `module` is a
+  job's; for `python -m` (above) and the `pedrl` command (pedrl.commands)."""
   if not _job_module(module):
     return
   name = module.rpartition(".")[2]
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
   _define_command_flags()
   define_job_flags(f"experiments/{example}.py:tiny", "Output directory.")
-  _check_job_flags(sys.argv[1:], early=True)
+  _check_job_flags(args, early=True, module=module)
 
 
 def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -117,7 +126,7 @@ def _is_job() -> bool:
   return spec is not None and _job_module(spec.name) and "config" in flags.FLAGS
 
 
-def _check_job_flags(argv: list[str], early: bool = False) -> None:
+def _check_job_flags(argv: list[str], early: bool = False, module: str | None = None) -> None:
   """A job's command line (arguments only): its flags exist, --config names a file and
   --workdir is given; each mistake one `error:` line. Nothing is checked where absl
   acts first (help) or where the arguments are not all here (--flagfile). `early`:
@@ -139,6 +148,37 @@ def _check_job_flags(argv: list[str], early: bool = False) -> None:
           "the current directory nor in pedrl's repository)")
   if not values.get("workdir"):
     _exit("--workdir is missing: the job's output directory, e.g. --workdir=/tmp/run")
+  if module is not None:
+    check_config_job(values["config"], module, dict(_given_flags(argv)).get("config"))
+
+
+def config_entry_point(path: str) -> str | None:
+  """The job a config file is for: its `ENTRY_POINT` literal, read without importing the
+  file (None: the file names none, as a config written before it did)."""
+  try:
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+  except (OSError, SyntaxError, ValueError):
+    return None  # Its own error comes from loading it.
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENTRY_POINT"
+                                            for t in node.targets):
+      try:
+        return ast.literal_eval(node.value)
+      except ValueError:
+        return None
+  return None
+
+
+def check_config_job(config_arg: str, module: str, given: str | None = None) -> None:
+  """Refuses a config file (`config_arg`, found; `given`, as typed) of another job
+  (`thinking` given experiments/uco.py), which would otherwise run that job's settings
+  under this one's name."""
+  owner = config_entry_point(config_arg.partition(":")[0])
+  if owner and owner != module:
+    mine = f"experiments/{module.rpartition('.')[2]}.py"
+    fail(f"--config={given or config_arg} is a config of {owner}, not of {module}: run it "
+         f"with `python -m {owner}`, or give {module} its own config"
+         + (f" ({mine})" if os.path.exists(paths.config_file(mine)) else ""))
 
 
 def _config_flags(argv: list[str]) -> list[str]:
@@ -211,7 +251,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   """absl's parse, with every mistake reported as one `error: …` line (exit 1); then the
   config's own relative paths resolved (pedrl.paths), not those given as overrides."""
   if _is_job():
-    _check_job_flags(argv[1:])
+    _check_job_flags(argv[1:], module=sys.modules["__main__"].__spec__.name)
   argv = _config_flags(argv)
   try:
     rest = flags.FLAGS(argv)
@@ -230,6 +270,34 @@ def parse_flags(argv: list[str]) -> list[str]:
     paths.resolve_config(flags.FLAGS.config, paths.config_root(name.split(":")[0]),
                          skip=_overrides(argv))
   return rest
+
+
+# Optional packages -> the pedrl extra that installs them (setup.py's extras_require).
+EXTRAS = {"matplotlib": "plot", "torch": "test", "fastapi": "serve", "uvicorn": "serve",
+          "prometheus_client": "serve", "tensorflow_datasets": "data",
+          "all_minilm_l6_v2": "embed"}
+
+
+def require(what: str, *modules: str) -> None:
+  """Ends the command with one `error:` line naming the extra to install unless the
+  optional `modules` are installed: found, not imported, so a command checks what it
+  will need in milliseconds, before it loads or computes anything."""
+  missing = [m for m in modules if importlib.util.find_spec(m) is None]
+  if missing:
+    extras = ",".join(sorted({EXTRAS[m] for m in missing}))
+    fail(f"{what} needs {', '.join(missing)}, which pedrl installs only with an extra: "
+         f'pip install "pedrl[{extras}]"')
+
+
+def input_path(flag: str, value: str | None, checkpoint: bool = False) -> str | None:
+  """A path flag's value found as config paths are (pedrl.paths.find: the current directory,
+  then pedrl's repository), so a README command works from any directory. `checkpoint`:
+  it must be a checkpoint directory (its config.json), else one `error:` line."""
+  found = paths.find(value) if value else value
+  if checkpoint and not (found and os.path.isfile(os.path.join(found, "config.json"))):
+    fail(f"--{flag}={value}: not a checkpoint directory (no config.json), neither under the "
+         "current directory nor in pedrl's repository")
+  return found
 
 
 def _exit(message: str):
@@ -287,4 +355,18 @@ def run(main) -> None:
     except ValueError as e:
       fail(str(e))
     return main(argv)
-  app.run(with_cache, flags_parser=parse_flags)
+  with help_exits_0():
+    app.run(with_cache, flags_parser=parse_flags)
+
+
+@contextlib.contextmanager
+def help_exits_0():
+  """absl ends `--help`, `--helpshort` and `--helpfull` with exit code 1, as if they had
+  failed; asked for, help is a success (exit 0), as other command lines' help is."""
+  try:
+    yield
+  except SystemExit as e:
+    asked = any(name in _HELP for name, _ in _given_flags(sys.argv[1:]))
+    if e.code == 1 and asked:
+      sys.exit(0)
+    raise

@@ -30,7 +30,15 @@ def repo_root() -> str:
 
 def config_file(path: str) -> str:
   """A config file as given if it exists, else the same relative path in pedrl's repository."""
-  if os.path.isabs(path) or os.path.exists(path):
+  return find(path)
+
+
+def find(path: str) -> str:
+  """A path a user typed (a config file, a path flag's checkpoint directory, a tool's
+  argument): as given if it exists, else the same relative path in pedrl's repository
+  (`testdata/models/qwen2` from any directory) if it exists there, else as given (the
+  command names it missing)."""
+  if not path or os.path.isabs(path) or os.path.exists(path):
     return path
   try:
     candidate = os.path.join(repo_root(), path)

@@ -10,8 +10,12 @@ from tests import jobs
 
 
 def _uco(tmp_path, *args, cwd=jobs.ROOT):
+  """The uco job, or the job whose config file the first argument names."""
   workdir = tmp_path / "run"
-  out = subprocess.run([sys.executable, "-m", "pedrl.experiments.uco", *args,
+  name = args[0].partition("experiments/")[2].partition(".py")[0] if args else ""
+  module = name if os.path.exists(os.path.join(jobs.ROOT, "pedrl", "experiments", f"{name}.py")) \
+      else "uco"
+  out = subprocess.run([sys.executable, "-m", f"pedrl.experiments.{module}", *args,
                         f"--workdir={workdir}"], cwd=cwd, env=jobs.env(), capture_output=True,
                        text=True, timeout=300)
   return out, workdir
@@ -60,6 +64,7 @@ def test_a_missing_job_flag_is_one_line(args, line):
     ("evaluate", ["--workdir=/tmp/never"]),
     ("mathtutorbench", ["--config=experiments/mathtutorbench.py:tiny"]),
     ("cpa", ["--config", "experiments/cpa.py:tiny", "--workdir", "/tmp/never", "--steps", "3"]),
+    ("thinking", ["--config=experiments/uco.py:tiny", "--workdir=/tmp/never"]),  # Another job's.
 ])
 def test_flag_and_config_path_mistakes_are_found_before_jax_is_imported(job, args):
   """The early check (pedrl.experiments' __init__) ends the command before the job's
@@ -85,6 +90,7 @@ def test_the_early_check_knows_the_multihost_modes():
 def test_helpshort_lists_the_entry_points_flags():
   out = subprocess.run([sys.executable, "-m", "pedrl.experiments.rollout", "--helpshort"],
                        cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0  # Asked-for help is no failure (absl's own exit code is 1).
   for flag in ("--config:", "--workdir:", "--multihost:"):
     assert flag in out.stdout + out.stderr
 

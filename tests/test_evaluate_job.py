@@ -102,6 +102,9 @@ def test_rerunning_a_finished_evaluation_changes_nothing(whole, tmp_path):
   r = _run(again)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming shard 0 of 1: 2 of 2 batches" in r.stderr and "pedrm_macro=" in r.stdout
+  # It says so, prints the run's figures and ends with where they are.
+  assert "finished: shard 0 of 1 had written all its 2 batches before" in r.stdout
+  assert r.stdout.strip().splitlines()[-1].startswith(f"results: {again}/metrics.json, ")
   assert _lines(again / "eval_dialogues.jsonl") == _lines(workdir / "eval_dialogues.jsonl")
   # The tutor's training step an earlier shard fixed is what a later one reads.
   # (The config's own relative paths are resolved against its repository: absolute.)

@@ -100,7 +100,7 @@ def test_the_wheel_runs_training_evaluation_and_serving_from_another_directory(p
   assert (tmp_path / "eval" / "metrics.json").is_file()
 
   serve = _run(python, tmp_path, "-m", "pedrl.serve", "--help", timeout=300)
-  assert "Traceback" not in serve.stderr, serve.stderr[-3000:]  # absl's --help exits 1.
+  assert "Traceback" not in serve.stderr, serve.stderr[-3000:]
   assert "--model" in serve.stdout and "--port" in serve.stdout
 
 
@@ -116,3 +116,13 @@ def test_the_wheel_holds_every_file_of_the_package(wheel):
   assert sorted(files - inside) == []
   for name in ("experiments/uco.py", "testdata/models/qwen2/config.json"):
     assert f"pedrl/_bundled/{name}" in inside
+
+
+def test_the_wheel_declares_the_pedrl_command(wheel, python, tmp_path):
+  """`pip install` puts `pedrl` on the PATH (console_scripts); it runs from the wheel."""
+  with zipfile.ZipFile(wheel) as z:
+    (name,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    entry_points = z.read(name).decode()
+  assert "pedrl = pedrl.commands:main" in entry_points
+  listed = _run(python, tmp_path, "-c", "from pedrl.commands import main; main()", "--help")
+  assert listed.returncode == 0 and "train METHOD" in listed.stdout, listed.stderr

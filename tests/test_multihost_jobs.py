@@ -91,6 +91,14 @@ def _wait_for_log(proc, text, procs, timeout=TIMEOUT):
   raise AssertionError(f"no {text!r} in {timeout} s")
 
 
+def _wait_for_path(path, procs, timeout=TIMEOUT):
+  deadline = time.monotonic() + timeout
+  while not os.path.exists(path):
+    if time.monotonic() > deadline or any(p.popen.poll() is not None for p in procs):
+      raise AssertionError(f"no {path}: {[p.popen.poll() for p in procs]}")
+    time.sleep(0.2)
+
+
 def _wait_for_steps(workdir, n, procs, timeout=TIMEOUT):
   path = os.path.join(workdir, "metrics.jsonl")
   deadline = time.monotonic() + timeout
@@ -147,6 +155,7 @@ def test_a_killed_process_ends_the_other_and_the_run_resumes(one_process, tmp_pa
   command = jobs.cmd(UCO[0], workdir, *UCO[1:])
   procs = _start(2, command, tmp_path / "first")
   _wait_for_steps(workdir, 1, procs)
+  _wait_for_path(workdir / "checkpoints" / "1", procs)  # orbax renames it when complete.
   procs[1].popen.kill()
   killed = time.monotonic()
   code0, _, err0 = _finish(procs[:1], timeout=120)[0]

@@ -44,6 +44,23 @@ def straight(tmp_path_factory):
 
 
 @pytest.mark.job
+def test_a_rerun_of_a_finished_run_says_so_with_its_figures_and_where_they_are(straight,
+                                                                              tmp_path):
+  import shutil
+  copy = tmp_path / "copy"
+  shutil.copytree(straight, copy)
+  r = subprocess.run(_cmd("pedagogical_rl", copy, *ARGS), cwd=ROOT, env=_env(),
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  lines = r.stdout.strip().splitlines()
+  assert lines[0] == ("finished: the run had reached its last step, 3, before; nothing left "
+                      "to run (its final figures follow)")
+  assert f"reward_total={_metrics(straight)[-1]['reward/total']}" in lines
+  assert lines[-1].startswith(f"results: {copy}/metrics.jsonl, {copy}/checkpoints, ")
+  assert _metrics(copy) == _metrics(straight)
+
+
+@pytest.mark.job
 def test_a_tiny_run_is_quiet_at_the_default_verbosity(straight):
   """No jax TPU probe, orbax or httpx INFO lines (pedrl.logs); its own lines remain."""
   err = (straight.parent / "straight_stderr.txt").read_text()

@@ -455,6 +455,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
 
 def main(argv):
   del argv
+  cli.require("bench.rollout (transformers on PyTorch beside pedrl)", "torch")
   size = FLAGS.size
   if FLAGS.layers and size not in REAL_SIZES:
     raise app.UsageError(f"--layers trims a real size's models ({', '.join(REAL_SIZES)}), "

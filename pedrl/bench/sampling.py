@@ -203,6 +203,7 @@ def main(argv):
     raise app.UsageError("--qkv_matmul sets the gpu profile's model (--device_profile=gpu); "
                          "the cpu profile's models are transformers checkpoints")
   else:
+    cli.require("bench.sampling's cpu profile (transformers on PyTorch beside pedrl)", "torch")
     cpu_profile()
 
 

@@ -24,6 +24,7 @@ adds paper 003's table 1 and fig. 3, `--config.views.sweep='2=W2,4=W4,…'` pape
 import collections
 import dataclasses
 import os
+import sys
 import time
 
 import jax
@@ -401,8 +402,11 @@ def main(config, workdir: str):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "
                          "rollout workdirs), --config.views.problems_path=FILE or "
                          "--config.views.sweep='G=WORKDIR,…'")
-  workdir_lib.refuse_checkpoint(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  if s.analysis.figures:  # Before any labelling: the figures come last.
+    cli.require("analyze's figures (--config.figures=False: the tables only)", "matplotlib")
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "analyze", config, name)
+  workdir_lib.record_start(workdir, "analyze", config, name, changed)
   workdir_lib.write_config(workdir, config)
   start, paths = time.perf_counter(), []
   try:
@@ -415,6 +419,9 @@ def main(config, workdir: str):
   for path in paths:
     print(path)
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if paths:
+    workdir_lib.print_results(workdir, "analysis.md", "views.md", "tables", "figures",
+                              "analysis.json")
 
 
 if __name__ == "__main__":

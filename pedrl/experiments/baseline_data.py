@@ -27,13 +27,14 @@ dialogue, or with baselines.sft_source=pairs of those in pairs).
 import dataclasses
 import json
 import os
+import sys
 import time
 
 import ml_collections
 import numpy as np
 from absl import app
 
-from pedrl import cli, files, streams
+from pedrl import cli, distributed, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
@@ -141,12 +142,20 @@ class ScoredRollouts:
 def main(config, workdir: str):
   s, b = read(config)
   check_paths(s)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "baseline_data", config, name)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "baseline_data", config, name, changed)
   summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, config,
                         record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:
     for k, v in summary.items():
       print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+    workdir_lib.print_results(workdir, "summary.json", offline_data.ACCEPTED,
+                              offline_data.PAIRS, offline_data.DIALOGUES)
+  elif distributed.is_main_process():
+    workdir_lib.print_results(workdir, "shards")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 """
 import dataclasses
 import os
+import sys
 import time
 
 from absl import app, logging
@@ -32,7 +33,7 @@ from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
-from pedrl.jobs import settings as settings_lib, sharded
+from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments import mathtutorbench as mtb
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_party
@@ -217,10 +218,14 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
 def main(config, workdir: str):
   s = read(config)
   s = mtb.resolve_run(s, workdir)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "cpa", config, name)
   loaded = mtb.load_tasks(s.bench, s.pedrm)
   if not (s.endpoint.model or s.tutor.path):
     raise app.UsageError("give the backbone: --config.tutor.path (a Hugging Face directory), "
                          "--config.tutor.workdir (a training run) or --config.tutor.endpoint.model")
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "cpa", config, name, changed)
   start = time.perf_counter()
   models = SharedModels()
   if s.endpoint.model:  # Checked with one request before anything runs.
@@ -247,6 +252,8 @@ def main(config, workdir: str):
     f.write(text + "\n")
   print(text)
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if distributed.is_main_process():
+    workdir_lib.print_results(workdir, "tables.md")
 
 
 if __name__ == "__main__":

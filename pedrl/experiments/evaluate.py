@@ -17,12 +17,13 @@ merges and tabulates any time.
 import dataclasses
 import json
 import os
+import sys
 import time
 
 import numpy as np
 from absl import app, logging
 
-from pedrl import cli, streams
+from pedrl import cli, distributed, streams
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
@@ -250,6 +251,8 @@ def load_tutor(s, mesh):
 @job_main
 def main(config, workdir: str):
   s = resolve_tutor_run(read_settings(config, settings_lib.EvaluationSettings), workdir)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "evaluate", config, name)
   e = s.evaluation
   task_type = Reasoning if s.reasoning.names else Tutoring
   if s.tutor_agent.agent and task_type is Reasoning:
@@ -260,10 +263,16 @@ def main(config, workdir: str):
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "evaluate", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
     for k in summary_keys(metrics):
       print(f"{k}={metrics[k]}")
+    workdir_lib.print_results(workdir, "metrics.json", "eval_dialogues.jsonl",
+                              "eval_reasoning.jsonl", "run.json")
+  elif distributed.is_main_process():  # Other shards still running: they, or report, merge.
+    workdir_lib.print_results(workdir, "shards")
 
 
 def summary_keys(metrics: dict) -> list[str]:

@@ -25,7 +25,7 @@ import time
 import jax
 from absl import app, logging
 
-from pedrl import cli
+from pedrl import cli, distributed
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
@@ -170,6 +170,8 @@ class Bench:
 @job_main
 def main(config, workdir: str):
   s = resolve_run(read(config), workdir)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "mathtutorbench", config, name)
   loaded = load_tasks(s.bench, s.pedrm)
   if not (s.endpoint.model or s.tutor.path):
     raise app.UsageError("give the model under test: --config.tutor.path (a Hugging Face "
@@ -180,12 +182,17 @@ def main(config, workdir: str):
                          "benchmark of an endpoint as one process (--multihost=off)")
   start = time.perf_counter()
   task = Bench(s, loaded)
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "mathtutorbench", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)
   if metrics is not None:
     for name, m in metrics["tasks"].items():
       logging.info("%s", results_lib.summary(name, m))
     print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
   print(f"seconds={time.perf_counter() - start:.1f}")
+  if distributed.is_main_process():
+    workdir_lib.print_results(workdir, *(("results.md", "results.json", "metrics.json")
+                                         if metrics is not None else ("shards",)))
 
 
 if __name__ == "__main__":

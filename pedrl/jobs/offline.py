@@ -195,7 +195,10 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   main_process = distributed.is_main_process()
   identity = {"job": method.name, "tutor": workdir_lib.architecture(tutor_path),
               "data": os.path.abspath(data_dir)}
+  changed = workdir_lib.guard(workdir, method.name, c, config_name)
   workdir_lib.claim(workdir, run, method.name, config_name, main_process, want=identity)
+  if main_process:
+    workdir_lib.record_start(workdir, method.name, c, config_name, changed, claimed=True)
   if main_process:
     trained_on.inherit(data_dir, workdir)
   items = method.items(run, data_dir, load_tokenizer(tutor_path))
@@ -247,9 +250,13 @@ def main(method: Method):
     ckpt.close()
     exit_on_signal(trainer.stopped_by, f"step {trainer.step} (saved)")
     if main_process:
+      if trainer.last is None:  # The run had finished before: metrics.jsonl's last row.
+        workdir_lib.print_finished(f"the run had reached its last step, {trainer.step}, before")
       print(f"step={trainer.step}")
-      if trainer.last is not None:  # None: the run had finished before.
-        row = trainer.last.to_row()
-        for k in method.shown:
-          print(f"{k}={row[k]}")
+      rows = [trainer.last.to_row()] if trainer.last is not None else writer.rows()[-1:]
+      for k in method.shown:
+        if rows and k in rows[0]:
+          print(f"{k}={rows[0][k]}")
+      workdir_lib.print_results(workdir, "metrics.jsonl", "checkpoints", "tensorboard",
+                                "run.json")
   return run

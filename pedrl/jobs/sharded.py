@@ -111,6 +111,9 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   if done:
     logging.info("resuming shard %d of %d: %d of %d batches already in %s", i, n,
                  len(finished), len(plan), out_path)
+  if plan and not todo and main_process and label is None:
+    workdir_lib.print_finished(f"shard {i} of {n} had written all its {len(plan)} batches "
+                               "before")
 
   stopped_by, j = None, None
   if todo:

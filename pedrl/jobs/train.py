@@ -62,7 +62,10 @@ def build(c, workdir: str, config_name: str = "?"):
   t, job = s.train, s.job
   mesh = s.mesh.make()
   check_config(s, mesh)
+  changed = workdir_lib.guard(workdir, "train", c, config_name)
   workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
+  if distributed.is_main_process():
+    workdir_lib.record_start(workdir, "train", c, config_name, changed, claimed=True)
   problems, _ = load_problems(s.problems, job.seed)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
     trained_on.record(workdir, problems, s.problems.path)
@@ -108,7 +111,12 @@ def main(c, workdir: str):
   exit_on_signal(run.stopped_by, f"step {run.step} (saved)")
   if not main_process:
     return
+  if run.last is None:  # The run had finished before: its figures are metrics.jsonl's last.
+    workdir_lib.print_finished(f"the run had reached its last step, {run.step}, before")
   print(f"step={run.step}")
-  if run.last is not None:  # None: the run had finished before (metrics.jsonl has its steps).
-    print(f"reward_total={run.last.rewards.total}")
+  last = writer.rows()[-1:] if run.last is None else [{"reward/total": run.last.rewards.total}]
+  if last and "reward/total" in last[0]:
+    print(f"reward_total={last[0]['reward/total']}")
+  workdir_lib.print_results(workdir, "metrics.jsonl", "checkpoints", "tensorboard", "samples",
+                            "dialogues.jsonl", "run.json")
 

@@ -1,6 +1,14 @@
 """What a workdir holds, in WORKDIR/run.json, so a run never silently resumes another's,
 and where it came from.
 
+Every job records in run.json which job it is and the settings it ran with
+(`settings`: the config's values by dotted key, paths absolute). A job
+refuses, before it loads or writes anything, a workdir holding another job's
+run (an evaluation into a training run, training into an evaluation: `guard`),
+and a resume whose settings differ from the recorded ones, listing the keys
+that differ; `--config.resume_mismatch=allow` resumes anyway and records what
+changed in that start's entry of `starts` (`changed`: key -> [before, now]).
+
 A rerun of the same command into the same workdir resumes it. A run whose job
 (training or rollouts), rewards, advantage or models differ from the recorded
 ones stops before any work, naming both; `--config.resume_mismatch=allow`
@@ -24,6 +32,7 @@ from absl import logging
 import jax
 
 from pedrl import distributed, files, paths
+from pedrl.eval import shards
 
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
@@ -189,3 +198,178 @@ def write_config(workdir: str, config) -> None:
 def config_name(argv) -> str:
   """The --config=FILE:VARIANT argument as given (for messages and the record)."""
   return next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "?")
+
+
+# -- Every job's record: which job a workdir holds, and with which settings ----------------
+
+# The training entry points share one job: a run of either resumes only with its own
+# config's settings (`guard`).
+TRAINING_ENTRY_POINTS = ("uco", "pedagogical_rl", "thinking")
+# Settings a resume may change without changing the run: the policy itself, which shard a
+# process runs, the device mesh (checkpoints restore onto any), how often and how many
+# checkpoints and samples are written, memory-for-time trades; and a training run's length
+# (a GRPO run may be extended; the checkpoint's metadata refuses what would change an offline
+# run's data order or schedule, pedrl.rl.loop).
+RESUMABLE_KEYS = frozenset(
+    ["resume_mismatch", "eval.shard", "baselines.shard", "rl.steps", "train.steps", "train.epochs",
+     "rl.samples_every", "rl.samples_dialogues", "rl.dialogues_every"]
+    + [f"{section}.{key}" for section in ("rl", "train")
+       for key in ("save_every", "keep", "remat", "logits_chunk")])
+RESUMABLE_PREFIXES = ("mesh.",)
+# Jobs whose rerun with other settings is a documented way to extend the run, not a
+# mismatch: analyze caches labels per text and labeller and may add conditions.
+EXTENDABLE_JOBS = ("analyze",)
+SHOWN_CHANGES = 6  # Differing settings named in the refusal's one line.
+# The jobs sharded evaluations record in their shards' protocols (pedrl.eval.protocol).
+_SHARD_JOBS = {"tutoring": "evaluate", "reasoning": "evaluate",
+               "mathtutorbench": "mathtutorbench", "baselines": "baseline_data"}
+# What to do with a workdir of each job instead (an evaluation reads a training run).
+_WAY_OUT = {"train": "--config.tutor.workdir={workdir} evaluates it",
+            "sft": "--config.tutor.workdir={workdir} evaluates it",
+            "mdpo": "--config.tutor.workdir={workdir} evaluates it",
+            "baseline_data": "--config.data.workdir={workdir} trains SFT or MDPO on it"}
+
+
+def job_of(entry_point: str) -> str:
+  """The job a `pedrl.experiments.NAME` entry point runs, as run.json records it."""
+  return "train" if entry_point in TRAINING_ENTRY_POINTS else entry_point
+
+
+def _record(workdir: str) -> dict:
+  path = os.path.join(workdir, RECORD)
+  if not os.path.exists(path):
+    return {}
+  try:
+    with open(path) as f:
+      out = json.load(f)
+  except (OSError, ValueError) as e:
+    raise WorkdirError(f"{path}: not a run record ({e}); use a new workdir") from None
+  if not isinstance(out, dict):
+    raise WorkdirError(f"{path}: not a run record (not an object); use a new workdir")
+  return out
+
+
+def held_job(workdir: str) -> tuple[str, str] | None:
+  """(job, config) of the run a workdir holds, None when empty or unknown: run.json says,
+  else (written before every job recorded itself) its files do: shards of an evaluation
+  or of the baseline data, CPA's tables, an analysis, checkpoints, dialogues."""
+  record = _record(workdir)
+  job = (record.get("identity") or {}).get("job") if isinstance(record.get("identity"), dict) \
+      else None
+  if job:
+    return job, record.get("config", "?")
+  earlier = "an earlier run (no run.json)"
+  try:
+    kind = shards.recorded_kind(workdir)
+  except shards.ShardError:
+    kind = None
+  if kind in _SHARD_JOBS:
+    return _SHARD_JOBS[kind], earlier
+  if os.path.exists(os.path.join(workdir, "tables.md")):
+    return "cpa", earlier
+  if os.path.isdir(os.path.join(workdir, "labels")) or any(
+      os.path.exists(os.path.join(workdir, f)) for f in ("analysis.md", "views.md")):
+    return "analyze", earlier
+  job = _inferred_job(workdir)
+  return (job, earlier) if job else None
+
+
+def settings_of(config) -> dict:
+  """A config's values by dotted key (paths absolute, as config.json has them), without
+  those a resume may change (RESUMABLE_KEYS, RESUMABLE_PREFIXES)."""
+  out = {}
+
+  def walk(tree, prefix):
+    for key, value in tree.items():
+      if isinstance(value, dict):
+        walk(value, f"{prefix}{key}.")
+      elif prefix + key not in RESUMABLE_KEYS and not prefix.startswith(RESUMABLE_PREFIXES):
+        out[prefix + key] = value
+  walk(_absolute(json.loads(config.to_json_best_effort())), "")
+  return out
+
+
+def _a(job: str) -> str:
+  return f"{'an' if job[0] in 'aeiou' else 'a'} {job}"
+
+
+def _shown(value) -> str:
+  return json.dumps(value) if not isinstance(value, str) else repr(value)
+
+
+def guard(workdir: str, job: str, config, config_name: str) -> dict:
+  """`_guard`, decided by process 0 for all (its reading races no writer of run.json)."""
+  return distributed.on_main_process(_guard, workdir, job, config, config_name)
+
+
+def _guard(workdir: str, job: str, config, config_name: str) -> dict:
+  """Checks, reading only, that `workdir` may take this start of job `job` (config
+  `config`, an ml_collections ConfigDict): it holds no model checkpoint, no other job's
+  run, and, when it holds this job's, one of the same settings. Returns the settings that
+  differ ({key: [recorded, now]}), which `--config.resume_mismatch=allow` lets through;
+  otherwise a WorkdirError names the workdir's job and the way out."""
+  refuse_checkpoint(workdir)
+  held = held_job(workdir)
+  if held is None:
+    return {}
+  have, made_by = held
+  if have != job:
+    way_out = _WAY_OUT.get(have, "").format(workdir=workdir)
+    raise WorkdirError(
+        f"{workdir} holds {_a(have)} run of {made_by}; this {job} run of {config_name} does not "
+        "write into another job's workdir: give it its own --workdir"
+        + (f" ({way_out})" if way_out else ""))
+  recorded = _record(workdir).get("settings")
+  if recorded is None or job in EXTENDABLE_JOBS:
+    return {}
+  now = settings_of(config)
+  changed = {k: [recorded.get(k), now.get(k)] for k in sorted(set(recorded) | set(now))
+             if recorded.get(k) != now.get(k)}
+  if changed and config.get("resume_mismatch", "refuse") != "allow":
+    listed = "; ".join(f"{k}: {_shown(a)} -> {_shown(b)}" for k, (a, b) in
+                       list(changed.items())[:SHOWN_CHANGES])
+    if len(changed) > SHOWN_CHANGES:
+      listed += f"; and {len(changed) - SHOWN_CHANGES} more"
+    raise WorkdirError(
+        f"{workdir} holds {_a(job)} run of {made_by} with other settings ({listed}); resume it "
+        "with its own settings, give a new --workdir, or --config.resume_mismatch=allow to "
+        "resume it with these (run.json records what changed)")
+  if changed:
+    logging.warning("%s: resuming with other settings (%s), as resume_mismatch=allow lets it",
+                    workdir, ", ".join(changed))
+  return changed
+
+
+def record_start(workdir: str, job: str, config, config_name: str, changed: dict,
+                 claimed: bool = False) -> None:
+  """Writes this start into WORKDIR/run.json (after `guard`, on the main process): the job
+  (for jobs that do not `claim`), the settings, and in this start's entry what changed.
+  `claimed`: `claim` has just recorded the start (its identity, provenance, starts)."""
+  os.makedirs(workdir, exist_ok=True)
+  record = _record(workdir)
+  if not claimed:
+    start = provenance()
+    record.update(config=config_name, provenance=start,
+                  starts=record.get("starts", []) + [start])
+    if not isinstance(record.get("identity"), dict):
+      record["identity"] = {}
+    record["identity"].setdefault("job", job)
+  if changed and record.get("starts"):
+    record["starts"][-1]["changed"] = changed
+    record["provenance"] = record["starts"][-1]
+  record["settings"] = settings_of(config)
+  files.write_json(os.path.join(workdir, RECORD), record)
+
+
+# -- How a job ends: where its results are ---------------------------------------------------
+
+def print_results(workdir: str, *names: str) -> None:
+  """A job's last line: `results: ` and the files and folders of `names` it wrote into
+  `workdir` (those that exist), so the user need not look for them."""
+  found = [os.path.join(workdir, n) for n in names if os.path.exists(os.path.join(workdir, n))]
+  print("results: " + ", ".join(found or [workdir]))
+
+
+def print_finished(what: str) -> None:
+  """Said by a rerun of a run that had finished: nothing ran, the figures are the run's."""
+  print(f"finished: {what}; nothing left to run (its final figures follow)")

@@ -84,6 +84,8 @@ def _model_problem(model: str | None, workdir: str | None) -> str | None:
 def main(argv):
   del argv
   f = flags.FLAGS
+  # Found as config paths are (the current directory, then pedrl's repository).
+  f.model, f.workdir = cli.input_path("model", f.model), cli.input_path("workdir", f.workdir)
   try:
     problem = _model_problem(f.model, f.workdir)
     if problem:

@@ -152,6 +152,8 @@ def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0) -> 
 
 def main(argv):
   del argv
+  FLAGS.hf_dir = cli.input_path("hf_dir", FLAGS.hf_dir, checkpoint=True)  # testdata/… anywhere.
+  cli.require("check_parity's reference (transformers on PyTorch)", "torch")
   import jax
   # On GPUs and TPUs float32 matmuls default to TF32/bf16 passes; a parity check wants full fp32.
   jax.config.update("jax_default_matmul_precision", "highest")

@@ -32,8 +32,10 @@ def export(workdir: str, out: str, step: int | None = None) -> int:
 
 def main(argv):
   del argv
+  # The run is found as config paths are; the output goes where the command says.
+  workdir = cli.input_path("workdir", flags.FLAGS.workdir)
   try:
-    step = export(flags.FLAGS.workdir, flags.FLAGS.out, flags.FLAGS.step)
+    step = export(workdir, flags.FLAGS.out, flags.FLAGS.step)
   except (FileNotFoundError, runs.CheckpointError) as e:
     sys.exit(f"error: {e}")
   print(f"exported step {step} to {flags.FLAGS.out}")

@@ -21,7 +21,7 @@ import sys
 
 from absl import flags
 
-from pedrl import cli
+from pedrl import cli, paths
 from pedrl.bench import roofline
 from pedrl.models import architectures
 from pedrl.rl import memory
@@ -75,10 +75,11 @@ HARDWARE = (("H100", 1), ("A100", 4), ("H100", 8), ("H200", 8), ("H100", 16))
 
 
 def model_config(name: str):
-  """An architecture's config, or a checkpoint directory's (its config.json)."""
-  if os.path.isdir(name):
+  """An architecture's config, or a checkpoint directory's (its config.json; found as config
+  paths are, testdata/… from any directory)."""
+  if os.path.isdir(paths.find(name)):
     from pedrl.models.config import from_hf
-    return from_hf(name)
+    return from_hf(paths.find(name))
   return architectures.get(name).config()
 
 

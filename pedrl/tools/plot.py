@@ -32,7 +32,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from pedrl import cli
+from pedrl import cli, paths as paths_lib
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.figures import colors as run_colors, pyplot, save_png, style_panel, whiskers
@@ -396,10 +396,11 @@ def plot(workdirs, out: str | None = None) -> list[str]:
 
 
 def main(argv):
-  workdirs = argv[1:]
+  workdirs = [paths_lib.find(w) for w in argv[1:]]  # Found as config paths are.
   if not workdirs:
     raise app.UsageError("give a workdir, or several and --out: python -m pedrl.tools.plot "
                          "W1 [W2 … --out=DIR]")
+  cli.require("pedrl.tools.plot", "matplotlib")
   try:
     paths = plot(workdirs, flags.FLAGS.out)
   except (PlotError, ImportError) as e:

@@ -9,7 +9,8 @@ Then one row per run (named by its config, and a tutor read from a training run
 by its method as paper 003's rows name it: RL, SFT or MDPO) is printed as a
 markdown table and written to OUT/report.md and OUT/report.csv, with
 OUT/pareto.png: Δ solve rate against leak rate with 95% intervals (paper 003
-figure 1; needs matplotlib, `pip install "pedrl[plot]"`). Reasoning runs
+figure 1; needs matplotlib, `pip install "pedrl[plot]"`, checked first; `--nofigure`
+writes the tables only). Reasoning runs
 (`evaluate.py:reasoning`, `:wbeb`) get a table of their own, laid out like paper
 003 table 3 (and 001 table 2: WBEB's categories), and MathTutorBench runs
 (`pedrl.experiments.mathtutorbench`) one in the leaderboard's nine columns
@@ -22,7 +23,7 @@ import sys
 
 from absl import app, flags, logging
 
-from pedrl import cli, files
+from pedrl import cli, files, paths
 from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
@@ -31,6 +32,8 @@ from pedrl.figures import pyplot, whiskers
 
 flags.DEFINE_string("out", None, "Where report.md, report.csv and pareto.png go "
                     "(default: the first workdir).")
+flags.DEFINE_bool("figure", True, "Write pareto.png (needs matplotlib: the `plot` extra); "
+                  "--nofigure: the tables only.")
 FLAGS = flags.FLAGS
 
 # (metric, column title, shown as a percentage)
@@ -165,8 +168,9 @@ def pareto(runs: dict, path: str) -> bool:
   return True
 
 
-def report(workdirs, out: str | None = None) -> dict:
-  """Merges each workdir, writes the report files; {run name: metrics}."""
+def report(workdirs, out: str | None = None, figure: bool = True) -> dict:
+  """Merges each workdir, writes the report files (pareto.png if `figure`); {run name:
+  metrics}."""
   runs = {}
   for w in workdirs:
     metrics = shards.write_merged(w)
@@ -182,17 +186,20 @@ def report(workdirs, out: str | None = None) -> dict:
   with open(os.path.join(out, "report.md"), "w") as f:
     f.write(text + "\n")
   write_csv(runs, os.path.join(out, "report.csv"))
-  pareto(runs, os.path.join(out, "pareto.png"))
+  if figure:
+    pareto(runs, os.path.join(out, "pareto.png"))
   print(text)
   return runs
 
 
 def main(argv):
-  workdirs = argv[1:]
+  workdirs = [paths.find(w) for w in argv[1:]]  # Found as config paths are.
   if not workdirs:
     raise app.UsageError("give one or more evaluation workdirs")
+  if FLAGS.figure:  # Before any merge: the figure is written last.
+    cli.require("report's pareto.png (--nofigure: the tables only)", "matplotlib")
   try:
-    report(workdirs, FLAGS.out)
+    report(workdirs, FLAGS.out, FLAGS.figure)
   except (shards.ShardError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

@@ -10,7 +10,7 @@ import json
 
 from absl import app, flags
 
-from pedrl import cli
+from pedrl import cli, paths
 from pedrl.agents.cpa.state import StepRecord, Trace
 from pedrl.eval import shards
 from pedrl.eval.records import BenchRecord
@@ -78,6 +78,7 @@ def render(record: BenchRecord) -> str:
 def main(argv):
   if len(argv) != 2:
     raise app.UsageError("usage: python -m pedrl.tools.show_trace WORKDIR --task=T --index=I")
+  argv = [argv[0], paths.find(argv[1])]  # Found as config paths are.
   records, _ = shards.merge(argv[1])
   if not records:
     raise app.UsageError(f"{argv[1]} holds no records (is it WORKDIR/<method>/seed<seed>?)")
