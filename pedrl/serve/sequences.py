@@ -1,7 +1,10 @@
 """A request's sequences as the engine thread and the request's coroutine share them
 (no JAX here: the HTTP side imports this before the model loads)."""
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX.
+  from pedrl.engine.scoring import Alternatives
 
 
 @dataclasses.dataclass(eq=False)
@@ -23,7 +26,7 @@ class Sequence:
   tokens: list = dataclasses.field(default_factory=list)  # The tokens behind `text`.
   text: str = ""
   finish_reason: str | None = None  # "stop" or "length" once it ended.
-  alternatives: object | None = None  # pedrl.engine.scoring.Alternatives of prompt + tokens.
+  alternatives: "Alternatives | None" = None  # Of prompt + tokens (top log-probs).
   streamed: int = 0  # Characters of text that may be streamed (no stop string can start there).
 
   @property

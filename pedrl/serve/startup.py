@@ -16,7 +16,13 @@ import asyncio
 import dataclasses
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX.
+  from transformers import PreTrainedTokenizerBase
+  from pedrl.env.chat import ChatFormat
+  from pedrl.serve.encoder import Encoder
+  from pedrl.serve.scheduler import Scheduler
 
 from absl import logging
 
@@ -29,9 +35,9 @@ RETRY_AFTER_S = 5  # What a client told to come back while the model loads waits
 @dataclasses.dataclass
 class Served:
   """A loaded model, what the routes serve."""
-  backend: object  # A scheduler.Scheduler (a decoder) or an encoder.Encoder.
-  tokenizer: object
-  chat: object | None  # pedrl.env.chat.ChatFormat; None: no chat template.
+  backend: "Scheduler | Encoder"  # A decoder's scheduler, or an encoder.
+  tokenizer: "PreTrainedTokenizerBase"
+  chat: "ChatFormat | None"  # None: no chat template.
   generates: bool  # A decoder (completions, chat); else an encoder (embeddings).
   context: int | None  # Prompt + sampled tokens of a sequence at most (decoders).
   vocab: int
