@@ -55,7 +55,9 @@ PAPER_003 = [  # PedagogicalRL, `pedagogical_rl.py:paper` (soft λ = 0.75).
     ("tutor.temperature", 1.0, "appendix A.2: sampling temperature T = 1.0"),
     ("solve.k", 8, "appendix A.2: K = 8"),
     ("rollout.scenario", "mixed", "5.1: uniformly sample from the two scenarios"),
-    ("rollout.max_turns", 16, "5.3: the maximum number of total turns is set to 16"),
+    # 5.3's 16 turns as the reference code counts them (config/train_rl_model.py: max_turns
+    # = 15, "will actually be 16 turns", checked after a teacher message).
+    ("rollout.max_turns", 15, "5.3: the maximum number of total turns is set to 16"),
     ("problems.n_train", 10_000, "5.2: 10,000 training samples"),
     ("problems.n_test", 500, "5.2: 500 test samples"),
     # 5.2's split as released: the reference trains on rd211/Big-Math-RL-Verified-Filtered's
@@ -113,7 +115,7 @@ def test_paper_003_table_2_rows(variant, hard, lam, think, components):
 PAPER_001 = [  # PedagogicalRL-Thinking, `thinking.py:paper` (Ped. Think Reward).
     ("job.batch_problems", 16, "table 7: batch size (problems) 16"),
     ("job.group_size", 8, "table 7: rollouts per problem 8"),
-    ("rollout.max_turns", 16, "table 7: max dialogue turns 16"),
+    ("rollout.max_turns", 15, "table 7: max dialogue turns 16 (003's reference: 15)"),
     ("rewards.lam", 0.75, "table 7 and eq. 1: λ_ped = 0.75"),
     ("rewards.lam_think", 0.3, "table 7 and eq. 1: λ_think = 0.3"),
     ("rewards.theta", 0.6, "table 7 and eq. 1: θ = 0.6"),

@@ -321,6 +321,22 @@ def test_turn_limits_count_what_they_name(qwen_tok, llama_tok, scenario):
   assert len(three) == (5 if first == dialogue.TUTOR else 6)
 
 
+@pytest.mark.parametrize("scenario, messages", [(dialogue.GUIDED, 15), (dialogue.ATTEMPTED, 16)])
+def test_paper_turn_limit_is_the_reference_count(qwen_tok, llama_tok, scenario, messages):
+  # Paper 003's rollout settings as its training config reads them. The reference
+  # (eth-lre/PedagogicalRL @ bae10cd: max_turns = 15, checked after a teacher message
+  # with len(conversation) >= max_turns) ends a guided dialogue at 15 messages and an
+  # attempted one at 16 (the attempt counted), both with 8 tutor turns.
+  from pedrl.jobs import base_config, settings
+  paper = settings.Reader(base_config.dialogue_config("paper")).read(
+      rollout.RolloutSettings, "rollout")
+  out, *_ = _run(qwen_tok, llama_tok, [_problem("What is 2 + 5?")], group=1,
+                 **dict(dataclasses.asdict(paper), scenario=scenario))
+  d = out[0]
+  assert d.end_reason == "max_turns" and d.turns == messages
+  assert sum(m.role == dialogue.TUTOR for m in d.messages) == 8
+
+
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
   tutor = _party(qwen_tok, tutor_script, "<|im_end|>", max_new=6)
   student = _party(llama_tok, student_script, "<|eot_id|>")

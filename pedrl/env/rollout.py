@@ -41,7 +41,15 @@ TURN_LIMITS = (TUTOR, "message")
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
   """Dialogue rules; defaults are paper 003's (values from its reference code)."""
-  max_turns: int = 16  # Messages per dialogue, the student's attempt included.
+  # Messages per dialogue, the student's attempt included, checked after each tutor message
+  # (`turn_limit`). Paper 003 section 5.3 says "at most 16 turns"; its reference code sets
+  # max_turns = 15 ("will actually be 16 turns", eth-lre/PedagogicalRL @ bae10cd
+  # config/train_rl_model.py) and ends a dialogue after a teacher message once
+  # len(conversation) >= max_turns (src/classroom.py, Conversation.add_message). So a
+  # guided dialogue (tutor first) ends at 15 messages, an attempted one at 16, each with 8
+  # tutor turns. max_turns=16 is pedrl's earlier limit (a guided dialogue then runs 17
+  # messages with 9 tutor turns).
+  max_turns: int = 15
   turn_limit: str = "tutor"  # max_turns checked after "tutor" messages (reference) or any "message".
   max_tutor_turns: int = 0  # Tutor messages per dialogue; 0: no limit of its own.
   max_conversation_tokens: int = 8192
