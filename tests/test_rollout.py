@@ -210,7 +210,8 @@ def _check_mask(d, tok):
 def _check_ids_equal_render(d, fmt, settings):
   """tutor_ids are what the template makes of the tutor's whole view (independent render)."""
   from pedrl.env import prompts
-  view = [{"role": "system", "content": prompts.render(settings.tutor_prompt, problem=d.problem)}]
+  view = [{"role": "system", "content": prompts.render(settings.tutor_prompt, problem=d.problem,
+                                                       student_name=d.student_name)}]
   for i, m in enumerate(d.messages):
     if m.role == dialogue.TUTOR:
       view.append({"role": "assistant", "content": m.raw})
@@ -335,6 +336,34 @@ def test_paper_turn_limit_is_the_reference_count(qwen_tok, llama_tok, scenario, 
   d = out[0]
   assert d.end_reason == "max_turns" and d.turns == messages
   assert sum(m.role == dialogue.TUTOR for m in d.messages) == 8
+
+
+def test_students_are_named_per_problem_as_the_reference_does(qwen_tok, llama_tok):
+  # The reference's eight names and None (config/train_rl_model.py `student_names`), one
+  # per problem, in the tutor's and the student's prompts (src/classroom.py).
+  paper = rollout.RolloutSettings()
+  assert paper.student_names == ("Alex", "Jamie", "Taylor", "Jordan", "Sam", "Casey",
+                                 "Morgan", "Riley", "")
+  ids = [problem_id(f"problem {i}") for i in range(300)]
+  names = [rollout.problem_draws(i, paper, 0).student_name for i in ids]
+  assert set(names) == set(paper.student_names)
+  assert names == [rollout.problem_draws(i, paper, 0).student_name for i in ids]
+  problems = [_problem(f"What is {i} + 5?") for i in range(6)]
+  out, tutor_s, _, _ = _run(qwen_tok, llama_tok, problems, group=2, max_turns=2)
+  assert len({d.student_name for d in out}) > 1
+  for d in out:
+    assert d.student_name == rollout.problem_draws(d.problem_id, paper, 0).student_name
+    tutor = rollout.tutor_system_prompt(paper, d)
+    if d.student_name:
+      assert f"helping a student named {d.student_name} with" in tutor
+      assert f"act as a student named {d.student_name} in" in d.student_system
+    else:
+      assert "helping a student with" in tutor and "act as a student in" in d.student_system
+  first = [c for _, _, contexts in tutor_s.calls[:1] for c in contexts]
+  assert any(rollout.tutor_system_prompt(paper, d) in c for d in out for c in first)
+  # () names nobody: figure 12's and 13's text as printed.
+  nameless = rollout.problem_draws(ids[0], rollout.RolloutSettings(student_names=()), 0)
+  assert nameless.student_name == ""
 
 
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):

@@ -99,6 +99,7 @@ class Dialogue:
   uid: int = 0  # Seeds the dialogue's samples: problem's number in its split * G + rollout.
   step: int | None = None  # Training: the GRPO step that sampled and trained on it.
   persona: str = ""
+  student_name: str = ""  # The name the prompts give the student; "": none.
   # The student's system prompt as fed (its persona included): solve attempts and UCO's
   # scoring rebuild the student's view from it. Records of schema 1 do not have it.
   student_system: str = ""

@@ -24,6 +24,8 @@ PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts")
 SOURCES = {
     "pedagogical_rl/student_pre_dialogue": "paper 003, figure 10",
     "pedagogical_rl/student_post_dialogue": "paper 003, figure 11",
+    # Figures 12 and 13 name the student where the dialogue has a name (the reference's
+    # student_name, rollout.STUDENT_NAMES); the figures print the nameless form.
     "pedagogical_rl/student_system": "paper 003, figure 12",
     "pedagogical_rl/tutor_system": "paper 003, figure 13",
     # pedrl's own wording (the reference code renders one; paper 003 does not print it).

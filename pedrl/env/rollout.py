@@ -36,6 +36,11 @@ from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Mess
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
 TURN_LIMITS = (TUTOR, "message")
+# The student's names in the tutor's and the student's prompts, "" for none: paper 003's
+# reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py,
+# `student_names`: eight names and None), one per problem (src/classroom.py:
+# student_names[hash(problem) % 9]); the paper's dialogues show "Sam" and "Riley".
+STUDENT_NAMES = ("Alex", "Jamie", "Taylor", "Jordan", "Sam", "Casey", "Morgan", "Riley", "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +61,7 @@ class RolloutSettings:
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
   # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (None: pedrl names no students) and `include_thinking` (`thinking`,
+  # `student_name` (the problem's, None for none) and `include_thinking` (`thinking`,
   # the reference's use_thinking): the reference's variables for a teacher prompt, so a
   # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
   # paper 003's reference code; pedrl ships none).
@@ -65,6 +70,9 @@ class RolloutSettings:
   attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
   attempt_prefix: str = "Here is my attempt at this problem: "
   personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
+  # One per problem, drawn like the scenario ("" draws no name); () names no student
+  # (pedrl's earlier prompts).
+  student_names: tuple = STUDENT_NAMES
   thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
   force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
   # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
@@ -125,14 +133,24 @@ class RolloutStats:
     return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
-def problem_draws(problem_id: str, settings: RolloutSettings, seed: int) -> tuple[str, str]:
-  """(scenario, persona) of a problem: a function of the seed and the problem only."""
+class Draws(NamedTuple):
+  """What a problem's dialogues share, drawn once per problem."""
+  scenario: str
+  persona: str
+  student_name: str  # "": none.
+
+
+def problem_draws(problem_id: str, settings: RolloutSettings, seed: int) -> Draws:
+  """The problem's scenario, persona and student name: a function of the seed and the
+  problem only (the reference draws all three from Python's `hash(problem)`, which is
+  salted per process)."""
   rng = streams.problem_rng(seed, problem_id)
+  pick = lambda options: options[int(rng.integers(len(options)))] if options else ""
   scenario = settings.scenario
   if scenario == "mixed":
-    scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
-  persona = settings.personas[int(rng.integers(len(settings.personas)))] if settings.personas else ""
-  return scenario, persona
+    scenario = pick((GUIDED, ATTEMPTED))
+  persona = pick(settings.personas)
+  return Draws(scenario, persona, pick(settings.student_names))
 
 
 def _pow2(n: int) -> int:
@@ -345,11 +363,11 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
   problem_uids = range(len(problems)) if problem_uids is None else problem_uids
   dialogues = []
   for p, u in zip(problems, problem_uids, strict=True):
-    scenario, persona = problem_draws(p.id, settings, seed)
+    draws = problem_draws(p.id, settings, seed)
     for g in range(group_size):
       dialogues.append(Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer,
-                                scenario=scenario, rollout=g, uid=u * group_size + g,
-                                persona=persona))
+                                scenario=draws.scenario, rollout=g, uid=u * group_size + g,
+                                persona=draws.persona, student_name=draws.student_name))
   n = len(dialogues)
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
   tutor_side, student_side = _sides(tutor, student, n, settings, prefix)
@@ -443,15 +461,18 @@ def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
     # include_thinking: the reference's generation_cfg.use_thinking (eth-lre/PedagogicalRL
     # @ bae10cd src/classroom.py, the teacher prompt's render), pedrl's `thinking`.
     text = prompts.render_file(settings.tutor_prompt_file, problem=dl.problem,
-                               student_name=None, include_thinking=settings.thinking)
+                               student_name=dl.student_name or None,
+                               include_thinking=settings.thinking)
   else:
-    text = prompts.render(settings.tutor_prompt, problem=dl.problem)
+    text = prompts.render(settings.tutor_prompt, problem=dl.problem,
+                          student_name=dl.student_name or None)
   if settings.think_instruction:
     text += "\n\n" + prompts.render(settings.think_instruction)
   return text
 
 
 def student_system_prompt(name: str, d: Dialogue) -> str:
-  """The student's system prompt for a dialogue, its persona appended."""
-  system = prompts.render(name, problem=d.problem)
+  """The student's system prompt for a dialogue (naming the student where the prompt
+  does), its persona appended."""
+  system = prompts.render(name, problem=d.problem, student_name=d.student_name or None)
   return system + "\n\n" + d.persona if d.persona else system
