@@ -85,7 +85,7 @@ def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
            "local": protocol_lib.jsonable(s.local_judge),
            "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
-          "samples": j.judge_samples, "rounds": j.judge_rounds}
+          "samples": j.judge_samples, "rounds": j.judge_rounds, "parse": j.judge_parse}
 
 
 def rollout_protocol(rollout, seed: int) -> dict:
@@ -126,5 +126,6 @@ def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
               classifier=(text_backend(s, o.classifier_backend, "classifier", mesh, apis)
                           if s.uco.level_method == "llm" else None))
   return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
-                                 j.on_judge_failure, solve_always=s.solve.post_dialogue,
+                                 j.on_judge_failure, judge_parse=j.judge_parse,
+                                 solve_always=s.solve.post_dialogue,
                                  max_failed_share=j.max_failed_share, seed=s.job.seed, **kw)

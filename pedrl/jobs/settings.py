@@ -173,7 +173,14 @@ class JudgeSettings:
   judge_backend: str = "openai"  # openai | local | rule
   judge_samples: int = judging.SAMPLES  # Samples per decision judge.
   judge_rounds: int = judging.ROUNDS  # Asks of an unreadable reply.
-  on_judge_failure: str = judging.ON_FAILURE  # accept | reject | drop
+  # strict (paper 003's reference code: JSON whose decision is exactly OK or REJECT) |
+  # lenient (pedrl's: any case, synonyms, prose); pedrl.rewards.judging.
+  judge_parse: str = judging.PARSE_RULE
+  # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
+  # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
+  # strict parsing fills in OK as the reference does and lenient parsing leaves the
+  # sample out (pedrl.eval.judges).
+  on_judge_failure: str = judging.ON_FAILURE
   # A batch in which more than this share of judge requests (or oracle / classifier
   # turns) got no usable reply after every round stops the run instead of writing
   # policy-filled values (an endpoint that is mostly down).
@@ -181,6 +188,10 @@ class JudgeSettings:
 
   def __post_init__(self):
     asking.check_max_failed_share(self.max_failed_share)
+    judging.check_parse_rule(self.judge_parse)
+    if self.on_judge_failure not in judging.POLICIES:
+      raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
+                       f"{judging.POLICIES}")
 
 
 @dataclasses.dataclass(frozen=True)
