@@ -231,15 +231,13 @@ def _check_ids_equal_render(d, fmt, settings):
 def _check_each_message_came_from_its_own_dialogue(d, tutor_tok, student_tok, settings):
   """Every message's crc is that of this dialogue's own context (no rows mixed up
   as dialogues leave the caches), persona included in the student's."""
-  from pedrl.env import solving
   fmt = chat.ChatFormat(student_tok)
   view = [{"role": "system", "content": rollout.student_system_prompt(settings.student_prompt, d)}]
   for i, m in enumerate(d.messages):
     if m.role == dialogue.TUTOR:
       context = tutor_tok.decode(d.tutor_ids[:m.span[0]])
-    elif i == 0:  # The attempt, from the pre-dialogue prompt.
-      context = student_tok.decode(fmt.prompt_ids(solving.pre_dialogue_chat(
-          d.problem, solving.SolveSettings())))
+    elif i == 0:  # The attempt, from the attempt prompt.
+      context = student_tok.decode(fmt.prompt_ids(rollout.attempt_chat(d.problem, settings)))
     else:
       context = student_tok.decode(fmt.prompt_ids(view))
     assert m.raw.rsplit(":", 1)[1] == str(zlib.crc32(context.encode())), (d.uid, i)

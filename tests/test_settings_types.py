@@ -121,8 +121,10 @@ def test_protocols_record_the_seed_with_the_rollout_and_solve_sections_as_before
     old = json.load(f)["protocol"]
   # Less the settings added since those shards were written (a protocol that has them
   # differs from theirs, as it should: the dialogues differ).
-  added = ("student_names",)
-  now = reward_factory.rollout_protocol(s.rollout, s.job.seed)
-  assert {k: v for k, v in now.items() if k not in added} == old["rollout"]
-  assert reward_factory.solve_protocol(s.solve, s.job.seed) == old["solve"]
+  added = ("student_names", "attempt_prompt_file", "attempt_role", "pre_prompt_file")
+  drop = lambda protocol: {k: v for k, v in protocol.items() if k not in added}
+  assert drop(reward_factory.rollout_protocol(s.rollout, s.job.seed)) == dict(
+      old["rollout"], attempt_prompt="pedagogical_rl/student_initial_attempt")
+  assert drop(reward_factory.solve_protocol(s.solve, s.job.seed)) == dict(
+      old["solve"], pre_prompt="pedagogical_rl/student_attempt")
   assert old["rollout"]["seed"] == old["solve"]["seed"] == s.job.seed == 42

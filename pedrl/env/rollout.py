@@ -10,8 +10,8 @@ dialogues leave the caches, so later turns only compute live ones.
 
 Scenarios (per problem, the same for its G rollouts, from a seeded RNG):
 guided, the tutor speaks first; attempted, the student first answers the
-pre-dialogue prompt (paper 003 figure 10) and the tutor sees that attempt as
-"Here is my attempt at this problem: …".
+attempt prompt (`attempt_chat`: a lone system message, as the reference code) and the
+tutor sees that attempt as "Here is my attempt at this problem: …".
 
 Views: the tutor's messages are `assistant` and the student's `user` in the
 tutor's view, flipped in the student's. The tutor's view keeps its thinking;
@@ -67,7 +67,16 @@ class RolloutSettings:
   # paper 003's reference code; pedrl ships none).
   tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
-  attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
+  # The attempted scenario's first attempt: the reference writes it from its own prompt file
+  # (`student_initial_attempt_prompt_path`), sent as a lone system message (src/classroom.py,
+  # Conversation.get_conversation), not figure 10 (which prompts no sampling there). pedrl
+  # ships its own wording of that prompt (attempt_prompt); attempt_prompt_file, the
+  # reference's file by path (checked by SHA-256, prompts.REFERENCE_FILES), replaces it.
+  # attempt_prompt=pedagogical_rl/student_pre_dialogue attempt_role=user: pedrl's earlier
+  # attempt (figure 10 as a user message).
+  attempt_prompt: str = "pedagogical_rl/student_initial_attempt"
+  attempt_prompt_file: str = ""
+  attempt_role: str = "system"  # The attempt prompt's role: "system" (reference) or "user".
   attempt_prefix: str = "Here is my attempt at this problem: "
   personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
   # One per problem, drawn like the scenario ("" draws no name); () names no student
@@ -88,8 +97,11 @@ class RolloutSettings:
       raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
     if self.force_thinking and not self.thinking:
       raise ValueError("force_thinking needs thinking=True")
-    if self.tutor_prompt_file and not os.path.isfile(self.tutor_prompt_file):
-      raise ValueError(f"tutor_prompt_file {self.tutor_prompt_file!r} does not exist")
+    for key in ("tutor_prompt_file", "attempt_prompt_file"):
+      if getattr(self, key) and not os.path.isfile(getattr(self, key)):
+        raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
+    if self.attempt_role not in ("system", "user"):
+      raise ValueError(f"attempt_role {self.attempt_role!r} is not one of ('system', 'user')")
     for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
                  *filter(None, [self.think_instruction])):
       if name not in prompts.SOURCES:
@@ -315,9 +327,8 @@ def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> 
 def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
               dialogues: list[Dialogue], todo: list[int],
               stats: RolloutStats) -> list[tuple[str, int, str]]:
-  """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
-  chats = [[{"role": "user", "content": prompts.render(
-      settings.attempt_prompt, problem=dialogues[d].problem)}] for d in todo]
+  """The student's first attempt in attempted-scenario dialogues."""
+  chats = [attempt_chat(dialogues[d].problem, settings) for d in todo]
   if not isinstance(student, Party):
     start = time.perf_counter()
     replies = student.replies(chats, "an attempt")
@@ -335,6 +346,17 @@ def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
   stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
                           int(gen.lengths.sum()), gen.row_steps))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
+
+
+def attempt_chat(problem: str, settings: RolloutSettings) -> list[dict]:
+  """The chat that asks for the attempted scenario's first attempt: the attempt prompt
+  (the user's file, else pedrl's) as one message of `attempt_role`."""
+  if settings.attempt_prompt_file:
+    text = prompts.render_file(settings.attempt_prompt_file, "student_initial_attempt_prompt.txt",
+                               problem=problem)
+  else:
+    text = prompts.render(settings.attempt_prompt, problem=problem)
+  return [{"role": settings.attempt_role, "content": text}]
 
 
 def run(problems, group_size: int, tutor: Party | Replier, student: Party | Replier,

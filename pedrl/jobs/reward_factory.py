@@ -94,9 +94,16 @@ def rollout_protocol(rollout, seed: int) -> dict:
   workdir's compare equal); a tutor prompt file by its path and its content's SHA-1, so
   an edited file at the same path makes another protocol."""
   out = {**protocol_lib.jsonable(rollout), "seed": seed}
-  if rollout.tutor_prompt_file:
-    with open(rollout.tutor_prompt_file, "rb") as f:
-      out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
+  return {**out, **_prompt_file_hashes(rollout)}
+
+
+def _prompt_file_hashes(section) -> dict:
+  """{"<key>_sha1": the SHA-1 of the file} for each prompt file a section names."""
+  out = {}
+  for key, path in protocol_lib.jsonable(section).items():
+    if key.endswith("_prompt_file") and path:
+      with open(path, "rb") as f:
+        out[f"{key}_sha1"] = hashlib.sha1(f.read()).hexdigest()
   return out
 
 
@@ -104,7 +111,7 @@ def solve_protocol(solve, seed: int) -> dict:
   """The solve attempts as a protocol records them: what decides them, with their seed
   (as rollout_protocol), not how many prompts share a call."""
   return {**{k: v for k, v in protocol_lib.jsonable(solve).items() if k != "prompts_per_call"},
-          "seed": seed}
+          "seed": seed, **_prompt_file_hashes(solve)}
 
 
 def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
