@@ -183,6 +183,31 @@ def test_paper_000_uco():
   assert oracle.N_CANDIDATES == 5  # "We also sample K = 5 diverse candidate student responses."
 
 
+# What paper 000 does not state and every one of its numbers depends on: each must be named
+# in experiments/uco.py with its source, set in the paper config, and listed in the
+# differences page.
+UNSTATED_000 = ("rl.steps", "rl.passes", "rl.eps_low", "rl.lr_schedule", "tutor.temperature",
+                "tutor.top_k", "student.temperature", "tutor.max_new_tokens",
+                "student.max_new_tokens", "rollout.max_conversation_tokens")
+
+
+def test_paper_000_unstated_settings_are_named_with_their_sources():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("uco_config", os.path.join(
+      ROOT, "experiments", "uco.py"))
+  uco = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(uco)
+  assert set(UNSTATED_000) <= set(uco.UNSTATED)
+  c = _config("uco.py:paper")
+  for key, (value, source) in uco.UNSTATED.items():
+    section, name = key.split(".")
+    assert c[section][name] == value, key
+    assert source.startswith("003"), (key, source)  # Where the value comes from.
+  with open(os.path.join(ROOT, "docs", "paper-differences.md"), encoding="utf-8") as f:
+    row = next(line for line in f if line.startswith("| UCO's unstated settings"))
+  assert all(f"`{key}" in row for key in uco.UNSTATED), row
+
+
 @pytest.mark.parametrize("variant, name, value", [
     ("no_scaffold", "uco.scaffold_weight", 0.0), ("no_progress", "uco.progress_weight", 0.0),
     *[(f"lam={x}", "uco.lam", x) for x in (0.1, 0.3, 0.5, 0.7, 0.9)],  # Table V.

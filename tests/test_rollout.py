@@ -364,6 +364,77 @@ def test_students_are_named_per_problem_as_the_reference_does(qwen_tok, llama_to
   assert nameless.student_name == ""
 
 
+# Qwen3's rule for earlier assistant turns (its chat template, and DeepSeek-R1-0528-Qwen3's):
+# once a user message follows, only what comes after the last </think> is rendered.
+DROPS_HISTORY_THINKING = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages %}{% if m['role'] == 'user' %}{% set ns.last_user = loop.index0 %}"
+    "{% endif %}{% endfor -%}"
+    "{%- for m in messages -%}{%- set content = m['content'] -%}"
+    "{%- if m['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in content -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}{%- endif -%}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("template, mode, dropped", [
+    (DROPS_HISTORY_THINKING, "template", True), (DROPS_HISTORY_THINKING, "keep", False),
+    (None, "template", False), (None, "drop", True)], ids=["qwen3_template", "qwen3_keep",
+                                                          "chatml_template", "chatml_drop"])
+def test_tutor_history_thinking_follows_the_template_and_the_cache_stays_exact(
+    testdata, llama_tok, template, mode, dropped):
+  """Every tutor turn's context (the cache row the scripted sampler decodes) is exactly
+  transformers' rendering of the tutor's view at that turn: earlier thinking left out
+  where the template (or `drop`) leaves it out, kept with `keep` or a template that keeps it."""
+  import copy
+  from pedrl.tokenizer import load_tokenizer
+  keeping = load_tokenizer(testdata("qwen2"))  # ChatML: earlier thinking kept.
+  tok = copy.deepcopy(keeping)
+  if template:
+    tok.chat_template = template
+  assert chat.ChatFormat(tok).drops_history_thinking() == (template is not None)
+  out, tutor_s, _, _ = _run(tok, llama_tok, [_problem("What is 2 + 5?")], group=1, max_turns=7,
+                            scenario=dialogue.GUIDED, tutor_history_thinking=mode)
+  d = out[0]
+  settings = rollout.RolloutSettings(tutor_history_thinking=mode)
+  view = [{"role": "system", "content": rollout.tutor_system_prompt(settings, d)}]
+  contexts = [c for _, _, cs in tutor_s.calls for c in cs]
+  tutor_turns = [i for i, m in enumerate(d.messages) if m.role == dialogue.TUTOR]
+  assert len(contexts) == len(tutor_turns) == 4
+  for turn, i in enumerate(tutor_turns):
+    shown = [dict(m, content=chat.history_text(m["content"]))
+             if mode == "drop" and m["role"] == "assistant" else m for m in view]
+    # `keep` holds the turns as sampled: the view as a template that keeps thinking shows it.
+    want = (keeping if mode == "keep" else tok).apply_chat_template(
+        shown, tokenize=False, add_generation_prompt=True)
+    assert contexts[turn] == tok.decode(tok(want, add_special_tokens=False)["input_ids"]), turn
+    assert (f"{SECRET} turn" in contexts[turn]) == (turn > 0 and not dropped)
+    view.append({"role": "assistant", "content": d.messages[i].raw})
+    if i + 1 < len(d.messages):
+      view.append({"role": "user", "content": d.messages[i + 1].text})
+  # The record: the last view encoded whole and the last turn, the earlier spans cleared.
+  last = d.messages[tutor_turns[-1]]
+  assert tok.decode(d.tutor_ids[:last.span[0]]) == contexts[-1]
+  assert (d.messages[tutor_turns[0]].span == (0, 0)) == dropped
+  if not dropped:
+    _check_mask(d, tok)
+    return
+  ids, mask = np.asarray(d.tutor_ids), np.asarray(d.tutor_mask, bool)
+  assert ids[mask].tolist() == tok(last.raw, add_special_tokens=False)["input_ids"] + [
+      tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_grpo_refuses_a_tutor_view_without_its_earlier_thinking(testdata):
+  from absl import app
+  from pedrl.jobs import train
+  s = types.SimpleNamespace(rollout=rollout.RolloutSettings(tutor_history_thinking="drop"),
+                            tutor=types.SimpleNamespace(path=testdata("qwen2")))
+  with pytest.raises(app.UsageError, match="set it to keep"):
+    train._check_history_thinking(s)
+  s.rollout = rollout.RolloutSettings()  # "template": the testdata tutor's ChatML keeps it.
+  train._check_history_thinking(s)
+
+
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):
   tutor = _party(qwen_tok, tutor_script, "<|im_end|>", max_new=6)
   student = _party(llama_tok, student_script, "<|eot_id|>")

@@ -15,7 +15,10 @@ tutor: its chat-template prompt, each of its sampled turns, and between them
 the template tokens carrying the student's messages. `tutor_mask` is 1 exactly
 on the tokens the tutor sampled, each turn's stop token included (the policy
 chose to stop there); template role headers, closings, forced `<think>`
-prefixes and everything from the student are 0. GRPO trains on the 1s.
+prefixes and everything from the student are 0. GRPO trains on the 1s. Where the
+tutor's view leaves its earlier thinking out (`rollout.tutor_history_thinking`), the
+tutor's tokens start again at each turn after a thinking one: `tutor_ids` is then its
+last view, encoded whole, and its last turn.
 """
 import dataclasses
 import json
@@ -44,7 +47,8 @@ class Message:
   finish_reason: str = "stop"  # "stop", "length" (cut at max_new_tokens).
   # [start, end) in tutor_ids: a tutor message's sampled tokens; for a student
   # message, the tokens that brought it to the tutor (template tokens included;
-  # (0, 0) if the dialogue ended before the tutor read it).
+  # (0, 0) if the dialogue ended before the tutor read it, or if the tutor's view was
+  # encoded again after it: rollout.tutor_history_thinking left earlier thinking out).
   span: tuple = (0, 0)
 
 

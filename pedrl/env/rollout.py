@@ -36,6 +36,7 @@ from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Mess
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
 TURN_LIMITS = (TUTOR, "message")
+HISTORY_THINKING = ("template", "drop", "keep")
 # The student's names in the tutor's and the student's prompts, "" for none: paper 003's
 # reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py,
 # `student_names`: eight names and None), one per problem (src/classroom.py:
@@ -83,6 +84,14 @@ class RolloutSettings:
   # (pedrl's earlier prompts).
   student_names: tuple = STUDENT_NAMES
   thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
+  # The tutor's earlier turns' thinking in its own view: "template", as its chat template
+  # renders the conversation (the reference renders the whole conversation through the
+  # template every turn, src/classroom.py: Qwen3 and DeepSeek-R1-0528-Qwen3 drop it, Qwen2.5
+  # and Llama keep it); "drop": always left out (chat.history_text); "keep": as sampled
+  # (pedrl's earlier view). Where it is left out, the turn after a thinking turn encodes the
+  # tutor's whole view again, so the cache holds exactly what the template renders. A GRPO
+  # run trains one sequence per dialogue and so needs it kept (pedrl.jobs.train checks).
+  tutor_history_thinking: str = "template"
   force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
   # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
   think_instruction: str = ""
@@ -93,6 +102,9 @@ class RolloutSettings:
     if self.max_turns < 1 or self.max_conversation_tokens < 1 or self.max_tutor_turns < 0:
       raise ValueError("max_turns and max_conversation_tokens must be positive, "
                        "max_tutor_turns non-negative")
+    if self.tutor_history_thinking not in HISTORY_THINKING:
+      raise ValueError(f"tutor_history_thinking {self.tutor_history_thinking!r} is not one of "
+                       f"{HISTORY_THINKING}")
     if self.turn_limit not in TURN_LIMITS:
       raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
     if self.force_thinking and not self.thinking:
@@ -174,10 +186,12 @@ class Turn(NamedTuple):
   dialogue: int  # Index of the dialogue in the batch.
   fed: list[int]  # Fed before sampling: the template and the other side's new message.
   tokens: np.ndarray  # int32 [n]: the sampled tokens (none for an endpoint or an agent).
+  # (fed holds the whole view, encoded again: earlier thinking left out of the tutor's view.)
   logprobs: np.ndarray  # float32 [n]: their sampling log-probs.
   raw: str  # The reply as sampled (thinking included).
   finish_reason: str  # "stop", or "length": cut at max_new_tokens.
   num_tokens: int  # Tokens the reply took (an endpoint's count where it has no tokens here).
+  reencoded: bool = False  # `fed` is the whole view (earlier thinking dropped), not a delta.
 
 
 class DialogueSide(Protocol):
@@ -197,8 +211,13 @@ class DialogueSide(Protocol):
 class _Side:
   """A party's running state over the batch: its cache and every dialogue's view."""
 
-  def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = ""):
+  def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = "",
+               history: str = "keep"):
     self.name, self.party, self.capacity, self.prefix = name, party, capacity, prefix
+    # "keep": the cache grows by deltas; "template"/"drop": a turn after one that thought
+    # encodes the whole view again, earlier thinking as the template (or history_text) shows it.
+    self.history = history
+    self.stale = [False] * n  # The cache holds thinking the view now leaves out.
     self.prefix_ids = party.chat.encode(prefix) if prefix else []
     self.cache, self.rows = None, []
     self.views = [[] for _ in range(n)]  # {"role", "content"} in this side's roles.
@@ -208,6 +227,11 @@ class _Side:
 
   def new_tokens(self, d: int) -> list[int]:
     view, fed = self.views[d], self.fed[d]
+    if self.stale[d]:  # The whole view again, as the tutor's template now renders it.
+      if self.history == "drop":
+        view = [dict(m, content=chat.history_text(m["content"])) if m["role"] == "assistant"
+                else m for m in view]
+      return self.party.chat.prompt_ids(view) + self.prefix_ids
     if fed == 0:
       ids = self.party.chat.prompt_ids(view)
     else:
@@ -234,6 +258,11 @@ class _Side:
     """One batched turn for the live dialogues (the list shrinks by those that
     cannot fit another turn; they go to `ended`): a Turn per speaking dialogue."""
     sampler, sp = self.party.sampler, self.party.sampling
+    reencode = any(self.stale[d] for d in live)
+    if reencode:  # A fresh cache for the live dialogues, each fed its whole view.
+      self.cache, self.rows = None, []
+      for d in live:
+        self.stale[d], self.lengths[d] = True, 0
     rows = {d: self.new_tokens(d) for d in live}
     for d in list(live):  # A turn that cannot fit this model's cache ends the dialogue.
       if self.lengths[d] + len(rows[d]) + sp.max_new_tokens > self.capacity:
@@ -277,7 +306,9 @@ class _Side:
       self.fed[d] = len(self.views[d])
       self.lengths[d] += len(rows[d]) + len(tokens)
       out.append(Turn(d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw,
-                      gen.finish_reasons[i], int(tokens.size)))
+                      gen.finish_reasons[i], int(tokens.size), reencoded=self.stale[d]))
+      # Its next turn renders this one without its thinking: the cache must be encoded again.
+      self.stale[d] = self.history != "keep" and chat.history_text(raw) != raw
     return out
 
 
@@ -423,6 +454,10 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
         other.views[d].append({"role": "user", "content": msg.text})
         if side is tutor_side:
           fed, tokens = turn.fed, turn.tokens
+          if turn.reencoded:  # The tutor's tokens start again from its whole view.
+            dl.tutor_ids, dl.tutor_mask, dl.tutor_logprobs = [], [], []
+            for m in dl.messages:
+              m.span = (0, 0)
           if dl.messages:  # The tokens that brought the student's message to the tutor.
             dl.messages[-1].span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
           dl.tutor_ids += [int(t) for t in fed]
@@ -470,10 +505,21 @@ def _sides(tutor: Party | Replier, student: Party | Replier, n: int, settings: R
     raise ValueError("force_thinking needs a local tutor: an endpoint's replies do not follow "
                      "a <think> prefix they were not given")
   max_new = lambda p: p.sampling.max_new_tokens if isinstance(p, Party) else p.max_new_tokens
-  make = lambda name, p, other, prefix="": (
-      _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix)
+  make = lambda name, p, other, prefix="", history="keep": (
+      _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix, history)
       if isinstance(p, Party) else _EndpointSide(name, p, n, prefix))
-  return make(TUTOR, tutor, student, prefix), make(STUDENT, student, tutor)
+  return (make(TUTOR, tutor, student, prefix, tutor_history(settings, tutor)),
+          make(STUDENT, student, tutor))
+
+
+def tutor_history(settings: RolloutSettings, tutor: Party | Replier) -> str:
+  """How a local tutor's view shows its earlier thinking: "keep", "drop", or "template"
+  (its template leaves it out). An endpoint or agent gets the whole conversation each turn,
+  as its own server renders it."""
+  mode = settings.tutor_history_thinking
+  if not isinstance(tutor, Party) or mode == "drop":
+    return mode if isinstance(tutor, Party) else "keep"
+  return "template" if mode == "template" and tutor.chat.drops_history_thinking() else "keep"
 
 
 def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:

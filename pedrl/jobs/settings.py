@@ -217,6 +217,11 @@ class OracleSettings:
 class BaselineDataSettings(protocol_lib.ShardSettings):
   """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
+  # Which dialogues MDPO pairs (pedrl.rl.offline_data.PAIR_RULES): accepted_rejected, a
+  # judge-accepted dialogue against a judge-rejected one of its group rewarded less (A.3's
+  # (D_acc, D_rej) with r(D_acc) > r(D_rej); 5.4: "pairs of chosen and rejected
+  # conversations scored by judges"), or reward_order, any two whose rewards differ.
+  pairs: str = "accepted_rejected"
   # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
   min_margin: float = 0.0
   # The SFT set's accepted dialogues: of every scored dialogue, or only of those in pairs
@@ -232,6 +237,8 @@ class BaselineDataSettings(protocol_lib.ShardSettings):
                        f"{offline_data.SFT_SOURCES}")
     if not self.min_margin >= 0:
       raise ValueError(f"min_margin={self.min_margin} must be >= 0")
+    if self.pairs not in offline_data.PAIR_RULES:
+      raise ValueError(f"pairs={self.pairs!r} is not one of {offline_data.PAIR_RULES}")
 
 
 def from_section(path: str, optional: bool = False):
