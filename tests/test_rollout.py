@@ -215,8 +215,9 @@ def _check_ids_equal_render(d, fmt, settings):
   for i, m in enumerate(d.messages):
     if m.role == dialogue.TUTOR:
       view.append({"role": "assistant", "content": m.raw})
-    elif i == 0:
-      view.append({"role": "user", "content": settings.attempt_prefix + m.text})
+    elif i == 0:  # The attempt as the tutor read it (Message.text is wrapped already: "all").
+      wrapped = m.text if settings.attempt_view == "all" else settings.attempt_prefix + m.text
+      view.append({"role": "user", "content": wrapped})
     else:
       view.append({"role": "user", "content": m.text})
   while view[-1]["role"] != "assistant":  # Messages after the tutor's last turn were not fed.
@@ -433,6 +434,45 @@ def test_grpo_refuses_a_tutor_view_without_its_earlier_thinking(testdata):
     train._check_history_thinking(s)
   s.rollout = rollout.RolloutSettings()  # "template": the testdata tutor's ChatML keeps it.
   train._check_history_thinking(s)
+
+
+@pytest.mark.parametrize("view", ["all", "tutor"])
+def test_the_attempt_is_wrapped_for_every_reader_as_the_reference_does(qwen_tok, llama_tok, view):
+  """The reference's conversation holds the attempt wrapped ("Here is my attempt at this
+  problem: …", src/classroom.py add_message): the student's own view, the post-dialogue
+  solve chat, the judges' transcript and Ped-RM read it so. attempt_view=tutor: only the
+  tutor (pedrl's earlier view)."""
+  from pedrl.env import solving
+  from pedrl.eval import pedrm
+  from pedrl.rewards import judging
+  out, _, student_s, _ = _run(qwen_tok, llama_tok, [_problem("What is 2 + 5?")], group=1,
+                              max_turns=4, scenario=dialogue.ATTEMPTED, attempt_view=view)
+  d = out[0]
+  prefix = rollout.RolloutSettings().attempt_prefix
+  attempt = d.messages[0]
+  bare = chat.visible_text(attempt.raw)
+  assert attempt.role == dialogue.STUDENT and attempt.text == (
+      prefix + bare if view == "all" else bare)
+  shown = prefix + bare if view == "all" else bare  # What the student and the judges read.
+  later = [c for _, _, cs in student_s.calls[1:] for c in cs]  # After the attempt.
+  assert later and all(shown in c for c in later)
+  assert (prefix in later[0]) == (view == "all")
+  d.student_system = d.student_system or "S"
+  post = solving.post_dialogue_chat(d, solving.SolveSettings())
+  assert post[1] == {"role": "assistant", "content": shown}
+  (request, *_) = judging.requests_for([d], judging.PEDAGOGICAL_RL[:1])
+  assert f"- Student: {shown}" in request.prompt
+  # Ped-RM reads it as the tutor did, wrapped once.
+  assert pedrm.dialogue_turns(d)[0]["content"] == prefix + bare
+
+
+def test_judge_transcripts_list_the_dialogue_as_the_reference_prompts_do():
+  msgs = [dialogue.Message(role=dialogue.TUTOR, text="What is 2 + 5?"),
+          dialogue.Message(role=dialogue.STUDENT, text="7")]
+  assert dialogue.transcript(msgs, "lines") == "- Teacher: What is 2 + 5?\n\n- Student: 7"
+  assert dialogue.transcript(msgs) == "Teacher: What is 2 + 5?\n\nStudent: 7"
+  from pedrl.jobs import settings
+  assert settings.JudgeSettings().judge_transcript == "lines"
 
 
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):

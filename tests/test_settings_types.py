@@ -121,7 +121,8 @@ def test_protocols_record_the_seed_with_the_rollout_and_solve_sections_as_before
     old = json.load(f)["protocol"]
   # Less the settings added since those shards were written (a protocol that has them
   # differs from theirs, as it should: the dialogues differ).
-  added = ("student_names", "attempt_prompt_file", "attempt_role", "pre_prompt_file")
+  added = ("student_names", "attempt_prompt_file", "attempt_role", "pre_prompt_file",
+           "tutor_history_thinking", "attempt_view")
   drop = lambda protocol: {k: v for k, v in protocol.items() if k not in added}
   assert drop(reward_factory.rollout_protocol(s.rollout, s.job.seed)) == dict(
       old["rollout"], attempt_prompt="pedagogical_rl/student_initial_attempt")

@@ -182,9 +182,17 @@ def _from_version_1(row: dict) -> dict:
 SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
 
 
-def transcript(messages) -> str:
-  """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs."""
-  return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
+TRANSCRIPT_STYLES = ("paragraphs", "lines")
+
+
+def transcript(messages, style: str = "paragraphs") -> str:
+  """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs, or
+  as "- Teacher: …" items, a blank line between them ("lines": how paper 003's reference
+  judge prompts list the conversation, prompt_templates/judges/*.txt)."""
+  if style not in TRANSCRIPT_STYLES:
+    raise ValueError(f"transcript style {style!r} is not one of {TRANSCRIPT_STYLES}")
+  dash = "- " if style == "lines" else ""
+  return "\n\n".join(f"{dash}{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:

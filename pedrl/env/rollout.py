@@ -79,6 +79,11 @@ class RolloutSettings:
   attempt_prompt_file: str = ""
   attempt_role: str = "system"  # The attempt prompt's role: "system" (reference) or "user".
   attempt_prefix: str = "Here is my attempt at this problem: "
+  # Who reads the attempt wrapped in attempt_prefix: "all", the reference's (its
+  # conversation holds the wrapped text, src/classroom.py add_message: the student's own
+  # view, the post-dialogue solve chat, the judges and Ped-RM see it so); "tutor", pedrl's
+  # earlier view (the others read the attempt bare).
+  attempt_view: str = "all"
   personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
   # One per problem, drawn like the scenario ("" draws no name); () names no student
   # (pedrl's earlier prompts).
@@ -112,6 +117,8 @@ class RolloutSettings:
     for key in ("tutor_prompt_file", "attempt_prompt_file"):
       if getattr(self, key) and not os.path.isfile(getattr(self, key)):
         raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
+    if self.attempt_view not in ("all", "tutor"):
+      raise ValueError(f"attempt_view {self.attempt_view!r} is not one of ('all', 'tutor')")
     if self.attempt_role not in ("system", "user"):
       raise ValueError(f"attempt_role {self.attempt_role!r} is not one of ('system', 'user')")
     for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
@@ -434,10 +441,13 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
     for d, (raw, count, finish) in zip(todo, _attempts(student, settings, seed, dialogues,
                                                      todo, stats)):
       text = chat.visible_text(raw)
+      wrapped = settings.attempt_prefix + text
+      if settings.attempt_view == "all":
+        text = wrapped  # What every reader of the dialogue sees (Message.text).
       dialogues[d].messages.append(Message(role=STUDENT, text=text, raw=raw, num_tokens=count,
                                            finish_reason=finish))
       student_side.views[d].append({"role": "assistant", "content": text})
-      tutor_side.views[d].append({"role": "user", "content": settings.attempt_prefix + text})
+      tutor_side.views[d].append({"role": "user", "content": wrapped})
 
   ended: dict[int, str] = {}  # Dialogue -> end reason.
   for d in range(n):

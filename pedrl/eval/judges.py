@@ -16,14 +16,15 @@ from pedrl.rewards import asking, judging
 
 
 def judge(dialogues: list[Dialogue], specs, backend, rounds: int, max_failed_share: float,
-          stats: asking.AskStats, parse_rule: str = judging.PARSE_RULE) -> list[Verdict]:
+          stats: asking.AskStats, parse_rule: str = judging.PARSE_RULE,
+          transcript_style: str = judging.TRANSCRIPT) -> list[Verdict]:
   """Per dialogue the judges' Verdict (the type training's judges return): per sample a
   bool for decision judges, a float for score judges; where no reply parsed, True (OK)
   for a decision under the strict rule, else None (r_ped and r_think are training's and
   stay None)."""
   judging.check_parse_rule(parse_rule)
   asking.check_max_failed_share(max_failed_share)
-  requests = judging.requests_for(dialogues, specs)
+  requests = judging.requests_for(dialogues, specs, transcript_style)
   asked = asking.ask(requests, backend.complete,
                      lambda r, text: judging.parse(text, r.spec.kind, parse_rule), rounds,
                      stats, who="evaluation judge", error=judging.JudgeError)

@@ -85,7 +85,8 @@ def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
            "local": protocol_lib.jsonable(s.local_judge),
            "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
-          "samples": j.judge_samples, "rounds": j.judge_rounds, "parse": j.judge_parse}
+          "samples": j.judge_samples, "rounds": j.judge_rounds, "parse": j.judge_parse,
+          "transcript": j.judge_transcript}
 
 
 def rollout_protocol(rollout, seed: int) -> dict:
@@ -134,5 +135,6 @@ def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
                           if s.uco.level_method == "llm" else None))
   return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
                                  j.on_judge_failure, judge_parse=j.judge_parse,
+                                 judge_transcript=j.judge_transcript,
                                  solve_always=s.solve.post_dialogue,
                                  max_failed_share=j.max_failed_share, seed=s.job.seed, **kw)

@@ -19,7 +19,8 @@ from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
-from pedrl.env import party, problems as problems_lib, rollout as rollout_lib, solving
+from pedrl.env import dialogue as dialogue_lib, party, problems as problems_lib
+from pedrl.env import rollout as rollout_lib, solving
 from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
 from pedrl.rewards import asking, assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import loop, offline_data, trainer, update
@@ -176,6 +177,9 @@ class JudgeSettings:
   # strict (paper 003's reference code: JSON whose decision is exactly OK or REJECT) |
   # lenient (pedrl's: any case, synonyms, prose); pedrl.rewards.judging.
   judge_parse: str = judging.PARSE_RULE
+  # The dialogue in the judges' prompts: lines ("- Teacher: …", the reference's judge
+  # prompts) | paragraphs ("Teacher: …", pedrl's earlier); pedrl.env.dialogue.transcript.
+  judge_transcript: str = judging.TRANSCRIPT
   # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
   # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
   # strict parsing fills in OK as the reference does and lenient parsing leaves the
@@ -189,6 +193,9 @@ class JudgeSettings:
   def __post_init__(self):
     asking.check_max_failed_share(self.max_failed_share)
     judging.check_parse_rule(self.judge_parse)
+    if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
+      raise ValueError(f"judge_transcript {self.judge_transcript!r} is not one of "
+                       f"{dialogue_lib.TRANSCRIPT_STYLES}")
     if self.on_judge_failure not in judging.POLICIES:
       raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
                        f"{judging.POLICIES}")

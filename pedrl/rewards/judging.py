@@ -42,6 +42,9 @@ POLICIES = ("accept", "reject", "drop")
 SAMPLES, ROUNDS, ON_FAILURE = 2, 5, "accept"
 PARSE_RULES = ("strict", "lenient")
 PARSE_RULE = "strict"  # The reference's (module docstring).
+# The dialogue in a judge's prompt: "- Teacher: …" items, as the reference's judge prompts
+# list it (dialogue.transcript's "lines"); "paragraphs": pedrl's earlier "Teacher: …".
+TRANSCRIPT = "lines"
 _ACCEPT = {"ok", "accept", "accepted", "approve", "approved", "pass", "yes"}
 _REJECT = {"reject", "rejected", "fail", "no"}
 
@@ -158,10 +161,10 @@ def thinking_traces(d) -> str:
                      for i, m in enumerate(turns))
 
 
-def requests_for(dialogues, specs) -> list[Request]:
+def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
   out = []
   for d in dialogues:
-    conversation = transcript(d.messages)
+    conversation = transcript(d.messages, style)
     for j, spec in enumerate(specs):
       extra = {"thinking": thinking_traces(d)} if spec.sees_thinking else {}
       text = prompts.render(spec.prompt, conversation=conversation, problem=d.problem, **extra)
@@ -172,7 +175,7 @@ def requests_for(dialogues, specs) -> list[Request]:
 
 def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
           stats: asking.AskStats | None = None, max_failed_share: float = 1.0,
-          parse_rule: str = PARSE_RULE) -> Judged:
+          parse_rule: str = PARSE_RULE, transcript_style: str = TRANSCRIPT) -> Judged:
   """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
   on_failure="drop" dropped it (`Judged`).
 
@@ -185,7 +188,7 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
   check_parse_rule(parse_rule)
   asking.check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else asking.AskStats()
-  requests = requests_for(dialogues, specs)
+  requests = requests_for(dialogues, specs, transcript_style)
   reasons = {}  # Request uid -> the reason of the reply that was read.
 
   def read(r, text):
