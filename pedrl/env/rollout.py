@@ -14,10 +14,12 @@ attempt prompt (`attempt_chat`: a lone system message, as the reference code) an
 tutor sees that attempt as "Here is my attempt at this problem: …".
 
 Views: the tutor's messages are `assistant` and the student's `user` in the
-tutor's view, flipped in the student's. The tutor's view keeps its thinking;
-the student sees `chat.visible_text`. In the attempted scenario the student's
-view starts with its attempt as its own (assistant) message after its system
-prompt.
+tutor's view, flipped in the student's. The tutor's view keeps its thinking of
+the turn being written, and its earlier turns' thinking as its chat template
+shows it (`tutor_history_thinking`); the student sees `chat.visible_text`. In the
+attempted scenario the student's view starts with its attempt as its own
+(assistant) message after its system prompt, wrapped as the tutor reads it
+(`attempt_view`).
 """
 import dataclasses
 import os
