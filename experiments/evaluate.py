@@ -20,8 +20,8 @@ Protocols (`paper` is `pedagogical_rl`):
   by GPT-4o-mini with the thinking-quality judge.
 - `uco`: paper 000 with UCO's own dialogues (T = 10 tutor turns, tutor first, table XII's
   prompts; a Qwen2.5-14B-Instruct student by path).
-- `uco_003`: a UCO tutor in paper 003's dialogues (Llama-3.1-8B-Instruct student, 16
-  messages, both scenarios): the protocol of the baselines 000 table I prints beside it.
+- `uco_003`: a UCO tutor in paper 003's dialogues (Llama-3.1-8B-Instruct student, 003's
+  turn limit, both scenarios): the protocol of the baselines 000 table I prints beside it.
 - `reasoning`: 003 table 3, 000 table IX: GSM8K 4-shot, MATH500 0-shot, MMLU 5-shot on the
   tutor alone (--config.eval.reasoning.{gsm8k,math500,mmlu}_path=..., a file or a tfds:
   source; optionally gsm8k_shots_path= the train file).
@@ -143,7 +143,7 @@ def get_config(arg: str = "paper"):
     conditions.uco(c, v.tiny)
   if v.protocol == "uco_003":
     # 000 table I prints 003's baselines as 003 measured them (a Llama-3.1-8B-Instruct
-    # student, 16 messages, both scenarios): a UCO tutor in those dialogues, with the
+    # student, 003's turn limit, both scenarios): a UCO tutor in those dialogues, with the
     # teacher prompt it was trained on (table XII's, 003's figure 13 in other words).
     conditions.pedagogical_rl(c, False, v.tiny)
     c.rollout.tutor_prompt = conditions.UCO_DIALOGUES["tutor_prompt"]

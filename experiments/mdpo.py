@@ -43,7 +43,7 @@ def get_config(arg: str = "paper"):
                                  lr_schedule="cosine", warmup_fraction=0.1)
   if v.tiny:
     c.scan_layers = False
-    # 2 pairs of the tiny data, both in each step, 4 steps: the margin on them grows.
+    # The tiny data's few pairs, 2 a step, 4 epochs: the margin on them grows.
     c.train.update(batch=2, epochs=4, micro_batch=2, lr=1e-4, save_every=1,
                    lr_schedule="constant", warmup_fraction=0.0)
   return c

@@ -35,7 +35,7 @@ def get_config(arg: str = "paper"):
                                  epochs=1, lr=2e-5, lr_schedule="cosine", micro_batch=4)
   if v.tiny:
     c.scan_layers = False
-    # 4 accepted dialogues of the tiny data, 2 a step, 3 epochs: the loss on dialogues
+    # The tiny data's few accepted dialogues, 2 a step, 3 epochs: the loss on dialogues
     # already trained on falls (tests/test_baselines.py).
     c.train.update(batch=2, epochs=3, micro_batch=2, lr=1e-3, save_every=1)
   return c

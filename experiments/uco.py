@@ -41,6 +41,28 @@ VARIANT_HELP = {
     "rollouts=<int>": "fig. 3: G rollouts per problem on a 100-problem training set (2 … 8)",
 }
 ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training set of 100 samples".
+# What paper 000 leaves unstated, each value named here with where it comes from (config key
+# -> (value, source)); every number of 000 depends on them. pedrl takes them from paper
+# 003, whose environment, metrics and test set 000 reports beside 003's rows (table I), and
+# its reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py); listed in
+# docs/paper-differences.md ("UCO's unstated settings").
+UNSTATED = {
+    "rl.steps": (150, "003 A.1: about 300 policy updates at μ = 2 (reference max_steps)"),
+    "rl.passes": (2, "003 A.2: μ = 2 gradient steps per batch (reference mu)"),
+    "rl.eps_low": (0.2, "003 reference: clip ε = 0.2 (epsilon)"),
+    "rl.eps_high": (None, "003 reference: the same ε above (no separate upper clip)"),
+    "rl.lr_schedule": ("constant", "003 reference: lr_scheduler_type constant"),
+    "rl.warmup_steps": (0, "003 reference: no warm-up"),
+    "rl.max_grad_norm": (1.0, "003 reference: TRL's default max_grad_norm 1.0"),
+    "rl.aggregation": ("token_mean", "003 reference: the token mean of the micro-batch"),
+    "tutor.temperature": (1.0, "003 A.2: sampling temperature T = 1.0"),
+    "tutor.top_k": (50, "003 reference: vLLM top_k 50"),
+    "tutor.top_p": (1.0, "003 reference: top_p 1.0"),
+    "tutor.max_new_tokens": (1024, "003 reference: max_tokens_per_turn 1024"),
+    "student.temperature": (0.6, "003 reference: the student samples at 0.6"),
+    "student.max_new_tokens": (1024, "003 reference: max_tokens_per_turn 1024"),
+    "rollout.max_conversation_tokens": (8192, "003 reference: max_tokens_in_conversation 8192"),
+}
 
 
 def evaluation_variant(arg: str = "paper") -> str:
@@ -62,6 +84,9 @@ def get_config(arg: str = "paper"):
   base_config.released_training_split(c)
   c.rl = rl_config.rl_section(lr=5e-6, beta=0.01, weight_decay=1e-4, advantage="turn",
                               advantage_eps=1e-8)
+  for key, (value, _) in UNSTATED.items() if not v.tiny else ():  # 000 states none of these.
+    section, name = key.split(".")
+    c[section][name] = value
   for name in ("lam", "alpha", "delta", "c"):  # Tables V, VI, VII, VIII.
     if getattr(v, name) is not None:
       c.rewards.uco[name] = getattr(v, name)

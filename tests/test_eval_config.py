@@ -70,7 +70,7 @@ def test_tutoring_protocols_sample_as_the_reference_evaluation(variant):
 def test_paper_protocols():
   s = _settings("pedagogical_rl")  # Paper 003 section 6 and its reference evaluation.
   assert s.judging.judges == "pedagogical_rl" and s.openai.model == "google/gemma-3-27b-it"
-  assert s.rollout.max_turns == 16 and s.rollout.max_conversation_tokens == 8192
+  assert s.rollout.max_turns == 15 and s.rollout.max_conversation_tokens == 8192
   assert (s.rollout.scenario, s.rollout.thinking, s.rollout.force_thinking) == (
       "mixed", False, False)
   t = _settings("pedagogical_rl,think").rollout  # config/eval/TutorRL-think.yaml.
@@ -85,9 +85,9 @@ def test_paper_protocols():
   u = _settings("uco").rollout  # Paper 000 section IV: T = 10 tutor turns, tutor first.
   assert (u.max_tutor_turns, u.scenario) == (10, "guided")
   assert (u.tutor_prompt, u.student_prompt) == ("uco/teacher", "uco/student")  # Table XII.
-  # UCO's tutor in 003's dialogues: 16 messages, both scenarios, 003's student prompt.
+  # UCO's tutor in 003's dialogues: 003's turn limit, both scenarios, 003's student prompt.
   u = _settings("uco_003").rollout
-  assert (u.max_turns, u.max_tutor_turns, u.scenario) == (16, 0, "mixed")
+  assert (u.max_turns, u.max_tutor_turns, u.scenario) == (15, 0, "mixed")
   assert (u.tutor_prompt, u.student_prompt) == ("uco/teacher", "pedagogical_rl/student_system")
   with pytest.raises(flags.IllegalFlagValueError, match="think is paper 003's"):
     _settings("uco,think")

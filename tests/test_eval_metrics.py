@@ -143,7 +143,7 @@ class Scripted:
     return [self.reply(r, round_) for r in requests]
 
 
-def test_eval_judges_keep_unparsed_samples_as_none():
+def test_eval_judges_keep_unparsed_samples_as_none_under_the_lenient_rule():
   ds = [record(p).dialogue for p in "abc"]
   # Dialogue a: every reply prose; b: REJECT; c: the first sample parses on the second round.
   def reply(r, round_):
@@ -154,7 +154,7 @@ def test_eval_judges_keep_unparsed_samples_as_none():
     return '{"decision": "OK"}' if round_ or r.sample else "no"
   stats = asking.AskStats()
   verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
-                          max_failed_share=0.5, stats=stats)
+                          max_failed_share=0.5, stats=stats, parse_rule="lenient")
   # Training's type: booleans per decision sample, None where nothing parsed, none filled.
   assert all(isinstance(v, Verdict) and not v.filled for v in verdicts)
   assert verdicts[0].decisions == {"leakage": [None, None], "helpfulness": [None, None]}
@@ -166,4 +166,25 @@ def test_eval_judges_keep_unparsed_samples_as_none():
   assert stats["policy/unparsed"] == 4 and stats["parse_failures"] == 4 + 4 + 2
   with pytest.raises(JudgeError, match="more than rewards.max_failed_share"):
     judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
-                 max_failed_share=0.2, stats=asking.AskStats())
+                 max_failed_share=0.2, stats=asking.AskStats(), parse_rule="lenient")
+
+
+def test_eval_judges_count_unparsed_samples_as_ok_under_the_strict_rule():
+  # The reference's evaluation (eval.py through src/classroom.py run_judges): a reply is read
+  # only as JSON whose decision is exactly OK or REJECT, and a sample unparsed after every
+  # round counts as OK, so it stays in the leak share's denominator as a pass.
+  ds = [record(p).dialogue for p in "abc"]
+  def reply(r, round_):
+    if r.dialogue is ds[0]:
+      return '{"reasoning": "lower case", "decision": "reject"}'  # Never read.
+    if r.dialogue is ds[1]:
+      return '{"reasoning": "gives 7", "decision": "REJECT"}'
+    return '{"reasoning": "", "decision": "OK"}' if round_ or r.sample else "Decision: REJECT"
+  stats = asking.AskStats()
+  verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
+                          max_failed_share=0.5, stats=stats)  # The default rule: strict.
+  out = [judges.labels(v) for v in verdicts]
+  assert out[0] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}
+  assert out[1] == {"leakage": ["REJECT", "REJECT"], "helpfulness": ["REJECT", "REJECT"]}
+  assert out[2] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}
+  assert stats["policy/ok"] == 4 and stats["parse_failures"] == 4 + 4 + 2

@@ -45,6 +45,40 @@ def test_parse_score(text, want):
   assert judging.parse_score(text) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    # Paper 003's reference (src/classroom.py run_judges, JudgeResponse): the text from the
+    # first "{" to the last "}", backslashes removed, as JSON with a string reasoning and a
+    # decision of exactly OK or REJECT.
+    ('{ "reasoning": "fine", "decision": "OK" }', True),
+    ('```json\n{"reasoning": "x", "decision": "REJECT"}\n```', False),
+    ('Sure: {"decision": "REJECT", "reasoning": "too long"} Hope it helps.', False),
+    ('{"reasoning": "a\\(x\\) and a\nnewline", "decision": "OK", "extra": 1}', True),
+    ('{"reasoning": "lower case", "decision": "ok"}', None),
+    ('{"reasoning": "a synonym", "decision": "accept"}', None),
+    ('{"reasoning": "x", "decision": "Reject"}', None),
+    ('{"decision": "OK"}', None),  # No reasoning.
+    ('{"reasoning": 3, "decision": "OK"}', None),
+    ("{'reasoning': 'single quotes', 'decision': 'OK'}", None),
+    ("Decision: OK", None),
+    ('The verdict... "decision": "REJECT", "reasoning": "cut off', None),
+    ("", None),
+])
+def test_strict_parse_is_the_reference_rule(text, want):
+  assert judging.parse_decision_strict(text) is want
+  assert judging.parse(text, judging.DECISION) is want  # The default rule.
+  assert judging.parse(text, judging.DECISION, "lenient") is judging.parse_decision(text)
+
+
+def test_judge_settings_default_to_the_reference_rule():
+  from pedrl.jobs import base_config, settings
+  j = settings.Reader(base_config.dialogue_config("paper")).read(settings.JudgeSettings,
+                                                                 "rewards")
+  # Strict parsing, 5 rounds, then OK (run_judges' default decision).
+  assert (j.judge_parse, j.judge_rounds, j.on_judge_failure) == ("strict", 5, "accept")
+  with pytest.raises(ValueError, match="parse rule"):
+    settings.JudgeSettings(judge_parse="loose")
+
+
 # -- A panel over a scripted backend ---------------------------------------------------------
 
 def _dialogue(uid=0, tutor="Can you find 2 + 2 step by step?", student="Is it 4?",
@@ -59,7 +93,7 @@ def _dialogue(uid=0, tutor="Can you find 2 + 2 step by step?", student="Is it 4?
 class Scripted:
   """Replies by (judge name, sample, round) from a dict; the default accepts."""
 
-  def __init__(self, script=None, default='{"decision": "OK"}'):
+  def __init__(self, script=None, default='{"reasoning": "fine", "decision": "OK"}'):
     self.script, self.default, self.seen = script or {}, default, []
 
   def complete(self, requests, round_=0):
@@ -73,7 +107,7 @@ class Scripted:
 
 def test_r_ped_is_one_only_if_every_sample_of_every_judge_accepts():
   ds = [_dialogue(0), _dialogue(1)]
-  backend = Scripted({(1, "helpfulness", 1, 0): '{"decision": "REJECT"}'})
+  backend = Scripted({(1, "helpfulness", 1, 0): '{"reasoning": "", "decision": "REJECT"}'})
   v, _ = judging.judge(ds, judging.PEDAGOGICAL_RL, backend)
   assert [x.r_ped for x in v] == [1.0, 0.0]
   assert v[1].decisions == {"leakage": [True, True], "helpfulness": [True, False]}
@@ -84,7 +118,7 @@ def test_unparsed_replies_are_reasked_then_follow_the_policy():
   garbage = "I cannot decide."
   script = {(0, "leakage", 0, r): garbage for r in range(5)}  # Never parses.
   script[(1, "leakage", 1, 0)] = garbage  # Parses on the second round.
-  script[(1, "leakage", 1, 1)] = '{"decision": "REJECT"}'
+  script[(1, "leakage", 1, 1)] = '{"reasoning": "leaks", "decision": "REJECT"}'
   for policy, r_ped0 in (("accept", 1.0), ("reject", 0.0), ("drop", None)):
     stats = asking.AskStats()
     backend = Scripted(script)
@@ -108,10 +142,10 @@ def test_a_verdict_keeps_each_replys_reason_and_none_for_a_filled_value():
             (0, "helpfulness", 1, 0): "```json\n{'Reason': ' asks a question ', 'decision': 'ok'}```"}
   script.update({(0, "leakage", 1, r): "no idea" for r in range(2)})
   (v,), _ = judging.judge([_dialogue(0)], judging.PEDAGOGICAL_RL, Scripted(script), rounds=2,
-                          on_failure="accept")
+                          on_failure="accept", parse_rule="lenient")
   assert v.decisions == {"leakage": [False, True], "helpfulness": [True, True]}
   assert v.reasons == {"leakage": ["It names 12 as the result.", None],
-                       "helpfulness": [None, "asks a question"]}
+                       "helpfulness": ["fine", "asks a question"]}
 
 
 def test_thinking_judge_sees_the_traces_and_others_do_not():

@@ -112,8 +112,8 @@ def _dialogue(uid, total=None, r_ped=1.0, tutor=("Hi", "Why?"), problem="p", dro
   d = Dialogue(problem_id=problem, problem="q", answer="1", scenario="guided", rollout=uid % 5,
                uid=uid, messages=[Message("tutor", t.strip(), raw=t) for t in tutor])
   d.dropped = dropped
-  if not dropped:
-    d.judgement = Verdict(decisions={}, scores={}, r_ped=r_ped)
+  if not dropped:  # A rejected dialogue: one judge sample said REJECT.
+    d.judgement = Verdict(decisions={"leakage": [True, r_ped == 1.0]}, scores={}, r_ped=r_ped)
     d.rewards = Rewards({}, total)
   return d
 
@@ -121,12 +121,13 @@ def _dialogue(uid, total=None, r_ped=1.0, tutor=("Hi", "Why?"), problem="p", dro
 def test_pairs_of_a_hand_made_group_drop_ties_and_dropped_dialogues():
   group = [_dialogue(10, 1.0), _dialogue(11, 0.5), _dialogue(12, 1.0), _dialogue(13, dropped=True),
            _dialogue(14, -1.0)]
-  pairs, ties = offline_data.group_pairs(group, 2)
+  pairs, ties = offline_data.group_pairs(group, 2, rule="reward_order")
   assert ties == 1  # 10 and 12: equal rewards.
   pair = lambda a, ra, b, rb: PreferencePair("p", 2, a, b, ra, rb)
   assert pairs == [pair(10, 1.0, 11, 0.5), pair(10, 1.0, 14, -1.0), pair(12, 1.0, 11, 0.5),
                    pair(11, 0.5, 14, -1.0), pair(12, 1.0, 14, -1.0)]
-  pairs, ties = offline_data.group_pairs(group, 2, min_margin=0.5)  # 0.5 apart is a tie now.
+  pairs, ties = offline_data.group_pairs(group, 2, min_margin=0.5,  # 0.5 apart is a tie now.
+                                         rule="reward_order")
   assert [(p.chosen, p.rejected) for p in pairs] == [(10, 14), (11, 14), (12, 14)] and ties == 3
 
 
@@ -144,10 +145,30 @@ def test_accepted_dialogues_are_deduplicated_by_tutor_text_within_a_problem():
   # `build` groups by uid // G and counts.
   group = [_dialogue(u, r, problem=f"p{u // 2}") for u, r in ((0, 1.0), (1, 0.0), (2, 0.5),
                                                                 (3, 0.5))]
-  pairs, accepted, counts = offline_data.build(group, group_size=2)
+  pairs, accepted, counts = offline_data.build(group, group_size=2, pairs_rule="reward_order")
   assert [(p.group, p.chosen, p.rejected) for p in pairs] == [(0, 0, 1)]
   assert counts == offline_data.Counts(problems=2, dialogues=4, dropped=0, pairs=1, ties=1,
                                        accepted=2, duplicates=2, filled=0)  # Same tutor text.
+
+
+def test_pairs_by_default_are_judge_accepted_against_judge_rejected_dialogues():
+  """Paper 003 A.3's (D_acc, D_rej) with r(D_acc) > r(D_rej), "chosen and rejected
+  conversations scored by judges" (5.4): only an accepted dialogue against a rejected one
+  rewarded less; two accepted or two rejected dialogues make no pair whatever their
+  rewards, and a rejection a failure policy filled in is no judge's."""
+  group = [_dialogue(0, 1.0), _dialogue(1, 0.2, r_ped=0.0), _dialogue(2, 0.5),
+           _dialogue(3, 0.8, r_ped=0.0), _dialogue(4, 0.1, r_ped=0.0), _dialogue(5, 0.9)]
+  filled = group[4].judgement
+  filled.filled = {"leakage": [False, True]}  # Its only REJECT is the policy's.
+  pairs, unordered = offline_data.group_pairs(group, 0)
+  assert [(p.chosen, p.rejected) for p in pairs] == [(0, 1), (0, 3), (2, 1), (5, 1), (5, 3)]
+  assert unordered == 1  # 2 (0.5) is not above 3 (0.8).
+  by_reward = offline_data.group_pairs(group, 0, rule="reward_order")[0]
+  assert len(by_reward) == 15 and (0, 2) in {(p.chosen, p.rejected) for p in by_reward}
+  *_, counts = offline_data.build(group, group_size=6)
+  assert (counts.pairs, counts.unordered, counts.ties) == (5, 1, 0)
+  with pytest.raises(ValueError, match="pairs='all' is not one of"):
+    offline_data.group_pairs(group, 0, rule="all")
 
 
 def test_a_decision_a_failure_policy_filled_in_accepts_no_dialogue():
@@ -173,10 +194,11 @@ def test_the_sft_set_from_pairs_keeps_accepted_dialogues_in_a_pair_once():
   d = lambda u, r, ped=1.0: _dialogue(u, r, r_ped=ped, tutor=texts(u), problem=f"p{u // 4}")
   dialogues = [d(0, 1.0), d(1, 0.5, ped=0.0), d(2, 0.2), d(3, 1.0),  # 0 and 3 tie.
                d(4, 0.7), d(5, 0.7), d(6, 0.7), d(7, 0.7, ped=0.0)]  # All tie: no pair.
-  pairs, every, _ = offline_data.build(dialogues, group_size=4)
+  pairs, every, _ = offline_data.build(dialogues, group_size=4, pairs_rule="reward_order")
   assert {(p.chosen, p.rejected) for p in pairs} == {(0, 1), (0, 2), (1, 2), (3, 1), (3, 2)}
   assert [a.uid for a in every] == [0, 2, 3, 4, 5, 6]  # Every accepted dialogue.
-  _, from_pairs, counts = offline_data.build(dialogues, group_size=4, sft_source="pairs")
+  _, from_pairs, counts = offline_data.build(dialogues, group_size=4, sft_source="pairs",
+                                             pairs_rule="reward_order")
   # Accepted (not 1) and in a pair, each once though 0, 2 and 3 are in several; none of
   # group 1, whose rewards all tie.
   assert [a.uid for a in from_pairs] == [0, 2, 3] and counts.accepted == 3

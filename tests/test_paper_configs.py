@@ -55,7 +55,9 @@ PAPER_003 = [  # PedagogicalRL, `pedagogical_rl.py:paper` (soft λ = 0.75).
     ("tutor.temperature", 1.0, "appendix A.2: sampling temperature T = 1.0"),
     ("solve.k", 8, "appendix A.2: K = 8"),
     ("rollout.scenario", "mixed", "5.1: uniformly sample from the two scenarios"),
-    ("rollout.max_turns", 16, "5.3: the maximum number of total turns is set to 16"),
+    # 5.3's 16 turns as the reference code counts them (config/train_rl_model.py: max_turns
+    # = 15, "will actually be 16 turns", checked after a teacher message).
+    ("rollout.max_turns", 15, "5.3: the maximum number of total turns is set to 16"),
     ("problems.n_train", 10_000, "5.2: 10,000 training samples"),
     ("problems.n_test", 500, "5.2: 500 test samples"),
     # 5.2's split as released: the reference trains on rd211/Big-Math-RL-Verified-Filtered's
@@ -113,7 +115,7 @@ def test_paper_003_table_2_rows(variant, hard, lam, think, components):
 PAPER_001 = [  # PedagogicalRL-Thinking, `thinking.py:paper` (Ped. Think Reward).
     ("job.batch_problems", 16, "table 7: batch size (problems) 16"),
     ("job.group_size", 8, "table 7: rollouts per problem 8"),
-    ("rollout.max_turns", 16, "table 7: max dialogue turns 16"),
+    ("rollout.max_turns", 15, "table 7: max dialogue turns 16 (003's reference: 15)"),
     ("rewards.lam", 0.75, "table 7 and eq. 1: λ_ped = 0.75"),
     ("rewards.lam_think", 0.3, "table 7 and eq. 1: λ_think = 0.3"),
     ("rewards.theta", 0.6, "table 7 and eq. 1: θ = 0.6"),
@@ -179,6 +181,31 @@ PAPER_000 = [  # UCO, `uco.py:paper`; section IV-A (implementation details) unle
 def test_paper_000_uco():
   _check("uco.py:paper", PAPER_000)
   assert oracle.N_CANDIDATES == 5  # "We also sample K = 5 diverse candidate student responses."
+
+
+# What paper 000 does not state and every one of its numbers depends on: each must be named
+# in experiments/uco.py with its source, set in the paper config, and listed in the
+# differences page.
+UNSTATED_000 = ("rl.steps", "rl.passes", "rl.eps_low", "rl.lr_schedule", "tutor.temperature",
+                "tutor.top_k", "student.temperature", "tutor.max_new_tokens",
+                "student.max_new_tokens", "rollout.max_conversation_tokens")
+
+
+def test_paper_000_unstated_settings_are_named_with_their_sources():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("uco_config", os.path.join(
+      ROOT, "experiments", "uco.py"))
+  uco = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(uco)
+  assert set(UNSTATED_000) <= set(uco.UNSTATED)
+  c = _config("uco.py:paper")
+  for key, (value, source) in uco.UNSTATED.items():
+    section, name = key.split(".")
+    assert c[section][name] == value, key
+    assert source.startswith("003"), (key, source)  # Where the value comes from.
+  with open(os.path.join(ROOT, "docs", "paper-differences.md"), encoding="utf-8") as f:
+    row = next(line for line in f if line.startswith("| UCO's unstated settings"))
+  assert all(f"`{key}" in row for key in uco.UNSTATED), row
 
 
 @pytest.mark.parametrize("variant, name, value", [

@@ -146,7 +146,8 @@ def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
   p = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                               judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1, seed=0)
   p([a])
-  assert a.judgement.filled == {"leakage": [True, True]} and a.judgement.r_ped == 0.0
+  # The default policy is the reference's: unparsed after every round counts as OK, flagged.
+  assert a.judgement.filled == {"leakage": [True, True]} and a.judgement.r_ped == 1.0
   strict = pipeline.RewardPipeline(assemble.RewardSettings(), None, solving.SolveSettings(),
                                    judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1,
                                    max_failed_share=0.5, seed=0)

@@ -210,12 +210,14 @@ def _check_mask(d, tok):
 def _check_ids_equal_render(d, fmt, settings):
   """tutor_ids are what the template makes of the tutor's whole view (independent render)."""
   from pedrl.env import prompts
-  view = [{"role": "system", "content": prompts.render(settings.tutor_prompt, problem=d.problem)}]
+  view = [{"role": "system", "content": prompts.render(settings.tutor_prompt, problem=d.problem,
+                                                       student_name=d.student_name)}]
   for i, m in enumerate(d.messages):
     if m.role == dialogue.TUTOR:
       view.append({"role": "assistant", "content": m.raw})
-    elif i == 0:
-      view.append({"role": "user", "content": settings.attempt_prefix + m.text})
+    elif i == 0:  # The attempt as the tutor read it (Message.text is wrapped already: "all").
+      wrapped = m.text if settings.attempt_view == "all" else settings.attempt_prefix + m.text
+      view.append({"role": "user", "content": wrapped})
     else:
       view.append({"role": "user", "content": m.text})
   while view[-1]["role"] != "assistant":  # Messages after the tutor's last turn were not fed.
@@ -230,15 +232,13 @@ def _check_ids_equal_render(d, fmt, settings):
 def _check_each_message_came_from_its_own_dialogue(d, tutor_tok, student_tok, settings):
   """Every message's crc is that of this dialogue's own context (no rows mixed up
   as dialogues leave the caches), persona included in the student's."""
-  from pedrl.env import solving
   fmt = chat.ChatFormat(student_tok)
   view = [{"role": "system", "content": rollout.student_system_prompt(settings.student_prompt, d)}]
   for i, m in enumerate(d.messages):
     if m.role == dialogue.TUTOR:
       context = tutor_tok.decode(d.tutor_ids[:m.span[0]])
-    elif i == 0:  # The attempt, from the pre-dialogue prompt.
-      context = student_tok.decode(fmt.prompt_ids(solving.pre_dialogue_chat(
-          d.problem, solving.SolveSettings())))
+    elif i == 0:  # The attempt, from the attempt prompt.
+      context = student_tok.decode(fmt.prompt_ids(rollout.attempt_chat(d.problem, settings)))
     else:
       context = student_tok.decode(fmt.prompt_ids(view))
     assert m.raw.rsplit(":", 1)[1] == str(zlib.crc32(context.encode())), (d.uid, i)
@@ -319,6 +319,160 @@ def test_turn_limits_count_what_they_name(qwen_tok, llama_tok, scenario):
   three = roles(max_turns=100, max_tutor_turns=3)
   assert three.count(dialogue.TUTOR) == 3 and three[-1] == dialogue.TUTOR
   assert len(three) == (5 if first == dialogue.TUTOR else 6)
+
+
+@pytest.mark.parametrize("scenario, messages", [(dialogue.GUIDED, 15), (dialogue.ATTEMPTED, 16)])
+def test_paper_turn_limit_is_the_reference_count(qwen_tok, llama_tok, scenario, messages):
+  # Paper 003's rollout settings as its training config reads them. The reference
+  # (eth-lre/PedagogicalRL @ bae10cd: max_turns = 15, checked after a teacher message
+  # with len(conversation) >= max_turns) ends a guided dialogue at 15 messages and an
+  # attempted one at 16 (the attempt counted), both with 8 tutor turns.
+  from pedrl.jobs import base_config, settings
+  paper = settings.Reader(base_config.dialogue_config("paper")).read(
+      rollout.RolloutSettings, "rollout")
+  out, *_ = _run(qwen_tok, llama_tok, [_problem("What is 2 + 5?")], group=1,
+                 **dict(dataclasses.asdict(paper), scenario=scenario))
+  d = out[0]
+  assert d.end_reason == "max_turns" and d.turns == messages
+  assert sum(m.role == dialogue.TUTOR for m in d.messages) == 8
+
+
+def test_students_are_named_per_problem_as_the_reference_does(qwen_tok, llama_tok):
+  # The reference's eight names and None (config/train_rl_model.py `student_names`), one
+  # per problem, in the tutor's and the student's prompts (src/classroom.py).
+  paper = rollout.RolloutSettings()
+  assert paper.student_names == ("Alex", "Jamie", "Taylor", "Jordan", "Sam", "Casey",
+                                 "Morgan", "Riley", "")
+  ids = [problem_id(f"problem {i}") for i in range(300)]
+  names = [rollout.problem_draws(i, paper, 0).student_name for i in ids]
+  assert set(names) == set(paper.student_names)
+  assert names == [rollout.problem_draws(i, paper, 0).student_name for i in ids]
+  problems = [_problem(f"What is {i} + 5?") for i in range(6)]
+  out, tutor_s, _, _ = _run(qwen_tok, llama_tok, problems, group=2, max_turns=2)
+  assert len({d.student_name for d in out}) > 1
+  for d in out:
+    assert d.student_name == rollout.problem_draws(d.problem_id, paper, 0).student_name
+    tutor = rollout.tutor_system_prompt(paper, d)
+    if d.student_name:
+      assert f"helping a student named {d.student_name} with" in tutor
+      assert f"act as a student named {d.student_name} in" in d.student_system
+    else:
+      assert "helping a student with" in tutor and "act as a student in" in d.student_system
+  first = [c for _, _, contexts in tutor_s.calls[:1] for c in contexts]
+  assert any(rollout.tutor_system_prompt(paper, d) in c for d in out for c in first)
+  # () names nobody: figure 12's and 13's text as printed.
+  nameless = rollout.problem_draws(ids[0], rollout.RolloutSettings(student_names=()), 0)
+  assert nameless.student_name == ""
+
+
+# Qwen3's rule for earlier assistant turns (its chat template, and DeepSeek-R1-0528-Qwen3's):
+# once a user message follows, only what comes after the last </think> is rendered.
+DROPS_HISTORY_THINKING = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages %}{% if m['role'] == 'user' %}{% set ns.last_user = loop.index0 %}"
+    "{% endif %}{% endfor -%}"
+    "{%- for m in messages -%}{%- set content = m['content'] -%}"
+    "{%- if m['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in content -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}{%- endif -%}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("template, mode, dropped", [
+    (DROPS_HISTORY_THINKING, "template", True), (DROPS_HISTORY_THINKING, "keep", False),
+    (None, "template", False), (None, "drop", True)], ids=["qwen3_template", "qwen3_keep",
+                                                          "chatml_template", "chatml_drop"])
+def test_tutor_history_thinking_follows_the_template_and_the_cache_stays_exact(
+    testdata, llama_tok, template, mode, dropped):
+  """Every tutor turn's context (the cache row the scripted sampler decodes) is exactly
+  transformers' rendering of the tutor's view at that turn: earlier thinking left out
+  where the template (or `drop`) leaves it out, kept with `keep` or a template that keeps it."""
+  import copy
+  from pedrl.tokenizer import load_tokenizer
+  keeping = load_tokenizer(testdata("qwen2"))  # ChatML: earlier thinking kept.
+  tok = copy.deepcopy(keeping)
+  if template:
+    tok.chat_template = template
+  assert chat.ChatFormat(tok).drops_history_thinking() == (template is not None)
+  out, tutor_s, _, _ = _run(tok, llama_tok, [_problem("What is 2 + 5?")], group=1, max_turns=7,
+                            scenario=dialogue.GUIDED, tutor_history_thinking=mode)
+  d = out[0]
+  settings = rollout.RolloutSettings(tutor_history_thinking=mode)
+  view = [{"role": "system", "content": rollout.tutor_system_prompt(settings, d)}]
+  contexts = [c for _, _, cs in tutor_s.calls for c in cs]
+  tutor_turns = [i for i, m in enumerate(d.messages) if m.role == dialogue.TUTOR]
+  assert len(contexts) == len(tutor_turns) == 4
+  for turn, i in enumerate(tutor_turns):
+    shown = [dict(m, content=chat.history_text(m["content"]))
+             if mode == "drop" and m["role"] == "assistant" else m for m in view]
+    # `keep` holds the turns as sampled: the view as a template that keeps thinking shows it.
+    want = (keeping if mode == "keep" else tok).apply_chat_template(
+        shown, tokenize=False, add_generation_prompt=True)
+    assert contexts[turn] == tok.decode(tok(want, add_special_tokens=False)["input_ids"]), turn
+    assert (f"{SECRET} turn" in contexts[turn]) == (turn > 0 and not dropped)
+    view.append({"role": "assistant", "content": d.messages[i].raw})
+    if i + 1 < len(d.messages):
+      view.append({"role": "user", "content": d.messages[i + 1].text})
+  # The record: the last view encoded whole and the last turn, the earlier spans cleared.
+  last = d.messages[tutor_turns[-1]]
+  assert tok.decode(d.tutor_ids[:last.span[0]]) == contexts[-1]
+  assert (d.messages[tutor_turns[0]].span == (0, 0)) == dropped
+  if not dropped:
+    _check_mask(d, tok)
+    return
+  ids, mask = np.asarray(d.tutor_ids), np.asarray(d.tutor_mask, bool)
+  assert ids[mask].tolist() == tok(last.raw, add_special_tokens=False)["input_ids"] + [
+      tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_grpo_refuses_a_tutor_view_without_its_earlier_thinking(testdata):
+  from absl import app
+  from pedrl.jobs import train
+  s = types.SimpleNamespace(rollout=rollout.RolloutSettings(tutor_history_thinking="drop"),
+                            tutor=types.SimpleNamespace(path=testdata("qwen2")))
+  with pytest.raises(app.UsageError, match="set it to keep"):
+    train._check_history_thinking(s)
+  s.rollout = rollout.RolloutSettings()  # "template": the testdata tutor's ChatML keeps it.
+  train._check_history_thinking(s)
+
+
+@pytest.mark.parametrize("view", ["all", "tutor"])
+def test_the_attempt_is_wrapped_for_every_reader_as_the_reference_does(qwen_tok, llama_tok, view):
+  """The reference's conversation holds the attempt wrapped ("Here is my attempt at this
+  problem: …", src/classroom.py add_message): the student's own view, the post-dialogue
+  solve chat, the judges' transcript and Ped-RM read it so. attempt_view=tutor: only the
+  tutor (pedrl's earlier view)."""
+  from pedrl.env import solving
+  from pedrl.eval import pedrm
+  from pedrl.rewards import judging
+  out, _, student_s, _ = _run(qwen_tok, llama_tok, [_problem("What is 2 + 5?")], group=1,
+                              max_turns=4, scenario=dialogue.ATTEMPTED, attempt_view=view)
+  d = out[0]
+  prefix = rollout.RolloutSettings().attempt_prefix
+  attempt = d.messages[0]
+  bare = chat.visible_text(attempt.raw)
+  assert attempt.role == dialogue.STUDENT and attempt.text == (
+      prefix + bare if view == "all" else bare)
+  shown = prefix + bare if view == "all" else bare  # What the student and the judges read.
+  later = [c for _, _, cs in student_s.calls[1:] for c in cs]  # After the attempt.
+  assert later and all(shown in c for c in later)
+  assert (prefix in later[0]) == (view == "all")
+  d.student_system = d.student_system or "S"
+  post = solving.post_dialogue_chat(d, solving.SolveSettings())
+  assert post[1] == {"role": "assistant", "content": shown}
+  (request, *_) = judging.requests_for([d], judging.PEDAGOGICAL_RL[:1])
+  assert f"- Student: {shown}" in request.prompt
+  # Ped-RM reads it as the tutor did, wrapped once.
+  assert pedrm.dialogue_turns(d)[0]["content"] == prefix + bare
+
+
+def test_judge_transcripts_list_the_dialogue_as_the_reference_prompts_do():
+  msgs = [dialogue.Message(role=dialogue.TUTOR, text="What is 2 + 5?"),
+          dialogue.Message(role=dialogue.STUDENT, text="7")]
+  assert dialogue.transcript(msgs, "lines") == "- Teacher: What is 2 + 5?\n\n- Student: 7"
+  assert dialogue.transcript(msgs) == "Teacher: What is 2 + 5?\n\nStudent: 7"
+  from pedrl.jobs import settings
+  assert settings.JudgeSettings().judge_transcript == "lines"
 
 
 def test_truncated_turns_are_recorded(qwen_tok, llama_tok):

@@ -59,10 +59,10 @@ def test_a_rollout_config_with_an_rl_section_is_refused():
 
 def test_sections_carry_the_papers_defaults_from_the_settings_types():
   c = _module("pedagogical_rl").get_config("paper")
-  # Paper 003: B 16, G 8, 16 messages, 8192-token conversations, K 8 at T 0.6, λ 0.75,
+  # Paper 003: B 16, G 8, 15 messages (the reference's count of 16 turns), 8192-token conversations, K 8 at T 0.6, λ 0.75,
   # lr 5e-7, β 0.001, μ 2, 150 steps (A.1, A.2 and the reference code).
   assert (c.batch_problems, c.group_size) == (16, 8)
-  assert (c.rollout.max_turns, c.rollout.max_conversation_tokens) == (16, 8192)
+  assert (c.rollout.max_turns, c.rollout.max_conversation_tokens) == (15, 8192)
   assert (c.solve.k, c.solve.temperature, c.solve.max_new_tokens) == (8, 0.6, 3900)
   assert (c.rewards.lam, c.rewards.components) == (0.75, "r_sol:1,pedagogy:1,template:1")
   assert (c.rl.lr, c.rl.beta, c.rl.passes, c.rl.steps) == (5e-7, 0.001, 2, 150)

@@ -92,3 +92,45 @@ def test_pre_and_post_dialogue_attempts_fill_the_records(student):
   for d, a in zip(dialogues, out):
     assert len(d.post_answers) == len(d.post_correct) == 3
     assert d.r_sol == a.rate == np.mean(d.post_correct)
+
+
+def test_attempt_prompts_are_the_reference_files_in_their_roles(tmp_path, monkeypatch):
+  """Paper 003's reference measures the pre-dialogue solve rate with its own no-tutor
+  prompt as a user message, and asks for the attempted scenario's attempt with another
+  prompt as a lone system message (src/classroom.py); figure 10 is neither. pedrl ships its
+  own wording of both and reads the reference's files from paths the user gives, checked
+  by SHA-256."""
+  from absl import logging
+  from pedrl.env import prompts
+  problem = "What is 6 * 7?"
+  pre = solving.pre_dialogue_chat(problem, solving.SolveSettings())
+  attempt = rollout.attempt_chat(problem, rollout.RolloutSettings())
+  figure_10 = prompts.render("pedagogical_rl/student_pre_dialogue", problem=problem)
+  assert [m["role"] for m in pre] == ["user"] and [m["role"] for m in attempt] == ["system"]
+  assert figure_10 not in (pre[0]["content"], attempt[0]["content"])
+  assert pre[0]["content"] == prompts.render("pedagogical_rl/student_attempt", problem=problem)
+  assert problem in attempt[0]["content"] and "\\boxed{}" in attempt[0]["content"]
+  # The reference's files by path: rendered as given; a text whose SHA-256 is not the
+  # reference's is logged once per file.
+  path = tmp_path / "attempt.txt"
+  path.write_text("Solve alone:\n{{ problem }}\n")
+  warned = []
+  monkeypatch.setattr(logging, "warning", lambda *a: warned.append(a))
+  s = solving.SolveSettings(pre_prompt_file=str(path))
+  assert solving.pre_dialogue_chat(problem, s) == [
+      {"role": "user", "content": f"Solve alone:\n{problem}"}]
+  solving.pre_dialogue_chat(problem, s)
+  assert len(warned) == 1 and "student_attempt_prompt.txt" in warned[0]
+  import hashlib
+  monkeypatch.setitem(prompts.REFERENCE_FILES, "student_initial_attempt_prompt.txt",
+                      hashlib.sha256(path.read_text().strip().encode()).hexdigest())
+  r = rollout.RolloutSettings(attempt_prompt_file=str(path))
+  assert rollout.attempt_chat(problem, r) == [
+      {"role": "system", "content": f"Solve alone:\n{problem}"}]
+  assert len(warned) == 1  # The file is the reference's: nothing logged.
+  # pedrl's earlier prompts: figure 10, as a user message, before and in the dialogue.
+  old = rollout.RolloutSettings(attempt_prompt="pedagogical_rl/student_pre_dialogue",
+                                attempt_role="user")
+  assert rollout.attempt_chat(problem, old) == [{"role": "user", "content": figure_10}]
+  with pytest.raises(ValueError, match="pre_prompt_file"):
+    solving.SolveSettings(pre_prompt_file=str(tmp_path / "missing.txt"))

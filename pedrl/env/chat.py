@@ -58,6 +58,13 @@ def ends_conversation(text: str) -> bool:
   return END_OF_CONVERSATION in split_thinking(text)[0]
 
 
+def history_text(raw: str) -> str:
+  """A model's earlier message as a thinking template shows it once a later user message
+  follows: what comes after its last `</think>`, leading newlines dropped (the rule of
+  Qwen3's and DeepSeek-R1-0528-Qwen3's chat templates); a message without one as it is."""
+  return raw.split(THINK_CLOSE)[-1].lstrip("\n") if THINK_CLOSE in raw else raw
+
+
 def _marker(i: int) -> str:
   return f"\ue000{i}\ue001"  # Private-use characters: no template trims or rewrites them.
 
@@ -88,6 +95,16 @@ class ChatFormat:
   def prompt_ids(self, messages) -> list[int]:
     """The whole conversation, ending in the generation prompt."""
     return self.encode(self.render(messages, add_generation_prompt=True))
+
+  def drops_history_thinking(self) -> bool:
+    """Whether the template leaves out an earlier assistant message's thinking once a
+    user message follows it (Qwen3, DeepSeek-R1-0528-Qwen3 do; Qwen2.5, Llama do not)."""
+    probe = [{"role": "user", "content": _marker(0)},
+             {"role": "assistant", "content": f"{THINK_OPEN}\n{_marker(1)}\n{THINK_CLOSE}\n\n"
+                                              f"{_marker(2)}"},
+             {"role": "user", "content": _marker(3)}]
+    text = self.render(probe, add_generation_prompt=True)
+    return _marker(1) not in text and _marker(2) in text
 
   def next_ids(self, roles, new_messages, stop_text: str | None) -> list[int]:
     """Tokens to append after a model's own last message to reach its next turn.

@@ -15,7 +15,10 @@ tutor: its chat-template prompt, each of its sampled turns, and between them
 the template tokens carrying the student's messages. `tutor_mask` is 1 exactly
 on the tokens the tutor sampled, each turn's stop token included (the policy
 chose to stop there); template role headers, closings, forced `<think>`
-prefixes and everything from the student are 0. GRPO trains on the 1s.
+prefixes and everything from the student are 0. GRPO trains on the 1s. Where the
+tutor's view leaves its earlier thinking out (`rollout.tutor_history_thinking`), the
+tutor's tokens start again at each turn after a thinking one: `tutor_ids` is then its
+last view, encoded whole, and its last turn.
 """
 import dataclasses
 import json
@@ -44,7 +47,8 @@ class Message:
   finish_reason: str = "stop"  # "stop", "length" (cut at max_new_tokens).
   # [start, end) in tutor_ids: a tutor message's sampled tokens; for a student
   # message, the tokens that brought it to the tutor (template tokens included;
-  # (0, 0) if the dialogue ended before the tutor read it).
+  # (0, 0) if the dialogue ended before the tutor read it, or if the tutor's view was
+  # encoded again after it: rollout.tutor_history_thinking left earlier thinking out).
   span: tuple = (0, 0)
 
 
@@ -99,6 +103,7 @@ class Dialogue:
   uid: int = 0  # Seeds the dialogue's samples: problem's number in its split * G + rollout.
   step: int | None = None  # Training: the GRPO step that sampled and trained on it.
   persona: str = ""
+  student_name: str = ""  # The name the prompts give the student; "": none.
   # The student's system prompt as fed (its persona included): solve attempts and UCO's
   # scoring rebuild the student's view from it. Records of schema 1 do not have it.
   student_system: str = ""
@@ -177,9 +182,17 @@ def _from_version_1(row: dict) -> dict:
 SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
 
 
-def transcript(messages) -> str:
-  """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs."""
-  return "\n\n".join(f"{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
+TRANSCRIPT_STYLES = ("paragraphs", "lines")
+
+
+def transcript(messages, style: str = "paragraphs") -> str:
+  """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs, or
+  as "- Teacher: …" items, a blank line between them ("lines": how paper 003's reference
+  judge prompts list the conversation, prompt_templates/judges/*.txt)."""
+  if style not in TRANSCRIPT_STYLES:
+    raise ValueError(f"transcript style {style!r} is not one of {TRANSCRIPT_STYLES}")
+  dash = "- " if style == "lines" else ""
+  return "\n\n".join(f"{dash}{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
 def save_jsonl(dialogues, path: str, mode: str = "a") -> None:

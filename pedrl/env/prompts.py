@@ -12,9 +12,11 @@ a conversation that each model's own Hugging Face chat template turns into
 tokens (`pedrl.env.chat.ChatFormat`), so Qwen and Llama students both get their native format;
 no role markers are written by hand here.
 """
+import hashlib
 import os
 
 import jinja2
+from absl import logging
 
 _PEDRL = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts")
@@ -23,7 +25,15 @@ PROMPT_DIRS = tuple(os.path.join(_PEDRL, package, "prompt_texts")
 # name -> where the paper gives it.
 SOURCES = {
     "pedagogical_rl/student_pre_dialogue": "paper 003, figure 10",
+    # pedrl's own wording where paper 003's reference code uses prompt files the paper does
+    # not print (a user gives the reference's file by path: REFERENCE_FILES).
+    "pedagogical_rl/student_attempt":
+        "pedrl, after paper 003's reference code (the student alone: the pre-dialogue solve rate)",
+    "pedagogical_rl/student_initial_attempt":
+        "pedrl, after paper 003's reference code (the attempted scenario's first attempt)",
     "pedagogical_rl/student_post_dialogue": "paper 003, figure 11",
+    # Figures 12 and 13 name the student where the dialogue has a name (the reference's
+    # student_name, rollout.STUDENT_NAMES); the figures print the nameless form.
     "pedagogical_rl/student_system": "paper 003, figure 12",
     "pedagogical_rl/tutor_system": "paper 003, figure 13",
     # pedrl's own wording (the reference code renders one; paper 003 does not print it).
@@ -59,6 +69,20 @@ SOURCES = {
     "analysis/schoenfeld": "pedrl, after paper 001 section 4.1 and appendix E.2 (three phases)",
 }
 
+# SHA-256 of the stripped text of paper 003's reference prompt files that pedrl does not
+# ship (eth-lre/PedagogicalRL @ bae10cd prompt_templates/): a user gives such a file by
+# path, and a text other than the reference's is logged (its numbers are then not the
+# paper's).
+REFERENCE_FILES = {
+    # get_student_no_tutor_attempt (src/classroom.py): the pre-dialogue solve rate.
+    "student_attempt_prompt.txt":
+        "d7cd37820ffe71ccc438bd3660038db2b2d46464312bc834e28c78f94cee5431",
+    # The attempted scenario's first attempt, a lone system message (src/classroom.py).
+    "student_initial_attempt_prompt.txt":
+        "0337cf8c572bf17a26b016df01d8bf53bb7a1af3cbc10f4f89f564f15bc23fe3",
+}
+_CHECKED = set()
+
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIRS),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
                           autoescape=False)
@@ -74,10 +98,24 @@ def render(name: str, **variables) -> str:
     raise ValueError(f"prompt {name!r} ({SOURCES[name]}): {e.message}") from None
 
 
-def render_file(path: str, **variables) -> str:
+def is_reference_file(path: str, reference: str) -> bool:
+  """Whether the file at `path` holds the reference prompt `reference` (a key of
+  REFERENCE_FILES), by the SHA-256 of its stripped text."""
+  with open(path, encoding="utf-8") as f:
+    text = f.read().strip()
+  return hashlib.sha256(text.encode()).hexdigest() == REFERENCE_FILES[reference]
+
+
+def render_file(path: str, reference: str | None = None, **variables) -> str:
   """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
-  which pedrl does not ship), with its variables; one missing is an error naming the file."""
+  which pedrl does not ship), with its variables; one missing is an error naming the file.
+  `reference`: the REFERENCE_FILES name the file stands for; another text is logged, once."""
   try:
+    if reference and (path, reference) not in _CHECKED:
+      _CHECKED.add((path, reference))
+      if not is_reference_file(path, reference):
+        logging.warning("prompt file %s is not paper 003's reference %s (SHA-256 differs): "
+                        "its numbers will not be comparable to the paper's", path, reference)
     with open(path, encoding="utf-8") as f:
       template = _ENV.from_string(f.read())
   except OSError as e:

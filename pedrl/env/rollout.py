@@ -10,14 +10,16 @@ dialogues leave the caches, so later turns only compute live ones.
 
 Scenarios (per problem, the same for its G rollouts, from a seeded RNG):
 guided, the tutor speaks first; attempted, the student first answers the
-pre-dialogue prompt (paper 003 figure 10) and the tutor sees that attempt as
-"Here is my attempt at this problem: …".
+attempt prompt (`attempt_chat`: a lone system message, as the reference code) and the
+tutor sees that attempt as "Here is my attempt at this problem: …".
 
 Views: the tutor's messages are `assistant` and the student's `user` in the
-tutor's view, flipped in the student's. The tutor's view keeps its thinking;
-the student sees `chat.visible_text`. In the attempted scenario the student's
-view starts with its attempt as its own (assistant) message after its system
-prompt.
+tutor's view, flipped in the student's. The tutor's view keeps its thinking of
+the turn being written, and its earlier turns' thinking as its chat template
+shows it (`tutor_history_thinking`); the student sees `chat.visible_text`. In the
+attempted scenario the student's view starts with its attempt as its own
+(assistant) message after its system prompt, wrapped as the tutor reads it
+(`attempt_view`).
 """
 import dataclasses
 import os
@@ -36,28 +38,67 @@ from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Mess
 
 SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
 TURN_LIMITS = (TUTOR, "message")
+HISTORY_THINKING = ("template", "drop", "keep")
+# The student's names in the tutor's and the student's prompts, "" for none: paper 003's
+# reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py,
+# `student_names`: eight names and None), one per problem (src/classroom.py:
+# student_names[hash(problem) % 9]); the paper's dialogues show "Sam" and "Riley".
+STUDENT_NAMES = ("Alex", "Jamie", "Taylor", "Jordan", "Sam", "Casey", "Morgan", "Riley", "")
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
   """Dialogue rules; defaults are paper 003's (values from its reference code)."""
-  max_turns: int = 16  # Messages per dialogue, the student's attempt included.
+  # Messages per dialogue, the student's attempt included, checked after each tutor message
+  # (`turn_limit`). Paper 003 section 5.3 says "at most 16 turns"; its reference code sets
+  # max_turns = 15 ("will actually be 16 turns", eth-lre/PedagogicalRL @ bae10cd
+  # config/train_rl_model.py) and ends a dialogue after a teacher message once
+  # len(conversation) >= max_turns (src/classroom.py, Conversation.add_message). So a
+  # guided dialogue (tutor first) ends at 15 messages, an attempted one at 16, each with 8
+  # tutor turns. max_turns=16 is pedrl's earlier limit (a guided dialogue then runs 17
+  # messages with 9 tutor turns).
+  max_turns: int = 15
   turn_limit: str = "tutor"  # max_turns checked after "tutor" messages (reference) or any "message".
   max_tutor_turns: int = 0  # Tutor messages per dialogue; 0: no limit of its own.
   max_conversation_tokens: int = 8192
   scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
   tutor_prompt: str = "pedagogical_rl/tutor_system"
   # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (None: pedrl names no students) and `include_thinking` (`thinking`,
+  # `student_name` (the problem's, None for none) and `include_thinking` (`thinking`,
   # the reference's use_thinking): the reference's variables for a teacher prompt, so a
   # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
   # paper 003's reference code; pedrl ships none).
   tutor_prompt_file: str = ""
   student_prompt: str = "pedagogical_rl/student_system"
-  attempt_prompt: str = "pedagogical_rl/student_pre_dialogue"
+  # The attempted scenario's first attempt: the reference writes it from its own prompt file
+  # (`student_initial_attempt_prompt_path`), sent as a lone system message (src/classroom.py,
+  # Conversation.get_conversation), not figure 10 (which prompts no sampling there). pedrl
+  # ships its own wording of that prompt (attempt_prompt); attempt_prompt_file, the
+  # reference's file by path (checked by SHA-256, prompts.REFERENCE_FILES), replaces it.
+  # attempt_prompt=pedagogical_rl/student_pre_dialogue attempt_role=user: pedrl's earlier
+  # attempt (figure 10 as a user message).
+  attempt_prompt: str = "pedagogical_rl/student_initial_attempt"
+  attempt_prompt_file: str = ""
+  attempt_role: str = "system"  # The attempt prompt's role: "system" (reference) or "user".
   attempt_prefix: str = "Here is my attempt at this problem: "
+  # Who reads the attempt wrapped in attempt_prefix: "all", the reference's (its
+  # conversation holds the wrapped text, src/classroom.py add_message: the student's own
+  # view, the post-dialogue solve chat, the judges and Ped-RM see it so); "tutor", pedrl's
+  # earlier view (the others read the attempt bare).
+  attempt_view: str = "all"
   personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
+  # One per problem, drawn like the scenario ("" draws no name); () names no student
+  # (pedrl's earlier prompts).
+  student_names: tuple = STUDENT_NAMES
   thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
+  # The tutor's earlier turns' thinking in its own view: "template", as its chat template
+  # renders the conversation (the reference renders the whole conversation through the
+  # template every turn, src/classroom.py: Qwen3 and DeepSeek-R1-0528-Qwen3 drop it, Qwen2.5
+  # and Llama keep it); "drop": always left out (chat.history_text); "keep": as sampled
+  # (pedrl's earlier view). Where it is left out, the turn after a thinking turn encodes the
+  # tutor's whole view again, so the cache holds exactly what the template renders. A GRPO
+  # run trains one sequence per dialogue and so needs it kept (pedrl.jobs.train checks).
+  tutor_history_thinking: str = "template"
   force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
   # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
   think_instruction: str = ""
@@ -68,12 +109,20 @@ class RolloutSettings:
     if self.max_turns < 1 or self.max_conversation_tokens < 1 or self.max_tutor_turns < 0:
       raise ValueError("max_turns and max_conversation_tokens must be positive, "
                        "max_tutor_turns non-negative")
+    if self.tutor_history_thinking not in HISTORY_THINKING:
+      raise ValueError(f"tutor_history_thinking {self.tutor_history_thinking!r} is not one of "
+                       f"{HISTORY_THINKING}")
     if self.turn_limit not in TURN_LIMITS:
       raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
     if self.force_thinking and not self.thinking:
       raise ValueError("force_thinking needs thinking=True")
-    if self.tutor_prompt_file and not os.path.isfile(self.tutor_prompt_file):
-      raise ValueError(f"tutor_prompt_file {self.tutor_prompt_file!r} does not exist")
+    for key in ("tutor_prompt_file", "attempt_prompt_file"):
+      if getattr(self, key) and not os.path.isfile(getattr(self, key)):
+        raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
+    if self.attempt_view not in ("all", "tutor"):
+      raise ValueError(f"attempt_view {self.attempt_view!r} is not one of ('all', 'tutor')")
+    if self.attempt_role not in ("system", "user"):
+      raise ValueError(f"attempt_role {self.attempt_role!r} is not one of ('system', 'user')")
     for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
                  *filter(None, [self.think_instruction])):
       if name not in prompts.SOURCES:
@@ -117,14 +166,24 @@ class RolloutStats:
     return 1 - sum(c.tokens for c in self.calls) / steps if steps else 0.0
 
 
-def problem_draws(problem_id: str, settings: RolloutSettings, seed: int) -> tuple[str, str]:
-  """(scenario, persona) of a problem: a function of the seed and the problem only."""
+class Draws(NamedTuple):
+  """What a problem's dialogues share, drawn once per problem."""
+  scenario: str
+  persona: str
+  student_name: str  # "": none.
+
+
+def problem_draws(problem_id: str, settings: RolloutSettings, seed: int) -> Draws:
+  """The problem's scenario, persona and student name: a function of the seed and the
+  problem only (the reference draws all three from Python's `hash(problem)`, which is
+  salted per process)."""
   rng = streams.problem_rng(seed, problem_id)
+  pick = lambda options: options[int(rng.integers(len(options)))] if options else ""
   scenario = settings.scenario
   if scenario == "mixed":
-    scenario = (GUIDED, ATTEMPTED)[int(rng.integers(2))]
-  persona = settings.personas[int(rng.integers(len(settings.personas)))] if settings.personas else ""
-  return scenario, persona
+    scenario = pick((GUIDED, ATTEMPTED))
+  persona = pick(settings.personas)
+  return Draws(scenario, persona, pick(settings.student_names))
 
 
 def _pow2(n: int) -> int:
@@ -136,10 +195,12 @@ class Turn(NamedTuple):
   dialogue: int  # Index of the dialogue in the batch.
   fed: list[int]  # Fed before sampling: the template and the other side's new message.
   tokens: np.ndarray  # int32 [n]: the sampled tokens (none for an endpoint or an agent).
+  # (fed holds the whole view, encoded again: earlier thinking left out of the tutor's view.)
   logprobs: np.ndarray  # float32 [n]: their sampling log-probs.
   raw: str  # The reply as sampled (thinking included).
   finish_reason: str  # "stop", or "length": cut at max_new_tokens.
   num_tokens: int  # Tokens the reply took (an endpoint's count where it has no tokens here).
+  reencoded: bool = False  # `fed` is the whole view (earlier thinking dropped), not a delta.
 
 
 class DialogueSide(Protocol):
@@ -159,8 +220,13 @@ class DialogueSide(Protocol):
 class _Side:
   """A party's running state over the batch: its cache and every dialogue's view."""
 
-  def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = ""):
+  def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = "",
+               history: str = "keep"):
     self.name, self.party, self.capacity, self.prefix = name, party, capacity, prefix
+    # "keep": the cache grows by deltas; "template"/"drop": a turn after one that thought
+    # encodes the whole view again, earlier thinking as the template (or history_text) shows it.
+    self.history = history
+    self.stale = [False] * n  # The cache holds thinking the view now leaves out.
     self.prefix_ids = party.chat.encode(prefix) if prefix else []
     self.cache, self.rows = None, []
     self.views = [[] for _ in range(n)]  # {"role", "content"} in this side's roles.
@@ -170,6 +236,11 @@ class _Side:
 
   def new_tokens(self, d: int) -> list[int]:
     view, fed = self.views[d], self.fed[d]
+    if self.stale[d]:  # The whole view again, as the tutor's template now renders it.
+      if self.history == "drop":
+        view = [dict(m, content=chat.history_text(m["content"])) if m["role"] == "assistant"
+                else m for m in view]
+      return self.party.chat.prompt_ids(view) + self.prefix_ids
     if fed == 0:
       ids = self.party.chat.prompt_ids(view)
     else:
@@ -196,6 +267,11 @@ class _Side:
     """One batched turn for the live dialogues (the list shrinks by those that
     cannot fit another turn; they go to `ended`): a Turn per speaking dialogue."""
     sampler, sp = self.party.sampler, self.party.sampling
+    reencode = any(self.stale[d] for d in live)
+    if reencode:  # A fresh cache for the live dialogues, each fed its whole view.
+      self.cache, self.rows = None, []
+      for d in live:
+        self.stale[d], self.lengths[d] = True, 0
     rows = {d: self.new_tokens(d) for d in live}
     for d in list(live):  # A turn that cannot fit this model's cache ends the dialogue.
       if self.lengths[d] + len(rows[d]) + sp.max_new_tokens > self.capacity:
@@ -239,7 +315,9 @@ class _Side:
       self.fed[d] = len(self.views[d])
       self.lengths[d] += len(rows[d]) + len(tokens)
       out.append(Turn(d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw,
-                      gen.finish_reasons[i], int(tokens.size)))
+                      gen.finish_reasons[i], int(tokens.size), reencoded=self.stale[d]))
+      # Its next turn renders this one without its thinking: the cache must be encoded again.
+      self.stale[d] = self.history != "keep" and chat.history_text(raw) != raw
     return out
 
 
@@ -289,9 +367,8 @@ def cache_slots(party: Party, settings: RolloutSettings, other_max_new: int) -> 
 def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
               dialogues: list[Dialogue], todo: list[int],
               stats: RolloutStats) -> list[tuple[str, int, str]]:
-  """The student's first attempt (paper 003 figure 10) in attempted-scenario dialogues."""
-  chats = [[{"role": "user", "content": prompts.render(
-      settings.attempt_prompt, problem=dialogues[d].problem)}] for d in todo]
+  """The student's first attempt in attempted-scenario dialogues."""
+  chats = [attempt_chat(dialogues[d].problem, settings) for d in todo]
   if not isinstance(student, Party):
     start = time.perf_counter()
     replies = student.replies(chats, "an attempt")
@@ -309,6 +386,17 @@ def _attempts(student: Party | Replier, settings: RolloutSettings, seed: int,
   stats.calls.append(Call("attempt", len(todo), _pow2(len(todo)), int(gen.lengths.max()),
                           int(gen.lengths.sum()), gen.row_steps))
   return [(gen.texts[i], gen.row_tokens(i).size, gen.finish_reasons[i]) for i in range(len(todo))]
+
+
+def attempt_chat(problem: str, settings: RolloutSettings) -> list[dict]:
+  """The chat that asks for the attempted scenario's first attempt: the attempt prompt
+  (the user's file, else pedrl's) as one message of `attempt_role`."""
+  if settings.attempt_prompt_file:
+    text = prompts.render_file(settings.attempt_prompt_file, "student_initial_attempt_prompt.txt",
+                               problem=problem)
+  else:
+    text = prompts.render(settings.attempt_prompt, problem=problem)
+  return [{"role": settings.attempt_role, "content": text}]
 
 
 def run(problems, group_size: int, tutor: Party | Replier, student: Party | Replier,
@@ -337,11 +425,11 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
   problem_uids = range(len(problems)) if problem_uids is None else problem_uids
   dialogues = []
   for p, u in zip(problems, problem_uids, strict=True):
-    scenario, persona = problem_draws(p.id, settings, seed)
+    draws = problem_draws(p.id, settings, seed)
     for g in range(group_size):
       dialogues.append(Dialogue(problem_id=p.id, problem=p.problem, answer=p.answer,
-                                scenario=scenario, rollout=g, uid=u * group_size + g,
-                                persona=persona))
+                                scenario=draws.scenario, rollout=g, uid=u * group_size + g,
+                                persona=draws.persona, student_name=draws.student_name))
   n = len(dialogues)
   prefix = chat.THINK_OPEN + "\n" if settings.force_thinking else ""
   tutor_side, student_side = _sides(tutor, student, n, settings, prefix)
@@ -355,10 +443,13 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
     for d, (raw, count, finish) in zip(todo, _attempts(student, settings, seed, dialogues,
                                                      todo, stats)):
       text = chat.visible_text(raw)
+      wrapped = settings.attempt_prefix + text
+      if settings.attempt_view == "all":
+        text = wrapped  # What every reader of the dialogue sees (Message.text).
       dialogues[d].messages.append(Message(role=STUDENT, text=text, raw=raw, num_tokens=count,
                                            finish_reason=finish))
       student_side.views[d].append({"role": "assistant", "content": text})
-      tutor_side.views[d].append({"role": "user", "content": settings.attempt_prefix + text})
+      tutor_side.views[d].append({"role": "user", "content": wrapped})
 
   ended: dict[int, str] = {}  # Dialogue -> end reason.
   for d in range(n):
@@ -375,6 +466,10 @@ def run(problems, group_size: int, tutor: Party | Replier, student: Party | Repl
         other.views[d].append({"role": "user", "content": msg.text})
         if side is tutor_side:
           fed, tokens = turn.fed, turn.tokens
+          if turn.reencoded:  # The tutor's tokens start again from its whole view.
+            dl.tutor_ids, dl.tutor_mask, dl.tutor_logprobs = [], [], []
+            for m in dl.messages:
+              m.span = (0, 0)
           if dl.messages:  # The tokens that brought the student's message to the tutor.
             dl.messages[-1].span = (len(dl.tutor_ids), len(dl.tutor_ids) + len(fed))
           dl.tutor_ids += [int(t) for t in fed]
@@ -422,10 +517,21 @@ def _sides(tutor: Party | Replier, student: Party | Replier, n: int, settings: R
     raise ValueError("force_thinking needs a local tutor: an endpoint's replies do not follow "
                      "a <think> prefix they were not given")
   max_new = lambda p: p.sampling.max_new_tokens if isinstance(p, Party) else p.max_new_tokens
-  make = lambda name, p, other, prefix="": (
-      _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix)
+  make = lambda name, p, other, prefix="", history="keep": (
+      _Side(name, p, n, cache_slots(p, settings, max_new(other)), prefix, history)
       if isinstance(p, Party) else _EndpointSide(name, p, n, prefix))
-  return make(TUTOR, tutor, student, prefix), make(STUDENT, student, tutor)
+  return (make(TUTOR, tutor, student, prefix, tutor_history(settings, tutor)),
+          make(STUDENT, student, tutor))
+
+
+def tutor_history(settings: RolloutSettings, tutor: Party | Replier) -> str:
+  """How a local tutor's view shows its earlier thinking: "keep", "drop", or "template"
+  (its template leaves it out). An endpoint or agent gets the whole conversation each turn,
+  as its own server renders it."""
+  mode = settings.tutor_history_thinking
+  if not isinstance(tutor, Party) or mode == "drop":
+    return mode if isinstance(tutor, Party) else "keep"
+  return "template" if mode == "template" and tutor.chat.drops_history_thinking() else "keep"
 
 
 def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
@@ -435,15 +541,18 @@ def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:
     # include_thinking: the reference's generation_cfg.use_thinking (eth-lre/PedagogicalRL
     # @ bae10cd src/classroom.py, the teacher prompt's render), pedrl's `thinking`.
     text = prompts.render_file(settings.tutor_prompt_file, problem=dl.problem,
-                               student_name=None, include_thinking=settings.thinking)
+                               student_name=dl.student_name or None,
+                               include_thinking=settings.thinking)
   else:
-    text = prompts.render(settings.tutor_prompt, problem=dl.problem)
+    text = prompts.render(settings.tutor_prompt, problem=dl.problem,
+                          student_name=dl.student_name or None)
   if settings.think_instruction:
     text += "\n\n" + prompts.render(settings.think_instruction)
   return text
 
 
 def student_system_prompt(name: str, d: Dialogue) -> str:
-  """The student's system prompt for a dialogue, its persona appended."""
-  system = prompts.render(name, problem=d.problem)
+  """The student's system prompt for a dialogue (naming the student where the prompt
+  does), its persona appended."""
+  system = prompts.render(name, problem=d.problem, student_name=d.student_name or None)
   return system + "\n\n" + d.persona if d.persona else system

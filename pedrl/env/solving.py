@@ -1,4 +1,4 @@
-"""Student solve attempts: K samples before (paper 003 figure 10) and after (figure 11) a dialogue.
+"""Student solve attempts: K samples before and after (paper 003 figure 11) a dialogue.
 
 Each prompt is encoded once and its cache copied to its K samples. The last
 `\\boxed{…}` of each sample is its answer; correctness is math-verify
@@ -14,6 +14,7 @@ then figure 11 as a user message, as the reference code does. With
 user message after the system prompt.
 """
 import dataclasses
+import os
 
 import numpy as np
 
@@ -31,7 +32,14 @@ class SolveSettings:
   match: str = "math_verify"
   temperature: float = 0.6  # The student's sampling for attempts (reference code).
   max_new_tokens: int = 3900  # Reference code.
-  pre_prompt: str = "pedagogical_rl/student_pre_dialogue"
+  # The student alone before the dialogue: the reference measures it with its own prompt
+  # file (`student_attempt_prompt_path`, Conversation.get_student_no_tutor_attempt in
+  # src/classroom.py, a user message), not figure 10. pedrl ships its own wording
+  # (pre_prompt); pre_prompt_file, the reference's file by path (checked by SHA-256,
+  # prompts.REFERENCE_FILES), replaces it. pre_prompt=pedagogical_rl/student_pre_dialogue
+  # is figure 10, pedrl's earlier prompt.
+  pre_prompt: str = "pedagogical_rl/student_attempt"
+  pre_prompt_file: str = ""
   post_prompt: str = "pedagogical_rl/student_post_dialogue"
   post_format: str = "chat"  # The dialogue as "chat" turns (reference) or an inline "transcript".
   pre_dialogue: bool = True  # Jobs: attempts before the dialogue (Δ solve rate reports).
@@ -45,6 +53,11 @@ class SolveSettings:
       raise ValueError(f"post_format {self.post_format!r} is not one of {POST_FORMATS}")
     if self.match not in answers.MATCH_MODES:
       raise ValueError(f"match {self.match!r} is not one of {answers.MATCH_MODES}")
+    if self.pre_prompt_file and not os.path.isfile(self.pre_prompt_file):
+      raise ValueError(f"pre_prompt_file {self.pre_prompt_file!r} does not exist")
+    for name in (self.pre_prompt, self.post_prompt):
+      if name not in prompts.SOURCES:
+        raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
 @dataclasses.dataclass
@@ -90,7 +103,14 @@ def sample(student, chats, uids, k: int, seed: int, stream: int,
 
 
 def pre_dialogue_chat(problem: str, settings: SolveSettings) -> list[dict]:
-  return [{"role": "user", "content": prompts.render(settings.pre_prompt, problem=problem)}]
+  """The student alone on a problem: the pre-dialogue prompt (the user's file, else
+  pedrl's) as a user message."""
+  if settings.pre_prompt_file:
+    text = prompts.render_file(settings.pre_prompt_file, "student_attempt_prompt.txt",
+                               problem=problem)
+  else:
+    text = prompts.render(settings.pre_prompt, problem=problem)
+  return [{"role": "user", "content": text}]
 
 
 def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:

@@ -114,8 +114,10 @@ def dialogue_turns(d, attempt_prefix: str = ATTEMPT_PREFIX) -> list[dict]:
   scenario's first message as the tutor read it."""
   turns = [{"role": "assistant" if m.role == TUTOR else "user", "content": m.text}
            for m in d.messages]
-  if d.scenario == ATTEMPTED and d.messages and d.messages[0].role == STUDENT:
-    turns[0]["content"] = attempt_prefix + turns[0]["content"]
+  first = turns[0]["content"] if turns else ""
+  if (d.scenario == ATTEMPTED and d.messages and d.messages[0].role == STUDENT
+      and not first.startswith(attempt_prefix)):  # Wrapped already: rollout.attempt_view=all.
+    turns[0]["content"] = attempt_prefix + first
   return turns
 
 

@@ -40,7 +40,7 @@ class EvalRecord:
   problem_id: str
   sample: int  # Which of the problem's samples_per_problem dialogues.
   batch: int  # The evaluation batch that computed it (shards and resuming go by batch).
-  pre_solve_rate: float | None  # The student alone, K attempts (paper 003 fig. 10).
+  pre_solve_rate: float | None  # The student alone, K attempts (solve.pre_prompt).
   post_solve_rate: float | None  # After the dialogue, K attempts (fig. 11).
   leak_decisions: list  # Per leakage-judge sample: "OK", "REJECT", or None (never parsed).
   helpful_decisions: list  # The same for the helpfulness judge.

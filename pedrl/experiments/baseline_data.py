@@ -20,8 +20,9 @@ the workdir's last writes
   WORKDIR/train_problems.json  the subset's problem ids, which SFT and MDPO runs inherit
                             (pedrl.jobs.trained_on)
 
-with pedrl.rl.offline_data's rules: pairs within a group when rewards differ,
-ties dropped; accepted = every judge accepted, one per problem and tutor text (of every
+with pedrl.rl.offline_data's rules: pairs within a group, a judge-accepted dialogue
+against a judge-rejected one rewarded less (baselines.pairs=accepted_rejected), or any
+two whose rewards differ (reward_order), the count printed as pairs=N; accepted = every judge accepted, one per problem and tutor text (of every
 dialogue, or with baselines.sft_source=pairs of those in pairs).
 """
 import dataclasses
@@ -127,11 +128,12 @@ class ScoredRollouts:
     records, _, counts = shards.gather(workdir, offline_data.ScoredDialogue)
     dialogues = [r.dialogue for r in records]
     pairs, accepted, numbers = offline_data.build(dialogues, self.per_item, self.b.min_margin,
-                                                  self.b.sft_source)
+                                                  self.b.sft_source, self.b.pairs)
     dialogue_lib.save_jsonl(dialogues, os.path.join(workdir, offline_data.DIALOGUES), mode="w")
     offline_data.save(pairs, os.path.join(workdir, offline_data.PAIRS))
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
-    summary = {"split_problems": self.split_size, **dataclasses.asdict(numbers),
+    summary = {"split_problems": self.split_size, "pair_rule": self.b.pairs,
+               **dataclasses.asdict(numbers),
                "counts": dict(sorted(counts.items()))}
     files.write_json(os.path.join(workdir, "summary.json"), summary)
     trained_on.record(workdir, self.items, self.s.problems.path)

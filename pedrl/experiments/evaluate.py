@@ -129,7 +129,8 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
   stats = asking.AskStats()
   try:
     verdicts = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
-                                 s.judging.max_failed_share, stats)
+                                 s.judging.max_failed_share, stats, s.judging.judge_parse,
+                                 s.judging.judge_transcript)
   finally:
     counts.update({f"judge/{k}": v for k, v in stats.items()})
   clock = tick(counts, "seconds/judges", clock)

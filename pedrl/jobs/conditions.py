@@ -51,8 +51,11 @@ def thinking(c, condition: str, tiny: bool = False):
   opens with the tag, as an R1-style template opens it, then a few words, </think>, a
   reply."""
   think, prompt, _ = THINKING[condition]
+  # Earlier turns' thinking stays in the tutor's view, though its template (DeepSeek-R1-0528-
+  # Qwen3, Qwen3) leaves it out: GRPO trains one sequence per dialogue, every turn's thinking
+  # in it, and the evaluation runs the dialogues the tutor was trained in.
   c.rollout.update(thinking=think, tutor_prompt="thinking/tutor_general" if tiny else prompt,
-                   student_prompt="thinking/student_system")
+                   student_prompt="thinking/student_system", tutor_history_thinking="keep")
   if think and not tiny:
     c.tutor.max_new_tokens = THINKING_TURN_TOKENS
     c.rollout.max_conversation_tokens = THINKING_CONVERSATION_TOKENS

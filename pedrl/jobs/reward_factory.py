@@ -85,7 +85,8 @@ def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
            "local": protocol_lib.jsonable(s.local_judge),
            "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
-          "samples": j.judge_samples, "rounds": j.judge_rounds}
+          "samples": j.judge_samples, "rounds": j.judge_rounds, "parse": j.judge_parse,
+          "transcript": j.judge_transcript}
 
 
 def rollout_protocol(rollout, seed: int) -> dict:
@@ -94,9 +95,16 @@ def rollout_protocol(rollout, seed: int) -> dict:
   workdir's compare equal); a tutor prompt file by its path and its content's SHA-1, so
   an edited file at the same path makes another protocol."""
   out = {**protocol_lib.jsonable(rollout), "seed": seed}
-  if rollout.tutor_prompt_file:
-    with open(rollout.tutor_prompt_file, "rb") as f:
-      out["tutor_prompt_file_sha1"] = hashlib.sha1(f.read()).hexdigest()
+  return {**out, **_prompt_file_hashes(rollout)}
+
+
+def _prompt_file_hashes(section) -> dict:
+  """{"<key>_sha1": the SHA-1 of the file} for each prompt file a section names."""
+  out = {}
+  for key, path in protocol_lib.jsonable(section).items():
+    if key.endswith("_prompt_file") and path:
+      with open(path, "rb") as f:
+        out[f"{key}_sha1"] = hashlib.sha1(f.read()).hexdigest()
   return out
 
 
@@ -104,7 +112,7 @@ def solve_protocol(solve, seed: int) -> dict:
   """The solve attempts as a protocol records them: what decides them, with their seed
   (as rollout_protocol), not how many prompts share a call."""
   return {**{k: v for k, v in protocol_lib.jsonable(solve).items() if k != "prompts_per_call"},
-          "seed": seed}
+          "seed": seed, **_prompt_file_hashes(solve)}
 
 
 def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
@@ -126,5 +134,7 @@ def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
               classifier=(text_backend(s, o.classifier_backend, "classifier", mesh, apis)
                           if s.uco.level_method == "llm" else None))
   return pipeline.RewardPipeline(s.rewards, solver, s.solve, specs, backend, j.judge_rounds,
-                                 j.on_judge_failure, solve_always=s.solve.post_dialogue,
+                                 j.on_judge_failure, judge_parse=j.judge_parse,
+                                 judge_transcript=j.judge_transcript,
+                                 solve_always=s.solve.post_dialogue,
                                  max_failed_share=j.max_failed_share, seed=s.job.seed, **kw)

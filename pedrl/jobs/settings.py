@@ -19,7 +19,8 @@ from pedrl.agents import tutor as agent_tutor
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
-from pedrl.env import party, problems as problems_lib, rollout as rollout_lib, solving
+from pedrl.env import dialogue as dialogue_lib, party, problems as problems_lib
+from pedrl.env import rollout as rollout_lib, solving
 from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
 from pedrl.rewards import asking, assemble, backends, judging, oracle as oracle_lib, uco_turns
 from pedrl.rl import loop, offline_data, trainer, update
@@ -173,7 +174,17 @@ class JudgeSettings:
   judge_backend: str = "openai"  # openai | local | rule
   judge_samples: int = judging.SAMPLES  # Samples per decision judge.
   judge_rounds: int = judging.ROUNDS  # Asks of an unreadable reply.
-  on_judge_failure: str = judging.ON_FAILURE  # accept | reject | drop
+  # strict (paper 003's reference code: JSON whose decision is exactly OK or REJECT) |
+  # lenient (pedrl's: any case, synonyms, prose); pedrl.rewards.judging.
+  judge_parse: str = judging.PARSE_RULE
+  # The dialogue in the judges' prompts: lines ("- Teacher: …", the reference's judge
+  # prompts) | paragraphs ("Teacher: …", pedrl's earlier); pedrl.env.dialogue.transcript.
+  judge_transcript: str = judging.TRANSCRIPT
+  # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
+  # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
+  # strict parsing fills in OK as the reference does and lenient parsing leaves the
+  # sample out (pedrl.eval.judges).
+  on_judge_failure: str = judging.ON_FAILURE
   # A batch in which more than this share of judge requests (or oracle / classifier
   # turns) got no usable reply after every round stops the run instead of writing
   # policy-filled values (an endpoint that is mostly down).
@@ -181,6 +192,13 @@ class JudgeSettings:
 
   def __post_init__(self):
     asking.check_max_failed_share(self.max_failed_share)
+    judging.check_parse_rule(self.judge_parse)
+    if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
+      raise ValueError(f"judge_transcript {self.judge_transcript!r} is not one of "
+                       f"{dialogue_lib.TRANSCRIPT_STYLES}")
+    if self.on_judge_failure not in judging.POLICIES:
+      raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
+                       f"{judging.POLICIES}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +224,11 @@ class OracleSettings:
 class BaselineDataSettings(protocol_lib.ShardSettings):
   """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
+  # Which dialogues MDPO pairs (pedrl.rl.offline_data.PAIR_RULES): accepted_rejected, a
+  # judge-accepted dialogue against a judge-rejected one of its group rewarded less (A.3's
+  # (D_acc, D_rej) with r(D_acc) > r(D_rej); 5.4: "pairs of chosen and rejected
+  # conversations scored by judges"), or reward_order, any two whose rewards differ.
+  pairs: str = "accepted_rejected"
   # Pairs need rewards differing by more than this (0: the paper's r(D_acc) > r(D_rej)).
   min_margin: float = 0.0
   # The SFT set's accepted dialogues: of every scored dialogue, or only of those in pairs
@@ -221,6 +244,8 @@ class BaselineDataSettings(protocol_lib.ShardSettings):
                        f"{offline_data.SFT_SOURCES}")
     if not self.min_margin >= 0:
       raise ValueError(f"min_margin={self.min_margin} must be >= 0")
+    if self.pairs not in offline_data.PAIR_RULES:
+      raise ValueError(f"pairs={self.pairs!r} is not one of {offline_data.PAIR_RULES}")
 
 
 def from_section(path: str, optional: bool = False):

@@ -18,6 +18,7 @@ from absl import app, logging
 from tqdm import tqdm
 
 from pedrl import distributed, sharding
+from pedrl.env import chat
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, counts, finite, read_settings, training_section
@@ -25,6 +26,7 @@ from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, loss, trainer
+from pedrl.tokenizer import load_tokenizer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 
@@ -46,11 +48,27 @@ def check_config(s, mesh):
   """Errors a run should meet before any compute."""
   _check_rl(s)
   check_paths(s)
+  _check_history_thinking(s)
   rows = s.job.batch_problems * s.job.group_size
   shards = sharding.batch_shards(mesh)
   if rows % shards:
     raise app.UsageError(f"batch_problems × group_size = {rows} dialogues do not split over the "
                          f"mesh's {shards} batch shards")
+
+
+def _check_history_thinking(s):
+  """GRPO trains one token sequence per dialogue, its sampled thinking included: a view
+  that leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn
+  from another sequence. Read from the tutor's tokenizer, before the models load."""
+  mode = s.rollout.tutor_history_thinking
+  if mode == "keep":
+    return
+  fmt = chat.ChatFormat(load_tokenizer(s.tutor.path, require_chat_template=True))
+  if mode == "drop" or fmt.drops_history_thinking():
+    raise app.UsageError(
+        f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would leave its "
+        "earlier thinking out (its chat template does), but GRPO trains one sequence per "
+        "dialogue with every turn's thinking in it; set it to keep")
 
 
 def build(c, workdir: str, config_name: str = "?"):

@@ -1,14 +1,20 @@
-"""LLM judges of dialogues: requests, tolerant parsing, retry rounds, an explicit failure policy.
+"""LLM judges of dialogues: requests, the reading of replies, retry rounds, an explicit failure policy.
 
 Paper 003 uses two judges (leakage, figure 14; helpfulness, figure 15), two
 samples each; paper 001 adds a thinking-quality judge that scores the tutor's
 `<think>` traces in [0, 1]. Judges see the visible dialogue; only a judge with
 `sees_thinking` also gets the traces.
 
-A reply that cannot be parsed is asked again, up to `rounds` times in all
+A decision judge's reply is read by one of two rules (`parse_rule`): "strict", the
+reference code's (eth-lre/PedagogicalRL @ bae10cd src/classroom.py, run_judges and
+JudgeResponse): the text from the first `{` to the last `}`, backslashes removed, is a
+JSON object with a string `reasoning` and a `decision` that is exactly "OK" or
+"REJECT"; or "lenient", pedrl's: any case, quoting or synonym ("accept", "yes",
+"fail", ...), JSON or prose. A score judge's (paper 001) reply is always read
+leniently. A reply that cannot be parsed is asked again, up to `rounds` times in all
 (the reference code's 5). What is still unparsed after that follows
-`on_failure`: "accept", "reject" (a decision judge; a score judge gets 1 or 0)
-or "drop" (the dialogue leaves the batch: `Judged.dropped`). Every parse
+`on_failure`: "accept" (the reference's OK), "reject" (a decision judge; a score judge
+gets 1 or 0) or "drop" (the dialogue leaves the batch: `Judged.dropped`). Every parse
 failure, re-ask, API error and policy use is counted in an `asking.AskStats`,
 and every value the policy filled in is flagged in `Verdict.filled`: nothing
 becomes a default silently. A batch in which the policy would fill in more than
@@ -16,6 +22,7 @@ becomes a default silently. A batch in which the policy would fill in more than
 """
 import collections
 import dataclasses
+import json
 import re
 import typing
 
@@ -31,7 +38,13 @@ DECISION, SCORE = "decision", "score"
 POLICIES = ("accept", "reject", "drop")
 # The reference code's: 2 samples per decision judge, an unparsed reply asked up to 5
 # times; pedrl's default for what is still unparsed after that.
-SAMPLES, ROUNDS, ON_FAILURE = 2, 5, "reject"
+# After its rounds the reference counts a judge sample as OK (run_judges' default decision).
+SAMPLES, ROUNDS, ON_FAILURE = 2, 5, "accept"
+PARSE_RULES = ("strict", "lenient")
+PARSE_RULE = "strict"  # The reference's (module docstring).
+# The dialogue in a judge's prompt: "- Teacher: …" items, as the reference's judge prompts
+# list it (dialogue.transcript's "lines"); "paragraphs": pedrl's earlier "Teacher: …".
+TRANSCRIPT = "lines"
 _ACCEPT = {"ok", "accept", "accepted", "approve", "approved", "pass", "yes"}
 _REJECT = {"reject", "rejected", "fail", "no"}
 
@@ -89,6 +102,23 @@ def parse_decision(text: str) -> bool | None:
   return True if word in _ACCEPT else False if word in _REJECT else None
 
 
+def parse_decision_strict(text: str) -> bool | None:
+  """The reference code's reading (src/classroom.py, run_judges): the text from the first
+  '{' to the last '}', backslashes removed, as JSON (control characters allowed) with a
+  string "reasoning" and a "decision" of exactly "OK" (True) or "REJECT" (False); None
+  otherwise."""
+  text = text or ""
+  body = text[text.find("{"):text.rfind("}") + 1].replace("\\", "")
+  try:
+    obj = json.loads(body, strict=False)
+  except ValueError:
+    return None
+  if not isinstance(obj, dict) or not isinstance(obj.get("reasoning"), str):
+    return None
+  return {"OK": True, "REJECT": False}.get(obj.get("decision")) if isinstance(
+      obj.get("decision"), str) else None
+
+
 def parse_score(text: str) -> float | None:
   """A score in [0, 1] (a number or a numeric string), or None."""
   obj = files.json_object(text or "")
@@ -103,8 +133,16 @@ def parse_score(text: str) -> float | None:
   return score if 0.0 <= score <= 1.0 else None
 
 
-def parse(text: str, kind: str):
-  return parse_decision(text) if kind == DECISION else parse_score(text)
+def parse(text: str, kind: str, rule: str = PARSE_RULE):
+  """A reply's value by `rule` (PARSE_RULES; a score is always read leniently)."""
+  if kind != DECISION:
+    return parse_score(text)
+  return parse_decision_strict(text) if rule == "strict" else parse_decision(text)
+
+
+def check_parse_rule(rule: str):
+  if rule not in PARSE_RULES:
+    raise ValueError(f"judge parse rule {rule!r} is not one of {PARSE_RULES}")
 
 
 def reason(text: str) -> str | None:
@@ -123,10 +161,10 @@ def thinking_traces(d) -> str:
                      for i, m in enumerate(turns))
 
 
-def requests_for(dialogues, specs) -> list[Request]:
+def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
   out = []
   for d in dialogues:
-    conversation = transcript(d.messages)
+    conversation = transcript(d.messages, style)
     for j, spec in enumerate(specs):
       extra = {"thinking": thinking_traces(d)} if spec.sees_thinking else {}
       text = prompts.render(spec.prompt, conversation=conversation, problem=d.problem, **extra)
@@ -136,7 +174,8 @@ def requests_for(dialogues, specs) -> list[Request]:
 
 
 def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
-          stats: asking.AskStats | None = None, max_failed_share: float = 1.0) -> Judged:
+          stats: asking.AskStats | None = None, max_failed_share: float = 1.0,
+          parse_rule: str = PARSE_RULE, transcript_style: str = TRANSCRIPT) -> Judged:
   """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
   on_failure="drop" dropped it (`Judged`).
 
@@ -146,13 +185,14 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
   """
   if on_failure not in POLICIES:
     raise ValueError(f"on_failure {on_failure!r} is not one of {POLICIES}")
+  check_parse_rule(parse_rule)
   asking.check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else asking.AskStats()
-  requests = requests_for(dialogues, specs)
+  requests = requests_for(dialogues, specs, transcript_style)
   reasons = {}  # Request uid -> the reason of the reply that was read.
 
   def read(r, text):
-    value = parse(text, r.spec.kind)
+    value = parse(text, r.spec.kind, parse_rule)
     reasons[r.uid] = reason(text) if value is not None else None
     return value
   try:

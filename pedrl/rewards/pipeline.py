@@ -30,6 +30,8 @@ class RewardPipeline:
   judge_backend: asking.TextBackend | None = None
   judge_rounds: int = judging.ROUNDS
   on_judge_failure: str = judging.ON_FAILURE
+  judge_parse: str = judging.PARSE_RULE  # judging.PARSE_RULES: how a decision reply is read.
+  judge_transcript: str = judging.TRANSCRIPT  # dialogue.TRANSCRIPT_STYLES.
   uco: uco_turns.UCOSettings | None = None
   student: Party | None = None  # Scores UCO candidates (the student's model).
   scorer: Scorer | None = None  # On the student's model.
@@ -77,7 +79,8 @@ class RewardPipeline:
       try:
         verdicts, dropped = judging.judge(dialogues, self.judge_specs, self.judge_backend,
                                           self.judge_rounds, self.on_judge_failure,
-                                          judge_stats, self.max_failed_share)
+                                          judge_stats, self.max_failed_share,
+                                          self.judge_parse, self.judge_transcript)
       finally:
         self._count(batch, judge_stats, "judge/")
       for d, v, drop in zip(dialogues, verdicts, dropped):

@@ -3,12 +3,16 @@ from groups of scored rollouts, and the tutor sequences SFT and MDPO train on.
 
 A group is the G dialogues of one problem (consecutive uids u·G … u·G + G − 1).
 
-Pairs (MDPO): every two dialogues of a group whose rewards (the configured
-training reward's total) differ by more than `min_margin` (0: the paper's
-r(D_acc) > r(D_rej)) make one pair, the higher-rewarded one chosen; pairs of equal
-rewards (ties) are dropped and counted. Dialogues a judge policy dropped have no
-reward and make no pair. Pairs are listed by group, then by the two dialogues'
-rollout indices.
+Pairs (MDPO), by `pairs` (PAIR_RULES). "accepted_rejected" (the default): paper 003
+A.3's (D_acc, D_rej), read as its section 5.4 says, "pairs of chosen and rejected
+conversations scored by judges": every dialogue of a group that every judge accepted
+(`is_accepted`) against every one a judge rejected by its own reply (`is_rejected`),
+kept where r(D_acc) > r(D_rej) (by more than `min_margin`; else dropped and counted
+as `unordered`). "reward_order": every two dialogues of a group whose rewards differ by
+more than `min_margin`, the higher-rewarded one chosen, whatever the judges said;
+pairs of equal rewards (ties) are dropped and counted. Rewards are the configured
+training reward's total. Dialogues a judge policy dropped have no reward and make no
+pair. Pairs are listed by group, then by the two dialogues' rollout indices.
 
 Accepted dialogues (SFT): those every pedagogical judge accepted (r_ped = 1),
 each decision a judge's own (a value a judge failure policy filled in,
@@ -40,6 +44,7 @@ from pedrl.env.dialogue import Dialogue, RecordError
 SCHEMA_VERSION = 1
 PAIRS, ACCEPTED, DIALOGUES = "pairs.jsonl", "accepted.jsonl", "dialogues.jsonl"
 SFT_SOURCES = ("dialogues", "pairs")  # What the SFT set's accepted dialogues are taken from.
+PAIR_RULES = ("accepted_rejected", "reward_order")  # Which dialogues MDPO pairs (docstring).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,26 +101,44 @@ class Counts:
   accepted: int  # After deduplication.
   duplicates: int  # Accepted dialogues removed as duplicates.
   filled: int  # r_ped = 1 with a decision a judge failure policy filled in: left out.
+  # accepted_rejected: accepted x rejected pairs whose accepted dialogue is not rewarded
+  # more (by more than min_margin), dropped.
+  unordered: int = 0
 
 
 def _reward(d: Dialogue) -> float | None:
   return None if d.dropped or d.rewards is None else float(d.rewards.total)
 
 
-def group_pairs(group, group_number: int, min_margin: float = 0.0) -> tuple[list, int]:
-  """(pairs, ties) of one problem's dialogues (see the module docstring)."""
+def group_pairs(group, group_number: int, min_margin: float = 0.0,
+                rule: str = "accepted_rejected") -> tuple[list, int]:
+  """(pairs, pairs not made) of one problem's dialogues by `rule` (see the module
+  docstring): not made are ties (reward_order) or unordered pairs (accepted_rejected)."""
+  if rule not in PAIR_RULES:
+    raise ValueError(f"pairs={rule!r} is not one of {PAIR_RULES}")
   scored = [d for d in group if _reward(d) is not None]
-  pairs, ties = [], 0
+  pairs, skipped = [], 0
   for i, a in enumerate(scored):
     for b in scored[i + 1:]:
       ra, rb = _reward(a), _reward(b)
-      if abs(ra - rb) <= min_margin:
-        ties += 1
-        continue
-      win, lose = (a, b) if ra > rb else (b, a)
+      if rule == "accepted_rejected":
+        if is_accepted(a) and is_rejected(b):
+          win, lose = a, b
+        elif is_accepted(b) and is_rejected(a):
+          win, lose = b, a
+        else:
+          continue
+        if _reward(win) - _reward(lose) <= min_margin:
+          skipped += 1
+          continue
+      else:
+        if abs(ra - rb) <= min_margin:
+          skipped += 1
+          continue
+        win, lose = (a, b) if ra > rb else (b, a)
       pairs.append(PreferencePair(a.problem_id, group_number, win.uid, lose.uid, _reward(win),
                                   _reward(lose)))
-  return pairs, ties
+  return pairs, skipped
 
 
 def _passes(d: Dialogue) -> bool:
@@ -133,6 +156,15 @@ def has_filled_decision(d: Dialogue) -> bool:
 def is_accepted(d: Dialogue) -> bool:
   """Every pedagogical judge accepted it (r_ped = 1), each by its own reply."""
   return _passes(d) and not has_filled_decision(d)
+
+
+def is_rejected(d: Dialogue) -> bool:
+  """Some pedagogical judge rejected it by its own reply (not a failure policy's value)."""
+  v = d.judgement
+  if d.dropped or v is None:
+    return False
+  return any(x is False and not (v.filled.get(name) or [False] * len(xs))[i]
+             for name, xs in v.decisions.items() for i, x in enumerate(xs))
 
 
 def tutor_text(d: Dialogue) -> tuple:
@@ -156,31 +188,37 @@ def accepted_dialogues(group, group_number: int, among=None) -> tuple[list, int]
 
 
 def build(dialogues, group_size: int, min_margin: float = 0.0,
-          sft_source: str = "dialogues") -> tuple[list, list, Counts]:
-  """(pairs, accepted dialogues, counts) of scored dialogues in groups of `group_size`;
-  the accepted ones from every dialogue or only those in pairs (`sft_source`)."""
+          sft_source: str = "dialogues",
+          pairs_rule: str = "accepted_rejected") -> tuple[list, list, Counts]:
+  """(pairs, accepted dialogues, counts) of scored dialogues in groups of `group_size`:
+  pairs by `pairs_rule` (PAIR_RULES); the accepted ones from every dialogue or only those
+  in pairs (`sft_source`)."""
   if sft_source not in SFT_SOURCES:
     raise ValueError(f"sft_source={sft_source!r} is not one of {SFT_SOURCES}")
   groups = collections.defaultdict(list)
   for d in dialogues:
     groups[d.uid // group_size].append(d)
-  pairs, accepted, ties, duplicates = [], [], 0, 0
+  pairs, accepted, ties, unordered, duplicates = [], [], 0, 0, 0
   for number in sorted(groups):
     group = groups[number]
     if len({d.problem_id for d in group}) != 1 or len(group) != group_size:
       raise RecordError(f"group {number} has {len(group)} dialogues of problems "
                         f"{sorted({d.problem_id for d in group})}, not {group_size} of one")
-    p, t = group_pairs(group, number, min_margin)
+    p, t = group_pairs(group, number, min_margin, pairs_rule)
     among = {u for x in p for u in (x.chosen, x.rejected)} if sft_source == "pairs" else None
     a, n = accepted_dialogues(group, number, among)
     pairs += p
     accepted += a
-    ties += t
+    if pairs_rule == "reward_order":
+      ties += t
+    else:
+      unordered += t
     duplicates += n
   counts = Counts(problems=len(groups), dialogues=len(dialogues),
                   dropped=sum(d.dropped for d in dialogues), pairs=len(pairs), ties=ties,
                   accepted=len(accepted), duplicates=duplicates,
-                  filled=sum(_passes(d) and has_filled_decision(d) for d in dialogues))
+                  filled=sum(_passes(d) and has_filled_decision(d) for d in dialogues),
+                  unordered=unordered)
   return pairs, accepted, counts
 
 
