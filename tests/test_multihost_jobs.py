@@ -216,3 +216,15 @@ def test_a_partial_launch_is_one_error_line(tmp_path):
       r.stderr.strip().splitlines()[-1]], r.stderr[-2000:]
   assert "--coordinator_address and --process_id are missing" in r.stderr
   assert not (tmp_path / "run").exists()
+
+
+def test_a_job_of_host_side_work_refuses_several_processes(tmp_path):
+  """analyze and cpa repeat their calls on every process: refused before the runtime
+  starts (no coordinator is ever contacted at this address)."""
+  r = subprocess.run(
+      [*jobs.cmd("analyze", tmp_path / "run"), "--config.runs=A=/nonexistent",
+       "--coordinator_address=127.0.0.1:1", "--num_processes=2", "--process_id=0"],
+      cwd=jobs.ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+  lines = r.stderr.strip().splitlines()
+  assert r.returncode == 1 and len(lines) == 1, r.stderr[-2000:]
+  assert lines[0].startswith("error: analyze labels transcripts") and "--multihost=off" in lines[0]
