@@ -86,7 +86,7 @@ def test_engines_leaves_out_the_transformers_loop_without_a_cache(capsys):
 
 def test_a_checkpoint_runs_as_both_sides_and_reports_its_compile_seconds(capsys, testdata):
   """--model: a checkpoint directory in place of the random models; the table gives the
-  seconds pedrl's warm-up spent getting its programs."""
+  seconds pedrl's warm-up spent compiling its programs (or reading them)."""
   results = bench.report(None, dialogues=1, lengths=[2], new_tokens=3, repeats=1,
                          engines=("pedrl",), model=testdata("qwen2"))
   compiled = results[2]["pedrl"]["compiled"]

@@ -41,12 +41,11 @@ never keeps them and no dialogue ends early. Messages and sampled tokens are
 asserted equal between engines. Warm-up (each length's first rollout after
 clearing jax's in-memory caches, compiling or loading from the persistent
 compilation cache included) is timed apart from steady state (best of --repeats,
-engines alternated); pedrl's warm-up reports the seconds it spent getting its
-programs (`compile_s`: tracing, lowering, compiling, or reading them), the programs
-it made, how many came from the persistent cache or the program store
-(`--compilation_cache`; a second run of the same command finds them all there), and
-the seconds jax spent
-tracing and lowering its functions first, which a program read from the store
+engines alternated); pedrl's warm-up reports the seconds it spent compiling its
+programs or reading them from a cache (`compile_s`), the programs it made, how many
+came from the persistent cache or the program store (`--compilation_cache`; a second
+run of the same command finds them all there), and the seconds jax spent tracing
+and lowering its functions first, which a program read from the store
 (`pedrl.engine.programs`) skips. The last line is
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
