@@ -16,8 +16,8 @@ architectures' shapes (`pedrl.models.architectures`) in bfloat16, --layers trimm
 their stacks (their vocabularies past the tokenizer are never sampled, below).
 --model runs a real checkpoint directory (config, safetensors, tokenizer with a chat
 template) as both tutor and student instead, in its own dtype and with its own
-tokenizer; it may end a turn or a dialogue early (its stop tokens are kept off, but not
-its end marker), so its workloads are compared by messages only.
+tokenizer; it may end a dialogue early (its stop tokens are kept off, but not the
+dialogue's end marker), so the engines' workloads are not checked equal then.
 Guided dialogues on testdata's BigMath problems with paper 003's prompts, each
 turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 
@@ -355,7 +355,7 @@ def measure(runs: dict, n: int, repeats: int, fixed: bool = True) -> dict:
   for name, r in out.items():  # Loud, not a silent unfair comparison.
     w = r["work"]
     if fixed:
-        assert (w.messages, w.sampled) == (first.messages, first.sampled), (name, w, first)
+      assert (w.messages, w.sampled) == (first.messages, first.sampled), (name, w, first)
   with compiles.compilations() as compiled:
     best = timing.interleaved_best(runs, n, repeats)
   for name, r in out.items():
@@ -402,7 +402,8 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
         f"largest it reached")
   print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
-        f"{'cache_slots':>13}{'warmup_s':>10}{'compile_s':>11}{'programs':>10}{'cached':>8}{'idle_rows':>11}"
+        f"{'cache_slots':>13}{'warmup_s':>10}{'compile_s':>11}{'programs':>10}{'cached':>8}"
+        f"{'idle_rows':>11}"
         f"{'idle_steps':>12}", flush=True)
 
 
