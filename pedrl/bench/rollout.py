@@ -403,8 +403,7 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"largest it reached")
   print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
         f"{'cache_slots':>13}{'warmup_s':>10}{'compile_s':>11}{'programs':>10}{'cached':>8}"
-        f"{'idle_rows':>11}"
-        f"{'idle_steps':>12}", flush=True)
+        f"{'idle_rows':>11}{'idle_steps':>12}", flush=True)
 
 
 def _print_rows(n: int, by_engine: dict):
