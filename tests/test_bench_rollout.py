@@ -82,3 +82,18 @@ def test_engines_leaves_out_the_transformers_loop_without_a_cache(capsys):
   out = capsys.readouterr().out
   assert not re.search(r"^transformers ", out, re.M)
   assert re.search(r"^rollout_speedup_vs_transformers_kv=\d+\.\d\d$", out, re.M)
+
+
+def test_a_checkpoint_runs_as_both_sides_and_reports_its_compile_seconds(capsys, testdata):
+  """--model: a checkpoint directory in place of the random models; the table gives the
+  seconds pedrl's warm-up spent compiling its programs (or reading them)."""
+  results = bench.report(None, dialogues=1, lengths=[2], new_tokens=3, repeats=1,
+                         engines=("pedrl",), model=testdata("qwen2"))
+  compiled = results[2]["pedrl"]["compiled"]
+  assert len(compiled) > 0 and results[2]["pedrl"]["work"].messages == 2
+  out = capsys.readouterr().out
+  assert "tutor: qwen2 (qwen2), 2 layers" in out and "unrolled layers" in out
+  header = next(line for line in out.splitlines() if line.startswith("engine "))
+  row = next(line for line in out.splitlines() if re.match(r"pedrl +2 ", line))
+  assert float(row.split()[header.split().index("compile_s")]) == pytest.approx(
+      sum(compiled.seconds), abs=0.01)

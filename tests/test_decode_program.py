@@ -98,3 +98,29 @@ def test_a_tensor_split_decode_step_gathers_its_logits_once():
   assert len(gathered) == 1 and re.match(rf"f32\[{batch},(1,)?{vocab}\]", gathered[0]), ops
   assert sum(op.startswith("all-reduce") for op, _ in ops) <= 2 * layers + 1, ops
   assert not [r for _, r in ops if "s32" in r or "pred" in r], ops
+
+
+
+def _lowered_matmuls(layers: int, scan_layers: bool) -> int:
+  """Matmuls in the lowered (not compiled: cheap) program of a sampling call: its prefill,
+  decode loop and head."""
+  cfg = ModelConfig("llama", "causal_lm", 256, 64, layers, 4, 2, 16, 128, 1e-6, 32768,
+                    dtype="float32", scan_layers=scan_layers, pad_token_id=0)
+  sampler = Sampler(build_model(cfg))
+  cache = sampler.new_cache(2, 64)
+  sp = SamplingParams(4)
+  tokens, mask, window = sampler._chunk([[1, 2, 3], [4, 5]], cache, sp.max_new_tokens, True)
+  real, keys = np.ones((2,), bool), sequence_keys(0, np.arange(2))
+  text = sampling._generate.lower(sampler.model, random_params(cfg), cache, tokens, mask, real,
+                                  keys, None, sp, window, None, 0).as_text()
+  return text.count("stablehlo.dot_general")
+
+
+def test_a_scanned_sampling_program_holds_one_layer_body():
+  """Scanned layers (the default layout, which the samplers load) trace one layer body into
+  a loop over the layers: a 6-layer model's sampling program (prefill and decode loop)
+  holds as many matmuls as a 2-layer one's, so its compile time does not grow with depth.
+  Unrolled, every layer is a copy."""
+  assert ModelConfig.scan_layers
+  assert _lowered_matmuls(6, scan_layers=True) == _lowered_matmuls(2, scan_layers=True)
+  assert _lowered_matmuls(6, scan_layers=False) > _lowered_matmuls(2, scan_layers=False)

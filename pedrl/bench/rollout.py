@@ -5,6 +5,8 @@ r"""pedrl's vectorized rollout against transformers dialogue loops, same models 
   python -m pedrl.bench.rollout --size=7b+8b --layers=4 --torch_device=cuda   # a GPU
   python -m pedrl.bench.rollout --size=tiny --group_size=8 --dialogues=16 \
       --stop_rate=0.05 --max_conversation_tokens=900 --messages=16   # ragged: pedrl only
+  python -m pedrl.bench.rollout --model=PATH --dialogues=2 --group_size=2 --messages=4 \
+      --repeats=1 --engines=pedrl   # a real checkpoint as tutor and student
 
 Two random models (tutor and student) are built with transformers and saved as
 safetensors beside testdata's ChatML tokenizer; every engine loads them. Sizes:
@@ -12,6 +14,10 @@ safetensors beside testdata's ChatML tokenizer; every engine loads them. Sizes:
 and `7b+8b` (paper 003's Qwen2.5-7B tutor and Llama-3.1-8B student) have the real
 architectures' shapes (`pedrl.models.architectures`) in bfloat16, --layers trimming
 their stacks (their vocabularies past the tokenizer are never sampled, below).
+--model runs a real checkpoint directory (config, safetensors, tokenizer with a chat
+template) as both tutor and student instead, in its own dtype and with its own
+tokenizer; it may end a dialogue early (its stop tokens are kept off, but not the
+dialogue's end marker), so the engines' workloads are not checked equal then.
 Guided dialogues on testdata's BigMath problems with paper 003's prompts, each
 turn sampling --tokens_per_turn (48) tokens at temperature 1, top-k 50, through:
 
@@ -35,10 +41,11 @@ never keeps them and no dialogue ends early. Messages and sampled tokens are
 asserted equal between engines. Warm-up (each length's first rollout after
 clearing jax's in-memory caches, compiling or loading from the persistent
 compilation cache included) is timed apart from steady state (best of --repeats,
-engines alternated); pedrl's warm-up reports the programs it made, how many
-came from the persistent cache or the program store (`--compilation_cache`; a
-second run of the same command finds them all there), and the seconds jax spent
-tracing and lowering its functions first, which a program read from the store
+engines alternated); pedrl's warm-up reports the seconds it spent compiling its
+programs or reading them from a cache (`compile_s`), the programs it made, how many
+came from the persistent cache or the program store (`--compilation_cache`; a second
+run of the same command finds them all there), and the seconds jax spent tracing
+and lowering its functions first, which a program read from the store
 (`pedrl.engine.programs`) skips. The last line is
 `rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
 tokens per second over transformers_kv's.
@@ -61,7 +68,7 @@ import time
 from absl import app, flags, logging
 import jax
 
-from pedrl import cli, sharding
+from pedrl import cli, models, sharding
 from pedrl.bench import compiles, timing
 from pedrl.engine import SamplingParams, programs, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
@@ -79,6 +86,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("size", "bench", ["bench", "tiny", *REAL_SIZES],
                   "Model sizes (tiny: smoke runs).")
 flags.DEFINE_integer("layers", 0, "Decoder layers of a real size's models (0: all).")
+flags.DEFINE_string("model", None, "A checkpoint directory run as tutor and student in "
+                    "place of --size's random models.")
 flags.DEFINE_integer("dialogues", 8, "Problems per rollout.")
 flags.DEFINE_integer("group_size", 1, "Dialogues per problem (the batch: dialogues x this).")
 flags.DEFINE_float("stop_rate", 0.0, "Share of the tokenizer's ids that end a turn (0: none).")
@@ -140,6 +149,11 @@ def hf_configs(size: str, layers: int = 0) -> dict:
 def kv_heads(size: str, layers: int = 0) -> list[int]:
   """The KV heads of a size's tutor and student."""
   return [c.num_key_value_heads for c in hf_configs(size, layers).values()]
+
+
+def model_kv_heads(path: str) -> list[int]:
+  """The KV heads of a checkpoint run as both sides."""
+  return [models.from_hf(path).num_kv_heads] * 2
 
 
 def cpu_mesh(devices: int):
@@ -297,9 +311,11 @@ def stop_ids(tokenizer, rate: float) -> tuple:
 
 
 def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1,
-                 stop_rate: float = 0.0, scan_layers: bool = False, mesh=None):
+                 stop_rate: float = 0.0, scan_layers: bool = False, mesh=None,
+                 fixed: bool = True):
   """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties
-  (on `mesh`, None: one device)."""
+  (on `mesh`, None: one device). `fixed`: the random models' workload, where no dialogue
+  ends before its last message (checked)."""
   stops = stop_ids(load_tokenizer(paths[TUTOR]), stop_rate)
   # No stops: a logged warning, and every turn samples new_tokens.
   sampling = SamplingParams(new_tokens, temperature=1.0, top_k=TOP_K, stop_token_ids=stops)
@@ -311,7 +327,7 @@ def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1
     out = rollout.run(problems, group_size, parties[TUTOR], parties[STUDENT],
                       dataclasses.replace(settings, max_turns=n, turn_limit="message"), seed=0,
                       stats=stats)
-    if not stops:
+    if fixed and not stops:
       assert all(d.end_reason == "max_turns" for d in out), [d.end_reason for d in out]
     sampled = sum(m.num_tokens for d in out for m in d.messages)
     # Both sides' tokens, fed and sampled: the tutor's ids and the student's cache length.
@@ -321,9 +337,11 @@ def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1
   return run, parties
 
 
-def measure(runs: dict, n: int, repeats: int) -> dict:
+def measure(runs: dict, n: int, repeats: int, fixed: bool = True) -> dict:
   """Per engine: workload, warm-up seconds (first rollout after clearing jax's in-memory
-  caches), best steady seconds; and pedrl's programs in the warm-up and the timed runs."""
+  caches), best steady seconds; and pedrl's programs in the warm-up and the timed runs.
+  `fixed`: the engines' workloads are checked equal (a real model's dialogues may end
+  early, differently in each engine)."""
   jax.clear_caches()  # Each length's warm-up starts cold, as a job's first rollout does.
   programs.forget()
   out = {}
@@ -336,7 +354,8 @@ def measure(runs: dict, n: int, repeats: int) -> dict:
   first = out["pedrl"]["work"]
   for name, r in out.items():  # Loud, not a silent unfair comparison.
     w = r["work"]
-    assert (w.messages, w.sampled) == (first.messages, first.sampled), (name, w, first)
+    if fixed:
+      assert (w.messages, w.sampled) == (first.messages, first.sampled), (name, w, first)
   with compiles.compilations() as compiled:
     best = timing.interleaved_best(runs, n, repeats)
   for name, r in out.items():
@@ -351,16 +370,19 @@ def cache_megabytes(party, slots: int, rows: int) -> float:
   return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) / 1e6
 
 
-def _described(side: str, party, n_params: int | None) -> str:
+def _described(side: str, party, n_params: int | None, model: str | None = None) -> str:
   cfg = party.sampler.cfg
   count = "" if n_params is None else f", {n_params / 1e6:.1f}M parameters"
-  return (f"{side}: random {cfg.model_type}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
-          f"vocab {cfg.vocab_size}{count}, {cfg.dtype}")
+  what = f"{os.path.basename(os.path.normpath(model))} ({cfg.model_type})" if model else (
+      f"random {cfg.model_type}")
+  return (f"{side}: {what}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+          f"vocab {cfg.vocab_size}{count}, {cfg.dtype}, "
+          f"{'scanned' if cfg.scan_layers else 'unrolled'} layers")
 
 
 def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: int,
                   group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings,
-                  mesh):
+                  mesh, model: str | None = None):
   import torch
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
@@ -368,8 +390,8 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
   device = jax.devices()[0]
   print(f"machine: {device.device_kind} ({device.platform}), {os.cpu_count()} cores; jax "
         f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
-  print(_described(TUTOR, parties[TUTOR], n_params) + "; " +
-        _described(STUDENT, parties[STUDENT], None))
+  print(_described(TUTOR, parties[TUTOR], n_params, model) + "; " +
+        _described(STUDENT, parties[STUDENT], None, model))
   print("pedrl on one device" if mesh is None else
         f"pedrl tensor-parallel over {mesh.size} CPU devices, one per core (--cpu_devices)")
   print(f"{batch} guided dialogues ({dialogues} problems x {group_size}), {new_tokens} sampled "
@@ -380,8 +402,8 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"{settings.max_conversation_tokens} + two turns + 256, bucketed); cache_slots: the "
         f"largest it reached")
   print(f"{'engine':<17}{'messages':>9}{'tok/s':>9}{'seconds':>9}{'tokens_fed':>12}"
-        f"{'cache_slots':>13}{'warmup_s':>10}{'programs':>10}{'cached':>8}{'idle_rows':>11}"
-        f"{'idle_steps':>12}", flush=True)
+        f"{'cache_slots':>13}{'warmup_s':>10}{'compile_s':>11}{'programs':>10}{'cached':>8}"
+        f"{'idle_rows':>11}{'idle_steps':>12}", flush=True)
 
 
 def _print_rows(n: int, by_engine: dict):
@@ -391,8 +413,8 @@ def _print_rows(n: int, by_engine: dict):
       continue
     r, w = by_engine[name], by_engine[name]["work"]
     c = r["compiled"]
-    made = (f"{len(c):>10}{c.cache_hits + c.stored:>8}" if name == "pedrl"
-            else f"{'-':>10}{'-':>8}")
+    made = (f"{sum(c.seconds):>11.2f}{len(c):>10}{c.cache_hits + c.stored:>8}"
+            if name == "pedrl" else f"{'-':>11}{'-':>10}{'-':>8}")
     print(f"{name:<17}{n:>9}{r['tok_s']:>9.1f}{r['seconds']:>9.2f}{w.fed:>12}"
           f"{w.cache_slots:>13}{r['warmup']:>10.2f}{made}{share(w.idle_rows):>11}"
           f"{share(w.idle_steps):>12}", flush=True)
@@ -402,9 +424,10 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
            torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
            layers: int = 0, engines=ENGINES, scan_layers: bool = False,
-           cpu_devices: int = 1) -> dict:
+           cpu_devices: int = 1, model: str | None = None) -> dict:
   """Runs `engines` (pedrl always) at every length and prints the table; results by
-  length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides.
+  length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides;
+  `model`: a checkpoint directory both sides run instead (`shape` is then unused).
   On a CPU, pedrl runs tensor-parallel over `cpu_devices` of jax's devices (`cpu_mesh`)."""
   mesh = cpu_mesh(cpu_devices)
   problems = load_bigmath(PROBLEMS)[0][:dialogues]
@@ -412,7 +435,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   settings = rollout.RolloutSettings(scenario=GUIDED,
                                      max_conversation_tokens=max_conversation_tokens)
   dtype = "bfloat16" if isinstance(shape, str) and shape in REAL_SIZES else "float32"
-  configs = hf_configs(shape, layers) if isinstance(shape, str) else None
+  configs = hf_configs(shape, layers) if isinstance(shape, str) and not model else None
   rows = [p for p in problems for _ in range(group_size)]  # transformers' dialogues, in order.
   results = {}
   start = time.perf_counter()
@@ -421,10 +444,15 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
     print(f"setup: {what} at {time.perf_counter() - start:.1f} s", flush=True)
 
   with tempfile.TemporaryDirectory() as path:
-    paths, n_params = save_models(path, None if configs else shape, configs, dtype, torch_device)
-    setup("random checkpoints written")
+    if model:
+      paths, n_params = {TUTOR: model, STUDENT: model}, None
+      dtype = models.from_hf(model).dtype  # The checkpoint's own, as pedrl loads it.
+    else:
+      paths, n_params = save_models(path, None if configs else shape, configs, dtype,
+                                    torch_device)
+      setup("random checkpoints written")
     pedrl_run, parties = pedrl_runner(paths, problems, settings, new_tokens, group_size,
-                                      stop_rate, scan_layers, mesh)
+                                      stop_rate, scan_layers, mesh, fixed=not model)
     setup("pedrl's parties loaded")
     runs = {}
     if not stop_rate:  # A ragged workload's draws differ between engines: pedrl alone.
@@ -435,15 +463,15 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
       setup("transformers' models loaded")
     runs["pedrl"] = pedrl_run
     _print_header(parties, n_params, torch_device, len(rows), dialogues, group_size, new_tokens,
-                  stop_rate, repeats, settings, mesh)
+                  stop_rate, repeats, settings, mesh, model)
     for n in lengths:  # Each length's rows as soon as measured: a run cut short keeps them.
-      results[n] = measure(runs, n, repeats)
+      results[n] = measure(runs, n, repeats, fixed=not model)
       _print_rows(n, results[n])
   for n, by_engine in results.items():
     r = by_engine["pedrl"]
     c = r["compiled"]
     print(f"pedrl programs, {n} messages: {len(c)} in the warm-up rollout "
-          f"({sum(c.seconds):.1f} s; {c.cache_hits} from the persistent cache and "
+          f"({sum(c.seconds):.1f} s getting them; {c.cache_hits} from the persistent cache and "
           f"{c.stored} from the program store; {c.traced:.1f} s tracing and {c.lowered:.1f} s "
           f"lowering the functions first), {len(r['steady_compiled'])} in {repeats} timed "
           "rollouts")
@@ -457,6 +485,9 @@ def main(argv):
   del argv
   cli.require("bench.rollout (transformers on PyTorch beside pedrl)", "torch")
   size = FLAGS.size
+  if FLAGS.model and not os.path.isfile(os.path.join(FLAGS.model, "config.json")):
+    raise app.UsageError(f"--model={FLAGS.model}: no config.json there (a checkpoint "
+                         "directory with safetensors and a tokenizer)")
   if FLAGS.layers and size not in REAL_SIZES:
     raise app.UsageError(f"--layers trims a real size's models ({', '.join(REAL_SIZES)}), "
                          f"not --size={size}")
@@ -468,7 +499,8 @@ def main(argv):
   report(size, FLAGS.dialogues, [int(n) for n in FLAGS.messages], FLAGS.tokens_per_turn,
          FLAGS.repeats, FLAGS.max_conversation_tokens, FLAGS.torch_device, FLAGS.group_size,
          FLAGS.stop_rate, FLAGS.layers, FLAGS.engines, FLAGS.scan_layers,
-         _cpu_devices(FLAGS.cpu_devices, kv_heads(size, FLAGS.layers), FLAGS.torch_device))
+         _cpu_devices(FLAGS.cpu_devices, model_kv_heads(FLAGS.model) if FLAGS.model else
+                      kv_heads(size, FLAGS.layers), FLAGS.torch_device), FLAGS.model)
 
 
 def _cpu_devices(wanted: int, heads: list[int], torch_device: str) -> int:

@@ -60,10 +60,12 @@ class ModelConfig:
   # Runtime choices, not architecture.
   dtype: str = "float32"
   remat: bool = False
-  # Scanned layers keep one compiled layer body (fast compiles for training).
-  # Unrolled layers (params layers_0, layers_1, ...) let decoding read each
-  # layer's weights and KV cache in place: XLA:CPU and :GPU copy the slice of
-  # a stacked array that a scan step reads, which doubles decode memory traffic.
+  # Scanned layers keep one compiled layer body: compile time does not grow with
+  # depth. Unrolled layers (params layers_0, layers_1, ...) let decoding read each
+  # layer's weights and KV cache in place: XLA:CPU and :GPU copy the slice of a
+  # stacked array that a scan step reads (a CPU decode step 14-32% slower at
+  # SmolLM2-135M's shape, its sampling program 2.3x longer to compile at 30 layers
+  # than at 2 unrolled; docs/performance.md, "Compile time and depth").
   scan_layers: bool = True
   # Attention of a multi-token chunk on a KV cache (prefill, a dialogue turn) in
   # blocks of this many queries and keys (layers.blocked_attention); 0: the whole
