@@ -164,7 +164,7 @@ def cpu_mesh(devices: int):
   if jax.device_count() < devices:
     raise ValueError(f"cpu_devices={devices}, but jax has {jax.device_count()} CPU devices "
                      "(jax_num_cpu_devices is set before jax starts: the command does)")
-  return sharding.make_mesh(1, 1, devices, devices=jax.devices()[:devices])
+  return sharding.make_mesh(1, 1, devices, devices=jax.local_devices()[:devices])
 
 
 def save_models(path: str, shape: dict | None = None, configs: dict | None = None,
@@ -387,7 +387,7 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
            else f"{torch.get_num_threads()} torch threads")
-  device = jax.devices()[0]
+  device = jax.local_devices()[0]
   print(f"machine: {device.device_kind} ({device.platform}), {os.cpu_count()} cores; jax "
         f"{jax.__version__}; transformers {__import__('transformers').__version__} on {where}")
   print(_described(TUTOR, parties[TUTOR], n_params, model) + "; " +
