@@ -76,6 +76,7 @@ def config(steps: int, lr: float, max_tutor_share: float = 0.5, model: str = TES
     c.solve.k, c.solve.max_new_tokens = 1, 16
     c.group_size, c.rl.micro_batch = 4, 4
     c.rewards.rule_judges.max_tutor_words = 30
+    c.scan_layers = True  # One compiled layer body: 30 unrolled layers compile for minutes.
   if max_tutor_words is not None:
     c.rewards.rule_judges.max_tutor_words = max_tutor_words
   return c
