@@ -23,7 +23,8 @@ def broken_load(monkeypatch, **changes):
 
 
 def test_the_tool_passes_smollm2_at_float32_and_prints_its_measures(smollm2):
-  # The absolute 1e-4 it used to judge by failed this port (1.6e-4 at |logit| 35).
+  # The absolute 1e-4 it used to judge by failed this port on one machine (1.6e-4 at
+  # |logit| 35) and passed it by a hair on another (9.9e-5): the verdict is now relative.
   proc = subprocess.run([sys.executable, "-m", "pedrl.tools.check_parity", f"--hf_dir={smollm2}",
                          "--generate=8", "--batch=2", "--seq_len=16"],
                         capture_output=True, text=True, timeout=600)
