@@ -104,7 +104,8 @@ def main(argv):
         f"max_tutor_share={c.rewards.rule_judges.max_tutor_share}", flush=True)
   run, writer, ckpt = train.build(c, FLAGS.workdir, "pedrl.bench.learning")
   with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="learning") as bar:
-    run.run(lambda step, m: (bar.update(1), bar.set_postfix(reward=f"{m['reward/total']:.3f}")))
+    run.run(lambda step, m: (bar.update(1), bar.set_postfix(
+        reward=f"{m.to_row()['reward/total']:.3f}")))
   writer.close()
   ckpt.close()
   with open(os.path.join(FLAGS.workdir, "metrics.jsonl")) as f:
