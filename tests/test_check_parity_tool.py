@@ -33,7 +33,7 @@ def test_passes_on_a_fresh_checkpoint_and_fails_when_tolerance_is_impossible(tmp
   assert float(lines[-1].split("=")[1]) <= 1e-4
   assert "greedy_tokens_equal=true" in lines
 
-  rc, lines, _ = run_tool(f"--hf_dir={tmp_path}", "--atol=1e-12")
+  rc, lines, _ = run_tool(f"--hf_dir={tmp_path}", "--rtol=1e-12")
   assert rc == 1 and "verdict=FAIL" in lines
 
 
@@ -122,3 +122,33 @@ def test_an_early_eos_or_a_difference_up_to_the_eos_is_still_a_mismatch(testdata
     result = tampered(row, step, token)
     assert not result["greedy_tokens_equal"]
     assert result["first_token_mismatch"] == (row, step, token, int(ref[row, step]))
+
+
+def test_a_port_that_drops_qwen2s_attention_biases_fails(tmp_path, monkeypatch):
+  # SmolLM2 (the real tier's model) has no biases, and transformers initialises Qwen2's
+  # q/k/v biases (testdata's too) to zero: this checkpoint's are drawn like its weights.
+  import torch
+  from pedrl import models
+  config = transformers.Qwen2Config(
+      vocab_size=300, hidden_size=64, intermediate_size=100, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2)
+  torch.manual_seed(13)
+  model = transformers.Qwen2ForCausalLM(config).eval()
+  with torch.no_grad():
+    for layer in model.model.layers:
+      for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+        proj.bias.normal_(0.0, 0.2)
+  model.save_pretrained(tmp_path)
+  assert check_parity.verdict(check_parity.compare(str(tmp_path)), check_parity.RTOL["float32"])
+
+  load = models.load
+  def without_biases(*args, **kwargs):
+    cfg, module, params = load(*args, **kwargs)
+    attn = params["layers"]["attn"]
+    for name in ("q", "k", "v"):
+      attn[name]["bias"] = attn[name]["bias"] * 0
+    return cfg, module, params
+  monkeypatch.setattr(models, "load", without_biases)
+  result = check_parity.compare(str(tmp_path))
+  assert not check_parity.verdict(result, check_parity.RTOL["float32"]), result
+  assert result["max_rel_logit_diff"] > 100 * check_parity.RTOL["float32"]
