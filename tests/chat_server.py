@@ -12,7 +12,8 @@ class ChatServer:
   ("html", raw bytes) | ("json", any JSON value) | ("reply", content). After the
   list: ("reply", reply(body)), with `usage(body)` as the completion's usage if given."""
 
-  def __init__(self, actions, reply=lambda body: '{"decision": "OK"}', usage=None):
+  def __init__(self, actions, reply=lambda body: '{"reasoning": "fine", "decision": "OK"}',
+               usage=None):
     self.actions, self.lock, self.bodies, self.paths = list(actions), threading.Lock(), [], []
     outer = self
 
@@ -29,7 +30,7 @@ class ChatServer:
         kind, arg, headers = action[0], action[1], action[2] if len(action) > 2 else {}
         if kind == "sleep":
           time.sleep(arg)
-          kind, arg = "reply", '{"decision": "OK"}'
+          kind, arg = "reply", '{"reasoning": "fine", "decision": "OK"}'
         content_type = "application/json"
         if kind == "status":
           data = json.dumps({"error": {"message": "scripted", "type": "x"}}).encode()

@@ -241,7 +241,8 @@ def test_openai_backend_retries_then_succeeds(api_key, monkeypatch):
 def test_openai_backend_gives_up_after_max_tries_and_counts(api_key):
   # Sample 0 fails 5 times (its round ends in an API error), sample 1 gets REJECT;
   # asked again, sample 0 gets OK.
-  server = ChatServer([("status", 500)] * 5 + [("reply", '{"decision": "REJECT"}')])
+  server = ChatServer([("status", 500)] * 5 +
+                      [("reply", '{"reasoning": "x", "decision": "REJECT"}')])
   try:
     backend = _backend(server)
     stats = asking.AskStats()
@@ -341,7 +342,7 @@ def test_replies_that_are_no_completion_are_retried_and_counted(api_key):
   # again, sample 0 gets its verdict too.
   server = ChatServer([("html", b"<html>502 Bad Gateway</html>"), ("json", {"error": "upstream"}),
                     ("json", {"choices": []}), ("body", b"<html>bad gateway</html>"),
-                    ("reply", '{"decision": "OK"}')])
+                    ("reply", '{"reasoning": "x", "decision": "OK"}')])
   try:
     backend = _backend(server, max_tries=3)
     stats = asking.AskStats()
@@ -361,7 +362,7 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
                     ("status", 429, {"retry-after-ms": "1500"}),
                     ("status", 503, {"Retry-After": email.utils.formatdate(now + 5, usegmt=True)}),
                     ("status", 500),  # No header: exponential backoff with jitter.
-                    ("reply", '{"decision": "OK"}')])
+                    ("reply", '{"reasoning": "x", "decision": "OK"}')])
   delays = []
   monkeypatch.setattr(openai_compat, "time", types.SimpleNamespace(sleep=delays.append,
                                                               time=lambda: now))
@@ -380,7 +381,8 @@ def test_retry_after_is_honoured_up_to_backoff_max(api_key, monkeypatch):
 
 def _mostly_down():
   """An endpoint that answers once, then 503s."""
-  return ChatServer([("reply", '{"decision": "REJECT"}')] + [("status", 503)] * 200)
+  return ChatServer([("reply", '{"reasoning": "x", "decision": "REJECT"}')] +
+                    [("status", 503)] * 200)
 
 
 @pytest.mark.job
@@ -393,14 +395,14 @@ def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
         r"^7 of 8 judge answers .* after 2 rounds .*on_failure='reject' \(88%\), more than "
         r"rewards\.max_failed_share=0\.2 allows; causes: api_errors/InternalServerError 7$")):
       judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], backend, rounds=2,
-                    max_failed_share=0.2)
+                    on_failure="reject", max_failed_share=0.2)
   finally:
     server.close()
   server = _mostly_down()
   try:
     stats = asking.AskStats()
     v, _ = judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], _backend(server, max_tries=2),
-                         rounds=2, stats=stats, max_failed_share=1.0)
+                         rounds=2, on_failure="reject", stats=stats, max_failed_share=1.0)
     assert [x.decisions["leakage"] for x in v] == [[False, False]] * 4
     assert [x.filled["leakage"] for x in v] == [[False, True]] + [[True, True]] * 3
     assert stats["policy/reject"] == 7 and stats["api_errors/InternalServerError"] == 14

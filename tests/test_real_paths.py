@@ -39,22 +39,19 @@ def _clean(text: str) -> bool:
   return not any(t in text for t in TEMPLATE)
 
 
-def _check_messages(messages, ended: bool):
+def _check_messages(messages):
+  """Clean text, no thinking, words. (A sampled 40-token turn may be cut before its
+  <|im_end|>; the server's greedy reply checks the turn's end deterministically.)"""
   assert messages and all(_clean(m.text) and _clean(m.raw) for m in messages)
   assert all(not m.thinking for m in messages)  # Thinking off: none asked for, none found.
   assert sum(any(c.isalpha() for c in m.text) for m in messages) >= len(messages) // 2
-  if ended:  # Some turn ended at the model's <|im_end|> (not cut at max_new_tokens), which
-    # its text does not carry. Sampled 40-token turns may all be cut, so the jobs' tests do
-    # not ask it; the server's greedy reply checks the turn's end deterministically.
-    assert any(m.finish_reason == "stop" for m in messages), [
-        (m.finish_reason, m.text) for m in messages]
 
 
 def test_tiny_rollout_with_smollm2_as_tutor_and_student(smollm2, tmp_path):
   _run("rollout", tmp_path, smollm2, *PARTIES, "--config.solve.k=1")
   records = dialogue.load_jsonl(str(tmp_path / "dialogues.jsonl"))
   assert len(records) == 2  # One problem x G=2.
-  _check_messages([m for d in records for m in d.messages], ended=False)
+  _check_messages([m for d in records for m in d.messages])
   assert all(d.r_sol is not None for d in records)
 
 
@@ -63,7 +60,7 @@ def test_tiny_evaluation_with_smollm2(smollm2, tmp_path):
   _run("evaluate", tmp_path, smollm2, *PARTIES, "--config.solve.k=1")
   records = records_lib.load(str(tmp_path / "eval_dialogues.jsonl"))
   assert len(records) == 2
-  _check_messages([m for r in records for m in r.dialogue.messages], ended=False)
+  _check_messages([m for r in records for m in r.dialogue.messages])
   assert json.loads((tmp_path / "metrics.json").read_text())["n_problems"] == 1
 
 

@@ -164,12 +164,12 @@ def test_a_shape_over_the_devices_memory_is_refused_before_compiling(monkeypatch
   class Device:
     def memory_stats(self):
       return {"bytes_limit": 2**30}
-  monkeypatch.setattr(train_step.jax, "devices", lambda: [Device()])
+  monkeypatch.setattr(train_step.jax, "local_devices", lambda: [Device()])
   with pytest.raises(app.UsageError, match=r"qwen2\.5-0\.5b at 2048 tokens x micro-batch 4 "
                      r"\(remat False\) needs about 2\.0 GiB .* can allocate 1\.0 GiB: try a "
                      r"smaller --micro_batch or --remat"):
     train_step.check_fits("qwen2.5-0.5b", 2 * 2**30, 2048, 4, False)
   train_step.check_fits("qwen2.5-0.5b", 2**30 - 1, 2048, 4, True)
-  monkeypatch.setattr(train_step.jax, "devices", lambda: [type("Cpu", (), {
+  monkeypatch.setattr(train_step.jax, "local_devices", lambda: [type("Cpu", (), {
       "memory_stats": lambda self: None})()])
   train_step.check_fits("qwen2.5-0.5b", 2**50, 2048, 4, False)

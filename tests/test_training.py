@@ -264,8 +264,9 @@ def test_samples_show_different_problems_with_rewards_verdicts_and_attempts(stra
 def test_a_diverging_run_stops_and_leaves_the_last_checkpoint_intact(straight, tmp_path):
   workdir = _copy(straight, tmp_path)
   before = _tree_bytes(workdir / "checkpoints")
+  # A resume with another learning rate: allowed here, as a user would (resume_mismatch).
   r = subprocess.run(_cmd("pedagogical_rl", workdir, "--config.rl.steps=9", "--config.rl.lr=1e3",
-                          "--config.rl.max_bad_steps=2"),
+                          "--config.rl.max_bad_steps=2", "--config.resume_mismatch=allow"),
                      cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
   assert r.returncode == 3, r.stderr[-3000:]
   assert "Traceback" not in r.stderr
