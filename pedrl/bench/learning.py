@@ -34,8 +34,10 @@ from pedrl import cli, paths
 from pedrl.jobs import train
 from pedrl.tools import import_gguf
 
+# allow_override: pedrl.bench.rollout defines --model too, and the tests import both.
 flags.DEFINE_string("model", None, "Tutor and student: a checkpoint directory, `testdata`, or "
-                    "unset: SmolLM2-135M-Instruct from the model cache when imported there.")
+                    "unset: SmolLM2-135M-Instruct from the model cache when imported there.",
+                    allow_override=True)
 flags.DEFINE_integer("steps", None, "GRPO steps (default: 30 testdata, 40 a real model).")
 flags.DEFINE_float("lr", None, "Learning rate (default: 1e-3 testdata, large so that the tiny "
                    "model moves in 30 steps; 1e-5 a real model).")

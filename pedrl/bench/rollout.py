@@ -86,8 +86,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("size", "bench", ["bench", "tiny", *REAL_SIZES],
                   "Model sizes (tiny: smoke runs).")
 flags.DEFINE_integer("layers", 0, "Decoder layers of a real size's models (0: all).")
+# allow_override: pedrl.bench.learning defines --model too, and the tests import both.
 flags.DEFINE_string("model", None, "A checkpoint directory run as tutor and student in "
-                    "place of --size's random models.")
+                    "place of --size's random models.", allow_override=True)
 flags.DEFINE_integer("dialogues", 8, "Problems per rollout.")
 flags.DEFINE_integer("group_size", 1, "Dialogues per problem (the batch: dialogues x this).")
 flags.DEFINE_float("stop_rate", 0.0, "Share of the tokenizer's ids that end a turn (0: none).")
