@@ -1,7 +1,7 @@
 #!/bin/bash
-# pedrl's GPU figures in one run, written to one results file; its default steps' time
-# limits add up to 14.3 minutes (sized from runs on one H100; a step that ends early leaves
-# the rest unused).
+# pedrl's GPU figures in one run, written to one results file and a summary table of every
+# figure against its goal; its default steps' time limits add up to 8 minutes (sized from
+# runs on one H100; a step that ends early leaves the rest unused).
 #
 #   bash launch/gpu_bench.sh                 # on a GPU machine, pedrl installed (pip install .[test])
 #   bash launch/gpu_bench.sh --tiny          # the same steps at tiny shapes on CPU (a dry run)
@@ -9,30 +9,36 @@
 #   PEDRL_GPU_BENCH_STEPS="sampling rollout_cold ..." bash launch/gpu_bench.sh   # only these
 #   PEDRL_GPU_BENCH_SECONDS=540 bash launch/gpu_bench.sh   # cut steps short to end by then
 #
-# Steps, each under its own time limit (a step past it is recorded as timed out and
-# the others still run):
+# Default steps, each under its own time limit (a step past it is recorded as timed out
+# and the others still run):
 #   1. sampling: Qwen2.5-7B-shaped bf16 decode, batch 1 and 16 (HBM utilization), then
 #      each traced once: its longest XLA ops (pedrl.bench.profile);
-#   2. rollout, bench shape (26M models) against transformers on the same GPU, 6
-#      messages, with a fresh persistent compilation cache (cold warm-up);
-#   3. the same rollout again, 6 messages: its programs come from that cache (warm);
-#   4. rollout at paper 003's shapes: a Qwen2.5-7B tutor with a Llama-3.1-8B student,
-#      their stacks trimmed to 4 layers;
-#   5. one GRPO update at Qwen2.5-0.5B and 1.5B (traced like step 1), and at 7B trimmed
-#      to 4 layers, layers unrolled, whole sequences attending through cuDNN's fused
-#      attention;
+#   2. sampling_fused_qkv: the same decode with one matmul for q, k and v
+#      (ModelConfig.qkv_matmul="fused"), traced too;
+#   3. rollout, bench shape (26M models) against transformers on the same GPU, 6
+#      messages, with a fresh persistent compilation cache and program store (cold warm-up);
+#   4. the same rollout again, 6 messages: its programs come from that cache (warm);
+#   5. one GRPO update at Qwen2.5-1.5B, layers unrolled, whole sequences attending
+#      through cuDNN's fused attention (traced like step 1);
 #   6. the GPU test subset (JAX_PLATFORMS=cuda: the engine, model and RL tests).
-# Options, run only when PEDRL_GPU_BENCH_STEPS names them: sampling_fused_qkv (step 1's
-# decode with one matmul for q, k and v), rollout_cold_scan and
-# rollout_warm_scan (steps 2 and 3 with scanned layers), rollout_cold_autotune0 (step 2
-# with XLA's autotuning off), train_step_1.5b_scanned (the 1.5B update with scanned
-# layers, the jobs' default: copies of the scan's stacked activations), rollout_qwen2.5-0.5b (Qwen2.5-0.5B on both sides) and
-# train_step_1.5b_einsum (the 1.5B update with the einsum attention's float32 [T, T]
-# probabilities).
+# Options, run only when PEDRL_GPU_BENCH_STEPS names them: rollout_7b+8b (rollouts at
+# paper 003's shapes: a Qwen2.5-7B tutor with a Llama-3.1-8B student, their stacks
+# trimmed to 4 layers), train_step_0.5b and train_step_7b_4_layers (the update at
+# Qwen2.5-0.5B, and at 7B trimmed to 4 layers), rollout_cold_scan and rollout_warm_scan
+# (steps 3 and 4 with scanned layers), rollout_cold_autotune0 (step 3 with XLA's
+# autotuning off), train_step_1.5b_scanned (the 1.5B update with scanned layers, the
+# jobs' default: copies of the scan's stacked activations), rollout_qwen2.5-0.5b
+# (Qwen2.5-0.5B on both sides) and train_step_1.5b_einsum (the 1.5B update with the
+# einsum attention's float32 [T, T] probabilities), and after the tests sampling_pallas
+# (step 1 with the Pallas decode-attention kernel, at 4096 cache slots too), rollout_cold_quick
+# and rollout_warm_quick (steps 3 and 4 with scanned layers, XLA's GEMM autotuning off
+# and cuBLAS's GEMMs instead of Triton's: the shortest compiles).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
-# the date, device, versions and commit, every step's output, and a summary of the
-# key=value lines the benchmarks end with; the traced calls in traces_DATE/ beside it
-# (gzipped .xplane.pb, for TensorBoard's or XProf's viewers). docs/performance.md lists the goals.
+# the date, device, versions and commit, every step's output, and the summary table
+# (pedrl.bench.gpu_summary; also alone in gpu_summary_DATE.md, the file
+# docs/includes/gpu_bench.md is a copy of); the traced calls in traces_DATE/ beside it
+# (gzipped .xplane.pb, for TensorBoard's or XProf's viewers). docs/performance.md lists
+# the goals.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiny=0
@@ -89,10 +95,10 @@ else
              --noscan_layers)
   train_einsum=(--size=qwen2.5-1.5b --seq_len=2048 --rows=16 --micro_batch=1 --repeats=2
                 --full_attention=einsum --noscan_layers)
-  tests=(tests/test_head_logprobs.py tests/test_bench_profile.py
+  tests=(tests/test_head_logprobs.py tests/test_bench_profile.py tests/test_attention_blocks.py
          tests/test_full_attention.py tests/test_decoder_parity.py tests/test_sampling.py
          tests/test_distribution.py tests/test_grpo.py tests/test_programs.py
-         tests/test_sharding.py tests/test_train_step_bench.py -m "not job")
+         tests/test_sharding.py tests/test_train_step_bench.py -m "not job" --durations=10)
   # Most of the tests' time is compiling: eight workers when pytest-xdist is there.
   "$python" -c "import xdist" 2>/dev/null && tests+=(-n 8)
 fi
@@ -151,15 +157,16 @@ train_env=(XLA_PYTHON_CLIENT_MEM_FRACTION=0.95)
 hlo_dump() {  # hlo_dump FOLDER: XLA_FLAGS that dump the decode's programs to $traces/FOLDER.
   echo "XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$traces/$1 --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*_generate.*"
 }
-step sampling 120 env "$(hlo_dump decode_hlo)" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+step sampling 100 env "$(hlo_dump decode_hlo)" "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
     --gpu_cache_slots=0 "${prof[@]}" "${sampling[@]}"
-# An option: the decode with one matmul for q, k and v (ModelConfig.qkv_matmul), against
-# the sampling step's separate ones; its HLO beside theirs (decode_hlo_fused_qkv).
-option sampling_fused_qkv 120 env "$(hlo_dump decode_hlo_fused_qkv)" "$python" -m pedrl.bench.sampling "${cc[@]}" \
-    --device_profile=gpu --gpu_cache_slots=0 --qkv_matmul=fused "${sampling[@]}"
-step rollout_cold 120 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+# The decode with one matmul for q, k and v (ModelConfig.qkv_matmul), against the
+# sampling step's separate ones; its trace and HLO beside theirs (decode_hlo_fused_qkv).
+step sampling_fused_qkv 80 env "$(hlo_dump decode_hlo_fused_qkv)" "$python" -m pedrl.bench.sampling \
+    "${cc[@]}" --device_profile=gpu --gpu_cache_slots=0 --qkv_matmul=fused \
+    --profile_top=25 --trace_dir="$traces/fused_qkv" "${sampling[@]}"
+step rollout_cold 70 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
-step rollout_warm 40 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
+step rollout_warm 30 "$python" -m pedrl.bench.rollout "${cc[@]}" "${rollout[@]}" \
     --messages=6 --torch_device=$torch_device
 # Options: scanned layers (one compiled layer body, the jobs' default) and XLA's GEMM
 # autotuning off, each from a fresh cache, against the two steps above.
@@ -173,29 +180,48 @@ option rollout_cold_autotune0 90 env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotun
 # An option: run C's did not exit after its last line (2026-11-26).
 option rollout_qwen2.5-0.5b 180 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_small[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
+option rollout_7b+8b 150 "$python" -m pedrl.bench.rollout "${cc[@]}" "${real_paper[@]}" \
     --messages=6 --repeats=1 --torch_device=$torch_device
-step train_step_0.5b 80 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
-step train_step_1.5b 100 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
+option train_step_0.5b 80 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_small[@]}"
+step train_step_1.5b 80 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${prof[@]}" "${train_mid[@]}"
 option train_step_1.5b_scanned 60 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${prof[@]}" "${train_mid[@]}" --scan_layers
-step train_step_7b_4_layers 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
+option train_step_7b_4_layers 50 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" "${train_big[@]}"
 option train_step_1.5b_einsum 100 env "${train_env[@]}" "$python" -m pedrl.bench.train_step "${cc[@]}" \
     "${train_einsum[@]}"
-step tests 200 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
+step tests 120 env JAX_PLATFORMS=$test_platform "$python" -m pytest -q -p no:cacheprovider \
     "${tests[@]}"
+# An option after the tests: the decode with the Pallas flash-decoding kernel for its
+# attention over the cache (ModelConfig.decode_attention), traced.
+option sampling_pallas 90 "$python" -m pedrl.bench.sampling "${cc[@]}" --device_profile=gpu \
+    --gpu_cache_slots=0,4096 --decode_attention=pallas --profile_top=25 \
+    --trace_dir="$traces/pallas" "${sampling[@]}"
+# Options after the tests: the rollout with everything that shortens compiling (scanned
+# layers, XLA's GEMM autotuning off, cuBLAS instead of Triton for the GEMMs), from a fresh
+# cache and again from it, against rollout_cold and rollout_warm.
+quick_xla="${XLA_FLAGS:-} --xla_gpu_autotune_level=0 --xla_gpu_enable_triton_gemm=false"
+option rollout_cold_quick 70 env XLA_FLAGS="$quick_xla" "$python" -m pedrl.bench.rollout \
+    --compilation_cache="$cache.quick" "${rollout[@]}" --messages=6 --torch_device=$torch_device \
+    --scan_layers
+option rollout_warm_quick 30 env XLA_FLAGS="$quick_xla" "$python" -m pedrl.bench.rollout \
+    --compilation_cache="$cache.quick" "${rollout[@]}" --messages=6 --torch_device=$torch_device \
+    --scan_layers
 
 {
   echo; echo "=== summary (the benchmarks' last lines, in step order)"
-  grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |^profile |^traced call|^kinds: |passed|failed' "$results" \
+  grep -E '^(decode_hbm_utilization_batch[0-9]+|rollout_speedup_vs_transformers_kv|rollout_warmup_s|rollout_compile_s|train_step_mfu)=|^pedrl programs|^pedrl +[0-9]|^(update|score) |^=== [^ ]+: |^profile |^traced call|^kinds: |passed|failed' "$results" \
     | grep -v '^=== summary'
 } >> "$results"
+summary="$out_dir/gpu_summary_$stamp.md"
+"$python" -m pedrl.bench.gpu_summary "$results" > "$summary"
+{ echo; echo "=== figures against their goals"; cat "$summary"; } >> "$results"
+cat "$summary"
 rm -rf "$cache" "$cache".*
-gzip -f "$traces"/*.xplane.pb 2>/dev/null
+[[ -d "$traces" ]] && find "$traces" -name '*.xplane.pb' -exec gzip -f {} +
 for hlo in decode_hlo decode_hlo_fused_qkv; do  # The HLO text alone (XLA dumps object code too).
   [[ -d "$traces/$hlo" ]] || continue
   (cd "$traces" && find "$hlo" -name '*after_optimizations.txt' | tar czf "$hlo.tar.gz" -T -)
   rm -rf "${traces:?}/$hlo"
 done
-echo "results: $results"
+echo "results: $results $summary"

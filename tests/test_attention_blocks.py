@@ -91,3 +91,36 @@ def test_decoder_blocked_and_whole_matrix_paths_agree(testdata):
     outs.append(gen)
   np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
   np.testing.assert_allclose(outs[0].logprobs, outs[1].logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("as_reduce", [True, False])
+def test_decode_step_attention_over_cache_and_token_equals_a_numpy_softmax(as_reduce,
+                                                                           monkeypatch):
+  # One new token over a cache (two segments, one softmax across both without
+  # concatenating them), as the CPU's multiply-reduces and as the accelerators' dots.
+  monkeypatch.setattr(layers, "decode_as_reduce", lambda: as_reduce)
+  rng = np.random.default_rng(3)
+  q, cache, filled, new, real = _inputs(rng, t=1, slots=9, filled=9, pad=(0, 0))
+  kc, vc, mc = cache
+  mc[1, 0, :] = False  # A row with an empty cache: only its own token.
+  got = layers.dot_attention(jnp.asarray(q), [tuple(map(jnp.asarray, cache)),
+                                              tuple(map(jnp.asarray, new))])
+  np.testing.assert_allclose(np.asarray(got), numpy_attention(q, cache, filled, new),
+                             atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("g, block", [(2, 16), (7, 32)])
+def test_pallas_decode_kernel_equals_a_numpy_softmax(g, block):
+  # The kernel in Pallas's interpret mode: one program per row, KV head and cache block;
+  # 7 query heads a group as Qwen2.5-7B's (padded to 16 rows), a row with an empty cache.
+  from pedrl.models import decode_attention
+  rng = np.random.default_rng(g)
+  q, cache, filled, new, real = _inputs(rng, t=1, h=2 * g, kv=2, d=16, slots=64, filled=50,
+                                        pad=(0, 0))
+  cache[2][1] = False
+  got = decode_attention.attend(jnp.asarray(q), tuple(map(jnp.asarray, cache)),
+                                tuple(map(jnp.asarray, new)), block, interpret=True)
+  np.testing.assert_allclose(np.asarray(got), numpy_attention(q, cache, filled, new),
+                             atol=1e-5, rtol=1e-5)
+  assert decode_attention.block_size(64) == 64 and decode_attention.block_size(48) == 16
+  assert decode_attention.block_size(40) is None

@@ -11,7 +11,7 @@ import transformers
 import reference
 from pedrl import models
 from pedrl.engine.sampling import generate_greedy
-from pedrl.models.decoder import Decoder, KVCache, pool_last, unstack_layers
+from pedrl.models.decoder import Decoder, KVCache, pool_last, unstack_layers, with_fused_qkv
 
 CAUSAL = ["qwen2", "qwen2_tied", "qwen3", "llama3"]
 ATOL = 1e-4
@@ -67,6 +67,34 @@ def test_fused_qkv_matmul_matches_transformers(family):
                  ).lower(params).as_text()
   dots = [line for line in text.splitlines() if "dot_general" in line]
   assert any(f"x{width}x" in line.split("->")[-1] for line in dots), dots
+  # The sampler's programs (generate_greedy above) pass the kernels already side by side
+  # (with_fused_qkv, once per call): the model then concatenates no kernels itself.
+  def kernel_concats(p):
+    text = jax.jit(lambda p: fused.apply({"params": p}, tokens, mask, method=Decoder.forward)
+                   ).lower(p).as_text()
+    return sum("concatenate" in line and f"{cfg.hidden_size}x{width}x" in line.split("->")[-1]
+               for line in text.splitlines())
+  assert kernel_concats(params) > 0
+  assert kernel_concats(with_fused_qkv(params)) == 0
+  np.testing.assert_allclose(run(fused, with_fused_qkv(params), tokens, mask)[0][mask],
+                             reference.forward(hf, tokens, mask,
+                                               reference.mask_positions(mask))[mask],
+                             atol=ATOL, rtol=0)
+
+
+def test_pallas_decode_attention_matches_transformers(family):
+  # ModelConfig.decode_attention="pallas": the decode steps' attention over the cache as
+  # the flash-decoding kernel (Pallas's interpret mode on a CPU); greedy text as
+  # transformers', and the kernel is in the decode program.
+  name, cfg, model, params, hf = family
+  kernel = Decoder(cfg.replace(decode_attention="pallas"))
+  tokens, mask = reference.left_padded(np.random.default_rng(3), cfg.vocab_size, [0, 4], 12)
+  np.testing.assert_array_equal(np.asarray(generate_greedy(kernel, params, tokens, mask, 20)),
+                                reference.greedy(hf, tokens, mask, 20))
+  cache = KVCache.zeros(cfg, 2, 32)
+  step = lambda m, c: m.apply({"params": params}, tokens[:, :1], mask[:, :1], c)
+  assert "pedrl_decode_attention" in str(jax.make_jaxpr(lambda c: step(kernel, c))(cache))
+  assert "pedrl_decode_attention" not in str(jax.make_jaxpr(lambda c: step(model, c))(cache))
 
 
 def test_left_padded_rows_equal_each_sequence_alone(family):

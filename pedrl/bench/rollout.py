@@ -46,9 +46,10 @@ programs or reading them from a cache (`compile_s`), the programs it made, how m
 came from the persistent cache or the program store (`--compilation_cache`; a second
 run of the same command finds them all there), and the seconds jax spent tracing
 and lowering its functions first, which a program read from the store
-(`pedrl.engine.programs`) skips. The last line is
-`rollout_speedup_vs_transformers_kv=`: the smallest over lengths of pedrl's
-tokens per second over transformers_kv's.
+(`pedrl.engine.programs`) skips. The last lines are `rollout_warmup_s=` and
+`rollout_compile_s=` (pedrl's warm-up at the longest length, and its part spent
+getting programs) and `rollout_speedup_vs_transformers_kv=`: the smallest over
+lengths of pedrl's tokens per second over transformers_kv's.
 
 Idle shares (pedrl): of the rows its sampling calls computed, the share that held
 no live dialogue (batch filler: dialogues that ended leave the batch, which is
@@ -476,6 +477,9 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
           f"{c.stored} from the program store; {c.traced:.1f} s tracing and {c.lowered:.1f} s "
           f"lowering the functions first), {len(r['steady_compiled'])} in {repeats} timed "
           "rollouts")
+  last = results[max(results)]["pedrl"]  # The longest rollout's warm-up, for gpu_summary.
+  print(f"rollout_warmup_s={last['warmup']:.2f}")
+  print(f"rollout_compile_s={sum(last['compiled'].seconds):.2f}")
   if "transformers_kv" in runs:
     speedup = min(r["pedrl"]["tok_s"] / r["transformers_kv"]["tok_s"] for r in results.values())
     print(f"rollout_speedup_vs_transformers_kv={speedup:.2f}")

@@ -48,6 +48,9 @@ flags.DEFINE_list("gpu_cache_slots", ["0", "4096"],
                   "GPU profile: pedrl cache slots per case (0: prompt + new tokens).")
 flags.DEFINE_enum("qkv_matmul", "separate", ["separate", "fused"],
                   "GPU profile: the q, k and v projections' matmuls (ModelConfig.qkv_matmul).")
+flags.DEFINE_enum("decode_attention", "xla", ["xla", "pallas"],
+                  "GPU profile: a decode step's attention over the cache "
+                  "(ModelConfig.decode_attention).")
 
 SIZES = {  # Qwen2 architecture, fp32.
     "small": dict(num_hidden_layers=4, hidden_size=256, intermediate_size=1024,
@@ -161,13 +164,15 @@ def gpu_profile():
   from pedrl.models.hf_checkpoint import random_params
   cfg = architectures.get(FLAGS.gpu_size).config(FLAGS.gpu_layers or None, dtype="bfloat16",
                                                  scan_layers=FLAGS.scan_layers,
-                                                 qkv_matmul=FLAGS.qkv_matmul)
+                                                 qkv_matmul=FLAGS.qkv_matmul,
+                                                 decode_attention=FLAGS.decode_attention)
   params = random_params(cfg)
   model = models.build_model(cfg)
   hbm = roofline.hbm_bandwidth() or roofline.memory_bandwidth()
   print(f"device: {jax.local_devices()[0].device_kind}; HBM {hbm / 1e12:.2f} TB/s "
         f"({'datasheet' if roofline.hbm_bandwidth() else 'measured'}); jax {jax.__version__}; "
-        f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16, {cfg.qkv_matmul} q/k/v matmuls")
+        f"{FLAGS.gpu_size} shape ({cfg.num_layers} layers), bf16, {cfg.qkv_matmul} q/k/v matmuls, "
+        f"{cfg.decode_attention} decode attention")
   print(f"{'batch':>6}{'slots':>7}{'decode tok/s':>14}{'step_ms':>9}{'HBM util':>10}{'ttft_s':>8}"
         f"{'compile_s':>11}{'mem_GiB':>9}")
   rng = np.random.default_rng(0)
@@ -199,8 +204,8 @@ def main(argv):
   elif FLAGS.profile_top:
     raise app.UsageError("--profile_top traces the gpu profile's decode (--device_profile=gpu); "
                          "the cpu profile compares engines and traces nothing")
-  elif FLAGS.qkv_matmul != "separate":
-    raise app.UsageError("--qkv_matmul sets the gpu profile's model (--device_profile=gpu); "
+  elif FLAGS.qkv_matmul != "separate" or FLAGS.decode_attention != "xla":
+    raise app.UsageError("--qkv_matmul and --decode_attention set the gpu profile's model (--device_profile=gpu); "
                          "the cpu profile's models are transformers checkpoints")
   else:
     cli.require("bench.sampling's cpu profile (transformers on PyTorch beside pedrl)", "torch")

@@ -40,7 +40,7 @@ from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.engine.shapes import (CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below,
                                  left_padded)
-from pedrl.models.decoder import Decoder, KVCache
+from pedrl.models.decoder import Decoder, KVCache, with_fused_qkv
 from pedrl.streams import sequence_keys
 
 
@@ -56,8 +56,15 @@ def next_token_logits(model: Decoder, params, tokens, mask, cache):
   return sharding_lib.shard_rows(logits[:, 0]), cache
 
 
+def _prepared(model: Decoder, params):
+  """The params a sampling program multiplies by: with ModelConfig.qkv_matmul="fused",
+  q, k and v side by side once per call (decoder.with_fused_qkv), not at every step."""
+  return with_fused_qkv(params) if model.cfg.qkv_matmul == "fused" else params
+
+
 @functools.partial(compiler.jit, static_argnums=(0, 5), donate_argnums=(2,))
 def _extend(model, params, cache, tokens, mask, window):
+  params = _prepared(model, params)
   _, cache = model.apply({"params": params}, tokens, mask, cache, window=window)
   return cache
 
@@ -139,6 +146,7 @@ def _generate(model, params, cache, tokens, mask, real, keys, stop_table, sp: Sa
   top-p per row. Returns the loop's state (its cache left out) and the whole cache:
   with `shrink_at` > 0 some rows may not be done yet (`_decode`)."""
   b, n = tokens.shape[0], sp.max_new_tokens
+  params = _prepared(model, params)
   logits, head = next_token_logits(model, params, tokens, mask, cache.head(window))
   pad = model.cfg.pad_token_id or 0
   state = DecodeState(
@@ -157,6 +165,7 @@ def _resume(model, params, cache, state, keys, stop_table, sp: SamplingParams, w
   filled with copies of one finished row), then written back into the whole batch (a
   repeated row carries equal values). One program: taking, decoding and putting back,
   of the window's slots only (the rows' whole cache would cost a copy of it)."""
+  params = _prepared(model, params)
   pick = lambda x: x[rows]
   per_row = state.replace(i=None, cache=None)
   part = jax.tree.map(pick, per_row).replace(i=state.i, cache=cache.head(window).take(rows))

@@ -90,6 +90,11 @@ class ModelConfig:
   # instead (19 us a layer, docs/performance.md). Whether "fused" is faster there is not
   # measured yet.
   qkv_matmul: str = "separate"
+  # A one-token decode step's attention over the KV cache: "xla" (layers.dot_attention)
+  # or "pallas" (models.decode_attention: a flash-decoding kernel, one program per row,
+  # KV head and block of cache slots; Pallas's interpret mode on a CPU, for tests).
+  # Windows whose size no power-of-two block from 16 to 128 divides use "xla".
+  decode_attention: str = "xla"
   # Teacher-forced log-probs (training, scoring) through the vocabulary head this many
   # positions at a time: float32 [B, chunk, V] logits instead of [B, T, V], recomputed in
   # the backward pass rather than kept (engine.scoring.sequence_logprobs); 0: all at once.

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from pedrl import sharding
-from pedrl.models import layers
+from pedrl.models import decode_attention, layers
 from pedrl.models import rope
 from pedrl.models.config import ModelConfig
 
@@ -241,7 +241,14 @@ class Attention(nn.Module):
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     b, t, _ = x.shape
     h, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    if cfg.qkv_matmul == "fused":
+    fused = self.variables.get("params", {}).get("qkv")  # with_fused_qkv's, when given.
+    if cfg.qkv_matmul == "fused" and fused is not None:
+      y = jax.lax.dot_general(x.astype(dtype), fused["kernel"].astype(dtype),
+                              (((x.ndim - 1,), (0,)), ((), ())))
+      if "bias" in fused:
+        y = y + fused["bias"].astype(dtype)
+      q, k, v = jnp.split(y, [h * d, (h + g) * d], axis=-1)
+    elif cfg.qkv_matmul == "fused":
       q, k, v = layers.side_by_side(x, [
           layers.DenseParams(n, cfg.qkv_bias, dtype, name=name)(x.shape[-1])
           for n, name in ((h * d, "q"), (g * d, "k"), (g * d, "v"))], dtype)
@@ -269,7 +276,15 @@ class Attention(nn.Module):
     if kv is not None and t > 1 and block:  # Blocks sliced from the whole cache: no copy.
       out = layers.blocked_attention(q, (*kv.read(kv.size, dtype), old_mask), filled,
                                      segments[0], block)
+    elif (kv is not None and t == 1 and cfg.decode_attention == "pallas"
+          and (kernel_block := decode_attention.block_size(old_mask.shape[-1]))):
+      out = decode_attention.attend(q, (*kv.read(old_mask.shape[-1], dtype), old_mask),
+                                    segments[0], kernel_block,
+                                    interpret=jax.default_backend() == "cpu")
     else:
+      if cfg.decode_attention not in ("xla", "pallas"):
+        raise ValueError(f"ModelConfig.decode_attention={cfg.decode_attention!r}: expected "
+                         "xla or pallas")
       if kv is not None and old_mask.shape[-1]:
         segments.insert(0, (*kv.read(old_mask.shape[-1], dtype), old_mask))
       out = layers.dot_attention(q, segments)
@@ -343,6 +358,25 @@ def unrolled(layer_cls, cfg: ModelConfig, remat_policy: str = "nothing"):
   if cfg.remat:
     return nn.remat(layer_cls, policy=REMAT_POLICIES[remat_policy])
   return layer_cls
+
+
+def with_fused_qkv(params):
+  """params with each attention block's q, k and v kernels (and biases) also side by
+  side, as "qkv" (concatenated on their output axis; stacked layers keep their leading
+  layer axis). A model with qkv_matmul="fused" multiplies by it instead of concatenating
+  the three kernels at every call: the sampler's programs fuse once per call, outside
+  their decode loop."""
+  def walk(tree):
+    if not hasattr(tree, "items"):
+      return tree
+    tree = {name: walk(sub) for name, sub in tree.items()}
+    if all(hasattr(tree.get(n), "items") and "kernel" in tree[n] for n in "qkv"):
+      parts = [tree[n] for n in "qkv"]
+      tree["qkv"] = {"kernel": jnp.concatenate([p["kernel"] for p in parts], axis=-1)}
+      if all("bias" in p for p in parts):
+        tree["qkv"]["bias"] = jnp.concatenate([p["bias"] for p in parts], axis=-1)
+    return tree
+  return walk(params)
 
 
 def unstack_layers(params):

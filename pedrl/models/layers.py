@@ -52,11 +52,19 @@ def dot_attention(q, segments):
                  jnp.concatenate([jnp.broadcast_to(m, (b, t, m.shape[-1])) for m in mask], -1))]
   scores = [jnp.where(mask[:, None, None], _scores(q, k) * (d ** -0.5), MASK_VALUE)
             for k, _, mask in segments]
-  probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
-  out, start = 0, 0
-  for _, v, _ in segments:
-    out = out + _weighted_values(probs[..., start:start + v.shape[2]], v)
-    start += v.shape[2]
+  if len(segments) == 1:
+    out = _weighted_values(jax.nn.softmax(scores[0], axis=-1), segments[0][1])
+  else:
+    # One softmax over all segments without concatenating their scores: each segment's
+    # exponentials against the common maximum, values weighted per segment, one
+    # division at the end. A decode step's scores over the cache and over the new token
+    # were concatenated before: on an H100 that fusion ran on 42 thread blocks, 10 us a
+    # layer of a 7B model's 229 us step (docs/performance.md).
+    top = functools.reduce(jnp.maximum, [s.max(-1, keepdims=True) for s in scores])
+    exps = [jnp.exp(s - top) for s in scores]
+    total = functools.reduce(jnp.add, [e.sum(-1, keepdims=True) for e in exps])
+    out = functools.reduce(jnp.add, [_weighted_values(e, v) for e, (_, v, _) in zip(exps, segments)])
+    out = out / total.transpose(0, 3, 1, 2, 4)  # [B, KV, G, T, 1] -> [B, T, KV, G, 1].
   return out.reshape(b, t, h, d).astype(segments[0][1].dtype)
 
 
@@ -165,13 +173,21 @@ def blocked_attention(q, cache, filled, new, block: int):
   return out.astype(vn.dtype)
 
 
+def decode_as_reduce() -> bool:
+  """Whether a one-token decode step's attention runs as multiply-reduces (XLA:CPU)
+  rather than dots (elsewhere)."""
+  return jax.default_backend() == "cpu"
+
+
 def _scores(q, k):
   """q [B, T, KV, G, D] against keys k [B, KV, D, S]: float32 scores [B, KV, G, T, S]."""
-  if q.shape[1] == 1:
+  if q.shape[1] == 1 and decode_as_reduce():
     # One-token decode as a multiply-reduce that streams the cache once, measured
     # fastest on XLA:CPU (`pedrl.bench.sampling`): it sums over D, a major axis of
     # the transposed keys, so the S axis stays contiguous (a batched dot_general over
-    # (B, KV) with 2 query rows per group ran ~8x slower at 256 slots).
+    # (B, KV) with 2 query rows per group ran ~8x slower at 256 slots). Elsewhere the
+    # dot reads the cache's keys in their own dtype: the multiply-reduce cast them to
+    # float32 first, a copy of the cache's keys every step on a GPU.
     f32 = jnp.float32
     return jnp.sum(q[:, 0, :, :, :, None].astype(f32) * k[:, :, None].astype(f32),
                    axis=-2)[:, :, :, None]
@@ -180,7 +196,7 @@ def _scores(q, k):
 
 def _weighted_values(probs, v):
   """probs [B, KV, G, T, S] times values v [B, KV, S, D]: float32 [B, T, KV, G, D]."""
-  if probs.shape[3] == 1:  # Decode: a multiply-reduce over S.
+  if probs.shape[3] == 1 and decode_as_reduce():  # Decode: a multiply-reduce over S.
     return jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None].astype(jnp.float32), axis=-2)[:, None]
   out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)
