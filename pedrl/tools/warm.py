@@ -19,12 +19,15 @@ local programs (the post-dialogue solve attempts) compile at the job's first bat
 A training job's update step is jitted outside the engine and not run here.
 
 It prints how many programs were compiled and read, and where they are kept.
-Run it on the devices the job will use: the programs are compiled for them.
+Run it on the devices the job will use, as one process: the programs are compiled
+for those devices (a job of several processes keeps no program store; its programs
+are jax's cache's, keyed after tracing).
 """
 import os
 import time
 
 from absl import app, flags
+import jax
 from ml_collections import config_flags
 
 from pedrl import cli
@@ -105,14 +108,13 @@ def main(argv):
   if job not in JOBS:
     cli.fail(f"--config={name} is a config of {job or 'no job'}: warm compiles the first "
              f"rollout of {', '.join(j.rpartition('.')[2] for j in JOBS)}")
-  start = time.perf_counter()
   if flags.FLAGS.batches < 1:
     cli.fail(f"--batches={flags.FLAGS.batches}: give at least 1")
+  start = time.perf_counter()
   made = warm(flags.FLAGS.config, job, flags.FLAGS.batches)
-  import jax  # Loaded by now: the command's checks ran before it.
   store = programs.store()
-  compiled = len(made) - made.cache_hits
-  print(f"programs={len(made) + made.stored} compiled={compiled} "
+  compiled = len(made) - made.cache_hits - made.stored  # The rest were read.
+  print(f"programs={len(made)} compiled={compiled} "
         f"from_compilation_cache={made.cache_hits} from_program_store={made.stored} "
         f"seconds={time.perf_counter() - start:.1f}")
   print(f"program_store={store.directory if store else 'off'} "
