@@ -36,6 +36,7 @@ COMMANDS = (
     ("check_parity", "pedrl.tools.check_parity", "a checkpoint's port against transformers"),
     ("show_trace", "pedrl.tools.show_trace", "an agent's trace"),
     ("plan", "pedrl.tools.plan", "will a GRPO run fit: memory per device"),
+    ("warm", "pedrl.tools.warm", "a job's first rollout compiled ahead, into the caches"),
 )
 BENCHMARKS = ("rollout", "sampling", "serve", "cache_size", "train_step", "learning")
 
