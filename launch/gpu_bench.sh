@@ -32,7 +32,8 @@
 # einsum attention's float32 [T, T] probabilities), and after the tests sampling_pallas
 # (step 1 with the Pallas decode-attention kernel, at 4096 cache slots too), rollout_cold_quick
 # and rollout_warm_quick (steps 3 and 4 with scanned layers, XLA's GEMM autotuning off
-# and cuBLAS's GEMMs instead of Triton's: the shortest compiles).
+# and cuBLAS's GEMMs instead of Triton's: the shortest compiles), and job_warm (the tiny
+# rollout job cold, then after `pedrl.tools.warm` filled its caches).
 # Results: $PEDRL_GPU_BENCH_OUT (default ./gpu_bench_results)/gpu_bench_DATE.txt, with
 # the date, device, versions and commit, every step's output, and the summary table
 # (pedrl.bench.gpu_summary; also alone in gpu_summary_DATE.md, the file
@@ -207,6 +208,23 @@ option rollout_cold_quick 70 env XLA_FLAGS="$quick_xla" "$python" -m pedrl.bench
 option rollout_warm_quick 30 env XLA_FLAGS="$quick_xla" "$python" -m pedrl.bench.rollout \
     --compilation_cache="$cache.quick" "${rollout[@]}" --messages=6 --torch_device=$torch_device \
     --scan_layers
+# An option: the tiny rollout job's first run from empty caches, then pedrl.tools.warm
+# filling fresh ones and the job again from them (it should compile nothing).
+job_warm() {
+  set -o pipefail
+  local job=(--config=experiments/rollout.py:tiny --config.problems.limit=2) t
+  t=$SECONDS; "$python" -m pedrl.experiments.rollout "${job[@]}" --workdir="$cache.job/cold" \
+    --compilation_cache="$cache.job/cold_cache" | tail -2 || return
+  echo "job_cold_s=$((SECONDS - t))"
+  t=$SECONDS; "$python" -m pedrl.tools.warm "${job[@]}" --compilation_cache="$cache.job/cache" \
+    | tail -4 || return
+  echo "warm_tool_s=$((SECONDS - t))"
+  t=$SECONDS; "$python" -m pedrl.experiments.rollout "${job[@]}" --workdir="$cache.job/warm" \
+    --compilation_cache="$cache.job/cache" | tail -2 || return
+  echo "job_after_warm_s=$((SECONDS - t))"
+}
+export -f job_warm; export python cache
+option job_warm 150 bash -c job_warm
 
 {
   echo; echo "=== summary (the benchmarks' last lines, in step order)"

@@ -54,6 +54,9 @@ GOALS = (
     Goal("the same warm-ups, scanned layers and the quickest compile options, cold", "rollout_cold_quick", "rollout_warmup_s", None, "<=", " s"),
     Goal("the same, warm", "rollout_warm_quick", "rollout_warmup_s", None, "<=", " s"),
     Goal("their rollout speed against transformers_kv", "rollout_warm_quick", "rollout_speedup_vs_transformers_kv", None, ">=", "×"),
+    Goal("tiny rollout job, first run from empty caches", "job_warm", "job_cold_s", None, "<=", " s"),
+    Goal("pedrl.tools.warm filling the caches for it", "job_warm", "warm_tool_s", None, "<=", " s"),
+    Goal("the job after tools.warm", "job_warm", "job_after_warm_s", None, "<=", " s"),
     Goal("rollout speed against transformers_kv, 7B + 8B, 4 layers", "rollout_7b+8b", "rollout_speedup_vs_transformers_kv", 5.0, ">=", "×"),
     Goal("GRPO update, Qwen2.5-1.5B, MFU", "train_step_1.5b", "train_step_mfu", 0.40, ">=", "%"),
 )
