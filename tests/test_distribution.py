@@ -179,7 +179,10 @@ def test_top_p_search_falls_back_exactly_when_candidates_fall_short():
 
 
 def test_filter_search_choice():
-  assert distribution.filter_search("auto") == ("bisect" if jax.default_backend() == "cpu" else "top_k")
+  small, large = (1, distribution.AUTO_TOP_K_VALUES), (2, distribution.AUTO_TOP_K_VALUES)
+  accelerator = jax.default_backend() != "cpu"
+  assert distribution.filter_search("auto", small) == ("top_k" if accelerator else "bisect")
+  assert distribution.filter_search("auto", large) == "bisect"
   assert distribution.filter_search("top_k") == "top_k"
   with pytest.raises(ValueError, match="filter search 'sort'"):
     distribution.filter_search("sort")

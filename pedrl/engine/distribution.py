@@ -17,16 +17,25 @@ Two searches find the same thresholds (`FILTER_SEARCH`):
   it costs nothing when no row needs it). The two sum a row's mass in different
   orders, so a top-p set can differ only where a prefix's mass is within float32
   rounding of p.
-- "auto" (the default): "bisect" on CPU, "top_k" elsewhere. On a GPU the bisection's
-  ~190 small kernels cost about 0.3 ms of a 6.4 ms 7B decode step (H100, batch 1).
-  On XLA:CPU it is the faster one: sorting a 32k vocabulary took longer than a whole
-  decode step, and CPU_TIMINGS_PLACEHOLDER
+- "auto" (the default): "bisect" on CPU; on an accelerator "top_k" for up to
+  `AUTO_TOP_K_VALUES` values per filter (rows x vocabulary), "bisect" past it.
+  On a GPU the bisection's ~190 small kernels took about 0.3 ms of a 6.4 ms 7B
+  decode step (H100, batch 1); the top_k search finds the same top-p threshold in
+  half the time at batch 1, but XLA:GPU sorts every row for it, which past a few
+  rows of a 152k vocabulary costs more than the bisection. On XLA:CPU the
+  bisection is the safe choice: a draw with top-k 50 took 1.4 ms by bisection and
+  27 ms by top_k at [1, 152064] (2.7 against 81 ms at [16, 32000]); top-p 0.95 took
+  1.06 against 0.59 ms on a peaked row but 1.04 against 1.43 ms on a flat one,
+  which falls back (a shared 2-core x86 VM, jax 0.10.2, 2026-11-28, load average
+  1.3-3.4: repeats differed up to 3x, far less than the top-k gap, more than the
+  top-p ones).
 
 `token_logprobs` is the single code path for model log-probs: the sampler
 reports it for the tokens it draws and the scorer for given tokens, so an RL
 ratio between the two starts at exactly 1.
 """
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -112,18 +121,26 @@ def _largest_threshold(values, weights, target):
 # sampling function is traced, so set it before the sampler's programs compile.
 FILTER_SEARCH = "auto"
 SEARCHES = ("auto", "top_k", "bisect")
-# Candidates `jax.lax.top_k` takes per row on the "top_k" search. CANDIDATES_PLACEHOLDER
+# Candidates `jax.lax.top_k` takes per row on the "top_k" search. Above 16, XLA:GPU's
+# TopK is a sort, whose cost does not depend on k (H200: 94 against 101 us for 256
+# and 64 of [1, 152064]); 256 leaves fewer rows to the bisection fallback.
 CANDIDATES = 256
+# "auto" takes the "top_k" search on an accelerator up to this many values per
+# filter (rows x vocabulary): past it XLA:GPU's sort of every row costs more than the
+# bisection (H200, top-p 0.95: 124 against 242 us at [1, 152064], 129 against
+# 198 us at [8, 32000]; 291 against 193 us at [4, 152064]).
+AUTO_TOP_K_VALUES = 2 ** 18
 
 
-def filter_search(search: str | None = None) -> str:
-  """"top_k" or "bisect": `search` (None: FILTER_SEARCH) with "auto" resolved for the
-  default backend."""
+def filter_search(search: str | None = None, shape: tuple = ()) -> str:
+  """"top_k" or "bisect": `search` (None: FILTER_SEARCH), "auto" resolved for the
+  default backend and the filtered values' shape."""
   search = FILTER_SEARCH if search is None else search
   if search not in SEARCHES:
     raise ValueError(f"error: filter search {search!r} is not one of {SEARCHES}")
   if search == "auto":
-    return "bisect" if jax.default_backend() == "cpu" else "top_k"
+    small = math.prod(shape) <= AUTO_TOP_K_VALUES
+    return "top_k" if jax.default_backend() != "cpu" and small else "bisect"
   return search
 
 
@@ -166,7 +183,7 @@ def _top_p_threshold(probs, p, on, candidates: int | None):
 def top_k_mask(logits, k: int, search: str | None = None, candidates: int | None = None):
   """True for the k largest logits of each row [..., V] (and any tied with the k-th)."""
   count = CANDIDATES if candidates is None else candidates
-  if filter_search(search) == "top_k" and k <= count:
+  if filter_search(search, logits.shape) == "top_k" and k <= count:
     t = jax.lax.top_k(logits, k)[0][..., -1]  # k is static: take only k.
   else:
     t = _largest_threshold(logits, jnp.ones_like(logits, jnp.int32), k)
@@ -176,7 +193,7 @@ def top_k_mask(logits, k: int, search: str | None = None, candidates: int | None
 def top_p_mask(probs, p: float, search: str | None = None, candidates: int | None = None):
   """True for the smallest set of most likely tokens whose mass reaches p (probs [..., V])."""
   probs = probs.astype(jnp.float32)
-  if filter_search(search) == "top_k":
+  if filter_search(search, probs.shape) == "top_k":
     t = _top_p_threshold(probs, jnp.full(probs.shape[:-1], p, jnp.float32),
                          jnp.ones(probs.shape[:-1], bool), candidates)
   else:
@@ -271,7 +288,7 @@ def sample_rows(logits, keys, rows: RowSampling, search: str | None = None):
   `sample` with that row's SamplingParams (a filter runs for every row, off where a
   row does not ask for it, and is skipped when no row does: its threshold search
   costs more than the draw)."""
-  top_k_search = filter_search(search) == "top_k"
+  top_k_search = filter_search(search, logits.shape) == "top_k"
   greedy = rows.temperature == 0
   scaled = logits.astype(jnp.float32) / jnp.where(greedy, 1.0, rows.temperature)[:, None]
   vocab = logits.shape[-1]
