@@ -122,8 +122,9 @@ def _largest_threshold(values, weights, target):
 FILTER_SEARCH = "auto"
 SEARCHES = ("auto", "top_k", "bisect")
 # Candidates `jax.lax.top_k` takes per row on the "top_k" search. Above 16, XLA:GPU's
-# TopK is a sort, whose cost does not depend on k (H200: 94 against 101 us for 256
-# and 64 of [1, 152064]); 256 leaves fewer rows to the bisection fallback.
+# TopK is a sort, whose cost hardly depends on k (H200, [1, 152064]: 94 us for 256,
+# 101 for 64; 315 for 16, a kernel of one thread block a row); 256 leaves fewer rows
+# to the bisection fallback. (Thresholds alone, 50 repeats in one program.)
 CANDIDATES = 256
 # "auto" takes the "top_k" search on an accelerator up to this many values per
 # filter (rows x vocabulary): past it XLA:GPU's sort of every row costs more than the
@@ -183,7 +184,7 @@ def _top_p_threshold(probs, p, on, candidates: int | None):
 def top_k_mask(logits, k: int, search: str | None = None, candidates: int | None = None):
   """True for the k largest logits of each row [..., V] (and any tied with the k-th)."""
   count = CANDIDATES if candidates is None else candidates
-  if filter_search(search, logits.shape) == "top_k" and k <= count:
+  if filter_search(search, logits.shape) == "top_k" and k <= min(count, logits.shape[-1]):
     t = jax.lax.top_k(logits, k)[0][..., -1]  # k is static: take only k.
   else:
     t = _largest_threshold(logits, jnp.ones_like(logits, jnp.int32), k)
