@@ -117,3 +117,109 @@ def test_token_logprobs_by_hand():
 def test_bad_sampling_params_are_named(kw, message):
   with pytest.raises(ValueError, match=message):
     SamplingParams(**kw)
+
+
+# The "top_k" search (jax.lax.top_k candidates, bisection fallback) against the
+# bisection and against numpy sorts. XLA:CPU's TopK is slow at large vocabularies,
+# so these stay small; a non-power-of-two vocabulary and ties in every case.
+
+
+def _logits(rng, batch, vocab, scale=3.0):
+  x = (rng.normal(size=(batch, vocab)) * scale).astype(np.float32)
+  x[:, 1:4] = x[:, :1]  # Ties at the top ...
+  x[:, -3:] = np.sort(x, axis=-1)[:, vocab // 2, None]  # ... and in the middle.
+  return x
+
+
+def numpy_top_k_mask(x, k):
+  return x >= np.sort(x, axis=-1)[:, ::-1][:, k - 1, None]
+
+
+def numpy_top_p_mask(probs, p):
+  """Sort, float64 cumsum, first index reaching p: its probability is the threshold."""
+  ranked = np.sort(probs.astype(np.float64), axis=-1)[:, ::-1]
+  first = np.argmax(np.cumsum(ranked, axis=-1) >= p, axis=-1)
+  return probs >= ranked[np.arange(len(probs)), first][:, None].astype(np.float32)
+
+
+@pytest.mark.parametrize("batch,vocab", [(1, 300), (5, 300), (3, 1000), (2, 7)])
+def test_top_k_search_equals_bisection_and_numpy(batch, vocab):
+  x = _logits(np.random.default_rng(vocab + batch), batch, vocab)
+  for k in sorted({1, 2, 3, 4, 5, 10, vocab // 2, vocab - 1} & set(range(1, vocab))):
+    want = numpy_top_k_mask(x, k)
+    for search, candidates in [("bisect", None), ("top_k", None), ("top_k", 8)]:  # 8: k > 8 bisects.
+      got = np.asarray(distribution.top_k_mask(jnp.asarray(x), k, search, candidates))
+      np.testing.assert_array_equal(got, want, err_msg=f"k={k} {search} candidates={candidates}")
+
+
+@pytest.mark.parametrize("batch,vocab", [(1, 300), (5, 300), (3, 1000), (2, 7)])
+def test_top_p_search_equals_bisection_and_numpy(batch, vocab):
+  probs = np.asarray(jax.nn.softmax(jnp.asarray(_logits(np.random.default_rng(vocab), batch, vocab))))
+  for p in (1e-6, 0.05, 0.3, 0.6, 0.9, 0.999, 0.9999, 0.99999, 0.999999):
+    bisect = np.asarray(distribution.top_p_mask(jnp.asarray(probs), p, "bisect"))
+    fast = np.asarray(distribution.top_p_mask(jnp.asarray(probs), p, "top_k"))
+    np.testing.assert_array_equal(fast, bisect, err_msg=f"p={p}")
+    if p <= 0.9999:  # Closer to 1, float32 rounding of a row's mass (~1e-7) decides the set.
+      np.testing.assert_array_equal(fast, numpy_top_p_mask(probs, p), err_msg=f"p={p} numpy")
+
+
+def test_top_p_search_falls_back_exactly_when_candidates_fall_short():
+  """A flat row's 16 largest probabilities hold far less than p: that row takes the
+  bisection (more than 16 tokens kept), the peaked row beside it keeps its own."""
+  rng = np.random.default_rng(3)
+  x = np.stack([rng.normal(size=500) * 0.1, rng.normal(size=500) * 4]).astype(np.float32)
+  x[1, :3] += 30.0  # Three tokens hold almost all of row 1's mass.
+  probs = np.asarray(jax.nn.softmax(jnp.asarray(x)))
+  assert np.sort(probs[0])[::-1][:16].sum() < 0.1 and np.sort(probs[1])[::-1][:16].sum() > 0.99
+  for p in (0.5, 0.9, 0.99):
+    want = numpy_top_p_mask(probs, p)
+    got = np.asarray(distribution.top_p_mask(jnp.asarray(probs), p, "top_k", candidates=16))
+    np.testing.assert_array_equal(got, want, err_msg=f"p={p}")
+    assert want[0].sum() > 16 and want[1].sum() <= 3
+
+
+def test_filter_search_choice():
+  small, large = (1, distribution.AUTO_TOP_K_VALUES), (2, distribution.AUTO_TOP_K_VALUES)
+  accelerator = jax.default_backend() != "cpu"
+  assert distribution.filter_search("auto", small) == ("top_k" if accelerator else "bisect")
+  assert distribution.filter_search("auto", large) == "bisect"
+  assert distribution.filter_search("top_k") == "top_k"
+  with pytest.raises(ValueError, match="filter search 'sort'"):
+    distribution.filter_search("sort")
+
+
+def test_searches_draw_the_same_tokens():
+  """Same logits and keys: the same token from either search, also where top-k and
+  top-p both filter."""
+  rng = np.random.default_rng(4)
+  logits = jnp.asarray(_logits(rng, 64, 300, scale=2.0))
+  keys = jax.random.split(jax.random.key(5), 64)
+  for sp in (SamplingParams(1, top_k=1), SamplingParams(1, top_k=40), SamplingParams(1, top_p=0.9),
+             SamplingParams(1, temperature=0.7, top_k=299, top_p=0.97),
+             SamplingParams(1, temperature=1.5, top_k=20, top_p=0.5)):
+    draws = [np.asarray(jax.jit(lambda l, k, s=search: distribution.sample(l, k, sp, s))(logits, keys))
+             for search in ("bisect", "top_k")]
+    np.testing.assert_array_equal(draws[0], draws[1], err_msg=str(sp))
+
+
+def test_per_row_sampling_on_the_top_k_search_with_fallback_rows(monkeypatch):
+  """sample_rows on the "top_k" search with 8 candidates: rows with k > 8 and a flat
+  row whose 8 candidates fall short of p take the bisection, the others the
+  candidates; every row draws what `sample` draws with its own params (on either
+  search)."""
+  monkeypatch.setattr(distribution, "CANDIDATES", 8)
+  rng = np.random.default_rng(6)
+  params = [(1.0, 0, 1.0), (0.0, 0, 1.0), (0.7, 3, 1.0), (1.3, 0, 0.6), (1.0, 5, 0.9),
+            (1.0, 20, 1.0), (2.0, 1, 1.0), (0.5, 299, 0.95), (1.0, 0, 0.9), (1.0, 8, 0.3)]
+  rows = RowSampling.of(*zip(*params))
+  for trial in range(3):
+    logits = rng.normal(size=(len(params), 300)).astype(np.float32) * 2
+    logits[8] *= 0.01  # Flat: 8 candidates hold ~3% of the mass.
+    logits, keys = jnp.asarray(logits), jax.random.split(jax.random.key(trial), len(params))
+    mixed = np.asarray(jax.jit(lambda l, k, r: distribution.sample_rows(l, k, r, "top_k"))(
+        logits, keys, rows))
+    for search in ("top_k", "bisect"):
+      alone = [int(distribution.sample(logits[i:i + 1], keys[i:i + 1],
+                                       SamplingParams(1, temperature=t, top_k=k, top_p=p), search)[0])
+               for i, (t, k, p) in enumerate(params)]
+      np.testing.assert_array_equal(mixed, alone, err_msg=f"trial {trial} {search}")
