@@ -138,7 +138,7 @@ def filter_search(search: str | None = None, shape: tuple = ()) -> str:
   default backend and the filtered values' shape."""
   search = FILTER_SEARCH if search is None else search
   if search not in SEARCHES:
-    raise ValueError(f"error: filter search {search!r} is not one of {SEARCHES}")
+    raise ValueError(f"filter search {search!r} is not one of {SEARCHES}")
   if search == "auto":
     small = math.prod(shape) <= AUTO_TOP_K_VALUES
     return "top_k" if jax.default_backend() != "cpu" and small else "bisect"
