@@ -20,7 +20,7 @@ JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.TH
                 "thinking_no_quality": judging.THINKING[:2]}  # 001's judges, no thinking score.
 
 
-def _api_roles(s: settings_lib.DialogueSettings) -> dict:
+def api_roles(s: settings_lib.DialogueSettings) -> dict:
   """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
   roles = {}
   if s.judged and s.judging.judge_backend == "openai":
@@ -43,7 +43,7 @@ def api_backends(s: settings_lib.DialogueSettings) -> dict:
   run only process 0 calls the API (and needs the key); its replies are broadcast.
   """
   out = {}
-  for role, overrides in _api_roles(s).items():
+  for role, overrides in api_roles(s).items():
     make = lambda: openai_compat.OpenAIBackend.of(s.openai, **overrides)
     backend = (make() if jax.process_count() == 1 else
                backends.MainProcessCalls(make() if distributed.is_main_process() else None))

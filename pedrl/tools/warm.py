@@ -76,7 +76,7 @@ def warm(c, job: str, batches: int = 1) -> compiles.Programs:
   check_paths(s)
   todo = first_batches(s, training, batches)
   # Rewards that call an API are not run (paid requests); the others are all local.
-  local_rewards = not reward_factory._api_roles(s)
+  local_rewards = not reward_factory.api_roles(s)
   mesh = s.mesh.make()
   # The trained tutor loads as the training job loads it (float32, its runtime fields).
   runtime = s.train.tutor_runtime() if training else {}
