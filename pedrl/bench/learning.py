@@ -44,7 +44,7 @@ flags.DEFINE_float("lr", None, "Learning rate (default: 1e-3 testdata, large so 
 flags.DEFINE_integer("window", 5, "Steps per window of the printed mean rewards.")
 flags.DEFINE_float("max_tutor_share", 0.5, "The rule helpfulness judge's word-share limit.")
 flags.DEFINE_integer("max_tutor_words", None, "The rule helpfulness judge's words per tutor "
-                     "message (default: 150 testdata, 40 a real model).")
+                     "message (default: 150 testdata, 50 a real model).")
 FLAGS = flags.FLAGS
 
 TESTDATA = "testdata"
@@ -72,13 +72,14 @@ def config(steps: int, lr: float, max_tutor_share: float = 0.5, model: str = TES
   if model != TESTDATA:
     c.tutor.path = c.student.path = model
     c.rollout.thinking = False  # SmolLM2 has no thinking; the prompt asks for none.
-    # Short turns keep a step within a minute or two on a CPU; SmolLM2's replies
-    # run 35-50 words in 64 tokens: at 30 every message of a 2-step trial failed (no
-    # signal in any group); 40 is meant to split them (not measured yet).
+    # Short turns keep a step within a minute or two on a CPU. The judge reads a
+    # dialogue's longest tutor message, and SmolLM2's run 45-55 words in 64 tokens: at
+    # 30 words, and at 40 (2026-11-28, the first step of a 30-step run), every dialogue
+    # failed, so no group carried a signal; 50 splits them.
     c.tutor.max_new_tokens, c.student.max_new_tokens = 64, 40
     c.solve.k, c.solve.max_new_tokens = 1, 16
     c.group_size, c.rl.micro_batch = 4, 4
-    c.rewards.rule_judges.max_tutor_words = 40
+    c.rewards.rule_judges.max_tutor_words = 50
     c.scan_layers = True  # One compiled layer body: 30 unrolled layers compile for minutes.
   if max_tutor_words is not None:
     c.rewards.rule_judges.max_tutor_words = max_tutor_words
