@@ -18,12 +18,13 @@ compile seconds at the deepest over the shallowest depth.
 """
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 import numpy as np
 
+from pedrl import cli
 from pedrl.bench import compiles
-from pedrl.engine import Sampler, SamplingParams, sequence_keys
+from pedrl.engine import Sampler, SamplingParams, programs, sequence_keys
 from pedrl.models import config as config_lib
 from pedrl.models.config import ModelConfig
 from pedrl.models.hf_checkpoint import build_model, random_params
@@ -77,6 +78,9 @@ def measure(cfg: ModelConfig):
 
 def main(argv):
   del argv
+  # Every program compiled afresh: no persistent cache, no program store.
+  jax.config.update("jax_enable_compilation_cache", False)
+  programs.use(None)
   depths = sorted(int(x) for x in FLAGS.layers)
   base = shape()
   print(f"{base.model_type} shape: hidden {base.hidden_size}, {base.num_heads} heads / "
@@ -100,4 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

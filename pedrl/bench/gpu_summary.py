@@ -14,6 +14,8 @@ import operator
 import re
 import sys
 
+from pedrl import cli
+
 @dataclasses.dataclass(frozen=True)
 class Goal:
   figure: str
@@ -144,4 +146,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv))
+  cli.run(main)
