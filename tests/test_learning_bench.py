@@ -23,10 +23,13 @@ def test_smollm2_is_the_default_once_imported_into_the_cache(tmp_path, monkeypat
 def test_a_real_model_is_tutor_and_student_without_thinking_and_a_word_limit():
   tiny = learning.config(30, 1e-3)
   assert tiny.tutor.path.endswith("qwen2") and tiny.rollout.thinking
-  c = learning.config(40, 1e-5, 0.5, "/models/smollm2")
+  assert tiny.rewards.rule_judges.max_tutor_share == 0.5
+  c = learning.config(40, 1e-5, None, "/models/smollm2")
   assert c.tutor.path == c.student.path == "/models/smollm2" and not c.rollout.thinking
   assert c.rewards.components == "pedagogy:1" and c.rewards.judge_backend == "rule"
   assert c.rewards.rule_judges.max_tutor_words == 50 and c.scan_layers
+  assert c.rewards.rule_judges.max_tutor_share == 0.9
+  assert learning.config(40, 1e-5, 0.6, "/m").rewards.rule_judges.max_tutor_share == 0.6
   assert (c.rl.steps, c.rl.lr, c.rl.samples_every, c.rl.samples_dialogues) == (40, 1e-5, 40, 2)
   assert learning.config(40, 1e-5, 0.5, "/m", max_tutor_words=12).rewards.rule_judges \
       .max_tutor_words == 12

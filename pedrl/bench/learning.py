@@ -42,7 +42,8 @@ flags.DEFINE_integer("steps", None, "GRPO steps (default: 30 testdata, 40 a real
 flags.DEFINE_float("lr", None, "Learning rate (default: 1e-3 testdata, large so that the tiny "
                    "model moves in 30 steps; 1e-5 a real model).")
 flags.DEFINE_integer("window", 5, "Steps per window of the printed mean rewards.")
-flags.DEFINE_float("max_tutor_share", 0.5, "The rule helpfulness judge's word-share limit.")
+flags.DEFINE_float("max_tutor_share", None, "The rule helpfulness judge's word-share limit "
+                   "(default: 0.5 testdata, 0.9 a real model).")
 flags.DEFINE_integer("max_tutor_words", None, "The rule helpfulness judge's words per tutor "
                      "message (default: 150 testdata, 50 a real model).")
 FLAGS = flags.FLAGS
@@ -58,7 +59,7 @@ def pick_model(model: str | None) -> str:
   return cached if os.path.isfile(os.path.join(cached, import_gguf.DONE)) else TESTDATA
 
 
-def config(steps: int, lr: float, max_tutor_share: float = 0.5, model: str = TESTDATA,
+def config(steps: int, lr: float, max_tutor_share: float | None = None, model: str = TESTDATA,
            max_tutor_words: int | None = None):
   c = paths.load_config("pedagogical_rl.py", "tiny")
   c.rewards.components = "pedagogy:1"
@@ -68,19 +69,25 @@ def config(steps: int, lr: float, max_tutor_share: float = 0.5, model: str = TES
               beta=0.0)
   # A share threshold near the random tutor's median word share: about half the
   # dialogues pass, so every group carries a signal.
-  c.rewards.rule_judges.max_tutor_share = max_tutor_share
+  c.rewards.rule_judges.max_tutor_share = 0.5
   if model != TESTDATA:
     c.tutor.path = c.student.path = model
     c.rollout.thinking = False  # SmolLM2 has no thinking; the prompt asks for none.
-    # Short turns keep a step within a minute or two on a CPU. The judge reads a
-    # dialogue's longest tutor message, and SmolLM2's run 45-55 words in 64 tokens: at
-    # 30 words, and at 40 (2026-11-28, the first step of a 30-step run), every dialogue
-    # failed, so no group carried a signal; 50 splits them.
+    # Short turns keep a step within minutes on a CPU. The judge reads a dialogue's
+    # longest tutor message and the tutor's share of its words. SmolLM2's 16 dialogues
+    # of a first 2 steps (2026-11-28): longest messages of 42-56 words (median 49.5; at
+    # 30 and 40 words every dialogue failed, no group carried a signal), shares of
+    # 0.53-0.75 (its 64-token turns against the student's 40: at 0.5 every one failed).
+    # So the word limit sits at the median and the share limit out of the way: a group
+    # differs in whether its longest message fits.
     c.tutor.max_new_tokens, c.student.max_new_tokens = 64, 40
     c.solve.k, c.solve.max_new_tokens = 1, 16
     c.group_size, c.rl.micro_batch = 4, 4
     c.rewards.rule_judges.max_tutor_words = 50
+    c.rewards.rule_judges.max_tutor_share = 0.9
     c.scan_layers = True  # One compiled layer body: 30 unrolled layers compile for minutes.
+  if max_tutor_share is not None:
+    c.rewards.rule_judges.max_tutor_share = max_tutor_share
   if max_tutor_words is not None:
     c.rewards.rule_judges.max_tutor_words = max_tutor_words
   return c
