@@ -19,9 +19,9 @@ Cohen's κ against the first goes in reliability.md. A seeded subset:
 --config.sample=N units per condition and scheme.
 """
 from pedrl.clients import openai_compat
-from pedrl.env import party
-from pedrl.eval.analysis import data_views, labelling, summary
-from pedrl.eval.protocol import ShardSettings
+from pedrl.env.settings import PartySettings
+from pedrl.eval.analysis import labelling, summary
+from pedrl.eval.settings import ShardSettings, ViewSettings
 from pedrl.jobs import settings, variants
 
 ENTRY_POINT = "pedrl.experiments.analyze"  # The job it configures; others refuse it.
@@ -38,7 +38,7 @@ def get_config(arg: str = "paper"):
   c = settings.section(summary.AnalysisSettings)
   c.mesh = settings.section(settings.MeshSettings)
   c.eval = settings.section(ShardSettings)
-  c.views = settings.section(data_views.ViewSettings)
+  c.views = settings.section(ViewSettings)
   for role in labelling.ROLES:
     c[role] = settings.section(labelling.LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
@@ -46,7 +46,7 @@ def get_config(arg: str = "paper"):
     c[role].openai = settings.section(openai_compat.OpenAISettings, model="gpt-5-mini",
                                       temperature=1.0, max_tokens=4096,
                                       max_tokens_field="max_completion_tokens")
-    c[role].local = settings.section(party.PartySettings, path=None, temperature=0.0, top_k=0,
+    c[role].local = settings.section(PartySettings, path=None, temperature=0.0, top_k=0,
                                      top_p=1.0, max_new_tokens=64)
   if v.tiny:
     c.columns, c.groups = "A,B", ""

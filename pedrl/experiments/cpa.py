@@ -38,34 +38,10 @@ from pedrl.experiments import mathtutorbench as mtb
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_party
 from pedrl.mathtutorbench import constraints
+# Re-exported: defined there, importable without JAX.
+from pedrl.agents.settings import AgentRuns
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentRuns:
-  methods: str = ",".join(agent_bench.METHODS)
-  seeds: str = "42,43,44"  # Paper 002 section 4.4.
-  truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
-
-  def __post_init__(self):
-    """Bad methods or seeds fail when the config is read, before anything loads (the
-    properties raise ValueError on an unknown method or a seed that is no integer)."""
-    if not self.method_names or not self.seed_list:
-      raise ValueError(f"agents.methods={self.methods!r} and agents.seeds={self.seeds!r} "
-                       "must each name at least one")
-
-  @property
-  def method_names(self) -> tuple:
-    names = tuple(m.strip() for m in self.methods.split(",") if m.strip())
-    for m in names:
-      if m not in agent_bench.METHODS:
-        raise ValueError(f"unknown method {m!r}; the methods: {', '.join(agent_bench.METHODS)}")
-    return names
-
-  @property
-  def seed_list(self) -> tuple:
-    return tuple(int(x) for x in self.seeds.split(",") if x.strip())
 
 
 @dataclasses.dataclass(frozen=True)
