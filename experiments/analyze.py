@@ -26,7 +26,7 @@ from pedrl.jobs import settings, variants
 
 ENTRY_POINT = "pedrl.experiments.analyze"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 001 section 4.2: GPT-5-mini labels sentences (codebook, Schoenfeld phases); tables 4, 8, 11",
     "tiny": "keyword rules and the testdata Qwen2 as labellers, two conditions A and B",

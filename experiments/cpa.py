@@ -22,7 +22,7 @@ from pedrl.jobs import base_config, settings, variants
 
 ENTRY_POINT = "pedrl.experiments.cpa"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "section 4.4: temperature 0.7, top-p 0.95, K 3, J 3; seeds 42-44; every method",
     "tiny": "the testdata backbone and classifier, 2 examples a task, seed 42",

@@ -48,7 +48,7 @@ from pedrl.eval.settings import EvalSettings, PedRMSettings, ReasoningSettings, 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 ENTRY_POINT = "pedrl.experiments.evaluate"  # The job it configures; others refuse it.
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "the pedagogical_rl protocol",
     "pedagogical_rl": "paper 003 table 2: the published 500-problem test split, K 8, Gemma-3-27B judges, Ped-RM",

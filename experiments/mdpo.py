@@ -18,7 +18,7 @@ from pedrl.rl.settings import DPOSettings
 
 ENTRY_POINT = "pedrl.experiments.mdpo"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003 A.3: batch 32, lr 2e-7, 1 epoch; β 0.1, cosine with 10% warm-up (M-DPO's code)",
     "tiny": "the testdata tutor, a few steps over the tiny pairs",

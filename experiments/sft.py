@@ -19,7 +19,7 @@ from pedrl.rl.settings import SFTSettings
 
 ENTRY_POINT = "pedrl.experiments.sft"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003 A.3: batch 16, lr 2e-5, 1 epoch, cosine decay, on the accepted dialogues",
     "tiny": "the testdata tutor, a few steps over the tiny data",

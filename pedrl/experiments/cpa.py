@@ -16,16 +16,22 @@ repaired a step.
 WORKDIR/tables.md holds the tables; `python -m pedrl.tools.show_trace
 WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 """
+import sys
+
+from pedrl import cli
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:])
+
 import dataclasses
 import os
-import sys
 import time
 
 from absl import app, logging
 import numpy as np
 from tqdm import tqdm
 
-from pedrl import cli, distributed
+from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.cpa.state import Trace
