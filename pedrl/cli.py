@@ -8,10 +8,10 @@
 - Fast: a job (`python -m pedrl.experiments.NAME`) checks its command line with
   `check_job` as its first statement, before its imports load JAX and the models'
   code: a missing --config or --workdir, a config file that is not there or is
-  another job's, an unknown flag, a wrong variant, an override of no key or a value
-  of the wrong type is reported in a fraction of a second. Config files import only
-  settings types (no JAX), so loading one here costs little. What the settings
-  types refuse (a value out of range) is reported when the job reads them.
+  another job's, an unknown flag, a wrong variant, an override of no key, a value
+  of the wrong type or one the job's settings types refuse is reported in a
+  fraction of a second. Config files and the settings types import no JAX, so
+  loading and reading a config here costs little.
 - From any directory: `--config=experiments/x.py:…` is found in pedrl's repository
   when it is not under the current directory, and the config's relative paths
   (testdata/…) are resolved as pedrl.paths says.
@@ -76,15 +76,16 @@ def _define_command_flags() -> None:
   app.define_help_flags()
 
 
-def check_job(module: str, args: list[str]) -> None:
+def check_job(module: str, args: list[str], read=None) -> None:
   """The early check of a job's command line (`args`: its arguments), which a job's
   module (`module`, its name) runs first when started as a command:
 
     if __name__ == "__main__":
-      cli.check_job(__spec__.name, sys.argv[1:])
+      cli.check_job(__spec__.name, sys.argv[1:], read)
 
   Its flags, the config file and whose it is, then the config loaded with its variant
-  and overrides; each mistake one `error:` line (exit 1)."""
+  and overrides, then `read(config)` (the job's settings types, which refuse a value
+  out of range with a ValueError); each mistake one `error:` line (exit 1)."""
   name = module.rpartition(".")[2]
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
   _define_command_flags()
@@ -96,6 +97,11 @@ def check_job(module: str, args: list[str]) -> None:
   config_only = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=config_only)
   _parse_config(config_only, [module] + _config_args(_config_flags(args)))
+  if read is not None:
+    try:
+      read(config_only["config"].value)
+    except ValueError as e:  # The line the job's own reading of its settings would end with.
+      fail(str(e))
 
 
 def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:

@@ -158,7 +158,7 @@ def _worker(module: str) -> None:
     entry = importlib.import_module(module)
   else:
     cli.run = lambda main: None  # The module's `cli.run(main)`: its flags exist by then.
-    cli.check_job = lambda module, args: None
+    cli.check_job = lambda *args: None
     sys.argv = [module]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
   results = []

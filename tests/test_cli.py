@@ -73,6 +73,11 @@ def test_a_missing_job_flag_is_one_line(args, line):
               "--workdir=/tmp/never"]),
     ("rollout", ["--config=experiments/rollout.py:tiny", "--config.rollout.max_turnz", "3",
                  "--workdir=/tmp/never"]),
+    # And what the job's settings types refuse.
+    ("thinking", ["--config=experiments/thinking.py:tiny", "--config.rl.advantage=foo",
+                  "--workdir=/tmp/never"]),
+    ("evaluate", ["--config=experiments/evaluate.py:tiny", "--config.eval.confidence=2",
+                  "--workdir=/tmp/never"]),
 ])
 def test_command_line_mistakes_are_found_before_jax_is_imported(job, args):
   """The job's module checks its command line first (pedrl.cli.check_job), before its

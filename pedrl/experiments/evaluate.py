@@ -17,9 +17,11 @@ merges and tabulates any time.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_settings(c, settings.EvaluationSettings))
 
 import dataclasses
 import json

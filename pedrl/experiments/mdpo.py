@@ -17,9 +17,12 @@ of pairs whose chosen reward is the higher) and `logps/chosen|rejected`.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
+from pedrl.rl import settings as rl_settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_offline_settings(c, rl_settings.DPOSettings))
 
 import os
 

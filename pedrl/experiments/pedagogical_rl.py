@@ -5,9 +5,11 @@ r"""GRPO training with the rewards of PedagogicalRL (paper 003).
 import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_settings(c, settings.TrainingSettings))
 
 from pedrl.jobs.train import main
 

@@ -15,9 +15,11 @@ the log hold the summary (key=value), its counts over every batch.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:],
+                settings.read_settings)  # A dialogue job's DialogueSettings.)
 
 import collections
 import json

@@ -13,14 +13,18 @@ update) and `tutor_tokens`.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
+from pedrl.rl import offline_data, settings as rl_settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_offline_settings(c, rl_settings.SFTSettings,
+                                                         offline_data.SequenceSettings))
 
 import os
 
 from pedrl.jobs import offline
-from pedrl.rl import batch as batch_lib, offline_data, sft
+from pedrl.rl import batch as batch_lib, sft
 
 
 class SFT(offline.Method):
