@@ -1,11 +1,15 @@
 """From a config file to typed settings, one way for every section.
 
-Each default is written once, on a settings type (a dataclass beside the code
-that reads it, citing its paper) or, for a field without one, in the config
-file. `section(T, …)` makes a config section of a type's fields; `Reader` builds
-the types back from the sections and records every key it used, so a key
-that nothing reads (a typo, a leftover) is an error before anything runs,
-not a silent no-op.
+Each default is written once, on a settings type (a dataclass in its package's
+`settings.py`, citing its paper, re-exported beside the code that reads it) or,
+for a field without one, in the config file. `section(T, …)` makes a config
+section of a type's fields; `Reader` builds the types back from the sections and
+records every key it used, so a key that nothing reads (a typo, a leftover) is
+an error before anything runs, not a silent no-op.
+
+This module, the settings types and the config files built on them import no JAX
+(tests/test_layers.py): a job reads its config, and reports its mistakes, before
+it loads anything heavy (pedrl.cli.check_job).
 """
 import dataclasses
 import types
