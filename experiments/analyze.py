@@ -20,8 +20,8 @@ Cohen's κ against the first goes in reliability.md. A seeded subset:
 """
 from pedrl.clients import openai_compat
 from pedrl.env.settings import PartySettings
-from pedrl.eval.analysis import labelling, summary
-from pedrl.eval.settings import ShardSettings, ViewSettings
+from pedrl.eval.settings import (ROLES, AnalysisSettings, LabelSettings, ShardSettings,
+                                 ViewSettings)
 from pedrl.jobs import settings, variants
 
 ENTRY_POINT = "pedrl.experiments.analyze"  # The job it configures; others refuse it.
@@ -35,12 +35,12 @@ VARIANT_HELP = {
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
-  c = settings.section(summary.AnalysisSettings)
+  c = settings.section(AnalysisSettings)
   c.mesh = settings.section(settings.MeshSettings)
   c.eval = settings.section(ShardSettings)
   c.views = settings.section(ViewSettings)
-  for role in labelling.ROLES:
-    c[role] = settings.section(labelling.LabelSettings, backend="openai" if role == "label" else "")
+  for role in ROLES:
+    c[role] = settings.section(LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
     # max_completion_tokens, in which their reasoning counts.
     c[role].openai = settings.section(openai_compat.OpenAISettings, model="gpt-5-mini",

@@ -1,6 +1,6 @@
-"""The evaluations' settings types: Ped-RM, the reasoning benchmarks, MathTutorBench's
-harness and the analysis job's data views (the config's `eval` and `views` sections, the
-benchmark job's top level).
+"""The evaluations' settings types: the protocol's, Ped-RM, the reasoning benchmarks,
+MathTutorBench's harness and the analysis job's (the config's `eval` section, the
+benchmark job's and the analysis job's top level, `views`, `label` and `label2`).
 
 Importable without JAX: config files and pedrl.jobs.settings build on them, so a config is
 read and its mistakes reported before a job loads anything heavy. Each type stays
@@ -208,3 +208,83 @@ class TutorRun:
   training run's checkpoint, read straight from orbax (no export step)."""
   workdir: str | None = None
   step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
+
+
+# -- The analysis job (paper 001 section 4, appendices D-E) --------------------------------
+
+SCHEMES = ("codebook", "schoenfeld")
+BACKENDS = ("openai", "local", "rule")
+THINKING_UNITS = ("sentence", "paragraph")
+ROLES = ("label", "label2")  # The config sections of the first labeller and the second.
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSettings:
+  """One labeller: the config's `label` section, and `label2` for an optional second one
+  (backend "": none) whose agreement with the first is reported as Cohen's κ."""
+  backend: str = "openai"  # openai | local | rule (| "" for label2: no second labeller)
+  schemes: str = "codebook,schoenfeld"  # Comma-separated, of SCHEMES.
+  codebook_prompt: str = "analysis/codebook"  # A prompt name, or a Jinja file of the user's.
+  schoenfeld_prompt: str = "analysis/schoenfeld"
+  rounds: int = 3  # Asks of a unit whose reply does not parse (or whose API call failed).
+  batch_units: int = 256  # Distinct texts asked together; a batch is written when it ends.
+  retry_failures: bool = False  # Ask again for the texts the cache holds as failures.
+
+  @property
+  def names(self) -> tuple:
+    return tuple(s.strip() for s in self.schemes.split(",") if s.strip())
+
+  def __post_init__(self):
+    if self.backend not in BACKENDS + ("",):
+      raise ValueError(f"backend {self.backend!r} is not one of {BACKENDS} (or '' for none)")
+    for name in self.names:
+      if name not in SCHEMES:
+        raise ValueError(f"scheme {name!r} is not one of {SCHEMES}")
+    if self.rounds < 1 or self.batch_units < 1:
+      raise ValueError("rounds and batch_units must be positive")
+
+  def prompt(self, scheme: str) -> str:
+    return getattr(self, f"{scheme}_prompt")
+
+
+# Paper 001 table 8, as pedrl reads it (pedrl.eval.analysis.significance's docstring): (name, left, right, target).
+PAPER_COMPARISONS = (
+    "Major Categories: Ped.* vs Think*: table4; "
+    "Math Problem Solving: Ped.* vs Think*: category=Mathematical Problem Solving; "
+    "Praise (Ped vs Non-Ped): Ped.* vs Think*: code=Praise; "
+    "Praise (NoThink vs Ped.): NoThink vs Ped.*: code=Praise; "
+    "Step-by-Step: Ped.* vs Think*: code=Step-by-step instruction; "
+    "Praise (Reward effect): Reward vs NoReward: code=Praise")
+# Table 4 and 11's columns average these (their notes); table 8's sides pool them.
+PAPER_GROUPS = ("Think*=Think NoReward+Think Reward; "
+                "Ped.*=Ped. Think NoReward+Ped. Think Reward; "
+                "Reward=Think Reward+Ped. Think Reward; "
+                "NoReward=Think NoReward+Ped. Think NoReward")
+TOTALS = ("sum", "pooled")  # Tables 3 and 9's Total and Unique (pedrl.eval.analysis.text).
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisSettings:
+  """The config's top level."""
+  runs: str = ""  # 'CONDITION=WORKDIR,…': evaluation or rollout workdirs.
+  groups: str = PAPER_GROUPS  # 'NAME=A+B; …' (Think*, Ped.* in tables 4, 8, 11).
+  columns: str = "NoThink,Think*,Ped.*"  # Tables 4 and 11 (""): one per condition.
+  comparisons: str = PAPER_COMPARISONS  # Table 8's, as pedrl reads them.
+  codebook_file: str = ""  # In codebook.tsv's layout; "": paper 001's table 5.
+  thinking_unit: str = "sentence"  # Schoenfeld units: sentence | paragraph.
+  total: str = "sum"  # Tables 3 and 9's Total and Unique: sum | pooled (text.py).
+  sample: int = 0  # > 0: label a seeded subset of this many units per condition and scheme.
+  top_codes: int = 10  # Table 11's rows.
+  confidence: float = 0.95  # Every interval's.
+  seed: int = 0
+  scan_layers: bool = False  # A local labeller's layers (False decodes faster on CPU).
+  figures: bool = True  # False: tables only (no matplotlib needed).
+
+  def __post_init__(self):
+    if self.thinking_unit not in THINKING_UNITS:
+      raise ValueError(f"thinking_unit {self.thinking_unit!r} is not one of "
+                       f"{THINKING_UNITS}")
+    if self.total not in TOTALS:
+      raise ValueError(f"total {self.total!r} is not one of {TOTALS}")
+    if not 0 < self.confidence < 1:
+      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
