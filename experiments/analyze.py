@@ -19,14 +19,14 @@ Cohen's κ against the first goes in reliability.md. A seeded subset:
 --config.sample=N units per condition and scheme.
 """
 from pedrl.clients import openai_compat
-from pedrl.env import party
-from pedrl.eval.analysis import data_views, labelling, summary
-from pedrl.eval.protocol import ShardSettings
+from pedrl.env.settings import PartySettings
+from pedrl.eval.settings import (ROLES, AnalysisSettings, LabelSettings, ShardSettings,
+                                 ViewSettings)
 from pedrl.jobs import settings, variants
 
 ENTRY_POINT = "pedrl.experiments.analyze"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 001 section 4.2: GPT-5-mini labels sentences (codebook, Schoenfeld phases); tables 4, 8, 11",
     "tiny": "keyword rules and the testdata Qwen2 as labellers, two conditions A and B",
@@ -35,18 +35,18 @@ VARIANT_HELP = {
 
 def get_config(arg: str = "paper"):
   v = variants.parse(arg, VARIANTS)
-  c = settings.section(summary.AnalysisSettings)
+  c = settings.section(AnalysisSettings)
   c.mesh = settings.section(settings.MeshSettings)
   c.eval = settings.section(ShardSettings)
-  c.views = settings.section(data_views.ViewSettings)
-  for role in labelling.ROLES:
-    c[role] = settings.section(labelling.LabelSettings, backend="openai" if role == "label" else "")
+  c.views = settings.section(ViewSettings)
+  for role in ROLES:
+    c[role] = settings.section(LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
     # max_completion_tokens, in which their reasoning counts.
     c[role].openai = settings.section(openai_compat.OpenAISettings, model="gpt-5-mini",
                                       temperature=1.0, max_tokens=4096,
                                       max_tokens_field="max_completion_tokens")
-    c[role].local = settings.section(party.PartySettings, path=None, temperature=0.0, top_k=0,
+    c[role].local = settings.section(PartySettings, path=None, temperature=0.0, top_k=0,
                                      top_p=1.0, max_new_tokens=64)
   if v.tiny:
     c.columns, c.groups = "A,B", ""

@@ -20,7 +20,7 @@ from pedrl.jobs import base_config, settings, variants
 
 ENTRY_POINT = "pedrl.experiments.baseline_data"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003 A.3: the untrained tutor's dialogues on 30% of the training split, G 8, λ 0.75's reward",
     "tiny": "the testdata models and rule judges",

@@ -17,13 +17,12 @@ experiments/mathtutorbench.py (`benchmark_dir`, `data_dir`). The backbone is
 picks the rows: cpa, no_m1, no_m2_loop, no_m2_sim, no_m3_monitor, no_m4, cot,
 plan_solve, sot.
 """
-from pedrl.agents.cpa.agent import CPASettings
+from pedrl.agents.settings import AgentRuns, CPASettings
 from pedrl.jobs import base_config, settings, variants
-from pedrl.experiments.cpa import AgentRuns
 
 ENTRY_POINT = "pedrl.experiments.cpa"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "section 4.4: temperature 0.7, top-p 0.95, K 3, J 3; seeds 42-44; every method",
     "tiny": "the testdata backbone and classifier, 2 examples a task, seed 42",

@@ -40,16 +40,15 @@ with one line if any of its problems is one the run trained on, pedrl.jobs.train
 or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student likewise).
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
-from pedrl.agents.cpa.agent import CPASettings
-from pedrl.agents.tutor import TutorAgentSettings
-from pedrl.env import party
+from pedrl.agents.settings import CPASettings, TutorAgentSettings
+from pedrl.env.settings import EndpointSettings, PartySettings
 from pedrl.jobs import base_config, conditions, settings, variants
-from pedrl.eval import pedrm, protocol as protocol_lib, reasoning
+from pedrl.eval.settings import EvalSettings, PedRMSettings, ReasoningSettings, TutorRun
 
 PROTOCOLS = ("pedagogical_rl", "thinking", "uco", "uco_003", "reasoning", "wbeb")
 ENTRY_POINT = "pedrl.experiments.evaluate"  # The job it configures; others refuse it.
 VARIANTS = dict(protocol=PROTOCOLS, think=bool, condition=tuple(conditions.THINKING), tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "the pedagogical_rl protocol",
     "pedagogical_rl": "paper 003 table 2: the published 500-problem test split, K 8, Gemma-3-27B judges, Ped-RM",
@@ -108,11 +107,11 @@ def get_config(arg: str = "paper"):
   if v.condition != tuple(conditions.THINKING)[0] and v.protocol != "thinking":
     raise ValueError(f"variant {arg!r}: condition is paper 001's (the thinking protocol only)")
   c = base_config.dialogue_config("tiny" if v.tiny else "paper")
-  c.eval = settings.section(protocol_lib.EvalSettings)
-  c.eval.pedrm = settings.section(pedrm.PedRMSettings)
+  c.eval = settings.section(EvalSettings)
+  c.eval.pedrm = settings.section(PedRMSettings)
   # The tutor under test: --config.tutor.path=HF_DIR, or a training run's checkpoint with
   # --config.tutor.workdir=RUN [--config.tutor.step=N] (its base model gives the tokenizer).
-  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, TutorAgentSettings,
+  c.tutor = settings.section(PartySettings, TutorRun, TutorAgentSettings,
                              **c.tutor.to_dict())
   # Or an agent over that model (or endpoint) as its backbone: --config.tutor.agent=cpa (paper
   # 002's CPA, its table 3 ablations no_m1 ..., or the baselines cot, plan_solve, sot), with
@@ -120,8 +119,8 @@ def get_config(arg: str = "paper"):
   c.tutor.cpa = settings.section(CPASettings)
   # Or an OpenAI-compatible endpoint: --config.tutor.endpoint.model=gpt-4o (and base_url,
   # api_key_env); the student likewise.
-  c.tutor.endpoint = settings.section(party.EndpointSettings)
-  c.student.endpoint = settings.section(party.EndpointSettings)
+  c.tutor.endpoint = settings.section(EndpointSettings)
+  c.student.endpoint = settings.section(EndpointSettings)
   reference_evaluation(c)
   # Paper 003 section 5.4: judged by Gemma-3-27B (not the Qwen training judge); the model
   # name is the serving endpoint's (vLLM serves it by its Hugging Face id;
@@ -147,7 +146,7 @@ def get_config(arg: str = "paper"):
     # teacher prompt it was trained on (table XII's, 003's figure 13 in other words).
     conditions.pedagogical_rl(c, False, v.tiny)
     c.rollout.tutor_prompt = conditions.UCO_DIALOGUES["tutor_prompt"]
-  c.eval.reasoning = settings.section(reasoning.ReasoningSettings)
+  c.eval.reasoning = settings.section(ReasoningSettings)
   if v.protocol == "reasoning":
     # Paper 003 table 3 (MMLU 5-shot, GSM8K 4-shot, MATH500 0-shot), 000 table IX: the tutor
     # alone, at the reference's LightEval sampling (temperature 0.6, top-p 0.95).

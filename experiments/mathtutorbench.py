@@ -26,7 +26,7 @@ from pedrl.jobs import base_config, variants
 
 ENTRY_POINT = "pedrl.experiments.mathtutorbench"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "the harness's settings: greedy, 2048 new tokens, every example of the nine tasks",
     "tiny": "the testdata tutor and classifier, 4 examples a task, 24 new tokens",

@@ -14,11 +14,11 @@ choice, see below) and `tiny` (the testdata tutor on a CPU, a few steps over the
 tiny pairs).
 """
 from pedrl.jobs import base_config, variants
-from pedrl.rl import dpo
+from pedrl.rl.settings import DPOSettings
 
 ENTRY_POINT = "pedrl.experiments.mdpo"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003 A.3: batch 32, lr 2e-7, 1 epoch; β 0.1, cosine with 10% warm-up (M-DPO's code)",
     "tiny": "the testdata tutor, a few steps over the tiny pairs",
@@ -39,7 +39,7 @@ def get_config(arg: str = "paper"):
   # (0.01) on (TrainingArguments' 0 applies, as pedrl's OptimizerSettings). 10% of the updates
   # is pedrl's choice, the script's stated intent; train.warmup_fraction=0 with
   # --config.train.warmup_steps=50 is run_dpo.py's.
-  c = base_config.offline_config(dpo.DPOObjective, batch=32, epochs=1, lr=2e-7,
+  c = base_config.offline_config(DPOSettings, batch=32, epochs=1, lr=2e-7,
                                  lr_schedule="cosine", warmup_fraction=0.1)
   if v.tiny:
     c.scan_layers = False

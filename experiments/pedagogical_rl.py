@@ -23,7 +23,7 @@ from pedrl.jobs import base_config, conditions, rl_config, variants
 ENTRY_POINT = "pedrl.experiments.pedagogical_rl"  # The job it configures; others refuse it.
 VARIANTS = dict(lam=float, hard=bool, think=bool, no_sol=bool, tiny=bool,
                 **{"lam1.5_think": bool, "hard_think": bool})
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003: soft penalty, λ 0.75, no thinking; a local Qwen2.5-14B training judge",
     "tiny": "the testdata models and rule judges; 3 steps",

@@ -15,7 +15,7 @@ from pedrl.jobs import base_config
 
 ENTRY_POINT = "pedrl.experiments.rollout"  # The job it configures; others refuse it.
 VARIANTS = base_config.VARIANTS
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003's setup: give the checkpoints and problems; judges over the API",
     "tiny": "the testdata models and rule judges",

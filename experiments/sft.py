@@ -14,11 +14,12 @@ CPU, a few steps over the tiny data). The loss counts the tutor's tokens
 as it was rolled out (train.thinking=false masks it).
 """
 from pedrl.jobs import base_config, variants
-from pedrl.rl import offline_data, sft
+from pedrl.rl import offline_data
+from pedrl.rl.settings import SFTSettings
 
 ENTRY_POINT = "pedrl.experiments.sft"  # The job it configures; others refuse it.
 VARIANTS = dict(tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 003 A.3: batch 16, lr 2e-5, 1 epoch, cosine decay, on the accepted dialogues",
     "tiny": "the testdata tutor, a few steps over the tiny data",
@@ -31,7 +32,7 @@ def get_config(arg: str = "paper"):
   # train_sft.py, config/train_sft/7b.yaml): TRL's SFTTrainer with lr_scheduler_type
   # cosine and the TrainingArguments defaults for the rest: no warm-up, AdamW (0.9,
   # 0.999, 1e-8), weight decay 0, gradient norm clipped at 1.0.
-  c = base_config.offline_config(sft.SFTObjective, offline_data.SequenceSettings, batch=16,
+  c = base_config.offline_config(SFTSettings, offline_data.SequenceSettings, batch=16,
                                  epochs=1, lr=2e-5, lr_schedule="cosine", micro_batch=4)
   if v.tiny:
     c.scan_layers = False

@@ -33,7 +33,7 @@ from pedrl.jobs import base_config, conditions, rl_config, variants
 # shared with the evaluation; the paper's method first (the default).
 ENTRY_POINT = "pedrl.experiments.thinking"  # The job it configures; others refuse it.
 VARIANTS = dict(condition=tuple(conditions.THINKING), tiny=bool)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 001's method, ped_think_reward (B 16, G 8, λ_ped 0.75, λ_think 0.3, θ 0.6)",
     "ped_think_reward": "section 2.5: Polya prompt, thinking, with the thinking reward (the paper's method)",

@@ -27,7 +27,7 @@ from pedrl.jobs import base_config, conditions, rl_config, variants
 ENTRY_POINT = "pedrl.experiments.uco"  # The job it configures; others refuse it.
 VARIANTS = dict(lam=float, alpha=float, delta=float, c=float, no_scaffold=bool,
                 no_progress=bool, tiny=bool, rollouts=int)
-# One line per variant, for `python -m pedrl.tools.configs` (read without importing this file).
+# One line per variant, for `python -m pedrl.tools.configs`.
 VARIANT_HELP = {
     "paper": "paper 000 section IV (lr 5e-6, B 16, G 4, 10 tutor turns); needs an oracle endpoint "
              "and the BGE-M3 embedder",

@@ -5,12 +5,13 @@
   command with one `error: …` line and exit code 1 before main runs, so before any
   workdir is made. (ml_collections would print the config file's traceback, and
   report a missing file only when the config is first read.)
-- Fast: a job (`python -m pedrl.experiments.NAME`) has its command line checked by
-  `check_job_command`, which pedrl.experiments' __init__ calls before Python imports
-  the job's module and with it JAX and the models' code: a missing --config or
-  --workdir, a config file that is not there or an unknown flag is reported in a
-  fraction of a second. What needs the config file run (its variant, override keys
-  and values) is checked by the full parse that follows.
+- Fast: a job (`python -m pedrl.experiments.NAME`) checks its command line with
+  `check_job` as its first statement, before its imports load JAX and the models'
+  code: a missing --config or --workdir, a config file that is not there or is
+  another job's, an unknown flag, a wrong variant, an override of no key, a value
+  of the wrong type or one the job's settings types refuse is reported in a
+  fraction of a second. Config files and the settings types import no JAX, so
+  loading and reading a config here costs little.
 - From any directory: `--config=experiments/x.py:…` is found in pedrl's repository
   when it is not under the current directory, and the config's relative paths
   (testdata/…) are resolved as pedrl.paths says.
@@ -22,7 +23,6 @@
 
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
-import ast
 import contextlib
 import importlib.util
 import os
@@ -76,26 +76,32 @@ def _define_command_flags() -> None:
   app.define_help_flags()
 
 
-def check_job_command() -> None:
-  """Checks a job's command line before its module is imported (see the module's
-  docstring); does nothing unless Python is locating a `-m pedrl.experiments.NAME`
-  module, when sys.argv[0] is "-m" (the documented state while it does)."""
-  if sys.argv[:1] != ["-m"] or len(sys.orig_argv) < len(sys.argv):
-    return
-  module = sys.orig_argv[-len(sys.argv)]  # The token before the command's arguments.
-  check_job(module, sys.argv[1:])
+def check_job(module: str, args: list[str], read=None) -> None:
+  """The early check of a job's command line (`args`: its arguments), which a job's
+  module (`module`, its name) runs first when started as a command:
 
+    if __name__ == "__main__":
+      cli.check_job(__spec__.name, sys.argv[1:], read)
 
-def check_job(module: str, args: list[str]) -> None:
-  """The early check of a job's command line (`args`: its arguments) when `module` is a
-  job's; for `python -m` (above) and the `pedrl` command (pedrl.commands)."""
-  if not _job_module(module):
-    return
+  Its flags, the config file and whose it is, then the config loaded with its variant
+  and overrides, then `read(config)` (the job's settings types, which refuse a value
+  out of range with a ValueError); each mistake one `error:` line (exit 1)."""
   name = module.rpartition(".")[2]
   example = name if os.path.exists(paths.config_file(f"experiments/{name}.py")) else "uco"
   _define_command_flags()
   define_job_flags(f"experiments/{example}.py:tiny", "Output directory.")
   _check_job_flags(args, early=True, module=module)
+  if any(n in _HELP or n in ("flagfile", "undefok") for n, _ in _given_flags(args)):
+    return
+  # The config alone, on flags of its own: the job's flags are not all defined yet.
+  config_only = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=config_only)
+  _parse_config(config_only, [module] + _config_args(_config_flags(args)))
+  if read is not None:
+    try:
+      read(config_only["config"].value)
+    except ValueError as e:  # The line the job's own reading of its settings would end with.
+      fail(str(e))
 
 
 def _given_flags(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -152,21 +158,25 @@ def _check_job_flags(argv: list[str], early: bool = False, module: str | None = 
     check_config_job(values["config"], module, dict(_given_flags(argv)).get("config"))
 
 
+def config_module(path: str):
+  """A config file imported as a module of its own (not added to sys.modules). Cheap:
+  config files import only settings types, no JAX (tests/test_layers.py)."""
+  name = "pedrl_config_" + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def config_entry_point(path: str) -> str | None:
-  """The job a config file is for: its `ENTRY_POINT` literal, read without importing the
-  file (None: the file names none, as a config written before it did)."""
+  """The job a config file is for: its `ENTRY_POINT` (None: the file names none, as a
+  config written before it did, or it does not load: its own error comes from loading
+  it as the config)."""
   try:
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
-  except (OSError, SyntaxError, ValueError):
-    return None  # Its own error comes from loading it.
-  for node in tree.body:
-    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENTRY_POINT"
-                                            for t in node.targets):
-      try:
-        return ast.literal_eval(node.value)
-      except ValueError:
-        return None
-  return None
+    entry = getattr(config_module(path), "ENTRY_POINT", None)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  return entry if isinstance(entry, str) else None
 
 
 def check_config_job(config_arg: str, module: str, given: str | None = None) -> None:
@@ -179,6 +189,19 @@ def check_config_job(config_arg: str, module: str, given: str | None = None) -> 
     fail(f"--config={given or config_arg} is a config of {owner}, not of {module}: run it "
          f"with `python -m {owner}`, or give {module} its own config"
          + (f" ({mine})" if os.path.exists(paths.config_file(mine)) else ""))
+
+
+def _config_args(argv: list[str]) -> list[str]:
+  """The --config and --config.a.b arguments of `argv` (`--config.a.b V` with its value)."""
+  out = []
+  for i, arg in enumerate(argv):
+    if arg == "--":
+      break
+    if arg.startswith(("--config=", "--config.")):
+      out.append(arg)
+      if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+        out.append(argv[i + 1])
+  return out
 
 
 def _config_flags(argv: list[str]) -> list[str]:
@@ -208,11 +231,11 @@ def _config_arg(argv: list[str]) -> str | None:
   return next((a[len("--config="):] for a in argv if a.startswith("--config=")), None)
 
 
-def _config(argv: list[str]):
+def _config(argv: list[str], flag_values=flags.FLAGS):
   """The config that --config names, loaded again: after a failed parse absl keeps no value."""
   path = _config_arg(argv)
   try:
-    return None if path is None else flags.FLAGS["config"].parser.parse(path)
+    return None if path is None else flag_values["config"].parser.parse(path)
   except Exception:  # Its own error is reported by the parse that failed.
     return None
 
@@ -233,9 +256,9 @@ def _overrides(argv: list[str]) -> list[str]:
   return [a[len("--config."):].split("=")[0] for a in argv if a.startswith("--config.")]
 
 
-def _missing_key(argv: list[str]) -> str | None:
+def _missing_key(argv: list[str], flag_values=flags.FLAGS) -> str | None:
   """The first `--config.a.b=…` override whose key the loaded config lacks."""
-  config = _config(argv)
+  config = _config(argv, flag_values)
   for key_path in _overrides(argv) if config is not None else ():
     node, keys = config, key_path.split(".")
     for i, key in enumerate(keys):
@@ -253,22 +276,30 @@ def parse_flags(argv: list[str]) -> list[str]:
   if _is_job():
     _check_job_flags(argv[1:], module=sys.modules["__main__"].__spec__.name)
   argv = _config_flags(argv)
+  rest = _parse_config(flags.FLAGS, argv)
+  if "config" in flags.FLAGS and flags.FLAGS["config"].value is not None:
+    name = flags.FLAGS["config"].config_filename
+    paths.resolve_config(flags.FLAGS.config, paths.config_root(name.split(":")[0]),
+                         skip=_overrides(argv))
+  return rest
+
+
+def _parse_config(flag_values, argv: list[str]) -> list[str]:
+  """absl's parse of `argv` (found configs, `_config_flags`) into `flag_values`, every
+  mistake of the config (its file, variant, an override's key or value) one `error:` line."""
   try:
-    rest = flags.FLAGS(argv)
+    rest = flag_values(argv)
   except (flags.Error, OSError) as e:  # OSError: an override of a config that failed to load.
-    _exit(_load_error(_config(argv), _config_arg(argv)) or _flag_error(e))
+    _exit(_load_error(_config(argv, flag_values), _config_arg(argv)) or _flag_error(e))
   except (AttributeError, KeyError):  # ml_collections, for an override of no key.
-    why = _missing_key(argv)
+    why = _missing_key(argv, flag_values)
     if why is None:
       raise  # Raised inside the config file: a bug, with its traceback.
     _exit(why)
-  if "config" in flags.FLAGS and flags.FLAGS["config"].value is not None:
-    name = flags.FLAGS["config"].config_filename
-    why = _load_error(flags.FLAGS["config"].value, name)
+  if "config" in flag_values and flag_values["config"].value is not None:
+    why = _load_error(flag_values["config"].value, flag_values["config"].config_filename)
     if why:
       _exit(why)
-    paths.resolve_config(flags.FLAGS.config, paths.config_root(name.split(":")[0]),
-                         skip=_overrides(argv))
   return rest
 
 

@@ -89,9 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     print(usage())
     sys.exit(0)
   module, rest = module_of(args)
-  if module.startswith("pedrl.experiments."):  # As `python -m` does, before JAX loads.
-    from pedrl import cli
-    cli.check_job(module, rest)
+  # A job's module checks its command line itself, before JAX loads (pedrl.cli.check_job).
   sys.argv = [module, *rest]
   runpy.run_module(module, run_name="__main__", alter_sys=True)
 

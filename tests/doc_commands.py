@@ -146,9 +146,11 @@ def check(cmds: list[Command], root: str, workers: int = 2, timeout: int = 240) 
 
 
 def _worker(module: str) -> None:
-  """Runs `module` as `python -m` would, with `pedrl.cli.run` held back, so its flags are
-  defined as for the command; then parses each argv read from stdin in a forked child.
-  Prints [[ok, message], ...] as the last line of stdout."""
+  """Runs `module` as `python -m` would, with `pedrl.cli.run` and a job's first check of
+  its command line (`pedrl.cli.check_job`, of no arguments here) held back, so its flags
+  are defined as for the command; then parses each argv read from stdin in a forked child
+  (`run`'s parse checks what check_job does). Prints [[ok, message], ...] as the last line
+  of stdout."""
   argvs = json.load(sys.stdin)
   from pedrl import cli
   run = cli.run
@@ -156,6 +158,7 @@ def _worker(module: str) -> None:
     entry = importlib.import_module(module)
   else:
     cli.run = lambda main: None  # The module's `cli.run(main)`: its flags exist by then.
+    cli.check_job = lambda *args: None
     sys.argv = [module]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
   results = []

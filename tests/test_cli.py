@@ -65,10 +65,23 @@ def test_a_missing_job_flag_is_one_line(args, line):
     ("mathtutorbench", ["--config=experiments/mathtutorbench.py:tiny"]),
     ("cpa", ["--config", "experiments/cpa.py:tiny", "--workdir", "/tmp/never", "--steps", "3"]),
     ("thinking", ["--config=experiments/uco.py:tiny", "--workdir=/tmp/never"]),  # Another job's.
+    # What needs the config file loaded: its variant, an override's key, an override's type.
+    ("uco", ["--config=experiments/uco.py:nosuch", "--workdir=/tmp/never"]),
+    ("evaluate", ["--config=experiments/evaluate.py:tiny", "--config.x=1",
+                  "--workdir=/tmp/never"]),
+    ("mdpo", ["--config=experiments/mdpo.py:tiny", "--config.train.lr=abc",
+              "--workdir=/tmp/never"]),
+    ("rollout", ["--config=experiments/rollout.py:tiny", "--config.rollout.max_turnz", "3",
+                 "--workdir=/tmp/never"]),
+    # And what the job's settings types refuse.
+    ("thinking", ["--config=experiments/thinking.py:tiny", "--config.rl.advantage=foo",
+                  "--workdir=/tmp/never"]),
+    ("evaluate", ["--config=experiments/evaluate.py:tiny", "--config.eval.confidence=2",
+                  "--workdir=/tmp/never"]),
 ])
-def test_flag_and_config_path_mistakes_are_found_before_jax_is_imported(job, args):
-  """The early check (pedrl.experiments' __init__) ends the command before the job's
-  module loads JAX: `-X importtime` lists every module imported before the exit."""
+def test_command_line_mistakes_are_found_before_jax_is_imported(job, args):
+  """The job's module checks its command line first (pedrl.cli.check_job), before its
+  imports load JAX: `-X importtime` lists every module imported before the exit."""
   out = subprocess.run([sys.executable, "-X", "importtime", "-m", f"pedrl.experiments.{job}",
                         *args], cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True,
                        timeout=300)

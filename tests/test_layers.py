@@ -8,7 +8,10 @@ trained tutor without the training code, MathTutorBench's rules without its runn
 Every import is read from the source (ast), also those inside functions.
 """
 import ast
+import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -122,3 +125,28 @@ def test_experiments_holds_entry_points_only():
     if "main" not in names or not runs_main:
       not_jobs.append(path.name)
   assert not not_jobs, f"not entry points (move them to pedrl/jobs/): {not_jobs}"
+
+
+# Loads every config file of experiments/ and pedrl.jobs.settings in a fresh interpreter and
+# prints the heavy packages that came with them.
+_LOAD_CONFIGS = """
+import glob, importlib.util, json, os, sys
+import pedrl.jobs.settings
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "experiments", "*.py"))):
+  spec = importlib.util.spec_from_file_location("config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  module.get_config()
+print(json.dumps(sorted(m for m in ("jax", "flax", "optax", "orbax") if m in sys.modules)))
+"""
+
+
+@pytest.mark.job
+def test_config_files_import_no_jax():
+  """A config file (and the settings types it builds on) imports no JAX: a command line's
+  wrong variant, key or value is reported before a job loads anything heavy, and the
+  configs tool lists the files by importing them."""
+  repo = ROOT.parent
+  out = subprocess.run([sys.executable, "-c", _LOAD_CONFIGS, str(repo)], cwd=repo,
+                       capture_output=True, text=True, check=True)
+  assert json.loads(out.stdout.splitlines()[-1]) == []

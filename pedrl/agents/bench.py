@@ -13,9 +13,9 @@ import dataclasses
 from pedrl.agents import baselines
 from pedrl.agents.cpa import agent as cpa
 from pedrl.engine import stops
+# Re-exported: defined there, importable without JAX.
+from pedrl.agents.settings import BASELINES, METHODS
 
-BASELINES = ("cot", "plan_solve", "sot")
-METHODS = ("cpa",) + tuple(v for v in cpa.ABLATIONS if v != "full") + BASELINES
 
 
 def build(method: str, backbone, settings: cpa.CPASettings):

@@ -14,29 +14,17 @@ system prompt, carried in M_t. The reply's token counts are not known per
 dialogue (the backbone counts calls in aggregate): the rollout's token limit
 does not apply to this side, as for an endpoint that reports no usage.
 """
-import dataclasses
 import hashlib
 import json
 from typing import Sequence
 
-from pedrl.agents import bench
 from pedrl.agents.cpa import agent as cpa
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import Chat, Reply
+# Re-exported: defined there, importable without JAX.
+from pedrl.agents.settings import TutorAgentSettings
 
 TASK = "tutoring"
-
-
-@dataclasses.dataclass(frozen=True)
-class TutorAgentSettings:
-  """The evaluation config's `tutor.agent`: "" (the model answers itself) or an agent
-  over it as backbone: cpa, a table 3 ablation (no_m1, ...), cot, plan_solve or sot."""
-  agent: str = ""
-  truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
-
-  def __post_init__(self):
-    if self.agent and self.agent not in bench.METHODS:
-      raise ValueError(f"tutor.agent={self.agent!r} is not one of: {', '.join(bench.METHODS)}")
 
 
 def _key(messages) -> str:

@@ -13,31 +13,8 @@ from pedrl.engine import Sampler
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import chat
 from pedrl.tokenizer import load_tokenizer
-
-
-@dataclasses.dataclass(frozen=True)
-class PartySettings:
-  """A model by path and how it samples (the config's tutor, student, local_judge)."""
-  path: str | None  # A Hugging Face checkpoint directory.
-  temperature: float
-  top_k: int
-  top_p: float
-  max_new_tokens: int  # Per turn (per reply, for a judge).
-  # Rows whose turn ended leave a sampling call's decode batch once the live ones fit one
-  # half as large (engine.Sampler's `compact`): the same samples, fewer row-steps.
-  compact: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class EndpointSettings:
-  """A side played by an OpenAI-compatible endpoint (the evaluation config's
-  `tutor.endpoint` / `student.endpoint`); model None: a local checkpoint plays it.
-  Sampling (temperature, top_p, max_new_tokens) is the side's own settings'."""
-  model: str | None = None  # As the endpoint names it, e.g. gpt-4o-2024-08-06.
-  base_url: str | None = None  # None: api.openai.com.
-  api_key_env: str = "OPENAI_API_KEY"  # The variable holding the key (never the key).
-  max_concurrency: int = 16
-  timeout: float = 120.0
+# Re-exported: defined there, importable without JAX.
+from pedrl.env.settings import PartySettings, EndpointSettings
 
 
 class ChatClient(Protocol):

@@ -29,11 +29,9 @@ import sympy
 from pedrl import streams
 from pedrl.env import answers, sources
 from pedrl.env.sources import DataError, read_rows
+# Re-exported: defined there, importable without JAX.
+from pedrl.env.settings import ON_ERROR, FORMATS, SPLITS, RELEASED, ProblemSettings
 
-ON_ERROR = ("skip", "fatal")
-FORMATS = ("bigmath", "gsm8k", "math500")
-SPLITS = ("test", "train", "all", "published", "published_train")
-RELEASED = ("published", "published_train")  # Splits read as released: no filter, no row dropped.
 # The released test split's rows (rd211/Big-Math-RL-Verified-Filtered, its dataset card).
 PUBLISHED_FIELDS = ("problem", "answer", "source", "domain", "llama8b_solve_rate")
 
@@ -46,35 +44,6 @@ class Problem:
   source: str = ""
   domain: tuple = ()
   solve_rate: float | None = None  # BigMath's llama8b_solve_rate.
-
-
-@dataclasses.dataclass(frozen=True)
-class ProblemSettings:
-  """Which problems a job runs on (the config's `problems` section)."""
-  # A BigMath, GSM8K or MATH500 source: a file (JSONL, or Parquet) or tfds:NAME[/CONFIG]:SPLIT.
-  path: str | None = None
-  format: str = "bigmath"  # One of FORMATS.
-  on_error: str = "skip"  # A bad row: skipped (counted, by row number) or fatal.
-  filter: bool = True  # Paper 003: one numeric answer, Llama-8B solve rate in [0.01, 0.60].
-  split: str = "test"  # One of SPLITS (paper 003: 10,000 train / 500 test).
-  n_train: int = 10_000  # pedrl's own split (train / test) only.
-  n_test: int = 500  # Also the rows the published split has (eval.py's max_val_examples).
-  limit: int = 0  # > 0: only the first `limit` problems of the split.
-  # The seed of the train/test split; None: the job's seed. An evaluation must split as its
-  # training run did (the training configs' seed is 0), whatever seed it samples with.
-  split_seed: int | None = None
-
-  def __post_init__(self):
-    if self.split not in SPLITS:
-      raise ValueError(f"split {self.split!r} is not one of {SPLITS}")
-    if self.format not in FORMATS:
-      raise ValueError(f"format {self.format!r} is not one of {FORMATS}")
-    if self.on_error not in ON_ERROR:
-      raise ValueError(f"on_error {self.on_error!r} is not one of {ON_ERROR}")
-    if self.split in RELEASED and (self.filter or self.on_error != "fatal"
-                                   or self.format != "bigmath"):
-      raise ValueError(f"split={self.split!r} reads a released split as given: it needs "
-                       "format='bigmath', filter=False and on_error='fatal' (no row dropped)")
 
 
 @dataclasses.dataclass

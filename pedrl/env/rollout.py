@@ -22,7 +22,6 @@ attempted scenario the student's view starts with its attempt as its own
 (`attempt_view`).
 """
 import dataclasses
-import os
 import time
 from typing import NamedTuple, Protocol
 
@@ -35,98 +34,10 @@ from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
 from pedrl.env.party import Chat, Party, Replier
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
+# Re-exported: defined there, importable without JAX.
+from pedrl.env.settings import (SCENARIOS, TURN_LIMITS, HISTORY_THINKING, STUDENT_NAMES,
+                                RolloutSettings)
 
-SCENARIOS = ("mixed", GUIDED, ATTEMPTED)
-TURN_LIMITS = (TUTOR, "message")
-HISTORY_THINKING = ("template", "drop", "keep")
-# The student's names in the tutor's and the student's prompts, "" for none: paper 003's
-# reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py,
-# `student_names`: eight names and None), one per problem (src/classroom.py:
-# student_names[hash(problem) % 9]); the paper's dialogues show "Sam" and "Riley".
-STUDENT_NAMES = ("Alex", "Jamie", "Taylor", "Jordan", "Sam", "Casey", "Morgan", "Riley", "")
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutSettings:
-  """Dialogue rules; defaults are paper 003's (values from its reference code)."""
-  # Messages per dialogue, the student's attempt included, checked after each tutor message
-  # (`turn_limit`). Paper 003 section 5.3 says "at most 16 turns"; its reference code sets
-  # max_turns = 15 ("will actually be 16 turns", eth-lre/PedagogicalRL @ bae10cd
-  # config/train_rl_model.py) and ends a dialogue after a teacher message once
-  # len(conversation) >= max_turns (src/classroom.py, Conversation.add_message). So a
-  # guided dialogue (tutor first) ends at 15 messages, an attempted one at 16, each with 8
-  # tutor turns. max_turns=16 is pedrl's earlier limit (a guided dialogue then runs 17
-  # messages with 9 tutor turns).
-  max_turns: int = 15
-  turn_limit: str = "tutor"  # max_turns checked after "tutor" messages (reference) or any "message".
-  max_tutor_turns: int = 0  # Tutor messages per dialogue; 0: no limit of its own.
-  max_conversation_tokens: int = 8192
-  scenario: str = "mixed"  # "mixed": guided or attempted, uniformly per problem.
-  tutor_prompt: str = "pedagogical_rl/tutor_system"
-  # A Jinja file given by path that replaces tutor_prompt, rendered with `problem`,
-  # `student_name` (the problem's, None for none) and `include_thinking` (`thinking`,
-  # the reference's use_thinking): the reference's variables for a teacher prompt, so a
-  # tutor's own prompt file works as given (SocraticLM's, config/eval/SocraticLM.yaml in
-  # paper 003's reference code; pedrl ships none).
-  tutor_prompt_file: str = ""
-  student_prompt: str = "pedagogical_rl/student_system"
-  # The attempted scenario's first attempt: the reference writes it from its own prompt file
-  # (`student_initial_attempt_prompt_path`), sent as a lone system message (src/classroom.py,
-  # Conversation.get_conversation), not figure 10 (which prompts no sampling there). pedrl
-  # ships its own wording of that prompt (attempt_prompt); attempt_prompt_file, the
-  # reference's file by path (checked by SHA-256, prompts.REFERENCE_FILES), replaces it.
-  # attempt_prompt=pedagogical_rl/student_pre_dialogue attempt_role=user: pedrl's earlier
-  # attempt (figure 10 as a user message).
-  attempt_prompt: str = "pedagogical_rl/student_initial_attempt"
-  attempt_prompt_file: str = ""
-  attempt_role: str = "system"  # The attempt prompt's role: "system" (reference) or "user".
-  attempt_prefix: str = "Here is my attempt at this problem: "
-  # Who reads the attempt wrapped in attempt_prefix: "all", the reference's (its
-  # conversation holds the wrapped text, src/classroom.py add_message: the student's own
-  # view, the post-dialogue solve chat, the judges and Ped-RM see it so); "tutor", pedrl's
-  # earlier view (the others read the attempt bare).
-  attempt_view: str = "all"
-  personas: tuple = ()  # Student persona texts; one per problem, drawn like the scenario.
-  # One per problem, drawn like the scenario ("" draws no name); () names no student
-  # (pedrl's earlier prompts).
-  student_names: tuple = STUDENT_NAMES
-  thinking: bool = True  # Passed to the tutor's template as enable_thinking (Qwen3).
-  # The tutor's earlier turns' thinking in its own view: "template", as its chat template
-  # renders the conversation (the reference renders the whole conversation through the
-  # template every turn, src/classroom.py: Qwen3 and DeepSeek-R1-0528-Qwen3 drop it, Qwen2.5
-  # and Llama keep it); "drop": always left out (chat.history_text); "keep": as sampled
-  # (pedrl's earlier view). Where it is left out, the turn after a thinking turn encodes the
-  # tutor's whole view again, so the cache holds exactly what the template renders. A GRPO
-  # run trains one sequence per dialogue and so needs it kept (pedrl.jobs.train checks).
-  tutor_history_thinking: str = "template"
-  force_thinking: bool = False  # Each tutor turn starts with "<think>\n" (not trained on).
-  # A prompt appended to the tutor's system prompt telling it to think in tags (003 +think).
-  think_instruction: str = ""
-
-  def __post_init__(self):
-    if self.scenario not in SCENARIOS:
-      raise ValueError(f"scenario {self.scenario!r} is not one of {SCENARIOS}")
-    if self.max_turns < 1 or self.max_conversation_tokens < 1 or self.max_tutor_turns < 0:
-      raise ValueError("max_turns and max_conversation_tokens must be positive, "
-                       "max_tutor_turns non-negative")
-    if self.tutor_history_thinking not in HISTORY_THINKING:
-      raise ValueError(f"tutor_history_thinking {self.tutor_history_thinking!r} is not one of "
-                       f"{HISTORY_THINKING}")
-    if self.turn_limit not in TURN_LIMITS:
-      raise ValueError(f"turn_limit {self.turn_limit!r} is not one of {TURN_LIMITS}")
-    if self.force_thinking and not self.thinking:
-      raise ValueError("force_thinking needs thinking=True")
-    for key in ("tutor_prompt_file", "attempt_prompt_file"):
-      if getattr(self, key) and not os.path.isfile(getattr(self, key)):
-        raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
-    if self.attempt_view not in ("all", "tutor"):
-      raise ValueError(f"attempt_view {self.attempt_view!r} is not one of ('all', 'tutor')")
-    if self.attempt_role not in ("system", "user"):
-      raise ValueError(f"attempt_role {self.attempt_role!r} is not one of ('system', 'user')")
-    for name in (self.tutor_prompt, self.student_prompt, self.attempt_prompt,
-                 *filter(None, [self.think_instruction])):
-      if name not in prompts.SOURCES:
-        raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
 class Call(NamedTuple):

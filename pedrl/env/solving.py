@@ -14,7 +14,6 @@ then figure 11 as a user message, as the reference code does. With
 user message after the system prompt.
 """
 import dataclasses
-import os
 
 import numpy as np
 
@@ -22,42 +21,9 @@ from pedrl import streams
 from pedrl.env import answers, prompts
 from pedrl.env.dialogue import TUTOR, transcript
 from pedrl.env.party import EndpointParty
+# Re-exported: defined there, importable without JAX.
+from pedrl.env.settings import POST_FORMATS, SolveSettings
 
-POST_FORMATS = ("chat", "transcript")
-
-
-@dataclasses.dataclass(frozen=True)
-class SolveSettings:
-  k: int = 8  # Samples per attempt (paper 003 section 5.1).
-  match: str = "math_verify"
-  temperature: float = 0.6  # The student's sampling for attempts (reference code).
-  max_new_tokens: int = 3900  # Reference code.
-  # The student alone before the dialogue: the reference measures it with its own prompt
-  # file (`student_attempt_prompt_path`, Conversation.get_student_no_tutor_attempt in
-  # src/classroom.py, a user message), not figure 10. pedrl ships its own wording
-  # (pre_prompt); pre_prompt_file, the reference's file by path (checked by SHA-256,
-  # prompts.REFERENCE_FILES), replaces it. pre_prompt=pedagogical_rl/student_pre_dialogue
-  # is figure 10, pedrl's earlier prompt.
-  pre_prompt: str = "pedagogical_rl/student_attempt"
-  pre_prompt_file: str = ""
-  post_prompt: str = "pedagogical_rl/student_post_dialogue"
-  post_format: str = "chat"  # The dialogue as "chat" turns (reference) or an inline "transcript".
-  pre_dialogue: bool = True  # Jobs: attempts before the dialogue (Δ solve rate reports).
-  post_dialogue: bool = True  # Jobs: attempts after it even when no reward uses r_sol.
-  prompts_per_call: int = 16  # Prompts sampled together (× k rows).
-
-  def __post_init__(self):
-    if self.k < 1 or self.prompts_per_call < 1:
-      raise ValueError("k and prompts_per_call must be positive")
-    if self.post_format not in POST_FORMATS:
-      raise ValueError(f"post_format {self.post_format!r} is not one of {POST_FORMATS}")
-    if self.match not in answers.MATCH_MODES:
-      raise ValueError(f"match {self.match!r} is not one of {answers.MATCH_MODES}")
-    if self.pre_prompt_file and not os.path.isfile(self.pre_prompt_file):
-      raise ValueError(f"pre_prompt_file {self.pre_prompt_file!r} does not exist")
-    for name in (self.pre_prompt, self.post_prompt):
-      if name not in prompts.SOURCES:
-        raise ValueError(f"unknown prompt {name!r}; known: {', '.join(sorted(prompts.SOURCES))}")
 
 
 @dataclasses.dataclass

@@ -26,10 +26,10 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from pedrl.env.dialogue import TUTOR
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import CONFIDENCE, RESAMPLES, UNSCORED
 
 OK, REJECT = "OK", "REJECT"
-CONFIDENCE, RESAMPLES = 0.95, 10_000
-UNSCORED = ("zero", "drop")  # A dialogue without Ped-RM scores in the macro: 0, or left out.
 
 
 # -- One dialogue ----------------------------------------------------------------------------

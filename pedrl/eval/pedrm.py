@@ -35,7 +35,6 @@ visible text). The reference removes closed `<think>` blocks and the end marker
 without stripping the message, and leaves an unclosed block in: a message can
 differ in surrounding whitespace, or when a turn was cut inside its thinking.
 """
-import dataclasses
 import functools
 import hashlib
 import os
@@ -51,9 +50,9 @@ from pedrl.env.chat import ChatFormat
 from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
 from pedrl.models.decoder import pool_last
 from pedrl.tokenizer import load_tokenizer
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import FORMATS, _WITH_SYSTEM_PROMPT, PedRMSettings
 
-FORMATS = ("pedagogical_rl", "mathtutorbench", "problem_only")
-_WITH_SYSTEM_PROMPT = ("pedagogical_rl", "mathtutorbench")
 # SHA-256 of the released reward model's system prompt (SYSTEM_PROMPT in eth-lre/PedagogicalRL
 # @ bae10cd utils/pedagogical_reward.py and in eth-lre/mathtutorbench @ 54b6213
 # reward_model/compute_scaffolding_score.py, the same 261 characters), stripped.
@@ -63,34 +62,6 @@ ATTEMPT_PREFIX = "Here is my attempt at this problem: "  # As the tutor read it 
 
 class PedRMError(ValueError):
   """The reward model cannot be used (not a sequence classifier, no template, too long)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PedRMSettings:
-  """The config's `eval.pedrm` keys. path None: no Ped-RM scores (NaN in the table)."""
-  path: str | None = None  # e.g. a local copy of eth-nlped/Qwen2.5-1.5B-pedagogical-rewardmodel
-  format: str = "pedagogical_rl"  # One of FORMATS (see the module docstring).
-  # The reward model's system prompt, a text file (formats pedagogical_rl, mathtutorbench).
-  system_prompt_file: str | None = None
-  rows_per_call: int = 8
-  # Paper 003's evaluation runs the RM in float32 (eval.py: vLLM dtype=torch.float32), the
-  # MathTutorBench script in bfloat16; the MathTutorBench job's config says bfloat16.
-  dtype: str = "float32"
-  # An input longer than the RM's context: an error, or (True) its start cut off, counted
-  # in `PedRM.cut` (tiny runs, whose classifier has a short context).
-  truncate_inputs: bool = False
-
-  def __post_init__(self):
-    if self.format not in FORMATS:
-      raise ValueError(f"pedrm format {self.format!r} is not one of {FORMATS}")
-    if self.path and self.format in _WITH_SYSTEM_PROMPT and not self.system_prompt_file:
-      raise ValueError(
-          f"pedrm format {self.format!r} needs system_prompt_file: a text file holding the "
-          "reward model's system prompt, SYSTEM_PROMPT in PedagogicalRL's "
-          "utils/pedagogical_reward.py or MathTutorBench's reward_model/"
-          "compute_scaffolding_score.py (pedrl ships no copy)")
-    if self.rows_per_call < 1:
-      raise ValueError("rows_per_call must be positive")
 
 
 def mathtutorbench_opening(problem: str, reference_solution: str,

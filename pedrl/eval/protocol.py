@@ -18,7 +18,8 @@ import dataclasses
 import json
 from typing import Any, Mapping, TypeVar
 
-from pedrl.eval import metrics as metrics_lib
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import ShardSettings, EvalSettings, TutorRun
 
 # 1: the first versioned protocol; the same layout as the unversioned ones before it.
 SCHEMA_VERSION = 1
@@ -35,50 +36,6 @@ def kind_of(row: Mapping[str, Any]) -> str:
   """The kind of a protocol as a file recorded it (metrics.json's), without reading the
   rest: a report groups rows by it."""
   return {**BEFORE, **row}["kind"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardSettings:
-  """Which shard of how many this process runs (`--config.eval.shard`, `num_shards`)."""
-  shard: int = 0
-  num_shards: int = 1
-
-  def __post_init__(self):
-    if self.num_shards < 1:
-      raise ValueError(f"num_shards={self.num_shards} must be at least 1")
-    if not 0 <= self.shard < self.num_shards:
-      raise ValueError(f"shard={self.shard} is not in [0, num_shards={self.num_shards}): shards "
-                       f"are numbered 0 to {self.num_shards - 1}")
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSettings(ShardSettings):
-  """The config's `eval` section (the protocol's own settings; the rest is the dialogue
-  config's: problems, rollout, solve, rewards.judges)."""
-  samples_per_problem: int = 1  # Dialogues per problem (the reference evaluates one).
-  # Ped-RM macro: a dialogue with no scored turn counts 0 (the reference's eval.py) or is
-  # left out ("drop"); either way it is counted (metrics.json: pedrm_unscored_dialogues).
-  pedrm_unscored: str = "zero"
-  bootstrap_resamples: int = metrics_lib.RESAMPLES
-  confidence: float = metrics_lib.CONFIDENCE
-
-  def __post_init__(self):
-    super().__post_init__()
-    if self.samples_per_problem < 1:
-      raise ValueError("samples_per_problem must be positive")
-    if not 0 < self.confidence < 1:
-      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
-    if self.pedrm_unscored not in metrics_lib.UNSCORED:
-      raise ValueError(f"pedrm_unscored={self.pedrm_unscored!r} is not one of "
-                       f"{metrics_lib.UNSCORED}")
-
-
-@dataclasses.dataclass(frozen=True)
-class TutorRun:
-  """The config's `tutor.workdir` and `tutor.step`: the tutor under test is a pedrl
-  training run's checkpoint, read straight from orbax (no export step)."""
-  workdir: str | None = None
-  step: int | None = None  # None: the latest saved step, fixed when the evaluation starts.
 
 
 def jsonable(settings) -> dict:

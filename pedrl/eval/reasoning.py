@@ -50,57 +50,14 @@ from pedrl.env import answers, chat, problems, sources
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
 from pedrl.mathtutorbench import scoring
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import BENCHMARKS, MMLU_AVERAGES, ReasoningSettings
 
-BENCHMARKS = ("gsm8k", "math500", "mmlu", "wbeb")
-MMLU_AVERAGES = ("subject", "question")
 MATH_INSTRUCTION = "Solve the problem step by step and write the final answer as \\boxed{answer}."
 MMLU_INSTRUCTION = ("Answer the multiple-choice question about {subject}. End your reply with "
                     "'The answer is X', X being one of A, B, C or D.")
 CHOICE_INSTRUCTION = ("Answer the multiple-choice question ({category}). End your reply with "
                       "'The answer is X', X being one of {letters}.")
-
-
-@dataclasses.dataclass(frozen=True)
-class ReasoningSettings:
-  """The config's `eval.reasoning` section. benchmarks "": the tutoring protocol runs."""
-  benchmarks: str = ""  # Comma-separated, of BENCHMARKS (e.g. "gsm8k,math500,mmlu").
-  # Each benchmark's data: a file (or directory, MMLU) or a tfds:NAME[/CONFIG]:SPLIT source.
-  gsm8k_path: str | None = None  # GSM8K test JSONL (question, answer).
-  gsm8k_shots_path: str | None = None  # GSM8K train JSONL for the shots.
-  gsm8k_shots: int = 4  # Paper 003 table 3.
-  math500_path: str | None = None  # MATH500 test JSONL (problem, answer).
-  mmlu_path: str | None = None  # A directory with dev/ and test/ CSVs, or a TFDS test split.
-  mmlu_shots: int = 5  # Paper 003 table 3.
-  wbeb_path: str | None = None  # Multiple-choice JSONL (question, options, answer, category).
-  # MMLU's number: the mean of its subjects' accuracies, as LightEval reports it (its
-  # info_loggers.MetricsLogger.aggregate averages the mmlu:<subject> tasks into
-  # mmlu:_average), or the share of all questions ("question").
-  mmlu_average: str = "subject"
-  # The reference's LightEval command (eth-lre/PedagogicalRL @ bae10cd, README "Reasoning
-  # Benchmarks"): generation_parameters={max_new_tokens:8192,temperature:0.6,top_p:0.95},
-  # max_model_length=8192. There vLLM also ends a sequence at 8192 tokens, prompt included;
-  # pedrl bounds the reply alone (a difference only for a reply that runs to the limit).
-  temperature: float = 0.6  # 0: greedy.
-  top_p: float = 0.95
-  max_new_tokens: int = 8192
-  limit: int = 0  # > 0: the first `limit` examples of each benchmark (smoke runs).
-  batch_examples: int = 64  # Questions sampled together (one resumable batch).
-
-  @property
-  def names(self) -> tuple:
-    return tuple(b.strip() for b in self.benchmarks.split(",") if b.strip())
-
-  def __post_init__(self):
-    if self.batch_examples < 1:
-      raise ValueError("batch_examples must be positive")
-    if self.mmlu_average not in MMLU_AVERAGES:
-      raise ValueError(f"mmlu_average {self.mmlu_average!r} is not one of {MMLU_AVERAGES}")
-    for name in self.names:
-      if name not in BENCHMARKS:
-        raise ValueError(f"benchmark {name!r} is not one of {BENCHMARKS}")
-      if not getattr(self, f"{name}_path"):
-        raise ValueError(f"benchmark {name} needs its data: --config.eval.reasoning."
-                         f"{name}_path=...")
 
 
 @dataclasses.dataclass(frozen=True)

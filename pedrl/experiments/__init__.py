@@ -1,9 +1,5 @@
 """Entry points: `python -m pedrl.experiments.NAME --config=experiments/NAME.py:VARIANT`.
 
-Python imports this package before the job's module: a job's command line is
-checked here (pedrl.cli.check_job_command), so its mistakes are reported before
-the job's imports (JAX, the models) take seconds. Imported otherwise, nothing happens.
+Each job's module checks its command line first (pedrl.cli.check_job), before its
+imports load JAX and the models, so a mistake is one line in a fraction of a second.
 """
-from pedrl import cli
-
-cli.check_job_command()

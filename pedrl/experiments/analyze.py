@@ -21,16 +21,22 @@ subset of N units per condition and scheme. `--config.views.problems_path=FILE`
 adds paper 003's table 1 and fig. 3, `--config.views.sweep='2=W2,4=W4,…'` paper
 000's fig. 3; either runs without `runs`.
 """
+import sys
+
+from pedrl import cli
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:])
+
 import collections
 import dataclasses
 import os
-import sys
 import time
 
 import jax
 from absl import app, logging
 
-from pedrl import cli, files, stopping
+from pedrl import files, stopping
 from pedrl.clients import openai_compat
 from pedrl.env import party as party_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views,

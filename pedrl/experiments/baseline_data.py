@@ -25,17 +25,23 @@ against a judge-rejected one rewarded less (baselines.pairs=accepted_rejected), 
 two whose rewards differ (reward_order), the count printed as pairs=N; accepted = every judge accepted, one per problem and tutor text (of every
 dialogue, or with baselines.sft_source=pairs of those in pairs).
 """
+import sys
+
+from pedrl import cli
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:])
+
 import dataclasses
 import json
 import os
-import sys
 import time
 
 import ml_collections
 import numpy as np
 from absl import app
 
-from pedrl import cli, distributed, files, streams
+from pedrl import distributed, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable

@@ -16,16 +16,22 @@ repaired a step.
 WORKDIR/tables.md holds the tables; `python -m pedrl.tools.show_trace
 WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 """
+import sys
+
+from pedrl import cli
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:])
+
 import dataclasses
 import os
-import sys
 import time
 
 from absl import app, logging
 import numpy as np
 from tqdm import tqdm
 
-from pedrl import cli, distributed
+from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.cpa.state import Trace
@@ -38,34 +44,10 @@ from pedrl.experiments import mathtutorbench as mtb
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_party
 from pedrl.mathtutorbench import constraints
+# Re-exported: defined there, importable without JAX.
+from pedrl.agents.settings import AgentRuns
 
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentRuns:
-  methods: str = ",".join(agent_bench.METHODS)
-  seeds: str = "42,43,44"  # Paper 002 section 4.4.
-  truncate_prompts: bool = False  # Backbone prompts cut to the context (tiny models only).
-
-  def __post_init__(self):
-    """Bad methods or seeds fail when the config is read, before anything loads (the
-    properties raise ValueError on an unknown method or a seed that is no integer)."""
-    if not self.method_names or not self.seed_list:
-      raise ValueError(f"agents.methods={self.methods!r} and agents.seeds={self.seeds!r} "
-                       "must each name at least one")
-
-  @property
-  def method_names(self) -> tuple:
-    names = tuple(m.strip() for m in self.methods.split(",") if m.strip())
-    for m in names:
-      if m not in agent_bench.METHODS:
-        raise ValueError(f"unknown method {m!r}; the methods: {', '.join(agent_bench.METHODS)}")
-    return names
-
-  @property
-  def seed_list(self) -> tuple:
-    return tuple(int(x) for x in self.seeds.split(",") if x.strip())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,16 +14,24 @@ finishes last merges them into WORKDIR/eval_dialogues.jsonl and
 WORKDIR/metrics.json and prints the metrics (key=value); `pedrl.tools.report`
 merges and tabulates any time.
 """
+import sys
+
+from pedrl import cli
+from pedrl.jobs import settings
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_settings(c, settings.EvaluationSettings))
+
 import dataclasses
 import json
 import os
-import sys
 import time
 
 import numpy as np
 from absl import app, logging
 
-from pedrl import cli, distributed, streams
+from pedrl import distributed, streams
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib, rollout, solving
 from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib

@@ -17,15 +17,21 @@ WORKDIR`) merges them into WORKDIR/responses-<task>.jsonl,
 generations-<model>-<task>.json (the four pedagogical tasks, in the benchmark's
 format), results.json, results.md and metrics.json.
 """
+import sys
+
+from pedrl import cli
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:])
+
 import dataclasses
 import os
-import sys
 import time
 
 import jax
 from absl import app, logging
 
-from pedrl import cli, distributed
+from pedrl import distributed
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks

@@ -14,9 +14,18 @@ The loop, checkpoints and outputs are the offline jobs'
 means over the step's pairs), `rewards/margins`, `rewards/accuracies` (the share
 of pairs whose chosen reward is the higher) and `logps/chosen|rejected`.
 """
-import os
+import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
+from pedrl.rl import settings as rl_settings
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_offline_settings(c, rl_settings.DPOSettings))
+
+import os
+
 from pedrl.jobs import offline
 from pedrl.rl import dpo, offline_data, update
 

@@ -12,17 +12,25 @@ and the reward pipeline's counts pipeline/… (retries, parse failures,
 policy-filled decisions, fallbacks); WORKDIR/summary.json and the last lines of
 the log hold the summary (key=value), its counts over every batch.
 """
+import sys
+
+from pedrl import cli
+from pedrl.jobs import settings
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:],
+                settings.read_settings)  # A dialogue job's DialogueSettings.)
+
 import collections
 import json
 import os
-import sys
 import time
 
 import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from pedrl import cli, distributed, files, stopping
+from pedrl import distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
 from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib

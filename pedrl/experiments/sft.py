@@ -10,11 +10,21 @@ outputs are the offline jobs' (pedrl.jobs.offline). A row of
 metrics.jsonl has `loss` (the batch's mean NLL per counted token, before the
 update) and `tutor_tokens`.
 """
-import os
+import sys
 
 from pedrl import cli
+from pedrl.jobs import settings
+from pedrl.rl import offline_data, settings as rl_settings
+
+if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
+  cli.check_job(__spec__.name, sys.argv[1:],
+                lambda c: settings.read_offline_settings(c, rl_settings.SFTSettings,
+                                                         offline_data.SequenceSettings))
+
+import os
+
 from pedrl.jobs import offline
-from pedrl.rl import batch as batch_lib, offline_data, sft
+from pedrl.rl import batch as batch_lib, sft
 
 
 class SFT(offline.Method):

@@ -5,12 +5,12 @@ are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
 from pedrl.clients import openai_compat
-from pedrl.env import party, problems, rollout, solving
-from pedrl.eval import pedrm, protocol as protocol_lib
-from pedrl.eval.mathtutorbench import runner
+from pedrl.env import settings as env
+from pedrl.eval import settings as eval_settings
 from pedrl.jobs import settings, variants
-from pedrl.rewards import assemble, backends, uco_turns
-from pedrl.rl import update
+from pedrl.rewards import assemble, uco_turns
+from pedrl.rewards.settings import RuleJudgeSettings
+from pedrl.rl.settings import OptimizerSettings
 
 VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 
@@ -25,22 +25,22 @@ def dialogue_config(variant: str = "paper"):
   c.mesh = settings.section(settings.MeshSettings)
   # Paper 003 / reference: Qwen2.5-7B-Instruct tutor at T=1.0, top-k 50; Llama-3.1-8B-Instruct
   # student at T=0.6; at most 1024 new tokens per turn.
-  c.tutor = settings.section(party.PartySettings, path=None, temperature=1.0, top_k=50,
+  c.tutor = settings.section(env.PartySettings, path=None, temperature=1.0, top_k=50,
                              top_p=1.0, max_new_tokens=1024)
-  c.student = settings.section(party.PartySettings, path=None, temperature=0.6, top_k=0,
+  c.student = settings.section(env.PartySettings, path=None, temperature=0.6, top_k=0,
                                top_p=1.0, max_new_tokens=1024)
-  c.problems = settings.section(problems.ProblemSettings)
-  c.rollout = settings.section(rollout.RolloutSettings)
-  c.solve = settings.section(solving.SolveSettings)
+  c.problems = settings.section(env.ProblemSettings)
+  c.rollout = settings.section(env.RolloutSettings)
+  c.solve = settings.section(env.SolveSettings)
   # Rewards: a weighted list of components (pedrl.rewards.assemble): r_sol, pedagogy,
   # thinking, template, uco. Paper 003: r_sol + pedagogy (λ) + template; paper 001 adds
   # thinking with judges=thinking; UCO: uco (+ anything else, to mix families).
   c.rewards = settings.section(assemble.RewardSettings, settings.JudgeSettings)
   c.rewards.openai = settings.section(openai_compat.OpenAISettings, model="gpt-4o-mini")
-  c.rewards.local_judge = settings.section(party.PartySettings, path=None, temperature=0.6,
+  c.rewards.local_judge = settings.section(env.PartySettings, path=None, temperature=0.6,
                                            top_k=0, top_p=1.0, max_new_tokens=512)
-  # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend).
-  c.rewards.rule_judges = settings.section(backends.RuleBackend)
+  # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend), these thresholds.
+  c.rewards.rule_judges = settings.section(RuleJudgeSettings)
   c.rewards.uco = settings.section(uco_turns.UCOSettings, settings.OracleSettings)
 
   if v.tiny or v.tiny_uco:
@@ -84,15 +84,16 @@ def bench_config(tiny: bool, **tutor_sampling):
   context. A paper run names the official files (pedrl.eval.mathtutorbench.tasks.SOURCES):
   --config.benchmark_dir, a MathTutorBench checkout; --config.data_dir, its data laid out
   as testdata/mathtutorbench."""
-  c = settings.section(settings.JobSettings, runner.BenchSettings)
+  c = settings.section(settings.JobSettings, eval_settings.BenchSettings)
   c.mesh = settings.section(settings.MeshSettings)
-  c.tutor = settings.section(party.PartySettings, protocol_lib.TutorRun, path=None, top_k=0,
+  c.tutor = settings.section(env.PartySettings, eval_settings.TutorRun, path=None, top_k=0,
                              **tutor_sampling)
-  c.tutor.endpoint = settings.section(party.EndpointSettings)
-  c.eval = settings.section(protocol_lib.ShardSettings)
+  c.tutor.endpoint = settings.section(env.EndpointSettings)
+  c.eval = settings.section(eval_settings.ShardSettings)
   # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
   # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).
-  c.pedrm = settings.section(pedrm.PedRMSettings, format="mathtutorbench", dtype="bfloat16")
+  c.pedrm = settings.section(eval_settings.PedRMSettings, format="mathtutorbench",
+                             dtype="bfloat16")
   if tiny:
     c.scan_layers = False
     c.tutor.path = "testdata/models/qwen2"
@@ -115,7 +116,7 @@ def offline_config(objective: type, options: type | None = None, **train):
   c.mesh = settings.section(settings.MeshSettings)
   c.tutor = settings.section(settings.TrainedTutorSettings)
   c.data = settings.section(settings.DataSettings)
-  sources = [settings.OfflineSettings, update.OptimizerSettings, objective]
+  sources = [settings.OfflineSettings, OptimizerSettings, objective]
   c.train = settings.section(*sources, *([options] if options else []), **train)
   return c
 

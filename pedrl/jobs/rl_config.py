@@ -1,12 +1,11 @@
 """The `rl` section every training config shares: the fields of TrainSettings,
 GRPOSettings and OptimizerSettings with their defaults (paper 003's)."""
 from pedrl.jobs import settings
-from pedrl.rl import trainer, update
+from pedrl.rl.settings import GRPOSettings, OptimizerSettings, TrainSettings
 
 
 def rl_section(**overrides):
-  return settings.section(trainer.TrainSettings, update.GRPOSettings, update.OptimizerSettings,
-                          **overrides)
+  return settings.section(TrainSettings, GRPOSettings, OptimizerSettings, **overrides)
 
 
 def tiny(c):

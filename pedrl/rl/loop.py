@@ -24,6 +24,8 @@ from absl import logging
 from pedrl import distributed, sharding, stopping, streams
 from pedrl.rl import checkpoint as checkpoint_lib, objective as objective_lib, update
 from pedrl.rl.update import UpdateMetrics
+# Re-exported: defined there, importable without JAX.
+from pedrl.rl.settings import LoopSettings
 
 
 class StepMetrics(Protocol):
@@ -50,27 +52,6 @@ def skipped(updates: Sequence[UpdateMetrics]) -> tuple[int, dict[str, float]]:
 
 class TrainingDiverged(RuntimeError):
   """Updates were non-finite `max_bad_steps` steps in a row; the weights were left as they were."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LoopSettings:
-  """What every training loop's config says of checkpoints, the non-finite guard and the
-  trained weights: the fields GRPO's `rl` section (pedrl.rl.trainer.TrainSettings) and
-  an offline run's `train` section (pedrl.jobs.settings.OfflineSettings) share."""
-  save_every: int = 10  # Steps between checkpoints (a GRPO step is a whole rollout batch).
-  keep: int = 3  # Checkpoints kept.
-  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
-  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
-  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
-  # Positions per pass of the tutor's float32 vocabulary head in the update and the
-  # scoring passes (ModelConfig.logits_chunk): [rows, 1024, V] logits rather than
-  # [rows, T, V], 13 GB less per row at 8192 tokens and Qwen2.5's vocabulary; 0: whole.
-  # With bfloat16 weights the head's gradient is summed over the chunks in bfloat16.
-  logits_chunk: int = 1024
-
-  def tutor_runtime(self) -> dict:
-    """The trained tutor's ModelConfig runtime fields these settings choose."""
-    return dict(remat=self.remat, dtype=self.param_dtype, logits_chunk=self.logits_chunk)
 
 
 def items_for_step(items, step: int, batch: int, seed: int, total: int | None = None):

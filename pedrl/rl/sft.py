@@ -13,6 +13,7 @@ import numpy as np
 from flax import struct
 
 from pedrl.rl import batch as batch_lib, objective as objective_lib, update
+from pedrl.rl.settings import SFTSettings
 
 
 def token_nll(logp, mask):
@@ -34,9 +35,8 @@ class SFTMetrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class SFTObjective:
+class SFTObjective(SFTSettings):
   """The SFT objective (pedrl.rl.objective) on a SequenceBatch: mean NLL per counted token."""
-  micro_batch: int = 4  # Rows per gradient computation.
 
   def totals(self, batch: batch_lib.SequenceBatch) -> tuple:
     return (max(np.asarray(batch.loss_mask).sum(), 1),)

@@ -23,55 +23,8 @@ from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.env.party import Party, Replier
 from pedrl.rewards import assemble, pipeline
 from pedrl.rl import advantages as adv_lib, batch as batch_lib, loop, update
-
-
-ADVANTAGES = ("dialogue", "turn")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSettings(loop.LoopSettings):
-  """The training loop (the config's `rl` section, with GRPOSettings and OptimizerSettings;
-  checkpoints and the non-finite guard are LoopSettings'). Defaults are paper 003's
-  (appendix A and its reference code). The batch shape (B problems × G rollouts) and the
-  seed are the config's top level, every dialogue job's (pedrl.jobs.settings.JobSettings)."""
-  steps: int = 150  # About 300 policy updates per run = 150 batches × μ 2 (paper 003 A.1).
-  passes: int = 2  # μ optimizer passes over each generated batch (paper 003).
-  mini_batch: int = 0  # Rows per optimizer step; 0: the whole batch.
-  advantage: str = "dialogue"  # "dialogue" (003, 001) or "turn" (UCO): see dialogue_advantages.
-  advantage_eps: float = 1e-4
-  advantage_ddof: int = 1  # Unbiased group std, as TRL (paper 003's reference code).
-  samples_every: int = 10  # Steps between sample dialogues written as text (and step 1).
-  samples_dialogues: int = 4  # Sample dialogues per step: each of another problem.
-  # Steps between appends of the step's dialogues (typed records with their step) to
-  # WORKDIR/dialogues.jsonl, and step 1; 0: never. A record keeps its token ids and
-  # log-probs, about 18 bytes a tutor token: up to 20 MB a step at paper 003's 128
-  # dialogues of at most 8192 tokens, so every 10th step keeps a 150-step run's file
-  # under a third of a GB (4× that at paper 001's 32768-token thinking dialogues).
-  dialogues_every: int = 10
-  # Signal warnings: logged on each step out of range (the metrics are always written).
-  # Above this share of groups whose rewards do not differ (every advantage 0), most of the
-  # batch teaches nothing and only the KL term moves the policy.
-  warn_zero_spread: float = 0.5
-  # Per-token KL to the reference (k3, nats): 0 at the start, a few thousandths after the
-  # tiny runs' 3 steps. A whole nat a token is a policy far from where it started (a too
-  # high lr, reward hacking, collapse), whatever β pulls back.
-  warn_kl: float = 1.0
-  # Mean |sampler − trainer| log-prob of a tutor token. Both run the same function on the
-  # same params, so the gap is rounding (≈1e-6 in the float32 tiny runs on CPU, more where
-  # matmuls round lower); at 1e-2, 5% of the clip range ε 0.2, the first-pass ratios are
-  # off by more than rounding should make them (stale params, another mask or temperature).
-  warn_logp_diff: float = 1e-2
-
-  def __post_init__(self):
-    if self.advantage not in ADVANTAGES:
-      raise ValueError(f"advantage {self.advantage!r} is not one of {ADVANTAGES}")
-    if self.steps < 1 or self.passes < 1:
-      raise ValueError("steps and passes must be positive")
-    if not 0.0 <= self.warn_zero_spread <= 1.0:
-      raise ValueError(f"warn_zero_spread {self.warn_zero_spread} is not a share in [0, 1]")
-    if not (self.warn_kl > 0 and self.warn_logp_diff > 0):  # NaN fails too.
-      raise ValueError(f"warn_kl {self.warn_kl} and warn_logp_diff {self.warn_logp_diff} must "
-                       "be > 0 (inf: never warn)")
+# Re-exported: defined there, importable without JAX.
+from pedrl.rl.settings import ADVANTAGES, TrainSettings
 
 
 def problems_for_step(problems, step: int, batch: int, seed: int):

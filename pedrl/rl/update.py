@@ -18,6 +18,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from pedrl import sharding as sharding_lib
 from pedrl.engine.scoring import sequence_logprobs
 from pedrl.rl import batch as batch_lib, loss as loss_lib, objective as objective_lib
+# Re-exported: defined there, importable without JAX.
+from pedrl.rl.settings import GRPOSettings, SCHEDULES, OptimizerSettings
 
 
 def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
@@ -41,16 +43,6 @@ class GRPOMetrics:
 
   def to_row(self) -> dict[str, float]:
     return objective_lib.fields_row(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class GRPOSettings:
-  """GRPO's settings (the config's `rl` section, with TrainSettings and OptimizerSettings)."""
-  beta: float = 0.001  # KL coefficient (paper 003 reference; UCO uses 0.01).
-  eps_low: float = 0.2  # Clip range.
-  eps_high: float | None = None  # None: symmetric.
-  aggregation: str = "token_mean"  # or "sequence_mean".
-  micro_batch: int = 8  # Rows per gradient computation.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +102,6 @@ class UpdateMetrics:
     return {**self.objective.to_row(), "grad_norm": float(self.grad_norm)}
 
 
-SCHEDULES = ("constant", "cosine", "linear")
-
-
 def lr_schedule(lr: float, kind: str = "constant", total_updates: int = 1, warmup: int = 0):
   """An optax schedule over optimizer updates: optional linear warmup, then constant,
   cosine or linear decay to 0 by `total_updates`."""
@@ -132,25 +121,6 @@ def make_optimizer(lr, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
   """AdamW after global-norm clipping; `lr` may be an optax schedule."""
   return optax.chain(optax.clip_by_global_norm(max_grad_norm),
                      optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerSettings:
-  """AdamW with clipping and a schedule; defaults are paper 003's (A.2)."""
-  lr: float = 5e-7  # Constant in paper 003.
-  lr_schedule: str = "constant"  # One of SCHEDULES (decay to 0 over the run's updates).
-  warmup_steps: int = 0  # Optimizer updates of linear warmup.
-  weight_decay: float = 0.0
-  adam_eps: float = 1e-8
-  max_grad_norm: float = 1.0
-
-  def schedule(self, total_updates: int):
-    """The learning rate after n applied updates (an optax schedule)."""
-    return lr_schedule(self.lr, self.lr_schedule, total_updates, self.warmup_steps)
-
-  def optimizer(self, total_updates: int):
-    return make_optimizer(self.schedule(total_updates), self.weight_decay,
-                          self.max_grad_norm, eps=self.adam_eps)
 
 
 def _micro_shape(rows: int, micro_batch: int, mesh) -> tuple:

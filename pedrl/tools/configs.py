@@ -4,16 +4,15 @@ r"""The config files and their variants, and one config resolved.
   python -m pedrl.tools.configs --show=experiments/uco.py:paper   # one config, as a job reads it
   python -m pedrl.tools.configs --show=experiments/uco.py:tiny,lam=0.3 --config.rl.lr=1e-4
 
-The listing reads each file's docstring and `VARIANT_HELP` (a literal dict, one
-line per variant) with `ast`, without importing the file: config files import
-the settings types and with them JAX, which costs seconds. `--show` does import
-it: it is the job's own loading (`pedrl.cli`), so the same overrides work and the
-same mistakes give the same one-line errors, and relative paths come out
-resolved as the job would read them. It prints one `key.path=value` line per
+The listing imports each file and reads its docstring and `VARIANT_HELP` (a dict,
+one line per variant): config files import only the settings types, never JAX,
+so the whole listing takes a fraction of a second. `--show` loads one config as
+the job does (`pedrl.cli`), so the same overrides work and the same mistakes
+give the same one-line errors, and relative paths come out resolved as the job
+would read them. It prints one `key.path=value` line per
 field, sorted: each is what `--config.key.path=value` sets. `tests/test_configs_tool.py` checks that
 each file's `VARIANT_HELP` names exactly the variants its `get_config` accepts.
 """
-import ast
 import dataclasses
 import glob
 import os
@@ -21,7 +20,7 @@ import sys
 
 from absl import app, flags
 
-from pedrl import paths
+from pedrl import cli, paths
 
 flags.DEFINE_string("show", None, "Print one config resolved, e.g. experiments/uco.py:paper; "
                     "override fields as a job does (--config.rl.lr=1e-6).")
@@ -36,20 +35,17 @@ class ConfigFile:
 
 
 def read(path: str) -> ConfigFile:
-  """A config file's summary and variants, from its source; a file without `VARIANT_HELP`
-  is an error naming it (a new config file must describe its variants)."""
-  tree = ast.parse(open(path).read(), path)
-  help_ = next((node.value for node in tree.body if isinstance(node, ast.Assign)
-                and any(getattr(t, "id", None) == "VARIANT_HELP" for t in node.targets)), None)
-  name = os.path.join("experiments", os.path.basename(path))
-  if help_ is None:
+  """A config file's summary and variants, from the file imported; a file without
+  `VARIANT_HELP` is an error naming it (a new config file must describe its variants)."""
+  module = cli.config_module(path)
+  variants = getattr(module, "VARIANT_HELP", None)
+  if variants is None:
     raise ValueError(f"{path}: no VARIANT_HELP (a dict: variant -> one line)")
-  try:
-    variants = ast.literal_eval(help_)
-  except ValueError:
-    raise ValueError(f"{path}: VARIANT_HELP must be a literal dict of strings") from None
-  summary = " ".join((ast.get_docstring(tree) or "").strip().split("\n\n")[0].split())
-  return ConfigFile(name, summary, variants)
+  if not (isinstance(variants, dict) and all(isinstance(v, str) for v in variants.values())):
+    raise ValueError(f"{path}: VARIANT_HELP must be a dict of strings")
+  name = os.path.join("experiments", os.path.basename(path))
+  summary = " ".join((module.__doc__ or "").strip().split("\n\n")[0].split())
+  return ConfigFile(name, summary, dict(variants))
 
 
 def config_files() -> list[ConfigFile]:
@@ -104,9 +100,7 @@ def main():
   if not any(a.startswith(("--show", "--config")) for a in sys.argv[1:]):
     app.run(_list)
     return
-  # Only now: pedrl.cli imports JAX, and the config file imports it anyway.
   from ml_collections import config_flags
-  from pedrl import cli
   config_flags.DEFINE_config_file("config", None, "The config to print (given as --show).")
   sys.argv[:] = _as_config(sys.argv)
   cli.run(_show)

@@ -55,49 +55,10 @@ from pedrl.agents.cpa.state import (Candidate, Candidates, Check, Evaluation, Me
                                     StepRecord, TaskState, Template, Trace)
 from pedrl.mathtutorbench import constraints
 from pedrl.rewards import asking
+# Re-exported: defined there, importable without JAX.
+from pedrl.agents.settings import ANSWER_SOURCES, CPASettings, ABLATIONS
 
 
-ANSWER_SOURCES = ("solve", "none")  # CPASettings.answer_source.
-
-
-@dataclasses.dataclass(frozen=True)
-class CPASettings:
-  """Paper 002 section 4.4's numbers, and the ablations of its table 3."""
-  k: int = 3  # Candidate templates GENERATE proposes.
-  j: int = 3  # REVISE iterations at most (algorithm 1).
-  sim_steps: int = 3  # Steps a dry run covers.
-  max_repairs: int = 2  # Local repairs of a step before re-synthesis.
-  max_resyntheses: int = 1  # Returns to M2 per turn (the paper gives no bound).
-  max_steps: int = 6  # Steps of a template kept (longer ones are cut, the deliverable kept).
-  rounds: int = 3  # Tries per structured reply (the first, then re-asks).
-  monitor_llm: bool = True  # The monitor's LLM check of each step (rules always run).
-  show_input: bool = True  # M2 and M3 also see the task as given (False: A_t and p̂_t only).
-  # The answer "states_answer" checks a guidance reply against (the prompts never show the
-  # reference): "solve", the agent's own (a solve stage), or "none" (the rule is not checked).
-  answer_source: str = "solve"
-  # Table 3's ablations: each False removes its module.
-  m1: bool = True  # False: no state; the task contract stands in for A_t.
-  m2_loop: bool = True  # False: one template, generated once, never evaluated or revised.
-  m2_sim: bool = True  # False: EVALUATE judges the template without a dry run (and its rules).
-  m3_monitor: bool = True  # False: no checks, no repairs, no re-synthesis.
-  m4: bool = True  # False: y_t is the deliverable step's output as it is.
-
-  def __post_init__(self):
-    for name in ("k", "sim_steps", "max_steps", "rounds"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"cpa.{name}={getattr(self, name)} must be at least 1")
-    for name in ("j", "max_repairs", "max_resyntheses"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"cpa.{name}={getattr(self, name)} must not be negative")
-    if self.answer_source not in ANSWER_SOURCES:
-      raise ValueError(f"cpa.answer_source={self.answer_source!r} is not one of: "
-                       f"{', '.join(ANSWER_SOURCES)}")
-
-
-# Table 3's rows: variant -> the settings it changes.
-ABLATIONS = {"full": {}, "no_m1": {"m1": False}, "no_m2_loop": {"m2_loop": False},
-             "no_m2_sim": {"m2_sim": False}, "no_m3_monitor": {"m3_monitor": False},
-             "no_m4": {"m4": False}}
 FALLBACK_TEMPLATE = Template(steps=[Step(role="derive deliverable",
                                          goal="produce the deliverable directly")],
                              deliverable=1)

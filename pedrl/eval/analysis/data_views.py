@@ -34,41 +34,9 @@ from pedrl.eval.analysis import AnalysisError
 from pedrl.eval.analysis import report
 from pedrl.eval.analysis.report import markdown
 from pedrl.eval.analysis.responses import parse_runs
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import BUCKETS, ViewSettings
 
-BUCKETS = "0.01,0.1,0.2,0.3,0.4,0.5,0.6"  # Paper 003 section 5.2: solve rates of 1-60%.
-
-
-@dataclasses.dataclass(frozen=True)
-class ViewSettings:
-  """The config's `views` section: what to draw besides the transcript analysis."""
-  problems_path: str = ""  # A BigMath-style problems file: 003 table 1 and fig. 3.
-  # With test_path, problems_path and test_path are the released training and test splits
-  # (rd211/Big-Math-RL-Verified-Filtered's `train` and `test`, the papers' partition), read
-  # as given (n_test rows in the test split); without, problems_path is a pool split here.
-  test_path: str = ""
-  filter: bool = True  # Paper 003's filter before the split (one number, 1-60% solve rate).
-  n_train: int = problems_lib.ProblemSettings.n_train
-  n_test: int = problems_lib.ProblemSettings.n_test
-  # The split's seed: the training configs' (0), so the views show the problems the jobs
-  # split off; not analysis.seed, which draws the sentences to label.
-  split_seed: int = 0
-  solve_rates_workdir: str = ""  # An evaluation workdir: fig. 3 from its measured rates.
-  buckets: str = BUCKETS  # Bucket edges of fig. 3, ascending.
-  sweep: str = ""  # 000 fig. 3: 'G=TRAINING_WORKDIR,...' (e.g. '2=/runs/g2,4=/runs/g4').
-  sweep_evals: str = ""  # The same runs' evaluation workdirs: 'G=EVAL_WORKDIR,...'.
-
-  def __post_init__(self):
-    self.edges  # A bad `buckets` fails when the config is read.
-
-  @property
-  def edges(self) -> list:
-    try:
-      edges = [float(x) for x in self.buckets.split(",") if x.strip()]
-    except ValueError:
-      raise ValueError(f"buckets {self.buckets!r} are not comma-separated numbers") from None
-    if len(edges) < 2 or edges != sorted(edges):
-      raise ValueError(f"buckets {self.buckets!r}: give two or more ascending edges")
-    return edges
 
 
 # -- Paper 003 -----------------------------------------------------------------------------

@@ -46,46 +46,14 @@ from pedrl.env import dialogue as dialogue_lib, prompts
 from pedrl.eval.analysis import text as text_lib
 from pedrl.eval.analysis.codebook import Codebook
 from pedrl.rewards import asking
+from pedrl.eval.settings import SCHEMES, BACKENDS, THINKING_UNITS, ROLES, LabelSettings  # Re-exported: defined there, importable without JAX.
 
-SCHEMES = ("codebook", "schoenfeld")
 PHASES = ("Explore", "General", "Verify")  # Appendix E.2, table 10.
-BACKENDS = ("openai", "local", "rule")
-THINKING_UNITS = ("sentence", "paragraph")
-ROLES = ("label", "label2")  # The config sections of the first labeller and the second.
 REPLY_KEPT = 300  # Characters of a failed unit's last reply kept in the cache.
 
 
 class LabelError(RuntimeError):
   """A labeller cannot run (its endpoint is down, a prompt does not render)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSettings:
-  """One labeller: the config's `label` section, and `label2` for an optional second one
-  (backend "": none) whose agreement with the first is reported as Cohen's κ."""
-  backend: str = "openai"  # openai | local | rule (| "" for label2: no second labeller)
-  schemes: str = "codebook,schoenfeld"  # Comma-separated, of SCHEMES.
-  codebook_prompt: str = "analysis/codebook"  # A prompt name, or a Jinja file of the user's.
-  schoenfeld_prompt: str = "analysis/schoenfeld"
-  rounds: int = 3  # Asks of a unit whose reply does not parse (or whose API call failed).
-  batch_units: int = 256  # Distinct texts asked together; a batch is written when it ends.
-  retry_failures: bool = False  # Ask again for the texts the cache holds as failures.
-
-  @property
-  def names(self) -> tuple:
-    return tuple(s.strip() for s in self.schemes.split(",") if s.strip())
-
-  def __post_init__(self):
-    if self.backend not in BACKENDS + ("",):
-      raise ValueError(f"backend {self.backend!r} is not one of {BACKENDS} (or '' for none)")
-    for name in self.names:
-      if name not in SCHEMES:
-        raise ValueError(f"scheme {name!r} is not one of {SCHEMES}")
-    if self.rounds < 1 or self.batch_units < 1:
-      raise ValueError("rounds and batch_units must be positive")
-
-  def prompt(self, scheme: str) -> str:
-    return getattr(self, f"{scheme}_prompt")
 
 
 # -- Units ---------------------------------------------------------------------------------

@@ -38,21 +38,9 @@ from scipy.stats import contingency
 from pedrl.eval.analysis import AnalysisError, parse_named
 from pedrl.eval.analysis.codebook import OTHER, TABLE4
 from pedrl.eval.analysis.labelling import PHASES
+from pedrl.eval.settings import PAPER_COMPARISONS, PAPER_GROUPS  # Re-exported: defined there, importable without JAX.
 
 REST = "rest"
-# Paper 001 table 8, as pedrl reads it (module docstring): (name, left, right, target).
-PAPER_COMPARISONS = (
-    "Major Categories: Ped.* vs Think*: table4; "
-    "Math Problem Solving: Ped.* vs Think*: category=Mathematical Problem Solving; "
-    "Praise (Ped vs Non-Ped): Ped.* vs Think*: code=Praise; "
-    "Praise (NoThink vs Ped.): NoThink vs Ped.*: code=Praise; "
-    "Step-by-Step: Ped.* vs Think*: code=Step-by-step instruction; "
-    "Praise (Reward effect): Reward vs NoReward: code=Praise")
-# Table 4 and 11's columns average these (their notes); table 8's sides pool them.
-PAPER_GROUPS = ("Think*=Think NoReward+Think Reward; "
-                "Ped.*=Ped. Think NoReward+Ped. Think Reward; "
-                "Reward=Think Reward+Ped. Think Reward; "
-                "NoReward=Think NoReward+Ped. Think NoReward")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,33 +17,7 @@ from scipy import stats as scipy_stats
 
 from pedrl.eval.analysis import significance, text as text_lib
 from pedrl.eval.analysis.labelling import PHASES, THINKING_UNITS
-
-
-@dataclasses.dataclass(frozen=True)
-class AnalysisSettings:
-  """The config's top level."""
-  runs: str = ""  # 'CONDITION=WORKDIR,…': evaluation or rollout workdirs.
-  groups: str = significance.PAPER_GROUPS  # 'NAME=A+B; …' (Think*, Ped.* in tables 4, 8, 11).
-  columns: str = "NoThink,Think*,Ped.*"  # Tables 4 and 11 (""): one per condition.
-  comparisons: str = significance.PAPER_COMPARISONS  # Table 8's, as pedrl reads them.
-  codebook_file: str = ""  # In codebook.tsv's layout; "": paper 001's table 5.
-  thinking_unit: str = "sentence"  # Schoenfeld units: sentence | paragraph.
-  total: str = "sum"  # Tables 3 and 9's Total and Unique: sum | pooled (text.py).
-  sample: int = 0  # > 0: label a seeded subset of this many units per condition and scheme.
-  top_codes: int = 10  # Table 11's rows.
-  confidence: float = 0.95  # Every interval's.
-  seed: int = 0
-  scan_layers: bool = False  # A local labeller's layers (False decodes faster on CPU).
-  figures: bool = True  # False: tables only (no matplotlib needed).
-
-  def __post_init__(self):
-    if self.thinking_unit not in THINKING_UNITS:
-      raise ValueError(f"thinking_unit {self.thinking_unit!r} is not one of "
-                       f"{THINKING_UNITS}")
-    if self.total not in text_lib.TOTALS:
-      raise ValueError(f"total {self.total!r} is not one of {text_lib.TOTALS}")
-    if not 0 < self.confidence < 1:
-      raise ValueError(f"confidence={self.confidence} is not in (0, 1)")
+from pedrl.eval.settings import AnalysisSettings  # Re-exported: defined there, importable without JAX.
 
 
 @dataclasses.dataclass

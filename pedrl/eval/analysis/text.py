@@ -46,6 +46,7 @@ import dataclasses
 import re
 
 import numpy as np
+from pedrl.eval.settings import TOTALS  # Re-exported: defined there, importable without JAX.
 
 ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "mr.", "mrs.", "ms.", "dr.", "prof.", "approx.",
                  "no.", "fig.", "eq.", "cf.")
@@ -63,7 +64,6 @@ zero two three four five six seven eight nine ten eleven twelve thirteen fourtee
 sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
 hundred thousand million billion dozen rate speed distance
 """.split())
-TOTALS = ("sum", "pooled")
 
 _LIST_MARKER = re.compile(r"^\s*(?:[-*•]+|#+|\d+[.)])\s+")
 # End of a sentence: . ! or ? (a run), closing quotes/brackets, then white space.

@@ -15,7 +15,6 @@ Ped-RM scores of the reply and of the human teacher's turn. The metrics are
 computed from the records (pedrl.eval.mathtutorbench.results), so shards and
 reruns need nothing else.
 """
-import dataclasses
 
 import numpy as np
 
@@ -27,42 +26,9 @@ from pedrl.env import party
 from pedrl.eval import records as records_lib
 from pedrl.eval.mathtutorbench import tasks, win_rate
 from pedrl.mathtutorbench import scoring
+# Re-exported: defined there, importable without JAX.
+from pedrl.eval.settings import MODES, BenchSettings
 
-MODES = ("chat", "completion")
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchSettings:
-  """The config's top-level benchmark keys (defaults: the harness's)."""
-  benchmark_dir: str | None = None  # A MathTutorBench checkout (its configs/): tasks.BENCHMARK.
-  data_dir: str | None = None  # gsm8k/, stepverify/, mathtutorbench/: tasks.SOURCES.
-  tasks: str = ",".join(tasks.TASKS)
-  # completion (the harness's default, its vLLM command): the prompt as raw text, the reply
-  # stripped; chat (its is_chat=True, its OpenAI command): the prompt as the only, system,
-  # message through the chat template, the reply as it comes.
-  mode: str = "completion"
-  max_new_tokens: int = 2048  # The harness's max_tokens.
-  temperature: float = 0.0  # The harness's: greedy.
-  limit: int = 0  # > 0: the first `limit` examples of each task (smoke runs).
-  batch_examples: int = 16
-  # A prompt longer than the context with max_new_tokens: an error, or (True) its start cut
-  # off to fit, counted in results and flagged in the responses (tiny runs only).
-  truncate_prompts: bool = False
-  model_name: str = "model"  # In generations-<model>-<task>.json.
-
-  @property
-  def names(self) -> tuple:
-    return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
-
-  def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
-    for t in self.names:
-      if t not in tasks.TASKS:
-        raise ValueError(f"unknown MathTutorBench task {t!r}; the tasks: {', '.join(tasks.TASKS)}")
-    if "-" in self.model_name:
-      raise ValueError("model_name must not contain '-': the benchmark's reward-model script "
-                       "reads the model and task from generations-<model>-<task>.json")
 
 
 class ModelPolicy:

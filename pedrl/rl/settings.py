@@ -1,0 +1,125 @@
+"""The training loops' settings types: checkpoints and the non-finite guard, GRPO's `rl`
+section, the optimizer, and the offline objectives' fields.
+
+Importable without JAX: config files and pedrl.jobs.settings build on them, so a config is
+read and its mistakes reported before a job loads anything heavy. Each type stays
+importable from the module that uses it (pedrl.rl.loop, pedrl.rl.trainer, pedrl.rl.update).
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+  """What every training loop's config says of checkpoints, the non-finite guard and the
+  trained weights: the fields GRPO's `rl` section (pedrl.rl.trainer.TrainSettings) and
+  an offline run's `train` section (pedrl.jobs.settings.OfflineSettings) share."""
+  save_every: int = 10  # Steps between checkpoints (a GRPO step is a whole rollout batch).
+  keep: int = 3  # Checkpoints kept.
+  max_bad_steps: int = 3  # Steps in a row with a skipped (non-finite) update before stopping.
+  remat: bool = False  # Recompute the tutor's layer activations in the backward pass.
+  param_dtype: str = "float32"  # The trained tutor's weights (bfloat16 loses small updates).
+  # Positions per pass of the tutor's float32 vocabulary head in the update and the
+  # scoring passes (ModelConfig.logits_chunk): [rows, 1024, V] logits rather than
+  # [rows, T, V], 13 GB less per row at 8192 tokens and Qwen2.5's vocabulary; 0: whole.
+  # With bfloat16 weights the head's gradient is summed over the chunks in bfloat16.
+  logits_chunk: int = 1024
+
+  def tutor_runtime(self) -> dict:
+    """The trained tutor's ModelConfig runtime fields these settings choose."""
+    return dict(remat=self.remat, dtype=self.param_dtype, logits_chunk=self.logits_chunk)
+
+
+ADVANTAGES = ("dialogue", "turn")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings(LoopSettings):
+  """The training loop (the config's `rl` section, with GRPOSettings and OptimizerSettings;
+  checkpoints and the non-finite guard are LoopSettings'). Defaults are paper 003's
+  (appendix A and its reference code). The batch shape (B problems × G rollouts) and the
+  seed are the config's top level, every dialogue job's (pedrl.jobs.settings.JobSettings)."""
+  steps: int = 150  # About 300 policy updates per run = 150 batches × μ 2 (paper 003 A.1).
+  passes: int = 2  # μ optimizer passes over each generated batch (paper 003).
+  mini_batch: int = 0  # Rows per optimizer step; 0: the whole batch.
+  advantage: str = "dialogue"  # "dialogue" (003, 001) or "turn" (UCO): see dialogue_advantages.
+  advantage_eps: float = 1e-4
+  advantage_ddof: int = 1  # Unbiased group std, as TRL (paper 003's reference code).
+  samples_every: int = 10  # Steps between sample dialogues written as text (and step 1).
+  samples_dialogues: int = 4  # Sample dialogues per step: each of another problem.
+  # Steps between appends of the step's dialogues (typed records with their step) to
+  # WORKDIR/dialogues.jsonl, and step 1; 0: never. A record keeps its token ids and
+  # log-probs, about 18 bytes a tutor token: up to 20 MB a step at paper 003's 128
+  # dialogues of at most 8192 tokens, so every 10th step keeps a 150-step run's file
+  # under a third of a GB (4× that at paper 001's 32768-token thinking dialogues).
+  dialogues_every: int = 10
+  # Signal warnings: logged on each step out of range (the metrics are always written).
+  # Above this share of groups whose rewards do not differ (every advantage 0), most of the
+  # batch teaches nothing and only the KL term moves the policy.
+  warn_zero_spread: float = 0.5
+  # Per-token KL to the reference (k3, nats): 0 at the start, a few thousandths after the
+  # tiny runs' 3 steps. A whole nat a token is a policy far from where it started (a too
+  # high lr, reward hacking, collapse), whatever β pulls back.
+  warn_kl: float = 1.0
+  # Mean |sampler − trainer| log-prob of a tutor token. Both run the same function on the
+  # same params, so the gap is rounding (≈1e-6 in the float32 tiny runs on CPU, more where
+  # matmuls round lower); at 1e-2, 5% of the clip range ε 0.2, the first-pass ratios are
+  # off by more than rounding should make them (stale params, another mask or temperature).
+  warn_logp_diff: float = 1e-2
+
+  def __post_init__(self):
+    if self.advantage not in ADVANTAGES:
+      raise ValueError(f"advantage {self.advantage!r} is not one of {ADVANTAGES}")
+    if self.steps < 1 or self.passes < 1:
+      raise ValueError("steps and passes must be positive")
+    if not 0.0 <= self.warn_zero_spread <= 1.0:
+      raise ValueError(f"warn_zero_spread {self.warn_zero_spread} is not a share in [0, 1]")
+    if not (self.warn_kl > 0 and self.warn_logp_diff > 0):  # NaN fails too.
+      raise ValueError(f"warn_kl {self.warn_kl} and warn_logp_diff {self.warn_logp_diff} must "
+                       "be > 0 (inf: never warn)")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOSettings:
+  """GRPO's settings (the config's `rl` section, with TrainSettings and OptimizerSettings)."""
+  beta: float = 0.001  # KL coefficient (paper 003 reference; UCO uses 0.01).
+  eps_low: float = 0.2  # Clip range.
+  eps_high: float | None = None  # None: symmetric.
+  aggregation: str = "token_mean"  # or "sequence_mean".
+  micro_batch: int = 8  # Rows per gradient computation.
+
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+  """AdamW with clipping and a schedule; defaults are paper 003's (A.2)."""
+  lr: float = 5e-7  # Constant in paper 003.
+  lr_schedule: str = "constant"  # One of SCHEDULES (decay to 0 over the run's updates).
+  warmup_steps: int = 0  # Optimizer updates of linear warmup.
+  weight_decay: float = 0.0
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0
+
+  def schedule(self, total_updates: int):
+    """The learning rate after n applied updates (an optax schedule)."""
+    from pedrl.rl import update  # optax and JAX: loaded when a job builds its optimizer.
+    return update.lr_schedule(self.lr, self.lr_schedule, total_updates, self.warmup_steps)
+
+  def optimizer(self, total_updates: int):
+    from pedrl.rl import update
+    return update.make_optimizer(self.schedule(total_updates), self.weight_decay,
+                                 self.max_grad_norm, eps=self.adam_eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSettings:
+  """The SFT objective's fields (pedrl.rl.sft.SFTObjective; the offline config's `train`)."""
+  micro_batch: int = 4  # Rows per gradient computation.
+
+
+@dataclasses.dataclass(frozen=True)
+class DPOSettings:
+  """The MDPO objective's fields (pedrl.rl.dpo.DPOObjective; the offline config's `train`)."""
+  beta: float = 0.1  # KL coefficient η of M-DPO (Xiong et al. 2025; TRL's DPOConfig default).
+  micro_batch: int = 2  # Pairs per gradient computation (each two sequences).
