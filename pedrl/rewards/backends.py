@@ -123,6 +123,11 @@ class RuleBackend(RuleJudgeSettings):
     format check, not a judgment of pedagogical quality.
   """
 
+  @classmethod
+  def of(cls, settings: RuleJudgeSettings) -> "RuleBackend":
+    """The backend with `settings`' limits (a job's `rule_judges` section)."""
+    return cls(**dataclasses.asdict(settings))
+
   def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     del round_
     rules = {"leakage": self.leakage, "helpfulness": self.helpfulness, "thinking": self.thinking}
