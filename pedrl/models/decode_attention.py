@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)  # As layers.MASK_VALUE.
+from pedrl.models.layers import MASK_VALUE
 MIN_ROWS = 16  # Triton's matmuls take at least 16 rows.
 
 
