@@ -22,9 +22,6 @@ def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings)
 def check_uco(o: settings_lib.OracleSettings,
               endpoint: settings_lib.EndpointSettings) -> None:
   """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
-  if o.oracle not in ("openai", "local", "reference"):
-    raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
-                         "local, reference")
   if o.oracle == "openai" and not endpoint.model:
     raise app.UsageError(
         "UCO's oracle is an LLM on an OpenAI-compatible endpoint (paper 000 used "

@@ -24,6 +24,10 @@ class RuleJudgeSettings:
                 "max_tutor_share", "a share in (0, 1]")
 
 
+ORACLES = ("openai", "local", "reference")
+BACKENDS = ("openai", "local", "rule")  # Who answers a judge's or classifier's requests.
+
+
 @dataclasses.dataclass(frozen=True)
 class JudgeSettings:
   """Which judges score the dialogues, and how (the `rewards` section's judge keys)."""
@@ -48,6 +52,8 @@ class JudgeSettings:
   max_failed_share: float = 0.2
 
   def __post_init__(self):
+    fields.one_of(self, "judge_backend", BACKENDS)
+    fields.counts(self, ("judge_samples", "judge_rounds"))
     asking.check_max_failed_share(self.max_failed_share)
     judging.check_parse_rule(self.judge_parse)
     if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
@@ -75,4 +81,7 @@ class OracleSettings:
   classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.
 
   def __post_init__(self):
+    fields.one_of(self, "oracle", ORACLES)
     fields.counts(self, ["oracle_rounds"])
+    fields.one_of(self, "on_oracle_failure", ("reference", "error"))
+    fields.one_of(self, "classifier_backend", BACKENDS)
