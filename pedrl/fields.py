@@ -68,6 +68,13 @@ RENAMED = {
 }
 
 
+def under_current_keys(values: dict) -> dict:
+  """{key: value} recorded under older key names (a run's settings), under today's: a
+  renamed key under its new name, a removed one left out; so that a run resumes across
+  a rename."""
+  return {RENAMED.get(k, k): v for k, v in values.items() if RENAMED.get(k, k) is not None}
+
+
 def renamed(key: str) -> str | None:
   """Why a dotted config key (`rewards.uco.oracle_model`) is refused if it was renamed or
   removed; None for any other key."""

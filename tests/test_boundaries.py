@@ -229,3 +229,26 @@ def test_the_oracles_endpoint_is_the_judges_where_it_names_none_of_its_own():
       "gemini-2.5-pro", "http://judges/v1", "ORACLE_KEY", s.openai.timeout)
   assert settings.read_settings(paths.load_config("uco.py", "tiny"),
                                 settings.TrainingSettings).oracle_endpoint.model is None
+
+
+def test_a_run_recorded_under_the_old_keys_resumes(tmp_path):
+  """A workdir whose run.json names the renamed keys (a run started before the rename)
+  resumes with the same settings under the new ones: no mismatch."""
+  import json
+  from pedrl import paths
+  from pedrl.jobs import workdir
+  c = paths.load_config("uco.py", "tiny")
+  w = str(tmp_path / "w")
+  workdir.record_start(w, "train", c, "experiments/uco.py:tiny", {})
+  path = tmp_path / "w" / "run.json"
+  record = json.loads(path.read_text())
+  s = record["settings"]
+  s = {k: v for k, v in s.items() if not k.startswith("rewards.uco.oracle_endpoint.")}
+  s.update({"rewards.uco.oracle_model": None, "rewards.uco.oracle_base_url": None,
+            "rewards.uco.oracle_api_key_env": None, "rewards.openai.role": "judge"})
+  path.write_text(json.dumps({**record, "settings": s}))
+  assert workdir.guard(w, "train", c, "experiments/uco.py:tiny") == {}
+  c.rewards.uco.oracle_endpoint.model = "gemini-2.5-pro"
+  with pytest.raises(workdir.WorkdirError, match=r"rewards\.uco\.oracle_endpoint\.model: "
+                                                 r"null -> 'gemini-2\.5-pro'\)"):
+    workdir.guard(w, "train", c, "experiments/uco.py:tiny")
