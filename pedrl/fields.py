@@ -68,11 +68,21 @@ RENAMED = {
 }
 
 
+# Config keys added to a section, with the value that does what the code did before
+# them: a run recorded without the key ran with that value. The endpoint sides' retries
+# were the client's defaults before their section had them.
+ADDED = {f"{side}.endpoint.{key}": value for side in ("tutor", "student")
+         for key, value in (("max_tries", 5), ("backoff_base", 1.0), ("backoff_max", 30.0),
+                            ("max_tokens_field", "max_tokens"))}
+
+
 def under_current_keys(values: dict) -> dict:
   """{key: value} recorded under older key names (a run's settings), under today's: a
-  renamed key under its new name, a removed one left out; so that a run resumes across
-  a rename."""
-  return {RENAMED.get(k, k): v for k, v in values.items() if RENAMED.get(k, k) is not None}
+  renamed key under its new name, a removed one left out, an added one with the value
+  the run had (ADDED); so that a run resumes across a rename."""
+  out = {RENAMED.get(k, k): v for k, v in values.items() if RENAMED.get(k, k) is not None}
+  sections = {k.rpartition(".")[0] for k in out}  # An added key of a section the run had.
+  return {**{k: v for k, v in ADDED.items() if k.rpartition(".")[0] in sections}, **out}
 
 
 def renamed(key: str) -> str | None:

@@ -252,3 +252,18 @@ def test_a_run_recorded_under_the_old_keys_resumes(tmp_path):
   with pytest.raises(workdir.WorkdirError, match=r"rewards\.uco\.oracle_endpoint\.model: "
                                                  r"null -> 'gemini-2\.5-pro'\)"):
     workdir.guard(w, "train", c, "experiments/uco.py:tiny")
+
+
+def test_an_evaluation_recorded_before_its_endpoints_had_retry_keys_resumes(tmp_path):
+  """The endpoint sides' new keys (pedrl.fields.ADDED) hold the values such a run had."""
+  import json
+  from pedrl import fields, paths
+  from pedrl.jobs import workdir
+  c = paths.load_config("evaluate.py", "tiny")
+  w = str(tmp_path / "w")
+  workdir.record_start(w, "evaluate", c, "experiments/evaluate.py:tiny", {})
+  path = tmp_path / "w" / "run.json"
+  record = json.loads(path.read_text())
+  record["settings"] = {k: v for k, v in record["settings"].items() if k not in fields.ADDED}
+  path.write_text(json.dumps(record))
+  assert workdir.guard(w, "evaluate", c, "experiments/evaluate.py:tiny") == {}
