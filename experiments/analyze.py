@@ -18,7 +18,7 @@ minutes on a CPU). A second labeller: --config.label2.backend=openai|local and i
 Cohen's κ against the first goes in reliability.md. A seeded subset:
 --config.sample=N units per condition and scheme.
 """
-from pedrl.clients import openai_compat
+from pedrl.clients.settings import EndpointSettings
 from pedrl.env.settings import PartySettings
 from pedrl.eval.settings import (ROLES, AnalysisSettings, LabelSettings, ShardSettings,
                                  ViewSettings)
@@ -43,9 +43,10 @@ def get_config(arg: str = "paper"):
     c[role] = settings.section(LabelSettings, backend="openai" if role == "label" else "")
     # Paper 001 section 4.2: GPT-5-mini. OpenAI's reasoning models take only temperature 1 and
     # max_completion_tokens, in which their reasoning counts.
-    c[role].openai = settings.section(openai_compat.OpenAISettings, model="gpt-5-mini",
-                                      temperature=1.0, max_tokens=4096,
-                                      max_tokens_field="max_completion_tokens")
+    # A label's reply is short: a request hung for 60 s is asked again (the type waits 120 s).
+    c[role].openai = settings.section(EndpointSettings, model="gpt-5-mini", temperature=1.0,
+                                      max_tokens=4096, max_tokens_field="max_completion_tokens",
+                                      timeout=60.0)
     c[role].local = settings.section(PartySettings, path=None, temperature=0.0, top_k=0,
                                      top_p=1.0, max_new_tokens=64)
   if v.tiny:

@@ -41,7 +41,8 @@ or --config.tutor.endpoint.model (an OpenAI-compatible endpoint; the student lik
 Shards: add --config.eval.shard=I --config.eval.num_shards=N (launch/eval_array.sbatch).
 """
 from pedrl.agents.settings import CPASettings, TutorAgentSettings
-from pedrl.env.settings import EndpointSettings, PartySettings
+from pedrl.clients.settings import EndpointSettings
+from pedrl.env.settings import PartySettings
 from pedrl.jobs import base_config, conditions, settings, variants
 from pedrl.eval.settings import EvalSettings, PedRMSettings, ReasoningSettings, TutorRun
 
@@ -118,9 +119,9 @@ def get_config(arg: str = "paper"):
   # CPA's numbers in tutor.cpa (section 4.4's; e.g. --config.tutor.cpa.max_resyntheses=2).
   c.tutor.cpa = settings.section(CPASettings)
   # Or an OpenAI-compatible endpoint: --config.tutor.endpoint.model=gpt-4o (and base_url,
-  # api_key_env); the student likewise.
-  c.tutor.endpoint = settings.section(EndpointSettings)
-  c.student.endpoint = settings.section(EndpointSettings)
+  # api_key_env); the student likewise. Sampling is the side's (tutor.temperature, …).
+  c.tutor.endpoint = settings.section(EndpointSettings, skip=EndpointSettings.SAMPLING)
+  c.student.endpoint = settings.section(EndpointSettings, skip=EndpointSettings.SAMPLING)
   reference_evaluation(c)
   # Paper 003 section 5.4: judged by Gemma-3-27B (not the Qwen training judge); the model
   # name is the serving endpoint's (vLLM serves it by its Hugging Face id;

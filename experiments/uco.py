@@ -4,8 +4,9 @@ r"""UCO (paper 000): per-turn r_t = r_progress + r_scaffold, turn-level GRPO adv
   python -m pedrl.experiments.uco --config=experiments/uco.py:paper --workdir=/runs/uco \
     --config.tutor.path=... --config.student.path=... --config.problems.path=... \
     --config.rewards.uco.embedder=/models/bge-m3 \
-    --config.rewards.uco.oracle_model=gemini-2.5-pro --config.rewards.uco.oracle_base_url=... \
-    --config.rewards.uco.oracle_api_key_env=GEMINI_API_KEY
+    --config.rewards.uco.oracle_endpoint.model=gemini-2.5-pro \
+    --config.rewards.uco.oracle_endpoint.base_url=... \
+    --config.rewards.uco.oracle_endpoint.api_key_env=GEMINI_API_KEY
 
 Paper 000 section IV: lr 5e-6, B 16, G 4, T = 10 tutor turns (eq. 1), γ 0.95,
 λ 0.5, α 2.0, δ 0.7, c 0.2, KL 0.01, advantage normalisation ε 1e-8, AdamW weight

@@ -31,7 +31,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from pedrl import environ, logs, paths
+from pedrl import environ, fields, logs, paths
 
 # pedrl.distributed.MODES (not imported: it imports JAX).
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -286,7 +286,11 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def _parse_config(flag_values, argv: list[str]) -> list[str]:
   """absl's parse of `argv` (found configs, `_config_flags`) into `flag_values`, every
-  mistake of the config (its file, variant, an override's key or value) one `error:` line."""
+  mistake of the config (its file, variant, an override's key or value) one `error:` line;
+  an override of a renamed key names its new one (pedrl.fields.RENAMED)."""
+  for key in _overrides(argv):
+    if why := fields.renamed(key):
+      _exit(why)
   try:
     rest = flag_values(argv)
   except (flags.Error, OSError) as e:  # OSError: an override of a config that failed to load.

@@ -279,10 +279,10 @@ def test_an_openai_labeller_sends_max_completion_tokens_and_counts_failures(monk
   server = ChatServer([("reply", "no idea"), ("reply", '{"phase": "Verify"}'),
                        ("reply", "still no idea")])
   try:
-    client = openai_compat.OpenAIBackend(model="gpt-5-mini", base_url=server.url,
-                                    api_key_env="PEDRL_TEST_LABEL_KEY", max_concurrency=1,
-                                    temperature=1.0, max_tokens=64,
-                                    max_tokens_field="max_completion_tokens")
+    client = openai_compat.OpenAIBackend(openai_compat.EndpointSettings(
+        model="gpt-5-mini", base_url=server.url, api_key_env="PEDRL_TEST_LABEL_KEY",
+        max_concurrency=1, temperature=1.0, max_tokens=64,
+        max_tokens_field="max_completion_tokens"))
     stats = asking.AskStats()
     rows = labelling.label_texts(["Let me check 3 + 4."], "schoenfeld", "analysis/schoenfeld",
                                  client, 3, CODEBOOK, stats)

@@ -91,3 +91,179 @@ def test_the_evaluations_answer_for_every_kind_a_merge_meets():
   for kind, task in evaluations.TASKS.items():
     assert task.kind == kind and callable(task.metrics) and callable(task.write)
   assert protocol.kind_of({}) == "tutoring"  # Protocols before kinds were tutoring ones.
+
+
+# One endpoint type; validation in __post_init__.
+
+
+def _classes():
+  """(where, ast.ClassDef, its module's path) of every class in pedrl/."""
+  import ast
+  for path in sorted(ROOT.rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      if isinstance(node, ast.ClassDef):
+        yield f"{path.relative_to(ROOT.parent)}:{node.name}", node, path
+
+
+def _field_names(node) -> list[str]:
+  import ast
+  return [a.target.id for a in node.body
+          if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)]
+
+
+def _endpoint_types() -> list[str]:
+  """Classes declaring an endpoint's address and key variable (`base_url`, `api_key_env`,
+  also under a prefix such as oracle_base_url)."""
+  return [where for where, node, _ in _classes()
+          if any(f.endswith("base_url") for f in _field_names(node))
+          and any(f.endswith("api_key_env") for f in _field_names(node))]
+
+
+def test_one_type_names_an_openai_compatible_endpoint():
+  """Judges, UCO's oracle, an evaluation's endpoint sides, MathTutorBench's model under
+  test and the analysis labellers all read pedrl.clients.settings.EndpointSettings."""
+  assert _endpoint_types() == ["pedrl/clients/settings.py:EndpointSettings"]
+
+
+def test_the_client_holds_its_settings_and_no_check_reads_them_as_a_dict():
+  """OpenAIBackend is composed of its settings (it inherits none, and no frozen dataclass
+  is mutated after the fact); config checks read typed settings, never a
+  dataclasses.asdict of them."""
+  import ast
+  bases = {where: [ast.unparse(b) for b in node.bases] for where, node, _ in _classes()}
+  assert bases["pedrl/clients/openai_compat.py:OpenAIBackend"] == []
+  mutated = [where for where, code in _code_lines()
+             if where.startswith("pedrl/clients/") and "object.__setattr__" in code]
+  assert not mutated, mutated
+  checks = [p for p in ROOT.rglob("*.py") if p.name in ("checks.py", "settings.py")]
+  as_dicts = [f"{p.relative_to(ROOT.parent)}" for p in checks
+              if re.search(r"\basdict\(", p.read_text(encoding="utf-8"))]
+  assert not as_dicts, as_dicts
+
+
+_NUMBER = re.compile(r"^(int|float)(\s*\|\s*None)?$")
+
+
+def _settings_without_checks() -> list[str]:
+  """Dataclasses named *Settings with a number field (int, float, or either | None) whose
+  class and pedrl bases define no __post_init__: numbers nothing checks."""
+  import ast
+  classes = {node.name: node for _, node, _ in _classes()}
+
+  def checked(node) -> bool:
+    if any(isinstance(b, ast.FunctionDef) and b.name == "__post_init__" for b in node.body):
+      return True
+    bases = [ast.unparse(b).rpartition(".")[2] for b in node.bases]
+    return any(b in classes and checked(classes[b]) for b in bases)
+
+  out = []
+  for where, node, _ in _classes():
+    numbers = [a for a in node.body if isinstance(a, ast.AnnAssign)
+               and _NUMBER.match(ast.unparse(a.annotation))]
+    dataclass = any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+    if node.name.endswith("Settings") and dataclass and numbers and not checked(node):
+      out.append(where)
+  return out
+
+
+def test_every_settings_type_with_numbers_checks_them_when_built():
+  """A value out of range is refused where the settings are built (one line naming the
+  --config flag, pedrl.fields.FieldError), not by a job's own check after the fact."""
+  assert _settings_without_checks() == []
+
+
+@pytest.mark.parametrize("section,key,value,message", [
+    ("rl", "lr", float("nan"), "--config.rl.lr=nan: must be a finite number > 0"),
+    ("rl", "lr_schedule", "step",
+     "--config.rl.lr_schedule='step': must be one of ('constant', 'cosine', 'linear')"),
+    ("rl", "eps_low", 1.5, "--config.rl.eps_low=1.5: must be in (0, 1)"),
+    ("rl", "keep", 0, "--config.rl.keep=0: must be an integer >= 1"),
+    ("rewards.openai", "max_tries", 0,
+     "--config.rewards.openai.max_tries=0: must be an integer >= 1")])
+def test_a_settings_value_out_of_range_is_one_line_naming_its_flag(section, key, value, message):
+  """Refused as the config is read, before a job checks anything else."""
+  from pedrl import paths
+  from pedrl.jobs import settings
+  c = paths.load_config("uco.py", "tiny")
+  node = c
+  for part in section.split("."):
+    node = node[part]
+  node[key] = value
+  with pytest.raises(ValueError) as e:
+    settings.read_settings(c, settings.TrainingSettings)
+  assert str(e.value) == message
+
+
+def test_an_old_config_key_is_refused_naming_its_new_one(capsys):
+  """In a config file (the reader) and on the command line (pedrl.cli), one line."""
+  from absl import flags
+  from ml_collections import config_flags
+  from pedrl import cli, paths
+  from pedrl.jobs import settings
+  c = paths.load_config("uco.py", "tiny")
+  c.rewards.uco.oracle_model = "gemini-2.5-pro"
+  with pytest.raises(settings.UnreadKeys, match=r"^--config\.rewards\.uco\.oracle_model was "
+                                                r"renamed: use --config\.rewards\.uco\."
+                                                r"oracle_endpoint\.model$"):
+    settings.read_settings(c, settings.TrainingSettings)
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  with pytest.raises(SystemExit):
+    cli._parse_config(fv, ["uco", f"--config={ROOT.parent / 'experiments' / 'uco.py'}:tiny",
+                           "--config.rewards.uco.oracle_base_url=http://x"])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(
+      "error: --config.rewards.uco.oracle_base_url was renamed: use "
+      "--config.rewards.uco.oracle_endpoint.base_url"), lines
+
+
+def test_the_oracles_endpoint_is_the_judges_where_it_names_none_of_its_own():
+  from pedrl import paths
+  from pedrl.jobs import settings
+  c = paths.load_config("uco.py", "tiny")
+  c.rewards.openai.update(base_url="http://judges/v1", api_key_env="JUDGE_KEY")
+  c.rewards.uco.oracle_endpoint.update(model="gemini-2.5-pro", api_key_env="ORACLE_KEY")
+  s = settings.read_settings(c, settings.TrainingSettings)
+  o = s.oracle_endpoint
+  assert (o.model, o.base_url, o.api_key_env, o.timeout) == (
+      "gemini-2.5-pro", "http://judges/v1", "ORACLE_KEY", s.openai.timeout)
+  assert settings.read_settings(paths.load_config("uco.py", "tiny"),
+                                settings.TrainingSettings).oracle_endpoint.model is None
+
+
+def test_a_run_recorded_under_the_old_keys_resumes(tmp_path):
+  """A workdir whose run.json names the renamed keys (a run started before the rename)
+  resumes with the same settings under the new ones: no mismatch."""
+  import json
+  from pedrl import paths
+  from pedrl.jobs import workdir
+  c = paths.load_config("uco.py", "tiny")
+  w = str(tmp_path / "w")
+  workdir.record_start(w, "train", c, "experiments/uco.py:tiny", {})
+  path = tmp_path / "w" / "run.json"
+  record = json.loads(path.read_text())
+  s = record["settings"]
+  s = {k: v for k, v in s.items() if not k.startswith("rewards.uco.oracle_endpoint.")}
+  s.update({"rewards.uco.oracle_model": None, "rewards.uco.oracle_base_url": None,
+            "rewards.uco.oracle_api_key_env": None, "rewards.openai.role": "judge"})
+  path.write_text(json.dumps({**record, "settings": s}))
+  assert workdir.guard(w, "train", c, "experiments/uco.py:tiny") == {}
+  c.rewards.uco.oracle_endpoint.model = "gemini-2.5-pro"
+  with pytest.raises(workdir.WorkdirError, match=r"rewards\.uco\.oracle_endpoint\.model: "
+                                                 r"null -> 'gemini-2\.5-pro'\)"):
+    workdir.guard(w, "train", c, "experiments/uco.py:tiny")
+
+
+def test_an_evaluation_recorded_before_its_endpoints_had_retry_keys_resumes(tmp_path):
+  """The endpoint sides' new keys (pedrl.fields.ADDED) hold the values such a run had."""
+  import json
+  from pedrl import fields, paths
+  from pedrl.jobs import workdir
+  c = paths.load_config("evaluate.py", "tiny")
+  w = str(tmp_path / "w")
+  workdir.record_start(w, "evaluate", c, "experiments/evaluate.py:tiny", {})
+  path = tmp_path / "w" / "run.json"
+  record = json.loads(path.read_text())
+  record["settings"] = {k: v for k, v in record["settings"].items() if k not in fields.ADDED}
+  path.write_text(json.dumps(record))
+  assert workdir.guard(w, "evaluate", c, "experiments/evaluate.py:tiny") == {}

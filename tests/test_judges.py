@@ -201,7 +201,7 @@ def api_key(monkeypatch):
 def _backend(server, **kw):
   kw = dict(dict(model="judge-model", base_url=server.url, api_key_env="PEDRL_TEST_JUDGE_KEY",
                  timeout=0.5, backoff_base=0.01, max_concurrency=1), **kw)
-  return openai_compat.OpenAIBackend(**kw)
+  return openai_compat.OpenAIBackend(openai_compat.EndpointSettings(**kw))
 
 
 @pytest.mark.job

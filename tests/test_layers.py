@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "pedrl"
 # Package (or top-level module) -> layer; a module imports only layers <= its own.
 LAYERS = {
     **dict.fromkeys(["cli", "commands", "logs", "paths", "environ", "distributed", "sharding",
-                     "streams", "stopping", "files", "figures"], 0),
+                     "streams", "stopping", "files", "figures", "fields"], 0),
     "models": 1, "tokenizer": 1, "runs": 1.5,
     "engine": 2,
     "clients": 3, "mathtutorbench": 3,

@@ -172,9 +172,9 @@ def test_any_policy_answers_and_is_scored():
 
 
 def _client(url, mode):
-  return runner.EndpointPolicy(openai_compat.OpenAIBackend(
+  return runner.EndpointPolicy(openai_compat.OpenAIBackend(openai_compat.EndpointSettings(
       model="scripted", base_url=url, api_key_env="PEDRL_TEST_KEY", temperature=0.0,
-      max_tokens=64, max_tries=1), runner.BenchSettings(mode=mode))
+      max_tokens=64, max_tries=1)), runner.BenchSettings(mode=mode))
 
 
 @pytest.mark.job

@@ -242,8 +242,8 @@ def test_uco_paper_without_an_oracle_stops_before_loading_models(tmp_path, monke
   c.problems.path = data("problems/bigmath_sample.jsonl")
   with pytest.raises(app.UsageError) as e:
     train.build(c, str(tmp_path / "run"), "uco.py:paper")
-  assert "--config.rewards.uco.oracle_model" in str(e.value) and not loaded
-  c.rewards.uco.oracle_model = "gemini-2.5-pro"
+  assert "--config.rewards.uco.oracle_endpoint.model" in str(e.value) and not loaded
+  c.rewards.uco.oracle_endpoint.model = "gemini-2.5-pro"
   with pytest.raises(app.UsageError) as e:
     train.build(c, str(tmp_path / "run"), "uco.py:paper")
   assert "--config.rewards.uco.embedder" in str(e.value) and not loaded

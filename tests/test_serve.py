@@ -527,8 +527,8 @@ def test_a_judge_runs_against_a_pedrl_server(monkeypatch, tmp_path):
                                 options=server.Options(max_num_seqs=4, warmup=False))
   url, stop = server.start(app)
   monkeypatch.setenv("PEDRL_JUDGE_KEY", "unused")
-  backend = openai_compat.OpenAIBackend(model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY",
-                                   max_tokens=16, max_tries=1)
+  backend = openai_compat.OpenAIBackend(openai_compat.EndpointSettings(
+      model=NAME, base_url=url, api_key_env="PEDRL_JUDGE_KEY", max_tokens=16, max_tries=1))
   backend.preflight()
   d = dialogue.Dialogue(problem_id="p", problem="What is 2 + 2?", answer="4", scenario="guided",
                         rollout=0, messages=[dialogue.Message(role=dialogue.TUTOR, text="Count."),
@@ -556,9 +556,9 @@ def test_mathtutorbench_policies_get_the_same_replies_served_or_local(served, mo
   monkeypatch.setenv("PEDRL_TEST_KEY", "unused")
   bench = runner.BenchSettings(mode=mode, max_new_tokens=12)
   local = runner.ModelPolicy(party_lib.load(MODEL, SamplingParams(12), scan_layers=False), bench)
-  remote = runner.EndpointPolicy(openai_compat.OpenAIBackend(
+  remote = runner.EndpointPolicy(openai_compat.OpenAIBackend(openai_compat.EndpointSettings(
       model=NAME, base_url=served[0], api_key_env="PEDRL_TEST_KEY", temperature=0.0,
-      max_tokens=12, max_tries=1), bench)
+      max_tokens=12, max_tries=1)), bench)
   stop = ["Student:", "?"]
   assert remote(PROMPTS, stop, [0, 1, 2]) == local(PROMPTS, stop, [0, 1, 2])
 

@@ -85,7 +85,7 @@ from pedrl.jobs import settings
 config_flags.DEFINE_config_file("config", None, "")
 def main(_):
   s = settings.read_settings(flags.FLAGS.config, settings.TrainingSettings)
-  print(s.grpo.eps_high, s.openai.base_url, s.oracle.oracle_model, s.tutor.path)
+  print(s.grpo.eps_high, s.openai.base_url, s.oracle_endpoint.model, s.tutor.path)
 app.run(main)
 """
 
@@ -98,7 +98,7 @@ def test_none_defaults_are_settable_from_the_command_line():
   r = subprocess.run(
       [sys.executable, "-c", _PRINT_SETTINGS, "--config=experiments/uco.py:tiny",
        "--config.rl.eps_high=0.28", "--config.rewards.openai.base_url=http://127.0.0.1:1/v1",
-       "--config.rewards.uco.oracle_model=m", "--config.tutor.path=/ckpt"],
+       "--config.rewards.uco.oracle_endpoint.model=m", "--config.tutor.path=/ckpt"],
       cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   assert r.stdout.split() == ["0.28", "http://127.0.0.1:1/v1", "m", "/ckpt"]

@@ -61,20 +61,22 @@ def test_the_seed_batch_shape_temperature_and_failed_share_are_held_once(config,
   assert where["max_failed_share"] == ["judging.max_failed_share"]
   # Each side, the solve attempts, the judges' endpoint and an evaluation's reasoning
   # benchmarks sample at their own temperature; GRPO's log-probs use the tutor's
-  # (Trainer), with no copy of it in the settings.
-  own = {"tutor", "student", "solve", "openai", "local_judge"}
+  # (Trainer), with no copy of it in the settings. Every endpoint is one type, whose
+  # temperature UCO's oracle takes from the judges' section (its own left None) and an
+  # endpoint side from its side's (pedrl.jobs.loading.endpoint_party): not in the config.
+  own = {"tutor", "student", "solve", "openai", "local_judge", "oracle_endpoint"}
   if kind is settings.EvaluationSettings:
-    own.add("reasoning")
+    own.update(("reasoning", "tutor_endpoint", "student_endpoint"))
   assert sorted(where["temperature"]) == sorted(f"{x}.temperature" for x in own)
 
 
 def test_the_judges_endpoint_is_typed_and_a_bad_value_is_refused_on_reading():
   c = paths.load_config("uco.py", "tiny")
   s = settings.read_settings(c, settings.TrainingSettings)
-  assert isinstance(s.openai, openai_compat.OpenAISettings) and s.openai.model == "gpt-4o-mini"
+  assert isinstance(s.openai, openai_compat.EndpointSettings) and s.openai.model == "gpt-4o-mini"
   c.rewards.openai.max_tokens_field = "max_token"
-  with pytest.raises(ValueError, match=r"^--config\.rewards\.openai: max_tokens_field "
-                                       r"'max_token' is not max_tokens or"):
+  with pytest.raises(ValueError, match=r"^--config\.rewards\.openai\.max_tokens_field="
+                                       r"'max_token': must be one of \('max_tokens', "):
     settings.read_settings(c, settings.TrainingSettings)
   c = paths.load_config("uco.py", "tiny")
   c.rewards.openai.modle = "gpt-4o"

@@ -11,7 +11,6 @@ result list, never raised, so that a batch can count and re-ask them.
 """
 import collections
 import concurrent.futures
-import dataclasses
 import datetime
 import email.utils
 import math
@@ -20,6 +19,9 @@ import random
 import threading
 import time
 from typing import NamedTuple, Protocol, Sequence
+
+# Re-exported: defined there, importable without the openai package.
+from pedrl.clients.settings import EndpointSettings
 
 
 class EndpointError(RuntimeError):
@@ -99,85 +101,53 @@ def retry_after(headers) -> float | None:
   return max(when.timestamp() - time.time(), 0.0)
 
 
-@dataclasses.dataclass(frozen=True)
-class OpenAISettings:
-  """An OpenAI-compatible endpoint as a config names it (`rewards.openai`, `label.openai`):
-  model, address, key variable, sampling and retry policy. Building its client
-  (`OpenAIBackend.of`) reads the key; these settings never hold it."""
-  model: str
-  base_url: str | None = None
-  api_key_env: str = "OPENAI_API_KEY"
-  temperature: float = 0.6  # The reference code's judge temperature.
-  max_tokens: int = 1024
-  max_concurrency: int = 16
-  timeout: float = 60.0
-  max_tries: int = 5
-  backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
-  backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
-  top_p: float = 1.0  # Sent only below 1.
-  # The request field that carries max_tokens: OpenAI's reasoning models (o-series, GPT-5)
-  # refuse "max_tokens" and take "max_completion_tokens" (their reasoning counts in it).
-  max_tokens_field: str = "max_tokens"
-  role: str = "judge"  # What the endpoint is for, in error messages (judge, tutor, student).
-
-  def __post_init__(self):
-    if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-      raise ValueError(f"max_tokens_field {self.max_tokens_field!r} is not max_tokens or "
-                       "max_completion_tokens")
-    if not (self.max_concurrency >= 1 and self.max_tries >= 1 and self.timeout > 0):
-      raise ValueError(f"max_concurrency={self.max_concurrency} and max_tries={self.max_tries} "
-                       f"must be >= 1, timeout={self.timeout} > 0")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class OpenAIBackend(OpenAISettings):
+class OpenAIBackend:
   """Chat completions through the `openai` client, with bounded concurrency and retries.
 
-  Its settings are OpenAISettings' fields (`of` builds one from a config's). The key
-  is read from the environment variable named `api_key_env`; the key itself is
-  never in a config or a log line. Timeouts, connection errors, 429, 5xx and
+  It holds its endpoint's settings (`settings`, a config's EndpointSettings) and its
+  connection; `role` names what the endpoint is for in errors (judge, oracle, tutor, …).
+  The key is read from the environment variable named `settings.api_key_env`; the key
+  itself is never in a config or a log line. Timeouts, connection errors, 429, 5xx and
   answers that are no completion are retried, at most `max_tries` tries per call
   (paper 001 uses 5), after the wait a 429/5xx asks for (Retry-After,
   retry-after-ms) or else exponential backoff with jitter, never more than
   `backoff_max`; other API errors (bad key, unknown model) stop the run with a
   EndpointError. `preflight()` checks endpoint, key and model with one small request.
   """
-  stats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
-  @classmethod
-  def of(cls, settings: OpenAISettings, **overrides) -> "OpenAIBackend":
-    """The client of `settings` (with `overrides` of its fields): reads the API key."""
-    return cls(**{**{f.name: getattr(settings, f.name)
-                     for f in dataclasses.fields(OpenAISettings)}, **overrides})
-
-  def __post_init__(self):
-    super().__post_init__()
+  def __init__(self, settings: EndpointSettings, role: str = "judge"):
     import openai
-    key = os.environ.get(self.api_key_env)
+    self.settings, self.role = settings, role
+    if not settings.model:
+      raise EndpointError(f"the {role} endpoint {self.endpoint} names no model")
+    key = os.environ.get(settings.api_key_env)
     if not key:
-      raise EndpointError(f"the environment variable {self.api_key_env} is not set; it must "
-                          f"hold the API key for the {self.role} endpoint {self.endpoint}")
-    # The settings are frozen; the connection is the client's own state.
-    live = dict(
-        _openai=openai,
-        _lock=threading.Lock(),  # Counters are bumped from the worker threads.
-        _client=openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout,
-                              max_retries=0),  # Retries are ours: counted, with jitter.
-        # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
-        _retryable=(openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                    openai.InternalServerError, NonCompletionReply))
-    for name, value in live.items():
-      object.__setattr__(self, name, value)
+      raise EndpointError(f"the environment variable {settings.api_key_env} is not set; it "
+                          f"must hold the API key for the {role} endpoint {self.endpoint}")
+    self.stats = collections.Counter()  # calls, tokens, retries by kind.
+    self._openai = openai
+    self._lock = threading.Lock()  # Counters are bumped from the worker threads.
+    self._client = openai.OpenAI(api_key=key, base_url=settings.base_url,
+                                 timeout=settings.timeout,
+                                 max_retries=0)  # Retries are ours: counted, with jitter.
+    # Timeouts, connection errors, 429, 5xx, and answers that are not a completion.
+    self._retryable = (openai.APITimeoutError, openai.APIConnectionError,
+                       openai.RateLimitError, openai.InternalServerError, NonCompletionReply)
+
+  @property
+  def max_tokens(self) -> int:
+    """The most tokens a reply may have (pedrl.env.party.ChatClient)."""
+    return self.settings.max_tokens
 
   @property
   def endpoint(self) -> str:
-    return self.base_url or "api.openai.com"
+    return self.settings.base_url or "api.openai.com"
 
   def complete(self, requests: Sequence[Prompted],
                round_: int = 0) -> list[str | Exception]:
     del round_
     prompts = [[{"role": "user", "content": r.prompt}] for r in requests]
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
+    with concurrent.futures.ThreadPoolExecutor(self.settings.max_concurrency) as pool:
       return [r if isinstance(r, Exception) else r.text
               for r in pool.map(self._one, prompts)]
 
@@ -187,14 +157,14 @@ class OpenAIBackend(OpenAISettings):
     exception that ended its retries: the endpoint taking one side of a dialogue (a
     pedrl.env.party.ChatClient). `stop`: strings the endpoint ends a reply before (the
     reply leaves them out)."""
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
+    with concurrent.futures.ThreadPoolExecutor(self.settings.max_concurrency) as pool:
       return list(pool.map(lambda m: self._one(m, stop), conversations))
 
   def text_completions(self, prompts: Sequence[str],
                        stop: Sequence[str] = ()) -> list[Reply | Exception]:
     """Per prompt, the raw-text continuation (`/v1/completions`, no chat template) as a
     `Reply`, or the exception that ended its retries."""
-    with concurrent.futures.ThreadPoolExecutor(self.max_concurrency) as pool:
+    with concurrent.futures.ThreadPoolExecutor(self.settings.max_concurrency) as pool:
       return list(pool.map(lambda p: self._one(p, stop, raw=True), prompts))
 
   def _count(self, key: str, n: int = 1):
@@ -205,9 +175,9 @@ class OpenAIBackend(OpenAISettings):
     """One call (chat, or with `raw` a raw-text completion of the prompt `messages`);
     whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
-    args = dict(model=self.model, temperature=self.temperature,
-                **{self.max_tokens_field: max_tokens},
-                **({"top_p": self.top_p} if self.top_p < 1 else {}),
+    args = dict(model=self.settings.model, temperature=self.settings.temperature,
+                **{self.settings.max_tokens_field: max_tokens},
+                **({"top_p": self.settings.top_p} if self.settings.top_p < 1 else {}),
                 **({"stop": list(stop)} if stop else {}))
     try:
       out = (self._client.completions.create(prompt=messages, **args) if raw else
@@ -226,23 +196,25 @@ class OpenAIBackend(OpenAISettings):
   def _delay(self, attempt: int, error: Exception) -> float:
     """The wait a 429/5xx asks for, else exponential backoff with ±50% jitter."""
     asked = retry_after(getattr(getattr(error, "response", None), "headers", None))
+    s = self.settings
     if asked is not None:
-      return min(self.backoff_max, asked)
-    return min(self.backoff_max, self.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
+      return min(s.backoff_max, asked)
+    return min(s.backoff_max, s.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
 
   def _one(self, messages, stop=(), raw: bool = False):
-    for attempt in range(self.max_tries):
+    for attempt in range(self.settings.max_tries):
       try:
-        return self._request(messages, self.max_tokens, stop, raw)
+        return self._request(messages, self.settings.max_tokens, stop, raw)
       except self._retryable as e:
-        if attempt + 1 == self.max_tries:
+        if attempt + 1 == self.settings.max_tries:
           return e
         self._count("retries")
         self._count(f"retries/{failure_kind(e)}")
         time.sleep(self._delay(attempt, e))
       except self._openai.APIStatusError as e:  # 400, 401, 403, 404, ...: retrying cannot help.
-        raise EndpointError(f"{self.role} endpoint {self.endpoint} (model {self.model!r}) "
-                            f"refused the request: HTTP {e.status_code} {type(e).__name__}") from None
+        raise EndpointError(f"{self.role} endpoint {self.endpoint} (model "
+                            f"{self.settings.model!r}) refused the request: HTTP "
+                            f"{e.status_code} {type(e).__name__}") from None
 
   def preflight(self, tries: int = 2):
     """One one-token request, so that a wrong endpoint, key or model stops a run before
@@ -261,14 +233,14 @@ class OpenAIBackend(OpenAISettings):
   def _preflight_failure(self, e: Exception) -> str:
     """One line on why the preflight failed (never the key, nor the server's text)."""
     o, status = self._openai, getattr(e, "status_code", None)
-    where = f"the {self.role} endpoint {self.endpoint} (model {self.model!r})"
+    where = f"the {self.role} endpoint {self.endpoint} (model {self.settings.model!r})"
     if isinstance(e, o.APITimeoutError):
-      return f"{where} did not answer within the timeout of {self.timeout:g} s"
+      return f"{where} did not answer within the timeout of {self.settings.timeout:g} s"
     if isinstance(e, o.APIConnectionError):
       return f"{where} cannot be reached (connection refused or host unreachable)"
     if status in (401, 403):
-      return (f"{where} refused the API key in the environment variable {self.api_key_env}: "
-              f"HTTP {status} {type(e).__name__}")
+      return (f"{where} refused the API key in the environment variable "
+              f"{self.settings.api_key_env}: HTTP {status} {type(e).__name__}")
     if status == 404:
       return f"{where} answered HTTP 404: an unknown model, or a base_url that is no API root"
     if isinstance(e, NonCompletionReply):

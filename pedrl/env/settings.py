@@ -8,7 +8,11 @@ Each type stays importable from the module that uses it (pedrl.env.party, …).
 import dataclasses
 import os
 
+from pedrl import fields
 from pedrl.env import prompts
+# Re-exported: a side played by an endpoint (the evaluation's `tutor.endpoint` /
+# `student.endpoint`) is the client's one endpoint type, its sampling the side's own.
+from pedrl.clients.settings import EndpointSettings  # pylint: disable=unused-import
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, TUTOR
 
 
@@ -24,17 +28,11 @@ class PartySettings:
   # half as large (engine.Sampler's `compact`): the same samples, fewer row-steps.
   compact: bool = True
 
-
-@dataclasses.dataclass(frozen=True)
-class EndpointSettings:
-  """A side played by an OpenAI-compatible endpoint (the evaluation config's
-  `tutor.endpoint` / `student.endpoint`); model None: a local checkpoint plays it.
-  Sampling (temperature, top_p, max_new_tokens) is the side's own settings'."""
-  model: str | None = None  # As the endpoint names it, e.g. gpt-4o-2024-08-06.
-  base_url: str | None = None  # None: api.openai.com.
-  api_key_env: str = "OPENAI_API_KEY"  # The variable holding the key (never the key).
-  max_concurrency: int = 16
-  timeout: float = 120.0
+  def __post_init__(self):
+    fields.non_negative(self, ["temperature"])
+    fields.counts(self, ["top_k"], least=0)
+    fields.need(fields.finite(self.top_p) and 0 < self.top_p <= 1, self, "top_p", "in (0, 1]")
+    fields.counts(self, ["max_new_tokens"])
 
 
 ON_ERROR = ("skip", "fatal")

@@ -38,6 +38,7 @@ from absl import app, logging
 
 from pedrl import files, stopping
 from pedrl.clients import openai_compat
+from pedrl.clients.settings import EndpointSettings
 from pedrl.env import party as party_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views,
                                  labelling, report, responses as responses_lib,
@@ -56,7 +57,7 @@ class Labeller:
   """A labeller's settings and backend settings (the `label` / `label2` sections)."""
   role: str
   label: labelling.LabelSettings
-  openai: openai_compat.OpenAISettings
+  openai: EndpointSettings
   local: party_lib.PartySettings
 
   def identity(self, seed: int) -> dict:
@@ -89,7 +90,7 @@ def read(config) -> Settings:
   r = settings_lib.Reader(config)
   try:
     labellers = tuple(Labeller(role, r.read(labelling.LabelSettings, role),
-                               r.read(openai_compat.OpenAISettings, f"{role}.openai"),
+                               r.read(EndpointSettings, f"{role}.openai"),
                                r.read(party_lib.PartySettings, f"{role}.local"))
                       for role in labelling.ROLES)
     out = Settings(r.read(summary_lib.AnalysisSettings), r.read(settings_lib.MeshSettings, "mesh"),
@@ -149,7 +150,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
     if jax.process_count() > 1:
       raise app.UsageError("an API labeller on a multi-host run is not supported: run the "
                            "analysis on one host (its shards may run on many)")
-    client = openai_compat.OpenAIBackend.of(labeller.openai, role=f"{labeller.role} labeller")
+    client = openai_compat.OpenAIBackend(labeller.openai, f"{labeller.role} labeller")
     client.preflight()
     return client
   if b == "local":

@@ -4,7 +4,9 @@ rollout job's whole config; the training configs add their `rl` section; default
 are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
-from pedrl.clients import openai_compat
+import dataclasses
+
+from pedrl.clients.settings import EndpointSettings
 from pedrl.env import settings as env
 from pedrl.eval import settings as eval_settings
 from pedrl.jobs import settings, variants
@@ -36,12 +38,19 @@ def dialogue_config(variant: str = "paper"):
   # thinking, template, uco. Paper 003: r_sol + pedagogy (λ) + template; paper 001 adds
   # thinking with judges=thinking; UCO: uco (+ anything else, to mix families).
   c.rewards = settings.section(assemble.RewardSettings, settings.JudgeSettings)
-  c.rewards.openai = settings.section(openai_compat.OpenAISettings, model="gpt-4o-mini")
+  # The judges' (and an LLM level classifier's) endpoint. Their replies are short (a JSON
+  # verdict): a request hung for 60 s is asked again sooner than the type's 120 s wait.
+  c.rewards.openai = settings.section(EndpointSettings, model="gpt-4o-mini", timeout=60.0)
   c.rewards.local_judge = settings.section(env.PartySettings, path=None, temperature=0.6,
                                            top_k=0, top_p=1.0, max_new_tokens=512)
   # judge_backend=rule: offline stand-ins (pedrl.rewards.backends.RuleBackend), these thresholds.
   c.rewards.rule_judges = settings.section(RuleJudgeSettings)
   c.rewards.uco = settings.section(uco_turns.UCOSettings, settings.OracleSettings)
+  # UCO's oracle's endpoint (oracle=openai): each value left None is the judges' (the same
+  # endpoint and key unless it names its own); the model is required (paper 000:
+  # Gemini-2.5-Pro), never the judges'.
+  c.rewards.uco.oracle_endpoint = settings.section(
+      EndpointSettings, **{f.name: None for f in dataclasses.fields(EndpointSettings)})
 
   if v.tiny or v.tiny_uco:
     c.batch_problems, c.group_size, c.scan_layers = 2, 2, False
@@ -88,7 +97,7 @@ def bench_config(tiny: bool, **tutor_sampling):
   c.mesh = settings.section(settings.MeshSettings)
   c.tutor = settings.section(env.PartySettings, eval_settings.TutorRun, path=None, top_k=0,
                              **tutor_sampling)
-  c.tutor.endpoint = settings.section(env.EndpointSettings)
+  c.tutor.endpoint = settings.section(EndpointSettings, skip=EndpointSettings.SAMPLING)
   c.eval = settings.section(eval_settings.ShardSettings)
   # The benchmark's reward-model script runs the RM in bfloat16 (eth-lre/mathtutorbench @
   # 54b6213 reward_model/compute_scaffolding_score.py: torch_dtype=torch.bfloat16).

@@ -1,56 +1,13 @@
-"""Config checks a job makes before anything loads: values named by their --config
-flag, settings read typed, every path the config names."""
-import dataclasses
+"""Config checks a job makes before anything loads: settings read typed (each type checks
+its own values, its errors naming their --config flag), UCO's oracle and embedder,
+every path the config names."""
 import importlib.util
-import math
 import os
 
 from absl import app
 
 from pedrl.env import problems as problems_lib, sources
 from pedrl.jobs import settings as settings_lib
-from pedrl.rl import update
-
-
-def value_check(section: str, values: dict):
-  """need(ok, name, rule): when not ok, a UsageError naming --config.SECTION.NAME=value
-  and the rule it breaks."""
-  def need(ok: bool, name: str, rule: str):
-    if not ok:
-      raise app.UsageError(f"--config.{section}.{name}={values[name]!r}: must be {rule}")
-  return need
-
-
-def finite(x) -> bool:
-  return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def counts(need, values: dict, names, least: int = 1) -> None:
-  """Each of `names` is an integer >= `least`."""
-  for name in names:
-    need(isinstance(values[name], int) and values[name] >= least, name, f"an integer >= {least}")
-
-
-def check_optimizer(need, values: dict) -> None:
-  """OptimizerSettings' values that would make AdamW's updates meaningless or non-finite."""
-  for name in ("lr", "adam_eps", "max_grad_norm"):
-    need(finite(values[name]) and values[name] > 0, name, "a finite number > 0")
-  need(finite(values["weight_decay"]) and values["weight_decay"] >= 0, "weight_decay",
-       "finite and >= 0")
-  need(values["lr_schedule"] in update.SCHEDULES, "lr_schedule", f"one of {update.SCHEDULES}")
-  counts(need, values, ["warmup_steps"], least=0)
-
-
-def training_section(section: str, *parts) -> tuple:
-  """(need, values) of a training job's config section, the fields of the settings
-  `parts` (its LoopSettings and OptimizerSettings among them), whose loop and optimizer
-  values are checked here; the job checks the rest with `need`."""
-  values = {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
-  need = value_check(section, values)
-  check_optimizer(need, values)
-  counts(need, values, ("save_every", "keep", "max_bad_steps"))  # LoopSettings'.
-  counts(need, values, ["logits_chunk"], least=0)
-  return need, values
 
 
 def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:
@@ -62,18 +19,17 @@ def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings)
     raise app.UsageError(str(e)) from None
 
 
-def check_uco(o: settings_lib.OracleSettings) -> None:
+def check_uco(o: settings_lib.OracleSettings,
+              endpoint: settings_lib.EndpointSettings) -> None:
   """UCO's rewards name their oracle endpoint and embedder (no offline stand-in by default)."""
-  if o.oracle not in ("openai", "local", "reference"):
-    raise app.UsageError(f"--config.rewards.uco.oracle={o.oracle!r} is not one of openai, "
-                         "local, reference")
-  if o.oracle == "openai" and not o.oracle_model:
+  if o.oracle == "openai" and not endpoint.model:
     raise app.UsageError(
         "UCO's oracle is an LLM on an OpenAI-compatible endpoint (paper 000 used "
-        "Gemini-2.5-Pro); give --config.rewards.uco.oracle_model=NAME and, unless it is "
-        "the judges' endpoint, --config.rewards.uco.oracle_base_url=URL and "
-        "--config.rewards.uco.oracle_api_key_env=VAR; or --config.rewards.uco.oracle=local "
-        "(the local judge model) or =reference (fixed offline stand-ins, smoke tests only)")
+        "Gemini-2.5-Pro); give --config.rewards.uco.oracle_endpoint.model=NAME and, unless it "
+        "is the judges' endpoint, --config.rewards.uco.oracle_endpoint.base_url=URL and "
+        "--config.rewards.uco.oracle_endpoint.api_key_env=VAR; or "
+        "--config.rewards.uco.oracle=local (the local judge model) or =reference (fixed "
+        "offline stand-ins, smoke tests only)")
   if not o.embedder:
     raise app.UsageError(
         "UCO's semantic score needs an embedder: --config.rewards.uco.embedder=DIR (BGE-M3 "
@@ -86,7 +42,7 @@ def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> Non
   endpoint needs none."""
   rewards, o = s.rewards, s.oracle
   if dialogues and "uco" in rewards.names:
-    check_uco(o)
+    check_uco(o, s.oracle_endpoint)
   flags = {f"{side}.path": getattr(s, side).path
            for side in (("tutor", "student") if dialogues else ("tutor",))
            if side not in s.endpoint_sides}

@@ -7,6 +7,7 @@ from absl import app, logging
 
 from pedrl import runs
 from pedrl.clients import openai_compat
+from pedrl.clients.settings import EndpointSettings
 from pedrl.env import problems as problems_lib, solving
 from pedrl.env import party as party_lib
 from pedrl.env.party import Party, PartySettings
@@ -37,7 +38,7 @@ def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh, scan_laye
   return load_party(side, mesh, scan_layers, template_kwargs, params=params)
 
 
-def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, role: str,
+def endpoint_party(side: PartySettings, endpoint: EndpointSettings, role: str,
                    temperature: float | None = None, max_new_tokens: int | None = None):
   """A side played by an OpenAI-compatible endpoint, checked with one small request (a
   wrong URL, key or model stops the run before any model loads). Sampling is the side's
@@ -48,11 +49,10 @@ def endpoint_party(side: PartySettings, endpoint: party_lib.EndpointSettings, ro
   if side.top_k:
     logging.info("%s endpoint %s: top_k=%d is not sent (the chat API has no such field)",
                  role, endpoint.model, side.top_k)
-  client = openai_compat.OpenAIBackend(
-      model=endpoint.model, base_url=endpoint.base_url, api_key_env=endpoint.api_key_env,
-      temperature=side.temperature if temperature is None else temperature, top_p=side.top_p,
-      max_tokens=side.max_new_tokens if max_new_tokens is None else max_new_tokens,
-      max_concurrency=endpoint.max_concurrency, timeout=endpoint.timeout, role=role)
+  client = openai_compat.OpenAIBackend(dataclasses.replace(
+      endpoint, temperature=side.temperature if temperature is None else temperature,
+      top_p=side.top_p,
+      max_tokens=side.max_new_tokens if max_new_tokens is None else max_new_tokens), role)
   client.preflight()
   return party_lib.EndpointParty(client, role)
 

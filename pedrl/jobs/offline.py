@@ -37,7 +37,6 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import counts, finite, training_section
 from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
@@ -65,22 +64,9 @@ class Method:
 def read(c, method: Method) -> settings_lib.OfflineRunSettings:
   """The typed settings of an offline job's config, or one `error: …` line."""
   try:
-    out = settings_lib.read_offline_settings(c, method.objective_type, method.options_type)
+    return settings_lib.read_offline_settings(c, method.objective_type, method.options_type)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
-  _check_train(out)
-  return out
-
-
-def _check_train(run: settings_lib.OfflineRunSettings) -> None:
-  need, values = training_section("train", run.train, run.optimizer, run.objective)
-  counts(need, values, ("batch", "epochs", "micro_batch"))
-  counts(need, values, ["steps"], least=0)
-  need(0 <= values["warmup_fraction"] < 1 and not (values["warmup_fraction"] and
-                                                   values["warmup_steps"]),
-       "warmup_fraction", "in [0, 1), and 0 when warmup_steps is given")
-  if "beta" in values:
-    need(finite(values["beta"]) and values["beta"] > 0, "beta", "a finite number > 0")
 
 
 def data_tutor(data_dir: str) -> str:

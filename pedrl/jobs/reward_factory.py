@@ -21,17 +21,16 @@ JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.TH
 
 
 def api_roles(s: settings_lib.DialogueSettings) -> dict:
-  """{role: OpenAI settings overrides} for each role the config gives to an API endpoint."""
+  """{role: EndpointSettings} for each role the config gives to an API endpoint: the
+  judges' and the level classifier's is `rewards.openai`, the oracle's its own."""
   roles = {}
   if s.judged and s.judging.judge_backend == "openai":
-    roles["judges"] = {}
+    roles["judges"] = s.openai
   if "uco" in s.rewards.names:
-    o = s.oracle
-    if o.oracle == "openai":
-      roles["oracle"] = {k: v for k, v in dict(model=o.oracle_model, base_url=o.oracle_base_url,
-                                               api_key_env=o.oracle_api_key_env).items() if v}
-    if s.uco.level_method == "llm" and o.classifier_backend == "openai":
-      roles["classifier"] = {}
+    if s.oracle.oracle == "openai":
+      roles["oracle"] = s.oracle_endpoint
+    if s.uco.level_method == "llm" and s.oracle.classifier_backend == "openai":
+      roles["classifier"] = s.openai
   return roles
 
 
@@ -43,8 +42,8 @@ def api_backends(s: settings_lib.DialogueSettings) -> dict:
   run only process 0 calls the API (and needs the key); its replies are broadcast.
   """
   out = {}
-  for role, overrides in api_roles(s).items():
-    make = lambda: openai_compat.OpenAIBackend.of(s.openai, **overrides)
+  for role, endpoint in api_roles(s).items():
+    make = lambda: openai_compat.OpenAIBackend(endpoint, "judge" if role == "judges" else role)
     backend = (make() if jax.process_count() == 1 else
                backends.MainProcessCalls(make() if distributed.is_main_process() else None))
     backend.preflight()

@@ -18,11 +18,11 @@ import typing
 import ml_collections
 from ml_collections import config_dict
 
+from pedrl import fields
 from pedrl.agents.settings import CPASettings, TutorAgentSettings
-from pedrl.clients.openai_compat import OpenAISettings
+from pedrl.clients.settings import EndpointSettings
 from pedrl.engine.params import SamplingParams
-from pedrl.env.settings import (EndpointSettings, PartySettings, ProblemSettings,
-                                RolloutSettings, SolveSettings)
+from pedrl.env.settings import PartySettings, ProblemSettings, RolloutSettings, SolveSettings
 from pedrl.eval.settings import (EvalSettings, PedRMSettings, ReasoningSettings, ShardSettings,
                                  TutorRun)
 from pedrl.rewards.assemble import RewardSettings
@@ -43,9 +43,12 @@ def _fields(source) -> dict:
 
 
 def _none_type(source, name: str) -> type:
-  """The type a None-default field takes when set (`float | None` -> float), so that
-  --config.x.y=... parses it; object where the annotation does not say."""
+  """The type a None-default field takes when set (`float | None` -> float; `str` where a
+  section leaves a `str` field None), so that --config.x.y=... parses it; object where
+  the annotation does not say."""
   hint = typing.get_type_hints(source).get(name)
+  if hint in (str, int, float, bool):
+    return hint
   if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
     rest = [t for t in typing.get_args(hint) if t is not type(None)]
     if len(rest) == 1 and rest[0] in (str, int, float, bool):
@@ -115,11 +118,21 @@ class Reader:
 
   def read(self, source, path: str = "", **given):
     """source(**values(source, path, **given)); a value it refuses is a ValueError naming
-    the section."""
+    the flag (a FieldError: `--config.PATH.NAME=VALUE: must be …`) or else the section."""
     try:
       return source(**self.values(source, path, **given))
+    except fields.FieldError as e:
+      raise ValueError(f"--config.{path + '.' if path else ''}{e}") from None
     except (ValueError, TypeError) as e:
       raise ValueError(f"--config.{path or '(top level)'}: {e}") from None
+
+  def read_inheriting(self, source, path: str, parent, own=()):
+    """`read(source, path)`, each value the section leaves None taken from `parent` (a
+    `source` read from another section), except the fields `own`."""
+    values = self.values(source, path)
+    given = {k: getattr(parent, k) for k, v in values.items() if v is None and k not in own}
+    self.used.update(f"{path}.{k}" for k in given)
+    return self.read(source, path, **given)
 
   def unread(self) -> list[str]:
     """Every leaf key of the config that nothing read."""
@@ -136,6 +149,8 @@ class Reader:
     return sorted(out)
 
   def check_all_read(self):
+    if why := next(filter(None, map(fields.renamed, self.unread())), None):
+      raise UnreadKeys(why)
     if unread := self.unread():
       raise UnreadKeys("nothing reads " + ", ".join(f"--config.{k}" for k in unread) +
                        " (a misspelt or leftover key?)")
@@ -171,6 +186,12 @@ class MeshSettings:
   fsdp: int = -1
   tensor: int = 1
 
+  def __post_init__(self):
+    for name in ("data", "fsdp", "tensor"):
+      size = getattr(self, name)
+      fields.need(isinstance(size, int) and (size >= 1 or size == -1), self, name,
+                  "an integer >= 1, or -1 (the devices left)")
+
   def make(self):
     from pedrl import sharding  # JAX: loaded when a job builds its mesh, after the checks.
     return sharding.make_mesh(self.data, self.fsdp, self.tensor)
@@ -204,11 +225,13 @@ class BaselineDataSettings(ShardSettings):
       raise ValueError(f"pairs={self.pairs!r} is not one of {offline_data.PAIR_RULES}")
 
 
-def from_section(path: str, optional: bool = False):
+def from_section(path: str, optional: bool = False, inherit: str | None = None):
   """A field of a job's settings, read from the config section `path` ("": the top level)
   as its annotated type; `optional`: a config without the section gets the type's
-  defaults."""
-  return dataclasses.field(metadata={"section": path, "optional": optional})
+  defaults; `inherit`: an earlier field of the same type whose values fill in those the
+  section leaves None, the model aside (Reader.read_inheriting)."""
+  return dataclasses.field(metadata={"section": path, "optional": optional,
+                                     "inherit": inherit})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,13 +248,18 @@ class DialogueSettings:
   solve: SolveSettings = from_section("solve")
   rewards: RewardSettings = from_section("rewards")
   judging: JudgeSettings = from_section("rewards")
-  # The judges' endpoint (the oracle's and classifier's unless they name their own); its
-  # client reads the API key only when built (process 0 only, after the checks).
-  openai: OpenAISettings = from_section("rewards.openai")
+  # The judges' endpoint, also the LLM level classifier's; its client reads the API key
+  # only when built (process 0 only, after the checks).
+  openai: EndpointSettings = from_section("rewards.openai")
   local_judge: PartySettings = from_section("rewards.local_judge")
   rule_judges: RuleJudgeSettings = from_section("rewards.rule_judges")
   uco: UCOSettings = from_section("rewards.uco")
   oracle: OracleSettings = from_section("rewards.uco")
+  # UCO's oracle's endpoint (oracle=openai). Its section's values left None are the judges'
+  # (`openai`): the same endpoint, key and client settings unless it names its own; but not
+  # the model, which an LLM oracle needs given (pedrl.jobs.checks.check_uco).
+  oracle_endpoint: EndpointSettings = from_section("rewards.uco.oracle_endpoint",
+                                                   inherit="openai")
 
   @property
   def judged(self) -> bool:
@@ -300,8 +328,12 @@ def read_settings(config, kind: type[S] = DialogueSettings) -> S:
   sections = {}
   for f in dataclasses.fields(kind):
     path, source = f.metadata["section"], types_[f.name]
-    sections[f.name] = (source() if f.metadata["optional"] and not read.has(path) else
-                        read.read(source, path))
+    if f.metadata["inherit"]:
+      sections[f.name] = read.read_inheriting(source, path, sections[f.metadata["inherit"]],
+                                              own=("model",))
+    else:
+      sections[f.name] = (source() if f.metadata["optional"] and not read.has(path) else
+                          read.read(source, path))
   read.check_all_read()
   return kind(**sections)
 
@@ -321,6 +353,13 @@ class OfflineSettings(LoopSettings):
   # Linear warm-up over this share of the run's updates (rounded), when the optimizer's
   # warmup_steps (a count) is 0: the count of a run over data of unknown size.
   warmup_fraction: float = 0.0
+
+  def __post_init__(self):
+    super().__post_init__()
+    fields.counts(self, ("batch", "epochs"))
+    fields.counts(self, ["steps"], least=0)
+    fields.need(fields.finite(self.warmup_fraction) and 0 <= self.warmup_fraction < 1, self,
+                "warmup_fraction", "in [0, 1)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,6 +385,11 @@ class OfflineRunSettings:
   optimizer: OptimizerSettings
   objective: "Objective"  # The method's (GRPO's is in `rl`).
   options: offline_data.SequenceSettings | None  # SFT's data options; None for MDPO.
+
+  def __post_init__(self):
+    if self.train.warmup_fraction and self.optimizer.warmup_steps:
+      raise ValueError(f"--config.train.warmup_fraction={self.train.warmup_fraction!r}: must "
+                       "be 0 when warmup_steps is given")
 
 
 def read_offline_settings(config, objective_type: type,

@@ -21,32 +21,18 @@ from pedrl import distributed, sharding
 from pedrl.env import chat
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_paths, counts, finite, read_settings, training_section
+from pedrl.jobs.checks import check_paths, read_settings
 from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
-from pedrl.rl import checkpoint, loss, trainer
+from pedrl.rl import checkpoint, trainer
 from pedrl.tokenizer import load_tokenizer
 
 define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 
 
-def _check_rl(s):
-  """The `rl` section's values that would make the update meaningless or non-finite."""
-  need, rl = training_section("rl", s.train, s.grpo, s.optimizer)
-  for name in ("beta", "advantage_eps"):
-    need(finite(rl[name]) and rl[name] >= 0, name, "finite and >= 0")
-  need(finite(rl["eps_low"]) and 0 < rl["eps_low"] < 1, "eps_low", "in (0, 1)")
-  need(rl["eps_high"] is None or (finite(rl["eps_high"]) and rl["eps_high"] > 0), "eps_high",
-       "None or a finite number > 0")
-  need(rl["aggregation"] in loss.AGGREGATIONS, "aggregation", f"one of {loss.AGGREGATIONS}")
-  counts(need, rl, ("steps", "passes", "micro_batch", "samples_every", "samples_dialogues"))
-  counts(need, rl, ("mini_batch", "dialogues_every"), least=0)
-
-
 def check_config(s, mesh):
   """Errors a run should meet before any compute."""
-  _check_rl(s)
   check_paths(s)
   _check_history_thinking(s)
   rows = s.job.batch_problems * s.job.group_size

@@ -31,7 +31,7 @@ import sys
 from absl import logging
 import jax
 
-from pedrl import distributed, files, paths
+from pedrl import distributed, fields, files, paths
 from pedrl.eval import shards
 
 RECORD = "run.json"
@@ -322,7 +322,7 @@ def _guard(workdir: str, job: str, config, config_name: str) -> dict:
   recorded = _record(workdir).get("settings")
   if recorded is None or job in EXTENDABLE_JOBS:
     return {}
-  now = settings_of(config)
+  recorded, now = fields.under_current_keys(recorded), settings_of(config)
   changed = {k: [recorded.get(k), now.get(k)] for k in sorted(set(recorded) | set(now))
              if recorded.get(k) != now.get(k)}
   if changed and config.get("resume_mismatch", "refuse") != "allow":

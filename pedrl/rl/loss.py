@@ -12,7 +12,7 @@ sequences after averaging within each.
 """
 import jax.numpy as jnp
 
-AGGREGATIONS = ("token_mean", "sequence_mean")
+from pedrl.rl.settings import AGGREGATIONS  # Re-exported: defined there, without JAX.
 
 
 def k3_kl(logp, ref_logp):

@@ -7,6 +7,8 @@ importable from the module that uses it (pedrl.rl.loop, pedrl.rl.trainer, pedrl.
 """
 import dataclasses
 
+from pedrl import fields
+
 
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
@@ -24,12 +26,18 @@ class LoopSettings:
   # With bfloat16 weights the head's gradient is summed over the chunks in bfloat16.
   logits_chunk: int = 1024
 
+  def __post_init__(self):
+    fields.counts(self, ("save_every", "keep", "max_bad_steps"))
+    fields.counts(self, ["logits_chunk"], least=0)
+
   def tutor_runtime(self) -> dict:
     """The trained tutor's ModelConfig runtime fields these settings choose."""
     return dict(remat=self.remat, dtype=self.param_dtype, logits_chunk=self.logits_chunk)
 
 
 ADVANTAGES = ("dialogue", "turn")
+# How the loss averages over tokens (pedrl.rl.loss.aggregate).
+AGGREGATIONS = ("token_mean", "sequence_mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,15 +75,15 @@ class TrainSettings(LoopSettings):
   warn_logp_diff: float = 1e-2
 
   def __post_init__(self):
-    if self.advantage not in ADVANTAGES:
-      raise ValueError(f"advantage {self.advantage!r} is not one of {ADVANTAGES}")
-    if self.steps < 1 or self.passes < 1:
-      raise ValueError("steps and passes must be positive")
-    if not 0.0 <= self.warn_zero_spread <= 1.0:
-      raise ValueError(f"warn_zero_spread {self.warn_zero_spread} is not a share in [0, 1]")
-    if not (self.warn_kl > 0 and self.warn_logp_diff > 0):  # NaN fails too.
-      raise ValueError(f"warn_kl {self.warn_kl} and warn_logp_diff {self.warn_logp_diff} must "
-                       "be > 0 (inf: never warn)")
+    super().__post_init__()
+    fields.one_of(self, "advantage", ADVANTAGES)
+    fields.counts(self, ("steps", "passes", "samples_every", "samples_dialogues"))
+    fields.counts(self, ("mini_batch", "dialogues_every", "advantage_ddof"), least=0)
+    fields.non_negative(self, ["advantage_eps"])
+    fields.need(0.0 <= self.warn_zero_spread <= 1.0, self, "warn_zero_spread",
+                "a share in [0, 1]")
+    for name in ("warn_kl", "warn_logp_diff"):  # NaN fails too.
+      fields.need(getattr(self, name) > 0, self, name, "> 0 (inf: never warn)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +94,15 @@ class GRPOSettings:
   eps_high: float | None = None  # None: symmetric.
   aggregation: str = "token_mean"  # or "sequence_mean".
   micro_batch: int = 8  # Rows per gradient computation.
+
+  def __post_init__(self):
+    fields.non_negative(self, ["beta"])
+    fields.need(fields.finite(self.eps_low) and 0 < self.eps_low < 1, self, "eps_low",
+                "in (0, 1)")
+    fields.need(self.eps_high is None or (fields.finite(self.eps_high) and self.eps_high > 0),
+                self, "eps_high", "None or a finite number > 0")
+    fields.one_of(self, "aggregation", AGGREGATIONS)
+    fields.counts(self, ["micro_batch"])
 
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -100,6 +117,12 @@ class OptimizerSettings:
   weight_decay: float = 0.0
   adam_eps: float = 1e-8
   max_grad_norm: float = 1.0
+
+  def __post_init__(self):
+    fields.positive(self, ("lr", "adam_eps", "max_grad_norm"))
+    fields.non_negative(self, ["weight_decay"])
+    fields.one_of(self, "lr_schedule", SCHEDULES)
+    fields.counts(self, ["warmup_steps"], least=0)
 
   def schedule(self, total_updates: int):
     """The learning rate after n applied updates (an optax schedule)."""
@@ -117,9 +140,16 @@ class SFTSettings:
   """The SFT objective's fields (pedrl.rl.sft.SFTObjective; the offline config's `train`)."""
   micro_batch: int = 4  # Rows per gradient computation.
 
+  def __post_init__(self):
+    fields.counts(self, ["micro_batch"])
+
 
 @dataclasses.dataclass(frozen=True)
 class DPOSettings:
   """The MDPO objective's fields (pedrl.rl.dpo.DPOObjective; the offline config's `train`)."""
   beta: float = 0.1  # KL coefficient η of M-DPO (Xiong et al. 2025; TRL's DPOConfig default).
   micro_batch: int = 2  # Pairs per gradient computation (each two sequences).
+
+  def __post_init__(self):
+    fields.positive(self, ["beta"])
+    fields.counts(self, ["micro_batch"])

@@ -38,6 +38,7 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice, Choic
 from openai.types.completion_choice import Logprobs
 from starlette.exceptions import HTTPException
 
+from pedrl import fields
 from pedrl.env import chat as chat_lib
 from pedrl.serve import protocol
 from pedrl.serve.metrics import Metrics
@@ -55,6 +56,10 @@ class ServeSettings:
   reasoning: str = "keep"  # "keep" <think> in the content, or "split" it into reasoning_content.
   max_body: int = 8 << 20  # Bytes of a request body.
   access_log: bool = True
+
+  def __post_init__(self):
+    fields.counts(self, ("max_tokens", "max_body"))
+    fields.one_of(self, "reasoning", ("keep", "split"))
 
 
 def _error(e: APIError):
