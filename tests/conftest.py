@@ -13,9 +13,13 @@ parity tests' 1e-4. The subprocess jobs the tests start run on CPU either way
 import gc
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8").strip()
+from jobs import CPU_XLA_FLAGS  # noqa: E402  (tests/jobs.py imports nothing heavy)
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+xla = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+if os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in xla:
+  xla += " " + CPU_XLA_FLAGS  # Why: tests/jobs.py.
+os.environ["XLA_FLAGS"] = xla.strip()
 if os.environ["JAX_PLATFORMS"] != "cpu":
   os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+import jobs  # This folder, the script's: nothing heavy.
+
 
 def inputs():
   rng = np.random.default_rng(0)
@@ -48,7 +50,7 @@ def compute(ckpt: str, mesh) -> dict:
 
 
 def main(process_id: int, port: int, out: str):
-  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+  os.environ["XLA_FLAGS"] = jobs.xla_flags(2)
   os.environ["JAX_PLATFORMS"] = "cpu"
   import jax
   jax.config.update("jax_cpu_collectives_implementation", "gloo")

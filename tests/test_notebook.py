@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests import jobs
+
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
@@ -39,7 +41,7 @@ def executed(tmp_path_factory):
   with pytest.MonkeyPatch.context() as mp:
     # One CPU device (the suite's conftest asks for 8 in its own process; the kernel would
     # inherit them and the tiny batch would not split over them).
-    mp.setenv("XLA_FLAGS", "")
+    mp.setenv("XLA_FLAGS", jobs.xla_flags())
     mp.setenv("JAX_PLATFORMS", "cpu")
     mp.setenv("PEDRL_NOTEBOOK_WORKDIR", workdir)
     # ipykernel's python3 kernelspec runs `python` from PATH: make it this interpreter.

@@ -9,6 +9,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.rewards import uco
+from tests import jobs
 
 pytestmark = pytest.mark.job  # Every test here starts a job.
 
@@ -33,7 +34,7 @@ def _problems_file(tmp_path):
 def _run(workdir, *overrides):
   cmd = [sys.executable, "-m", "pedrl.experiments.rollout",
          "--config=experiments/rollout.py:tiny", f"--workdir={workdir}", *overrides]
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  env = dict(os.environ, XLA_FLAGS=jobs.xla_flags(), JAX_PLATFORMS="cpu")
   return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -132,7 +133,7 @@ def test_rollout_job_with_uco_rewards_writes_per_turn_rewards(tmp_path):
   r = subprocess.run(
       [sys.executable, "-m", "pedrl.experiments.rollout", "--config=experiments/rollout.py:tiny_uco",
        f"--workdir={workdir}", "--config.problems.limit=1"],
-      cwd=ROOT, env=dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu"), capture_output=True,
+      cwd=ROOT, env=dict(os.environ, XLA_FLAGS=jobs.xla_flags(), JAX_PLATFORMS="cpu"), capture_output=True,
       text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   records = dialogue.load_jsonl(str(workdir / "dialogues.jsonl"))

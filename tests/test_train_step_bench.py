@@ -141,7 +141,7 @@ def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path, a
 def test_the_train_step_benchmark_on_a_mesh_gives_memory_per_device(tmp_path):
   """16 rows over fsdp=8 simulated devices: XLA's per-device accounting against the plan's
   for that mesh (2 rows a device, the weights split, a layer and the vocabulary gathered)."""
-  env = dict(jobs.env(), XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = dict(jobs.env(), XLA_FLAGS=jobs.xla_flags(8))
   out = subprocess.run([sys.executable, "-m", "pedrl.bench.train_step", "--size=tiny",
                         "--seq_len=128", "--rows=16", "--micro_batch=16", "--repeats=1",
                         "--mesh=1,8,1", "--compilation_cache=off"],

@@ -15,7 +15,7 @@ from pedrl.env.problems import Problem
 from pedrl.jobs import metrics as metrics_lib, samples
 from pedrl.rl import trainer
 
-from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
+from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics, xla_flags as _xla_flags
 
 
 def test_problem_order_is_a_function_of_seed_and_step():
@@ -138,7 +138,7 @@ def test_bad_configs_fail_before_any_compute(tmp_path):
     assert r.returncode != 0 and message in r.stderr, r.stderr[-2000:]
   r = subprocess.run(_cmd("pedagogical_rl", tmp_path / "bad", "--config.batch_problems=3",
                           "--config.group_size=3"), cwd=ROOT, capture_output=True, text=True,
-                     timeout=300, env=dict(_env(), XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+                     timeout=300, env=dict(_env(), XLA_FLAGS=_xla_flags(2)))
   assert r.returncode != 0 and "do not split over the mesh" in r.stderr, r.stderr[-2000:]
 
 
