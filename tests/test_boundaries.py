@@ -59,7 +59,7 @@ def _hints(fn) -> str:
 def test_the_protocols_exist_and_appear_in_signatures():
   from pedrl.env import party, rollout
   from pedrl.eval import evaluations, records, shards
-  from pedrl.jobs import sharded
+  from pedrl.jobs import offline, sharded
   from pedrl.rewards import asking, oracle, pipeline
   from pedrl.rl import objective, update
   protocols = {
@@ -77,6 +77,8 @@ def test_the_protocols_exist_and_appear_in_signatures():
       # A training objective (GRPO, SFT, MDPO) and what it measures.
       objective.Objective: [update.train_step, update.gradients],
       objective.Metrics: [objective.Objective.metrics],
+      # What an offline job (SFT, MDPO) adds to the shared offline trainer.
+      offline.Method: [offline.build, offline.resolve_paths],
   }
   for protocol, users in protocols.items():
     assert getattr(protocol, "_is_protocol", False), f"{protocol.__name__} is no typing.Protocol"
