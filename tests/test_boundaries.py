@@ -65,6 +65,7 @@ def test_the_protocols_exist_and_appear_in_signatures():
   protocols = {
       # An evaluation as its shards merge: its records, metrics and files.
       evaluations.EvalTask: [shards.evaluation],
+      evaluations.Metrics: [evaluations.EvalTask.metrics, evaluations.Merged],
       # What a sharded job computes, batch by batch.
       sharded.ShardedTask: [sharded.run],
       records.Record: [records.save, sharded.ShardedTask.run],

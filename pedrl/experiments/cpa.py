@@ -226,7 +226,7 @@ def main(config, workdir: str):
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue
       records, _ = shards.merge(where)
-      run = SeedRun(metrics["tasks"], trace_stats(records, metrics["counts"]))
+      run = SeedRun(metrics.metrics.tasks, trace_stats(records, metrics.counts))
       runs.setdefault(method, []).append(run)
       logging.info("%s seed %d: %s", method, seed, run.summary())
   text = tables(runs)

@@ -276,8 +276,9 @@ def main(config, workdir: str):
     workdir_lib.record_start(workdir, "evaluate", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
-    for k in summary_keys(metrics):
-      print(f"{k}={metrics[k]}")
+    row = metrics.to_json()
+    for k in summary_keys(row):
+      print(f"{k}={row[k]}")
     workdir_lib.print_results(workdir, "metrics.json", "eval_dialogues.jsonl",
                               "eval_reasoning.jsonl", "run.json")
   elif distributed.is_main_process():  # Other shards still running: they, or report, merge.

@@ -192,9 +192,9 @@ def main(config, workdir: str):
     workdir_lib.record_start(workdir, "mathtutorbench", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)
   if metrics is not None:
-    for name, m in metrics["tasks"].items():
+    for name, m in metrics.metrics.tasks.items():
       logging.info("%s", results_lib.summary(name, m))
-    print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
+    print(results_lib.table({workdir_lib.config_name(sys.argv): metrics.metrics.tasks}))
   print(f"seconds={time.perf_counter() - start:.1f}")
   if distributed.is_main_process():
     workdir_lib.print_results(workdir, *(("results.md", "results.json", "metrics.json")
