@@ -179,12 +179,18 @@ def config_entry_point(path: str) -> str | None:
   return entry if isinstance(entry, str) else None
 
 
+# Jobs that run the configs of other entry points: the training entry points, named for
+# their papers' methods, are one job (GRPO), which runs any of their configs itself.
+RUNS_CONFIGS_OF = {"pedrl.experiments.grpo": tuple(
+    f"pedrl.experiments.{name}" for name in ("uco", "pedagogical_rl", "thinking"))}
+
+
 def check_config_job(config_arg: str, module: str, given: str | None = None) -> None:
   """Refuses a config file (`config_arg`, found; `given`, as typed) of another job
   (`thinking` given experiments/uco.py), which would otherwise run that job's settings
   under this one's name."""
   owner = config_entry_point(config_arg.partition(":")[0])
-  if owner and owner != module:
+  if owner and owner != module and owner not in RUNS_CONFIGS_OF.get(module, ()):
     mine = f"experiments/{module.rpartition('.')[2]}.py"
     fail(f"--config={given or config_arg} is a config of {owner}, not of {module}: run it "
          f"with `python -m {owner}`, or give {module} its own config"

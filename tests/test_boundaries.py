@@ -59,12 +59,13 @@ def _hints(fn) -> str:
 def test_the_protocols_exist_and_appear_in_signatures():
   from pedrl.env import party, rollout
   from pedrl.eval import evaluations, records, shards
-  from pedrl.jobs import sharded
+  from pedrl.jobs import offline, sharded
   from pedrl.rewards import asking, oracle, pipeline
   from pedrl.rl import objective, update
   protocols = {
       # An evaluation as its shards merge: its records, metrics and files.
       evaluations.EvalTask: [shards.evaluation],
+      evaluations.Metrics: [evaluations.EvalTask.metrics, evaluations.Merged],
       # What a sharded job computes, batch by batch.
       sharded.ShardedTask: [sharded.run],
       records.Record: [records.save, sharded.ShardedTask.run],
@@ -77,6 +78,8 @@ def test_the_protocols_exist_and_appear_in_signatures():
       # A training objective (GRPO, SFT, MDPO) and what it measures.
       objective.Objective: [update.train_step, update.gradients],
       objective.Metrics: [objective.Objective.metrics],
+      # What an offline job (SFT, MDPO) adds to the shared offline trainer.
+      offline.Method: [offline.build, offline.resolve_paths],
   }
   for protocol, users in protocols.items():
     assert getattr(protocol, "_is_protocol", False), f"{protocol.__name__} is no typing.Protocol"

@@ -78,6 +78,12 @@ def test_a_missing_job_flag_is_one_line(args, line):
                   "--workdir=/tmp/never"]),
     ("evaluate", ["--config=experiments/evaluate.py:tiny", "--config.eval.confidence=2",
                   "--workdir=/tmp/never"]),
+    ("cpa", ["--config=experiments/cpa.py:tiny", "--config.agents.methods=cpa,nope",
+             "--workdir=/tmp/never"]),
+    # The GRPO job itself: a training entry point's config is its own, another job's not.
+    ("grpo", ["--config=experiments/uco.py:tiny", "--config.rl.advantage=foo",
+              "--workdir=/tmp/never"]),
+    ("grpo", ["--config=experiments/sft.py:tiny", "--workdir=/tmp/never"]),
 ])
 def test_command_line_mistakes_are_found_before_jax_is_imported(job, args):
   """The job's module checks its command line first (pedrl.cli.check_job), before its

@@ -1,4 +1,5 @@
-"""Imports point down the layers; pedrl/experiments/ holds entry points only.
+"""Imports point down the layers; pedrl/experiments/ holds the jobs, pedrl/jobs/ none,
+experiments/ config files only.
 
 The order is the one docs/concepts.md draws: shared utilities → models → engine →
 clients → env → rewards → rl, eval → agents, serve → jobs → experiments, tools,
@@ -109,7 +110,8 @@ def test_the_checks_see_what_they_forbid(tmp_path):
 
 def test_experiments_holds_entry_points_only():
   """Each module of pedrl/experiments/ (but __init__) is a job: it has a `main` and runs
-  it through absl (pedrl.cli.run) when started with `python -m`."""
+  it through absl (pedrl.cli.run) when started with `python -m`. What several jobs share
+  is pedrl/jobs/'s; what a job's parts are (its tasks, settings) the layers' below."""
   not_jobs = []
   for path in sorted((ROOT / "experiments").glob("*.py")):
     if path.name == "__init__.py":
@@ -124,7 +126,8 @@ def test_experiments_holds_entry_points_only():
                     "cli.run(main)" in ast.unparse(n) for n in tree.body)
     if "main" not in names or not runs_main:
       not_jobs.append(path.name)
-  assert not not_jobs, f"not entry points (move them to pedrl/jobs/): {not_jobs}"
+  assert not not_jobs, (f"not entry points (a job's shared machinery goes to pedrl/jobs/, its "
+                        f"tasks and settings to the layers below): {not_jobs}")
 
 
 # Loads every config file of experiments/ and pedrl.jobs.settings in a fresh interpreter and
@@ -150,3 +153,82 @@ def test_config_files_import_no_jax():
   out = subprocess.run([sys.executable, "-c", _LOAD_CONFIGS, str(repo)], cwd=repo,
                        capture_output=True, text=True, check=True)
   assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+def _job_commands(path: pathlib.Path) -> list[str]:
+  """What makes a module a job's command: absl flags defined at import (the job flags,
+  pedrl.jobs.exits.define_flags, or any flags.DEFINE_*), a module-level `main`, or a
+  function wrapped as a job's main (pedrl.jobs.exits.job_main)."""
+  tree = ast.parse(path.read_text(encoding="utf-8"))
+  found = [f"{path.name}:{n.lineno} defines main" for n in tree.body
+           if isinstance(n, (ast.FunctionDef, ast.Assign)) and
+           "main" in ([n.name] if isinstance(n, ast.FunctionDef) else
+                      [t.id for t in n.targets if isinstance(t, ast.Name)])]
+  for n in ast.walk(tree):
+    if isinstance(n, ast.Call):
+      name = ast.unparse(n.func)
+      if name.rpartition(".")[2] in ("define_flags", "define_job_flags") or \
+          name.startswith("flags.DEFINE_"):
+        found.append(f"{path.name}:{n.lineno} calls {name}")
+    elif isinstance(n, ast.FunctionDef) and any(
+        ast.unparse(d).rpartition(".")[2] == "job_main" for d in n.decorator_list):
+      found.append(f"{path.name}:{n.lineno} wraps {n.name} as a job's main")
+  return found
+
+
+def test_jobs_holds_no_job():
+  """pedrl/jobs/ holds what several jobs share (settings, workdirs, loading, the trainers
+  built from a config); every job's command (its flags, its main, what it prints at the
+  end) is a module of pedrl/experiments/, so a job's body is read in one place."""
+  found = [line for path in sorted((ROOT / "jobs").glob("*.py")) for line in _job_commands(path)]
+  assert not found, f"job commands in pedrl/jobs/ (move them to pedrl/experiments/): {found}"
+
+
+# The top-level experiments/: config files (each names the job it configures) and the README.
+EXPERIMENTS_EXTRA = {"README.md"}
+
+
+def _not_config_files(folder: pathlib.Path) -> list[str]:
+  """Files of `folder` that are neither its README nor a config file: a .py with a
+  `get_config` and an ENTRY_POINT naming a module of pedrl/experiments/."""
+  out = []
+  for path in sorted(folder.iterdir()):
+    if path.name == "__pycache__" or path.name in EXPERIMENTS_EXTRA:
+      continue
+    if path.suffix != ".py" or not path.is_file():
+      out.append(path.name)
+      continue
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    entry = [n.value.value for n in tree.body if isinstance(n, ast.Assign) and
+             [ast.unparse(t) for t in n.targets] == ["ENTRY_POINT"] and
+             isinstance(n.value, ast.Constant)]
+    job = entry[0].split(".") if entry else []
+    if "get_config" not in functions or len(job) != 3 or job[:2] != ["pedrl", "experiments"] \
+        or not (ROOT / "experiments" / f"{job[2]}.py").is_file():
+      out.append(path.name)
+  return out
+
+
+def test_experiments_folder_holds_config_files_only():
+  """experiments/ is the config files a user edits (and its README): code there would be
+  outside the package, its layers and its tests' imports."""
+  assert not _not_config_files(ROOT.parent / "experiments")
+
+
+def test_the_job_checks_see_what_they_forbid(tmp_path):
+  """The two checks above catch what they were written against."""
+  job = tmp_path / "train.py"
+  job.write_text("from pedrl.jobs.exits import define_flags, job_main\n"
+                 "define_flags('experiments/uco.py:tiny', 'Run directory.')\n"
+                 "@job_main\ndef main(c, workdir):\n  pass\n")
+  assert sorted(line.split(" ", 1)[1] for line in _job_commands(job)) == [
+      "calls define_flags", "defines main", "wraps main as a job's main"]
+  folder = tmp_path / "experiments"
+  folder.mkdir()
+  (folder / "README.md").write_text("config files\n")
+  (folder / "uco.py").write_text("ENTRY_POINT = 'pedrl.experiments.uco'\n"
+                                 "def get_config(arg=None):\n  pass\n")
+  (folder / "helpers.py").write_text("def get_config():\n  pass\n")  # No job.
+  (folder / "notes.txt").write_text("\n")
+  assert _not_config_files(folder) == ["helpers.py", "notes.txt"]

@@ -280,6 +280,18 @@ def test_an_sft_step_on_the_mesh_equals_the_single_device_step(tiny):
   assert want_m["tutor_tokens"] == got_m["tutor_tokens"] == batch.loss_mask.sum()
 
 
+def test_each_offline_job_gives_every_member_of_the_method_protocol():
+  """offline.Method is a typing.Protocol: nothing is inherited, so a job that leaves a
+  member out (MDPO's options_type, SFT's reference) would fail only when the trainer reads it."""
+  import typing
+  from pedrl.jobs import offline
+  from pedrl.experiments import mdpo as mdpo_job, sft as sft_job
+  members = [*typing.get_type_hints(offline.Method), "items", "batch"]
+  assert len(members) == 8
+  for method in (sft_job.SFT(), mdpo_job.MDPO()):
+    assert [m for m in members if not hasattr(method, m)] == [], method
+
+
 # -- Bad input, before any model loads ---------------------------------------------------------
 
 def test_offline_jobs_refuse_bad_input_in_one_line_before_loading(tmp_path, testdata, monkeypatch):

@@ -20,7 +20,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.dialogue import Rewards, Verdict
-from pedrl.eval import protocol as protocol_lib, records as records_lib, shards
+from pedrl.eval import evaluations, protocol as protocol_lib, records as records_lib, shards
 from pedrl.eval.protocol import EvalProtocol
 
 RECORDS = os.path.join(os.path.dirname(__file__), "..", "testdata", "records")
@@ -75,9 +75,14 @@ def test_evaluation_shards_written_before_the_protocol_type_merge_to_their_metri
   # A resumed shard builds today's protocol (with its schema): the old shards agree with it.
   shards.check_protocol(workdir, EvalProtocol.from_dict(protocol.to_dict()))
 
-  shards.write_merged(workdir)  # The evaluation the protocol's kind names computes them.
+  # The evaluation the protocol's kind names computes them, typed; JSON only in the file.
+  merged = shards.write_merged(workdir)
+  assert type(merged.metrics) is {"tutoring": evaluations.TutoringMetrics,
+                                  "reasoning": evaluations.ReasoningMetrics,
+                                  "mathtutorbench": evaluations.BenchMetrics}[kind]
   with open(os.path.join(workdir, "metrics.json")) as f:
     after = json.load(f)
+  assert set(after) == set(merged.to_json()) | {"config", "protocol"}
   assert after.pop("protocol") == {**old, "schema": protocol_lib.SCHEMA_VERSION}
   _same(before, after)
 

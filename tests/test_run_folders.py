@@ -104,6 +104,13 @@ def test_a_config_file_names_its_job_and_other_jobs_refuse_it():
   cli.check_config_job(uco + ":tiny", "pedrl.experiments.uco")  # Its own: fine.
   with pytest.raises(SystemExit):
     cli.check_config_job(uco + ":tiny", "pedrl.experiments.thinking")
+  # The GRPO job runs the config of any training entry point, and no other job's.
+  for name in ("uco", "pedagogical_rl", "thinking"):
+    cli.check_config_job(os.path.join(jobs.ROOT, "experiments", f"{name}.py:tiny"),
+                         "pedrl.experiments.grpo")
+  with pytest.raises(SystemExit):
+    cli.check_config_job(os.path.join(jobs.ROOT, "experiments", "sft.py:tiny"),
+                         "pedrl.experiments.grpo")
 
 
 @pytest.mark.job

@@ -46,6 +46,8 @@ flags.DEFINE_float("max_tutor_share", None, "The rule helpfulness judge's word-s
                    "(default: 0.5 testdata, 0.9 a real model).")
 flags.DEFINE_integer("max_tutor_words", None, "The rule helpfulness judge's words per tutor "
                      "message (default: 150 testdata, 50 a real model).")
+# --workdir (and --config, unused: the run's config is built here) as the training job's.
+cli.define_job_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics, samples).")
 FLAGS = flags.FLAGS
 
 TESTDATA = "testdata"

@@ -164,26 +164,25 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
   return out, protocol, counts
 
 
-def merge(workdir: str) -> tuple[list, dict]:
-  """(records in batch order, metrics) of every shard in `workdir`, the metrics as the
-  protocol's evaluation computes them; ShardError when a shard is missing or unfinished,
-  or shards disagree on the protocol."""
+def merge(workdir: str) -> tuple[list, evaluations.Merged]:
+  """(records in batch order, metrics and counts) of every shard in `workdir`, the metrics
+  as the protocol's evaluation computes them; ShardError when a shard is missing or
+  unfinished, or shards disagree on the protocol."""
   out, protocol, counts = gather(workdir)
   metrics = evaluation(protocol.kind, workdir).metrics(out, counts, protocol)
-  metrics["counts"] = dict(sorted(counts.items()))
-  return out, metrics
+  return out, evaluations.Merged(metrics, dict(counts))
 
 
-def write_merged(workdir: str) -> dict:
+def write_merged(workdir: str) -> evaluations.Merged:
   """Merges the shards into the evaluation's files (eval_dialogues.jsonl,
   eval_reasoning.jsonl, MathTutorBench's own) and WORKDIR/metrics.json."""
-  out, metrics = merge(workdir)
+  out, merged = merge(workdir)
   protocol = recorded_protocol(workdir)
   config = next(iter(_statuses(workdir).values())).get("config", "?")
-  evaluation(protocol.kind, workdir).write(workdir, out, metrics, protocol, config)
-  files.write_json(os.path.join(workdir, "metrics.json"),
-                   {**_nan_to_none(metrics), "config": config, "protocol": protocol.to_dict()})
-  return metrics
+  evaluation(protocol.kind, workdir).write(workdir, out, merged.metrics, protocol, config)
+  files.write_json(os.path.join(workdir, "metrics.json"), {
+      **_nan_to_none(merged.to_json()), "config": config, "protocol": protocol.to_dict()})
+  return merged
 
 
 def _nan_to_none(value):

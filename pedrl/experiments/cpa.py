@@ -19,9 +19,10 @@ WORKDIR/<method>/seed<seed> --task=T --index=i` prints one trace.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import bench_settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_cpa)
 
 import dataclasses
 import os
@@ -33,7 +34,6 @@ from tqdm import tqdm
 
 from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
-from pedrl.agents.cpa.agent import CPASettings
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
@@ -50,17 +50,13 @@ from pedrl.agents.settings import AgentRuns
 define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench job per method and seed).")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings(mtb.Settings):
-  cpa: CPASettings = CPASettings()
-  agents: AgentRuns = AgentRuns()
+Settings = bench_settings.CPAJobSettings
 
 
 def read(config) -> Settings:
-  r = settings_lib.Reader(config)
+  """The config's settings (pedrl.jobs.bench_settings)."""
   try:
-    out = Settings(*mtb.sections(r), r.read(CPASettings, "cpa"), r.read(AgentRuns, "agents"))
-    r.check_all_read()
+    out = bench_settings.read_cpa(config)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   return out
@@ -226,7 +222,7 @@ def main(config, workdir: str):
       if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
         continue
       records, _ = shards.merge(where)
-      run = SeedRun(metrics["tasks"], trace_stats(records, metrics["counts"]))
+      run = SeedRun(metrics.metrics.tasks, trace_stats(records, metrics.counts))
       runs.setdefault(method, []).append(run)
       logging.info("%s seed %d: %s", method, seed, run.summary())
   text = tables(runs)

@@ -6,7 +6,8 @@ r"""Evaluates a tutor: Δ solve rate, leak and helpful rates, Ped-RM micro/macro
 Per batch of problems: the student alone (K attempts, pre-dialogue solve
 rate), samples_per_problem dialogues with the tutor under test, K attempts
 after each (post), the evaluation judges (every sample kept, unparsed ones as
-None) and Ped-RM on every tutor turn; then the batch's EvalRecords are
+None) and Ped-RM on every tutor turn (pedrl.eval.tasks computes a batch; the job
+reads the settings, loads the parties and writes); then the batch's EvalRecords are
 appended to this shard's file (pedrl.eval.shards; the loop is
 pedrl.jobs.sharded, shared with the MathTutorBench job). A rerun
 resumes after the last whole batch. When every shard of the workdir has finished, the one that
@@ -26,16 +27,14 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
 import dataclasses
 import json
 import os
-import time
 
 import numpy as np
 from absl import app, logging
 
-from pedrl import distributed, streams
+from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
-from pedrl.env import party as party_lib, rollout, solving
-from pedrl.eval import judges as eval_judges, pedrm as pedrm_lib, records as records_lib
-from pedrl.eval import reasoning
+from pedrl.env import party as party_lib
+from pedrl.eval import pedrm as pedrm_lib, reasoning, tasks
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
@@ -45,8 +44,6 @@ from pedrl.jobs.loading import (endpoint_party, load_party, load_problems, solve
                                 tutor_checkpoint, tutor_party)
 from pedrl.jobs.reward_factory import (api_backends, judge_panel, judges_protocol,
                                       rollout_protocol, solve_protocol)
-from pedrl.jobs.sharded import tick
-from pedrl.rewards import asking
 
 define_flags("experiments/evaluate.py:tiny", "Evaluation directory (shards, records, metrics).")
 
@@ -112,46 +109,6 @@ def warn_other_dialogues(s, run_workdir: str) -> None:
                     run_workdir, "; ".join(diffs))
 
 
-def evaluate_batch(batch, uids, j: int, parties, s, specs, backend, rm, counts) -> list:
-  """The EvalRecords of one batch of problems (see the module docstring)."""
-  tutor, student, solver = parties
-  clock = time.perf_counter()
-  with sharded.api_counts(counts, judge_backend=backend,
-                          tutor_endpoint=getattr(tutor, "client", None),
-                          student_endpoint=getattr(student, "client", None),
-                          solve_endpoint=getattr(solver, "client", None)):
-    return _evaluate(batch, uids, j, parties, s, specs, backend, rm, counts, clock)
-
-
-def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock) -> list:
-  tutor, student, solver = parties
-  seed = s.job.seed
-  pre = solving.pre_dialogue(batch, solver, s.solve, seed=seed)
-  clock = tick(counts, "seconds/pre_solve", clock)
-  dialogues = rollout.run(batch, s.evaluation.samples_per_problem, tutor, student, s.rollout,
-                          seed=seed, problem_uids=uids)
-  clock = tick(counts, "seconds/dialogues", clock)
-  # Every dialogue: Δ is never penalised.
-  solving.post_dialogue(dialogues, solver, s.solve, seed=seed)
-  clock = tick(counts, "seconds/post_solve", clock)
-  stats = asking.AskStats()
-  try:
-    verdicts = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
-                                 s.judging.max_failed_share, stats, s.judging.judge_parse,
-                                 s.judging.judge_transcript)
-  finally:
-    counts.update({f"judge/{k}": v for k, v in stats.items()})
-  clock = tick(counts, "seconds/judges", clock)
-  scores = rm.score_dialogues(dialogues) if rm else [[] for _ in dialogues]
-  tick(counts, "seconds/pedrm", clock)
-  return [records_lib.EvalRecord(
-      problem_id=d.problem_id, sample=d.rollout, batch=j,
-      pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
-      leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],  # Every panel has both.
-      thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)
-      for d, a, t in zip(dialogues, map(eval_judges.labels, verdicts), scores)]
-
-
 class Tutoring:
   """Papers 003/001/000's protocol: dialogues, solve attempts, judges and Ped-RM per problem."""
   unit = "problem"
@@ -193,9 +150,9 @@ class Tutoring:
       logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
 
   def run(self, j: int, idx, counts) -> list:
-    return evaluate_batch([self.items[i] for i in idx], list(idx), j,
-                          (self.tutor, self.student, self.solver), self.s, self.specs,
-                          self.backend, self.rm, counts)
+    return tasks.tutoring_batch([self.items[i] for i in idx], list(idx), j,
+                                (self.tutor, self.student, self.solver), self.s, self.specs,
+                                self.backend, self.rm, counts)
 
   @staticmethod
   def postfix(records) -> dict:
@@ -233,18 +190,8 @@ class Reasoning:
             f"{max(over)[0]}); use fewer shots or a smaller eval.reasoning.max_new_tokens")
 
   def run(self, j: int, idx, counts) -> list:
-    clock = time.perf_counter()
-    batch = [self.items[i] for i in idx]
-    texts = solving.sample(self.tutor, [list(x.chat) for x in batch], list(idx), k=1,
-                           seed=self.s.job.seed, stream=streams.REASONING,
-                           prompts_per_call=len(batch))
-    tick(counts, "seconds/answers", clock)
-    out = []
-    for x, (reply,) in zip(batch, texts):
-      extracted, correct = reasoning.grade(x.benchmark, reply, x.target, x.options)
-      out.append(records_lib.ReasoningRecord(x.benchmark, x.id, j, reply, extracted, x.target,
-                                             bool(correct), x.category))
-    return out
+    return tasks.reasoning_batch([self.items[i] for i in idx], list(idx), j, self.tutor,
+                                 self.s.job.seed, counts)
 
   @staticmethod
   def postfix(records) -> dict:
@@ -276,8 +223,9 @@ def main(config, workdir: str):
     workdir_lib.record_start(workdir, "evaluate", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
-    for k in summary_keys(metrics):
-      print(f"{k}={metrics[k]}")
+    row = metrics.to_json()
+    for k in summary_keys(row):
+      print(f"{k}={row[k]}")
     workdir_lib.print_results(workdir, "metrics.json", "eval_dialogues.jsonl",
                               "eval_reasoning.jsonl", "run.json")
   elif distributed.is_main_process():  # Other shards still running: they, or report, merge.

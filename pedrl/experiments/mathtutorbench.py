@@ -20,9 +20,10 @@ format), results.json, results.md and metrics.json.
 import sys
 
 from pedrl import cli
+from pedrl.jobs import bench_settings
 
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
-  cli.check_job(__spec__.name, sys.argv[1:])
+  cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_mathtutorbench)
 
 import dataclasses
 import os
@@ -32,43 +33,23 @@ import jax
 from absl import app, logging
 
 from pedrl import distributed
-from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
-from pedrl.eval.protocol import EvalProtocol, ShardSettings, TutorRun, jsonable
-from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
+from pedrl.eval.protocol import EvalProtocol, jsonable
+from pedrl.jobs import sharded, workdir as workdir_lib
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
 
 define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, responses, results).")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  job: settings_lib.JobSettings
-  mesh: settings_lib.MeshSettings
-  tutor: party_lib.PartySettings
-  run: TutorRun
-  endpoint: party_lib.EndpointSettings
-  bench: runner.BenchSettings
-  pedrm: pedrm_lib.PedRMSettings
-  shard: ShardSettings
-
-
-def sections(r: settings_lib.Reader) -> tuple:
-  """Settings' fields, read from the config (pedrl.experiments.cpa reads more after them)."""
-  return (r.read(settings_lib.JobSettings), r.read(settings_lib.MeshSettings, "mesh"),
-          r.read(party_lib.PartySettings, "tutor"), r.read(TutorRun, "tutor"),
-          r.read(party_lib.EndpointSettings, "tutor.endpoint"), r.read(runner.BenchSettings),
-          r.read(pedrm_lib.PedRMSettings, "pedrm"), r.read(ShardSettings, "eval"))
+Settings = bench_settings.MathTutorBenchSettings
 
 
 def read(config) -> Settings:
-  """The config's settings; every key must be read."""
-  r = settings_lib.Reader(config)
+  """The config's settings (pedrl.jobs.bench_settings), checked."""
   try:
-    out = Settings(*sections(r))
-    r.check_all_read()
+    out = bench_settings.read_mathtutorbench(config)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   if out.endpoint.model and out.run.workdir:
@@ -192,9 +173,9 @@ def main(config, workdir: str):
     workdir_lib.record_start(workdir, "mathtutorbench", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)
   if metrics is not None:
-    for name, m in metrics["tasks"].items():
+    for name, m in metrics.metrics.tasks.items():
       logging.info("%s", results_lib.summary(name, m))
-    print(results_lib.table({workdir_lib.config_name(sys.argv): metrics["tasks"]}))
+    print(results_lib.table({workdir_lib.config_name(sys.argv): metrics.metrics.tasks}))
   print(f"seconds={time.perf_counter() - start:.1f}")
   if distributed.is_main_process():
     workdir_lib.print_results(workdir, *(("results.md", "results.json", "metrics.json")

@@ -26,14 +26,17 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
 
 import os
 
-from pedrl.jobs import offline
+from pedrl.jobs import offline, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.rl import dpo, offline_data, update
 
 
-class MDPO(offline.Method):
+class MDPO:
+  """MDPO's offline.Method: the preference pairs' dialogues, against the frozen tutor."""
   name = "mdpo"
   objective_type = dpo.DPOObjective
   data_file = offline_data.PAIRS
+  options_type = None
   reference = True
   shown = ("loss", "rewards/accuracies", "rewards/margins")
 
@@ -52,7 +55,14 @@ class MDPO(offline.Method):
         model, trainer.ref_params, tokens, attn, 1.0, chunk, mesh))
 
 
-main = offline.main(MDPO())
+define_flags("experiments/mdpo.py:tiny", "Run directory (checkpoints, metrics).")
+
+
+@job_main
+def main(c, workdir: str):
+  trainer, writer, ckpt = offline.build(c, MDPO(), workdir, workdir_lib.config_name(sys.argv))
+  offline.train(trainer, writer, ckpt, workdir)
+
 
 if __name__ == "__main__":
   cli.run(main)

@@ -23,15 +23,18 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
 
 import os
 
-from pedrl.jobs import offline
+from pedrl.jobs import offline, workdir as workdir_lib
+from pedrl.jobs.exits import define_flags, job_main
 from pedrl.rl import batch as batch_lib, sft
 
 
-class SFT(offline.Method):
+class SFT:
+  """SFT's offline.Method: the accepted dialogues' tutor tokens, one sequence each."""
   name = "sft"
   objective_type = sft.SFTObjective
   options_type = offline_data.SequenceSettings
   data_file = offline_data.ACCEPTED
+  reference = False
   shown = ("loss",)
 
   def items(self, run, data_dir: str, tokenizer) -> list:
@@ -47,7 +50,14 @@ class SFT(offline.Method):
     return batch_lib.from_sequences(items)
 
 
-main = offline.main(SFT())
+define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
+
+
+@job_main
+def main(c, workdir: str):
+  trainer, writer, ckpt = offline.build(c, SFT(), workdir, workdir_lib.config_name(sys.argv))
+  offline.train(trainer, writer, ckpt, workdir)
+
 
 if __name__ == "__main__":
   cli.run(main)

@@ -11,7 +11,7 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
   cli.check_job(__spec__.name, sys.argv[1:],
                 lambda c: settings.read_settings(c, settings.TrainingSettings))
 
-from pedrl.jobs.train import main
+from pedrl.experiments.grpo import main
 
 if __name__ == "__main__":
   cli.run(main)

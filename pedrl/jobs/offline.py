@@ -1,4 +1,5 @@
-r"""Offline training of the tutor on the baseline data: the body of the sft and mdpo entry points.
+r"""Offline training of the tutor on the baseline data: what the sft and mdpo jobs share
+(pedrl.experiments.sft, .mdpo; each a Method).
 
   python -m pedrl.experiments.sft --config=experiments/sft.py:tiny --workdir=/tmp/sft \
       --config.data.workdir=/tmp/baselines
@@ -24,8 +25,8 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 import time
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -37,28 +38,26 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
+from pedrl.jobs.exits import exit_on_signal
 from pedrl.rl import checkpoint, loop, update as update_lib
 from pedrl.rl.objective import Objective
 from pedrl.tokenizer import load_tokenizer
 
 
-class Method:
-  """What sft and mdpo add to the shared job (pedrl.experiments.sft, .mdpo)."""
+class Method(Protocol):
+  """What a job adds to the shared offline trainer (pedrl.experiments.sft, .mdpo)."""
   name: str  # The job, in run.json.
   objective_type: type
-  options_type: type | None = None
+  options_type: type | None  # The method's own settings (data.*), if any.
   data_file: str  # The set it trains on, in the data workdir.
-  reference: bool = False  # Keeps a frozen copy of the initial tutor (ref_params).
-  shown: tuple = ("loss",)  # Metrics on the progress bar and printed at the end.
+  reference: bool  # Keeps a frozen copy of the initial tutor (ref_params).
+  shown: tuple[str, ...]  # Metrics on the progress bar and printed at the end.
 
   def items(self, run: settings_lib.OfflineRunSettings, data_dir: str, tokenizer) -> list:
     """The training items, read before any model loads."""
-    raise NotImplementedError
 
   def batch(self, trainer, items):
     """The batch (pedrl.rl.objective.Batch) of one step's items."""
-    raise NotImplementedError
 
 
 def read(c, method: Method) -> settings_lib.OfflineRunSettings:
@@ -216,33 +215,28 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   return trainer, writer, ckpt
 
 
-def main(method: Method):
-  """The entry point's main for `method`, whose flags it defines (its config file is
-  experiments/NAME.py)."""
-  define_flags(f"experiments/{method.name}.py:tiny", "Run directory (checkpoints, metrics).")
-
-  @job_main
-  def run(config, workdir: str):
-    trainer, writer, ckpt = build(config, method, workdir, workdir_lib.config_name(sys.argv))
-    main_process = distributed.is_main_process()
-    with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
-              disable=not main_process) as bar:
-      def progress(step, m: OfflineStepMetrics):
-        bar.update(1)
-        row = m.to_row()
-        bar.set_postfix({k.split("/")[-1]: f"{row[k]:.4f}" for k in method.shown})
-      trainer.run(progress)
-    writer.close()
-    ckpt.close()
-    exit_on_signal(trainer.stopped_by, f"step {trainer.step} (saved)")
-    if main_process:
-      if trainer.last is None:  # The run had finished before: metrics.jsonl's last row.
-        workdir_lib.print_finished(f"the run had reached its last step, {trainer.step}, before")
-      print(f"step={trainer.step}")
-      rows = [trainer.last.to_row()] if trainer.last is not None else writer.rows()[-1:]
-      for k in method.shown:
-        if rows and k in rows[0]:
-          print(f"{k}={rows[0][k]}")
-      workdir_lib.print_results(workdir, "metrics.jsonl", "checkpoints", "tensorboard",
-                                "run.json")
-  return run
+def train(trainer: OfflineTrainer, writer, ckpt, workdir: str) -> None:
+  """Runs a built trainer (`build`) to its last step with a progress bar of the method's
+  shown metrics, then prints them and the results: how both offline jobs end."""
+  method = trainer.method
+  main_process = distributed.is_main_process()
+  with tqdm(total=trainer.steps, initial=trainer.step, unit="step", desc=method.name,
+            disable=not main_process) as bar:
+    def progress(step, m: OfflineStepMetrics):
+      bar.update(1)
+      row = m.to_row()
+      bar.set_postfix({k.split("/")[-1]: f"{row[k]:.4f}" for k in method.shown})
+    trainer.run(progress)
+  writer.close()
+  ckpt.close()
+  exit_on_signal(trainer.stopped_by, f"step {trainer.step} (saved)")
+  if main_process:
+    if trainer.last is None:  # The run had finished before: metrics.jsonl's last row.
+      workdir_lib.print_finished(f"the run had reached its last step, {trainer.step}, before")
+    print(f"step={trainer.step}")
+    rows = [trainer.last.to_row()] if trainer.last is not None else writer.rows()[-1:]
+    for k in method.shown:
+      if rows and k in rows[0]:
+        print(f"{k}={rows[0][k]}")
+    workdir_lib.print_results(workdir, "metrics.jsonl", "checkpoints", "tensorboard",
+                              "run.json")

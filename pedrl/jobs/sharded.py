@@ -13,7 +13,6 @@ gives its own `record_type` and `merge` (pedrl.experiments.baseline_data,
 whose records are not an evaluation's).
 """
 import collections
-import contextlib
 import os
 import sys
 import time
@@ -24,29 +23,10 @@ from tqdm import tqdm
 
 from pedrl import distributed, files, stopping
 from pedrl.eval import records as records_lib, shards
+from pedrl.eval.counts import api_counts, tick  # noqa: F401 (re-exported: the jobs' names)
 from pedrl.eval.protocol import EvalProtocol, ShardSettings
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.exits import exit_on_signal
-
-
-def tick(counts, key: str, since: float) -> float:
-  """Adds the seconds since `since` to counts[key]; now."""
-  now = time.perf_counter()
-  counts[key] += round(now - since, 3)
-  return now
-
-
-@contextlib.contextmanager
-def api_counts(counts, **clients):
-  """Adds to counts, as NAME/KEY, what each API client's `stats` counted inside the block
-  (calls, tokens, retries), also when the block fails; None clients count nothing."""
-  stats = lambda c: dict(getattr(c, "stats", None) or {})
-  before = {name: stats(c) for name, c in clients.items()}
-  try:
-    yield
-  finally:
-    for name, c in clients.items():
-      counts.update({f"{name}/{k}": v - before[name].get(k, 0) for k, v in stats(c).items()})
 
 
 class ShardedTask(Protocol):

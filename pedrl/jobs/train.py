@@ -1,34 +1,22 @@
-r"""GRPO training of the tutor; the body of the uco, pedagogical_rl and thinking entry points.
+r"""The GRPO trainer of a config, checked and loaded: what the GRPO job
+(pedrl.experiments.grpo, run by the uco, pedagogical_rl and thinking entry points)
+and the learning benchmark (pedrl.bench.learning) share.
 
-  python -m pedrl.experiments.pedagogical_rl --config=experiments/pedagogical_rl.py:tiny --workdir=/tmp/ped
-
-Each step: problems → rollouts (current tutor params, no copy) → rewards →
-group-relative advantages → μ passes of the clipped GRPO update. WORKDIR gets
-checkpoints/ (orbax; a rerun resumes at the last one, same data order),
-train_problems.json (the training problems' ids: pedrl.jobs.trained_on),
-metrics.jsonl (a row per step, with its learning rate and time), tensorboard/,
-samples/ (a few dialogues per step as text: thinking, verdicts, solve attempts,
-reward components, advantages) and dialogues.jsonl (every rl.dialogues_every
-steps, the step's dialogue records). Steps low on learning signal are logged as
-warnings (rl.warn_*).
+`build` checks everything it can before the models load (config values, paths,
+the workdir's owner, the problems, the API endpoints), then loads the parties
+and restores the last checkpoint, if any.
 """
-import sys
-
 from absl import app, logging
-from tqdm import tqdm
 
 from pedrl import distributed, sharding
 from pedrl.env import chat
 from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
-from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, trainer
 from pedrl.tokenizer import load_tokenizer
-
-define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 def check_config(s, mesh):
@@ -98,29 +86,3 @@ def build(c, workdir: str, config_name: str = "?"):
   logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), t.steps,
                job.batch_problems, job.group_size)
   return run, writer, ckpt
-
-
-@job_main
-def main(c, workdir: str):
-  run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
-  main_process = distributed.is_main_process()
-  with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",
-            disable=not main_process) as bar:
-    def progress(step, m):
-      bar.update(1)
-      bar.set_postfix(reward=f"{m.rewards.total:.3f}", kl=f"{m.signal.kl:.4f}")
-    run.run(progress)
-  writer.close()
-  ckpt.close()
-  exit_on_signal(run.stopped_by, f"step {run.step} (saved)")
-  if not main_process:
-    return
-  if run.last is None:  # The run had finished before: its figures are metrics.jsonl's last.
-    workdir_lib.print_finished(f"the run had reached its last step, {run.step}, before")
-  print(f"step={run.step}")
-  last = writer.rows()[-1:] if run.last is None else [{"reward/total": run.last.rewards.total}]
-  if last and "reward/total" in last[0]:
-    print(f"reward_total={last[0]['reward/total']}")
-  workdir_lib.print_results(workdir, "metrics.jsonl", "checkpoints", "tensorboard", "samples",
-                            "dialogues.jsonl", "run.json")
-

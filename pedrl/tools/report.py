@@ -173,7 +173,7 @@ def report(workdirs, out: str | None = None, figure: bool = True) -> dict:
   metrics}."""
   runs = {}
   for w in workdirs:
-    metrics = shards.write_merged(w)
+    metrics = shards.write_merged(w).to_json()
     written = files.read_json(os.path.join(w, "metrics.json"), shards.ShardError)
     metrics.update(protocol=written["protocol"], config=written.get("config", "?"))
     name = run_name(w, metrics["config"], EvalProtocol.from_dict(written["protocol"]))
