@@ -82,6 +82,9 @@ def test_fused_qkv_matmul_matches_transformers(family):
                              atol=ATOL, rtol=0)
 
 
+# Two families: 4 query heads on one KV head (tied), and head_dim 32 with q/k norms; the
+# kernel's own cases (group sizes, blocks, an empty cache) are tests/test_attention_blocks.py's.
+@pytest.mark.parametrize("family", ["qwen2_tied", "qwen3"], indirect=True)
 def test_pallas_decode_attention_matches_transformers(family):
   # ModelConfig.decode_attention="pallas": the decode steps' attention over the cache as
   # the flash-decoding kernel (Pallas's interpret mode on a CPU); greedy text as
