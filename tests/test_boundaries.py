@@ -91,3 +91,29 @@ def test_the_evaluations_answer_for_every_kind_a_merge_meets():
   for kind, task in evaluations.TASKS.items():
     assert task.kind == kind and callable(task.metrics) and callable(task.write)
   assert protocol.kind_of({}) == "tutoring"  # Protocols before kinds were tutoring ones.
+
+
+# Judge labels as typed answers.
+
+# A judge's reply is read once, in the module that parses it, into a Decision or Score;
+# elsewhere neither a judge's name nor a reply's JSON key is read as a string key.
+JUDGE_PARSER = "pedrl/rewards/judging.py"
+JUDGE_KEY_READS = (r"""\[\s*["'](?:leakage|helpfulness|thinking)["']\s*\]"""
+                   r"""|\.get\(\s*["'](?:leakage|helpfulness|thinking|decision|reasoning)["']""")
+
+
+def test_judge_labels_are_read_by_key_only_where_a_reply_is_parsed():
+  found = [where for where, code in _code_lines()
+           if re.search(JUDGE_KEY_READS, code) and not where.startswith(JUDGE_PARSER + ":")]
+  assert not found, f"judge labels read by a string key outside {JUDGE_PARSER}: {found}"
+  for old in ('      leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],',
+              '      thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)'):
+    assert re.search(JUDGE_KEY_READS, old)
+
+
+def test_a_judge_reply_parses_into_a_frozen_answer():
+  import dataclasses
+  from pedrl.rewards import judging
+  for answer in (judging.Decision, judging.Score):
+    assert dataclasses.is_dataclass(answer) and answer.__dataclass_params__.frozen
+  assert "Decision" in _hints(judging.parse) and "Score" in _hints(judging.parse)
