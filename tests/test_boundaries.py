@@ -117,3 +117,17 @@ def test_a_judge_reply_parses_into_a_frozen_answer():
   for answer in (judging.Decision, judging.Score):
     assert dataclasses.is_dataclass(answer) and answer.__dataclass_params__.frozen
   assert "Decision" in _hints(judging.parse) and "Score" in _hints(judging.parse)
+
+
+# A run's recorded settings read typed.
+
+def test_a_runs_recorded_dialogue_settings_are_read_by_the_settings_types():
+  """conditions.differences reads config.json through the settings types, not by key path."""
+  from pedrl.jobs import conditions
+  source = (ROOT / "jobs" / "conditions.py").read_text(encoding="utf-8")
+  key_path = r"""\.get\(|\[\s*["']|\.split\(\s*["']\.["']\s*\)"""
+  found = [line for line in source.splitlines() if re.search(key_path, line.split("#", 1)[0])]
+  assert not found, f"pedrl/jobs/conditions.py reads settings by key path: {found}"
+  assert re.search(key_path, '  theirs = {"rollout": trained_config.get("rollout", {}),')
+  assert "Recorded" in _hints(conditions.recorded)
+  assert "RolloutSettings" in _hints(conditions.Dialogues)
