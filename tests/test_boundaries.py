@@ -131,3 +131,65 @@ def test_a_runs_recorded_dialogue_settings_are_read_by_the_settings_types():
   assert re.search(key_path, '  theirs = {"rollout": trained_config.get("rollout", {}),')
   assert "Recorded" in _hints(conditions.recorded)
   assert "RolloutSettings" in _hints(conditions.Dialogues)
+
+
+# The Dialogue: one mutable record, each field written by its own stage.
+
+# Module -> the Dialogue fields it may write after the rollout built the record (the
+# table in pedrl/env/dialogue.py's docstring).
+DIALOGUE_WRITERS = {
+    "pedrl/env/rollout.py": {"student_system", "messages", "end_reason", "tutor_ids",
+                             "tutor_mask", "tutor_logprobs", "student_tokens"},
+    "pedrl/rl/trainer.py": {"step"},
+    "pedrl/env/solving.py": {"post_answers", "post_correct", "r_sol"},
+    "pedrl/experiments/rollout.py": {"pre_solve_rate"},
+    "pedrl/rewards/pipeline.py": {"judgement", "dropped", "turn_rewards"},
+    "pedrl/rewards/assemble.py": {"rewards"},
+}
+# Attributes that share a Dialogue field's name but belong to other objects.
+NOT_DIALOGUE = {("pedrl/agents/cpa/agent.py", "answer"), ("pedrl/jobs/base_config.py", "rollout"),
+                ("pedrl/jobs/base_config.py", "rewards")}
+
+
+def _field_writes(tree, fields):
+  """(line, field) of every `X.field = …`, `X.field += …`, `X[i].field = …` and
+  `X.field.append(…)`-style write in the tree, X not `self` (a class's own attribute)."""
+  import ast
+  out = []
+  for node in ast.walk(tree):
+    targets = (node.targets if isinstance(node, ast.Assign) else
+               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "extend", "insert", "pop", "clear", "remove")):
+      targets = [node.func.value]
+    for t in [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]:
+      t = t.value if isinstance(t, ast.Subscript) and isinstance(node, ast.Assign) else t
+      if (isinstance(t, ast.Attribute) and t.attr in fields
+          and not (isinstance(t.value, ast.Name) and t.value.id == "self")):
+        out.append((node.lineno, t.attr))
+  return out
+
+
+def test_each_dialogue_field_is_written_only_by_its_stage():
+  import ast
+  import dataclasses
+
+  from pedrl.env import dialogue
+  fields = {f.name for f in dataclasses.fields(dialogue.Dialogue)}
+  owners = [f for fs in DIALOGUE_WRITERS.values() for f in fs]
+  assert len(owners) == len(set(owners)) and set(owners) <= fields  # One owner per field.
+  for module in DIALOGUE_WRITERS:
+    assert module in dialogue.__doc__, f"{module} is not in the Dialogue's table"
+  found = []
+  for path in sorted(ROOT.rglob("*.py")):
+    module = str(path.relative_to(ROOT.parent))
+    for line, field in _field_writes(ast.parse(path.read_text(encoding="utf-8")), fields):
+      if field not in DIALOGUE_WRITERS.get(module, ()) and (module, field) not in NOT_DIALOGUE:
+        found.append(f"{module}:{line} writes Dialogue.{field}")
+  assert not found, found
+  # The check sees each kind of write it is meant to catch.
+  old = "d.r_sol = 1.0\nd.judgement, d.dropped = v, drop\nds[0].end_reason = 'x'\n" \
+        "d.messages.append(m)\nd.tutor_ids += [1]\n"
+  assert sorted(f for _, f in _field_writes(ast.parse(old), fields)) == [
+      "dropped", "end_reason", "judgement", "messages", "r_sol", "tutor_ids"]
+  assert not _field_writes(ast.parse("self.step = 1\nc.x.step = 2"), {"r_sol"})

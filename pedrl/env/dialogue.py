@@ -1,10 +1,29 @@
 """The record of one rollout, and its JSONL form.
 
-A `Dialogue` is written by the rollout (messages, tutor ids), the solve
-attempts (`post_*`, `r_sol`) and the rewards (`judgement`, `turn_rewards`,
-`rewards`), in that order; each stage fills typed fields. `dropped` is the one
-place that says a judge policy took the dialogue out of the batch: it then has
-no solve attempts, rewards or loss.
+A `Dialogue` is pedrl's one mutable record between stages: the rollout builds it
+and each later stage fills in its own typed fields, in this order, and no stage
+writes another's (tests/test_boundaries.py checks every assignment in pedrl/):
+
+  stage          module                      fields it writes
+  -------------  --------------------------  -------------------------------------------
+  rollout        pedrl/env/rollout.py        every field it builds the record with
+                                             (problem_id ... student_name), then
+                                             student_system, messages, end_reason,
+                                             tutor_ids, tutor_mask, tutor_logprobs,
+                                             student_tokens
+  training step  pedrl/rl/trainer.py         step
+  solving        pedrl/env/solving.py        post_answers, post_correct, r_sol
+                 pedrl/experiments/rollout.py  pre_solve_rate (solving.pre_dialogue's)
+  rewards        pedrl/rewards/pipeline.py   judgement, dropped, turn_rewards
+                 pedrl/rewards/assemble.py   rewards
+
+Why filled in place rather than returned anew by each stage: a batch of dialogues
+holds the tutor's token lists (thousands of ids per dialogue), every stage reads
+most of the record, and the rewards drop and skip dialogues within a batch; one
+record per dialogue, written field by field by its owner, keeps the batch in one
+list that every stage and the JSONL files share. `dropped` is the one place that
+says a judge policy took the dialogue out of the batch: it then has no solve
+attempts, rewards or loss.
 
 JSONL rows carry `schema` (SCHEMA_VERSION). Rows without one were written
 before the records were typed (version 1: judgement, turn rewards and rewards
