@@ -37,11 +37,11 @@ def compilations():
   (`engine.compiler.compilations`) for their seconds, plus jax's cache-hit events."""
   out = Programs()
 
-  def on_event(event, **_):
+  def on_event(event, **_) -> None:
     if event == CACHE_HIT:
       out.cache_hits += 1
 
-  def on_duration(event, secs, **_):
+  def on_duration(event, secs, **_) -> None:
     if event == STORED:
       out.stored += 1
     elif event == TRACE:

@@ -64,19 +64,19 @@ def measure(cfg: ModelConfig):
   rows = rng.integers(3, min(cfg.vocab_size, 32000), (FLAGS.rows, FLAGS.prompt)).tolist()
   cache = None
 
-  def prefill():
+  def prefill() -> None:
     nonlocal cache
     cache = sampler.extend(params, sampler.new_cache(FLAGS.rows, FLAGS.slots),
                            [r[:-1] for r in rows])
     jax.block_until_ready(cache)
 
-  def sample():
+  def sample() -> None:
     sampler.generate(params, [r[-1:] for r in rows], sequence_keys(0, np.arange(FLAGS.rows)),
                      SamplingParams(FLAGS.new_tokens, top_k=50, stop_token_ids=()), cache=cache)
   return made(prefill), made(sample)
 
 
-def main(argv):
+def main(argv) -> None:
   del argv
   # Every program compiled afresh: no persistent cache, no program store.
   jax.config.update("jax_enable_compilation_cache", False)

@@ -100,7 +100,7 @@ def windows(rewards, width: int) -> list[tuple[int, int, float]]:
           for i in range(0, len(rewards), width)]
 
 
-def main(argv):
+def main(argv) -> None:
   del argv
   model = pick_model(FLAGS.model)
   real = model != TESTDATA

@@ -229,7 +229,7 @@ class _TransformersSide:
   """One side of a transformers loop: its model, every dialogue's view (roles as in
   `rollout.run`) and, when carrying KV, all tokens fed so far and their cache."""
 
-  def __init__(self, model, fmt: chat.ChatFormat, views, carry_kv: bool):
+  def __init__(self, model, fmt: chat.ChatFormat, views, carry_kv: bool) -> None:
     import transformers
     self.model, self.fmt, self.views, self.carry_kv = model, fmt, views, carry_kv
     self.fed = [0] * len(views)  # Messages of each view already in the cache.
@@ -384,7 +384,7 @@ def _described(side: str, party, n_params: int | None, model: str | None = None)
 
 def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: int,
                   group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings,
-                  mesh, model: str | None = None):
+                  mesh, model: str | None = None) -> None:
   import torch
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
@@ -408,7 +408,7 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"{'idle_rows':>11}{'idle_steps':>12}", flush=True)
 
 
-def _print_rows(n: int, by_engine: dict):
+def _print_rows(n: int, by_engine: dict) -> None:
   share = lambda x: "-" if x is None else f"{x:.1%}"
   for name in ENGINES:
     if name not in by_engine:
@@ -442,7 +442,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   results = {}
   start = time.perf_counter()
 
-  def setup(what):  # At real shapes the setup takes minutes: a run cut short says where.
+  def setup(what) -> None:  # At real shapes the setup takes minutes: a run cut short says where.
     print(f"setup: {what} at {time.perf_counter() - start:.1f} s", flush=True)
 
   with tempfile.TemporaryDirectory() as path:

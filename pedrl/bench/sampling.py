@@ -117,7 +117,7 @@ def measure(runs: dict, new_tokens: int, repeats: int) -> dict:
                      compile=max(0.0, first[name] - total[name] - ttft[name])) for name in runs}
 
 
-def cpu_profile():
+def cpu_profile() -> None:
   import torch
   import transformers
   peak, bw = roofline.peak_matmul_flops(), roofline.memory_bandwidth()
@@ -160,7 +160,7 @@ def cpu_profile():
   print(f"min_speedup_vs_transformers={min(speedups):.2f}")
 
 
-def gpu_profile():
+def gpu_profile() -> None:
   from pedrl.models.hf_checkpoint import random_params
   cfg = architectures.get(FLAGS.gpu_size).config(FLAGS.gpu_layers or None, dtype="bfloat16",
                                                  scan_layers=FLAGS.scan_layers,

@@ -172,7 +172,7 @@ def start_up(model: str, cache: str) -> dict:
       proc.kill()
 
 
-def main(argv):
+def main(argv) -> None:
   del argv
   import jax
   model = paths.resolve(FLAGS.model, paths.repo_root())  # testdata/… from any directory.

@@ -48,7 +48,7 @@ from pedrl.rl.trainer import TrainSettings
 FLAGS = flags.FLAGS
 
 
-def define_flags():
+def define_flags() -> None:
   """The command's flags, defined when it runs (other benchmarks define --size and
   --repeats too, and tests import several of them into one process)."""
   flags.DEFINE_enum("size", "tiny", list(architectures.ARCHITECTURES), "Model shape.")
@@ -258,7 +258,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   return passes
 
 
-def main(argv):
+def main(argv) -> None:
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,

@@ -116,7 +116,7 @@ def compilations(events=COMPILE_EVENTS):
   """The seconds of each of jax's `events` in the block (a list, filled as they come)."""
   seconds = []
 
-  def listen(event, secs, **_):
+  def listen(event, secs, **_) -> None:
     if event in events:
       seconds.append(secs)
   jax.monitoring.register_event_duration_secs_listener(listen)

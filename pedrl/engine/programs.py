@@ -158,7 +158,7 @@ class Store:
   """Executables under `directory`, one file per key (written whole, then renamed); past
   `max_bytes` (None or 0: no limit), a write removes the least recently used ones."""
 
-  def __init__(self, directory: str, max_bytes: int | None = None):
+  def __init__(self, directory: str, max_bytes: int | None = None) -> None:
     self.directory = directory
     self.max_bytes = max_bytes
     self._warned = False
@@ -330,7 +330,7 @@ class Programs:
   """One jitted function's programs through the store: `run(jitted, args, kwargs)`
   finds (in this process, then on disk) or compiles the call's program and runs it."""
 
-  def __init__(self, fn, jit_kwargs: dict):
+  def __init__(self, fn, jit_kwargs: dict) -> None:
     self.fn, self.jit_kwargs = fn, jit_kwargs
     self._found = {}
     self._lock = threading.Lock()

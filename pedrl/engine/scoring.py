@@ -62,7 +62,7 @@ class Scorer:
   """
 
   def __init__(self, model: Decoder, mesh=None, length_buckets=shapes.LENGTH_BUCKETS,
-               max_logits_bytes: int = 1 << 30):
+               max_logits_bytes: int = 1 << 30) -> None:
     self.model, self.cfg, self.mesh = model, model.cfg, mesh
     self.buckets, self.max_logits_bytes = tuple(length_buckets), max_logits_bytes
     self.pad_id = self.cfg.pad_token_id or 0

@@ -263,7 +263,7 @@ class SlotDecoder:
       for lo in range(0, len(group), p.rows):
         self._admit(group[lo:lo + p.rows], t)
 
-  def _admit(self, group: list[Admission], t: int):
+  def _admit(self, group: list[Admission], t: int) -> None:
     p = self.programs
     self.room(t)
     a = p.fit(len(group), p.admit_rows)
@@ -289,7 +289,7 @@ class SlotDecoder:
         self.history[x.row] = self.history[x.row][:x.keep] + list(x.tokens)
         self.busy[x.row] = True
 
-  def release(self, rows):
+  def release(self, rows) -> None:
     """Rows whose sequences ended (or were abandoned): they stop decoding and are free."""
     self.busy[list(rows)] = False
 
@@ -321,7 +321,7 @@ class SlotDecoder:
   def _kept(self, keep) -> int:
     return int(np.max(keep, initial=0))
 
-  def compact(self, keep=None):
+  def compact(self, keep=None) -> None:
     """Cuts row r to its first keep[r] cached tokens (default `_keep`) and moves every
     row's tokens to the front of the cache."""
     keep = self._keep() if keep is None else np.minimum(keep, [len(h) for h in self.history])
@@ -349,7 +349,7 @@ class SlotDecoder:
     start, p = time.perf_counter(), self.programs
     done = 0
 
-    def tick(what):
+    def tick(what) -> None:
       nonlocal done
       done += 1
       if progress:

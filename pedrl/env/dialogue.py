@@ -39,6 +39,7 @@ tutor's view leaves its earlier thinking out (`rollout.tutor_history_thinking`),
 tutor's tokens start again at each turn after a thinking one: `tutor_ids` is then its
 last view, encoded whole, and its last turn.
 """
+from collections.abc import Iterable, Sequence
 import dataclasses
 import json
 
@@ -204,7 +205,7 @@ SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
 TRANSCRIPT_STYLES = ("paragraphs", "lines")
 
 
-def transcript(messages, style: str = "paragraphs") -> str:
+def transcript(messages: Sequence[Message], style: str = "paragraphs") -> str:
   """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs, or
   as "- Teacher: …" items, a blank line between them ("lines": how paper 003's reference
   judge prompts list the conversation, prompt_templates/judges/*.txt)."""
@@ -214,7 +215,7 @@ def transcript(messages, style: str = "paragraphs") -> str:
   return "\n\n".join(f"{dash}{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
+def save_jsonl(dialogues: Iterable[Dialogue], path: str, mode: str = "a") -> None:
   """Appends (or, mode="w", writes) the records (pedrl.files: synced, a rewrite atomic)."""
   files.write_lines([d.to_json() for d in dialogues], path, mode)
 

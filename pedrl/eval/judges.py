@@ -11,13 +11,15 @@ more than `max_failed_share` of the requests got no answer (an endpoint mostly d
 is still a JudgeError.
 """
 import dataclasses
+from collections.abc import Sequence
 
 from pedrl.env.dialogue import Dialogue, Verdict
 from pedrl.eval.metrics import OK, REJECT
 from pedrl.rewards import asking, judging
 
 
-def judge(dialogues: list[Dialogue], specs, backend, rounds: int, max_failed_share: float,
+def judge(dialogues: Sequence[Dialogue], specs: Sequence[judging.JudgeSpec],
+          backend: asking.TextBackend, rounds: int, max_failed_share: float,
           stats: asking.AskStats, parse_rule: str = judging.PARSE_RULE,
           transcript_style: str = judging.TRANSCRIPT) -> list[Verdict]:
   """Per dialogue the judges' Verdict (the type training's judges return): per sample a

@@ -77,7 +77,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   return whole, complete
 
 
-def _convert_old_rows(path: str):
+def _convert_old_rows(path: str) -> None:
   """Rewrites the metric rows of a workdir from before the shared metric names
   (batch_problem_uids, {component: {mean, std}}, pipeline: {…}) in today's names."""
   rows = files.read_rows(path, dialogue.RecordError)
@@ -130,7 +130,7 @@ def summarize(dialogues, seconds: dict, report) -> dict:
 
 
 @job_main
-def main(c, workdir: str):
+def main(c, workdir: str) -> None:
   main_process = distributed.is_main_process()  # The one that writes; all compute.
   s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)

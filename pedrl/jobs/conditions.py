@@ -35,7 +35,8 @@ UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prom
 UCO_TUTOR_TURNS = 10
 
 
-def pedagogical_rl(c, think: bool, tiny: bool = False):
+def pedagogical_rl(c: ml_collections.ConfigDict, think: bool,
+                   tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 003's dialogues (section 5, its reference code's defaults): the main runs think
   without tags (Qwen2.5's template ignores the switch); +think asks for tagged thinking
   (pedrl's instruction, as the reference renders its own) and forces each turn's opening
@@ -47,7 +48,8 @@ def pedagogical_rl(c, think: bool, tiny: bool = False):
   return c
 
 
-def thinking(c, condition: str, tiny: bool = False):
+def thinking(c: ml_collections.ConfigDict, condition: str,
+             tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 001's condition: thinking on or off, the general or the Polya tutor prompt
   (table 1's Prompt Style), its student prompt (appendix A.2), and a thinking tutor's
   token limits. The tiny runs use the general prompt (Polya overflows the tiny context)
@@ -70,7 +72,7 @@ def thinking(c, condition: str, tiny: bool = False):
   return c
 
 
-def uco(c, tiny: bool = False):
+def uco(c: ml_collections.ConfigDict, tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 000's dialogues: tutor first, table XII's prompts, T = 10 tutor turns (2 on the
   tiny models); messages are not limited before that (the 10th tutor message is the 19th)."""
   turns = 2 if tiny else UCO_TUTOR_TURNS

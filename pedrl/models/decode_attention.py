@@ -33,7 +33,7 @@ def block_size(slots: int, largest: int = 128) -> int | None:
   return None
 
 
-def _kernel(q_ref, k_ref, v_ref, mask_ref, m_ref, l_ref, o_ref, *, scale):
+def _kernel(q_ref, k_ref, v_ref, mask_ref, m_ref, l_ref, o_ref, *, scale) -> None:
   """One (row, KV head, block): q [Gp, D], k [D, n], v [n, D], mask [1, n] ->
   the block's maximum m [1, Gp], sum l [1, Gp] and weighted values o [Gp, D]."""
   q, k, v = q_ref[...], k_ref[...], v_ref[...]

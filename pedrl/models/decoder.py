@@ -408,7 +408,7 @@ class Decoder(nn.Module):
   """Returns final hidden states; `logits` applies the head (LM or score) in float32."""
   cfg: ModelConfig
 
-  def setup(self):
+  def setup(self) -> None:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     self.embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=dtype)
     if cfg.scan_layers:

@@ -72,7 +72,7 @@ def yarn_scale(powers: np.ndarray, head_dim: int, theta: float, factor: float,
 def yarn_attention_factor(factor: float, mscale: float | None = None,
                           mscale_all_dim: float | None = None) -> float:
   """YaRN's default cos/sin multiplier, 0.1 ln(factor) + 1 (or the mscale ratio)."""
-  def m(scale, k=1.0):
+  def m(scale, k: float = 1.0):
     return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
   if mscale and mscale_all_dim:
     return m(factor, mscale) / m(factor, mscale_all_dim)

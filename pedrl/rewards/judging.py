@@ -24,6 +24,7 @@ A reply is read once, here (`parse`), into a typed answer: a `Decision` or a
 `max_failed_share` of the answers (an endpoint that is mostly down) is an error.
 """
 import collections
+from collections.abc import Sequence
 import dataclasses
 import json
 import re
@@ -189,13 +190,14 @@ def reason(text: str) -> str | None:
 
 # -- Running a panel ---------------------------------------------------------------------------
 
-def thinking_traces(d) -> str:
+def thinking_traces(d: Dialogue) -> str:
   turns = [m for m in d.messages if m.role == TUTOR]
   return "\n\n".join(f"Before teacher message {i + 1}: {m.thinking or '(no thinking)'}"
                      for i, m in enumerate(turns))
 
 
-def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
+def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
+                 style: str = TRANSCRIPT) -> list[Request]:
   out = []
   for d in dialogues:
     conversation = transcript(d.messages, style)
@@ -207,7 +209,8 @@ def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
   return out
 
 
-def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
+def judge(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
+          backend: asking.TextBackend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
           stats: asking.AskStats | None = None, max_failed_share: float = 1.0,
           parse_rule: str = PARSE_RULE, transcript_style: str = TRANSCRIPT) -> Judged:
   """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
@@ -244,8 +247,8 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
   return _verdicts(dialogues, requests, answers, dropped, by_policy)
 
 
-def _verdicts(dialogues, requests, answers: list[Answer | None], dropped_ids: set,
-              by_policy: set) -> Judged:
+def _verdicts(dialogues: Sequence[Dialogue], requests: Sequence[Request],
+              answers: list[Answer | None], dropped_ids: set, by_policy: set) -> Judged:
   """Each dialogue's answers by judge (None: dropped), with r_ped and r_think if kept."""
   decisions, scores, flags, why = ({id(d): collections.defaultdict(list) for d in dialogues}
                                    for _ in range(4))

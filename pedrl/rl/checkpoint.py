@@ -43,7 +43,7 @@ def _size(n: float) -> str:
 
 
 class Checkpoints:
-  def __init__(self, workdir: str, keep: int = 3):
+  def __init__(self, workdir: str, keep: int = 3) -> None:
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self.broken_directory = self.directory + ".broken"
     self.manager = ocp.CheckpointManager(
@@ -142,7 +142,7 @@ class Checkpoints:
           ". Move the directory away to start afresh.")
     return None
 
-  def _set_aside(self, steps):
+  def _set_aside(self, steps) -> None:
     """Moves broken steps out of the manager's directory (a later save may reuse the number)."""
     if not steps:
       return
@@ -155,5 +155,5 @@ class Checkpoints:
     distributed.barrier("checkpoints_set_aside")
     self.manager.reload()
 
-  def close(self):
+  def close(self) -> None:
     self.manager.close()

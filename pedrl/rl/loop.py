@@ -88,7 +88,7 @@ class Loop:
 
   def __init__(self, settings: LoopSettings, objective: objective_lib.Objective, tutor,
                optimizer, checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
-               seed: int):
+               seed: int) -> None:
     self.s, self.objective, self.tutor, self.seed = settings, objective, tutor, seed
     self.optimizer, self.ckpt, self.writer = optimizer, checkpoints, writer
     # The optax schedule `optimizer` was built with (applied updates -> lr), for the
@@ -104,7 +104,7 @@ class Loop:
   def params(self):
     return self.tutor.params
 
-  def _set_params(self, params):
+  def _set_params(self, params) -> None:
     self.tutor = dataclasses.replace(self.tutor, params=params)
 
   # -- What a subclass provides --------------------------------------------------------------
@@ -140,7 +140,7 @@ class Loop:
     self.writer.resume(self.step)
     return restored is not None
 
-  def save(self):
+  def save(self) -> None:
     self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
                    {"step": self.step, **self.data_meta(), "model": self.fingerprint})
 

@@ -184,7 +184,7 @@ class SignalWarnings:
   """Logs a kind of `signal_warnings` on the step it starts, not on the steps it lasts
   (metrics.jsonl has the numbers of every step); `summary` counts the steps of each."""
 
-  def __init__(self, settings: TrainSettings):
+  def __init__(self, settings: TrainSettings) -> None:
     self.settings, self.last, self.steps = settings, set(), collections.Counter()
 
   def __call__(self, step: int, signal: LearningSignal) -> dict[str, str]:
@@ -261,7 +261,7 @@ class Trainer(loop.Loop):
                student: Party | Replier, rollout_settings: rollout.RolloutSettings,
                rewards: pipeline.RewardPipeline, problems, optimizer, workdir: str,
                checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
-               seed: int, batch_problems: int, group_size: int):
+               seed: int, batch_problems: int, group_size: int) -> None:
     objective = update.GRPOObjective(grpo, tutor.sampling.logprob_temperature)
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
                      model_fingerprint, lr_schedule, seed=seed)
@@ -315,7 +315,7 @@ class Trainer(loop.Loop):
                            self.group_size, self.step_lr(updates))
     return StepResult(metrics, collected.dialogues, mean_advantages(batch))
 
-  def record(self, out: StepResult):
+  def record(self, out: StepResult) -> None:
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics.to_row())
     self.signal_warnings(self.step, out.metrics.signal)

@@ -19,7 +19,7 @@ BATCH = 16  # Texts per encoder call: the row buckets warmed up are 8 and 16.
 class Encoder:
   """Embeddings of one encoder checkpoint, computed off the event loop."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str) -> None:
     self.embedder = Embedder(path, batch_size=BATCH)
     self.tokenizer = self.embedder.tokenizer
     self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pedrl-encoder")

@@ -40,7 +40,7 @@ class BodyTooLarge(Exception):
   pass
 
 
-async def send_error(send, e: APIError):
+async def send_error(send, e: APIError) -> None:
   body = json.dumps(e.body()).encode()
   headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
   headers += [(k.lower().encode(), str(v).encode()) for k, v in e.headers.items()]
@@ -52,7 +52,7 @@ class Gate:
   """The ASGI middleware described in the module docstring."""
 
   def __init__(self, app, metrics: Metrics, key: str | None, max_body: int, routes=(),
-               access_log: bool = True):
+               access_log: bool = True) -> None:
     self.app, self.metrics, self.max_body, self.access_log = app, metrics, max_body, access_log
     self.key = f"Bearer {key}".encode() if key else None
     self.routes = set(routes)  # Paths labelled in the metrics; others count as "other".
@@ -80,7 +80,7 @@ class Gate:
       return await self.app(scope, receive, send)
     start, state = time.perf_counter(), {"status": None, "in": 0, "out": 0}
 
-    async def counted_send(message):
+    async def counted_send(message) -> None:
       if message["type"] == "http.response.start":
         state["status"] = message["status"]
       elif message["type"] == "http.response.body":
@@ -114,7 +114,7 @@ class Gate:
     finally:
       self._record(scope, state, time.perf_counter() - start)
 
-  def _record(self, scope, state, seconds: float):
+  def _record(self, scope, state, seconds: float) -> None:
     status = state["status"] or 499  # No response: the client left first.
     path = scope["path"] if scope["path"] in self.routes else "other"
     self.metrics.requests.labels(path, str(status)).inc()

@@ -46,7 +46,7 @@ def is_encoder(model_dir: str) -> bool:
     return json.load(f).get("model_type") in ENCODER_TYPES
 
 
-def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
+def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers: bool = False,
          options: Options | None = None, progress=None, metrics: Metrics | None = None,
          startup: Startup | None = None) -> Served:
   """A checkpoint directory's model or a training run's tutor, its engine and scheduler
@@ -58,7 +58,7 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
   start = time.perf_counter()
   runtime = {"dtype": dtype} if dtype else {}
 
-  def tick(done, total, what):
+  def tick(done, total, what) -> None:
     if startup:
       startup.progress(done, total, what)
     if progress:
@@ -105,7 +105,7 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
   return served
 
 
-def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
+def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers: bool = False,
           options: Options | None = None, api_key_env: str | None = None, progress=None,
           **settings):
   """(ASGI app, backend) for a checkpoint directory or a training run's tutor, loaded and

@@ -47,7 +47,7 @@ def _server(api, on_started=None, log_level: str = "error",
   import uvicorn
 
   class Server(uvicorn.Server):
-    async def startup(self, sockets=None):
+    async def startup(self, sockets=None) -> None:
       await super().startup(sockets)
       if self.started and on_started:
         on_started()
@@ -56,7 +56,7 @@ def _server(api, on_started=None, log_level: str = "error",
                                timeout_keep_alive=keep_alive_s))
 
 
-def serve(api, sock: socket.socket, on_started=None, keep_alive_s: float = KEEP_ALIVE_S):
+def serve(api, sock: socket.socket, on_started=None, keep_alive_s: float = KEEP_ALIVE_S) -> None:
   """Serves `api` on `sock` in this thread until Ctrl-C or SIGTERM; `on_started()` is
   called once it answers (the model may still be loading: `startup`)."""
   _server(api, on_started, "warning", keep_alive_s).run(sockets=[sock])
@@ -74,7 +74,7 @@ def start(api, host: str = "127.0.0.1", port: int = 0) -> tuple[str, object]:
       raise RuntimeError(f"the server did not start on {host}:{port}")
     time.sleep(0.02)
 
-  def stop():
+  def stop() -> None:
     server.should_exit = True
     thread.join(10)
     sock.close()

@@ -141,7 +141,7 @@ def pooled_diff(hf_dir: str, ours, ref, mask) -> float:
 
 
 def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0,
-            dtype="float32") -> dict:
+            dtype: str = "float32") -> dict:
   """Runs both implementations; returns max_abs_logit_diff, max_rel_logit_diff and, if asked,
   greedy_tokens_equal."""
   from pedrl import models
@@ -193,7 +193,7 @@ def verdict(result: dict, rtol: float) -> bool:
           and (result.get("greedy_tokens_equal", True) or not greedy_judged))
 
 
-def main(argv):
+def main(argv) -> None:
   del argv
   FLAGS.hf_dir = cli.input_path("hf_dir", FLAGS.hf_dir, checkpoint=True)  # testdata/… anywhere.
   cli.require("check_parity's reference (transformers on PyTorch)", "torch")

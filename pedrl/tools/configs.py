@@ -66,7 +66,7 @@ def listing(files: list[ConfigFile]) -> str:
   return "\n".join(lines[1:])
 
 
-def _list(argv):
+def _list(argv) -> None:
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]} (--show=FILE.py:VARIANT prints one config)")
   print(listing(config_files()))
@@ -84,7 +84,7 @@ def flat(config, prefix: str = "") -> list[str]:
   return lines
 
 
-def _show(argv):
+def _show(argv) -> None:
   del argv
   print(f"# {flags.FLAGS['config'].config_filename}")
   print("\n".join(flat(flags.FLAGS.config)))
@@ -96,7 +96,7 @@ def _as_config(argv: list[str]) -> list[str]:
           for a in argv]
 
 
-def main():
+def main() -> None:
   if not any(a.startswith(("--show", "--config")) for a in sys.argv[1:]):
     app.run(_list)
     return

@@ -211,7 +211,7 @@ def _grid(plt, n: int, title: str):
   return fig, list(axes.flat[:n])
 
 
-def _legend(fig, runs, colors):
+def _legend(fig, runs, colors) -> None:
   """One legend per figure, under it: the runs' names in their colours."""
   from matplotlib.lines import Line2D
   handles = [Line2D([], [], color=colors[r.workdir], lw=2) for r in runs]

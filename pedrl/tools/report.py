@@ -117,7 +117,7 @@ MathTutorBench's (003 table 4)."""
                        if bench else []))
 
 
-def write_csv(runs: dict, path: str):
+def write_csv(runs: dict, path: str) -> None:
   names = [k for k, _, _ in COLUMNS + REASONING]
   bench = [f"{task}/{metric}" for task, metric, _ in bench_results.COLUMNS]
   with open(path, "w", newline="") as f:

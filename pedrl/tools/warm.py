@@ -44,7 +44,7 @@ JOBS = ("pedrl.experiments.rollout",
         *(f"pedrl.experiments.{name}" for name in workdir_lib.TRAINING_ENTRY_POINTS))
 
 
-def define_flags():
+def define_flags() -> None:
   config_flags.DEFINE_config_file("config", None, "The job's config file and variant, e.g. "
                                   "experiments/rollout.py:tiny; its overrides as the job's.")
   flags.DEFINE_integer("batches", 1, "How many of the job's first batches to run: a later "
