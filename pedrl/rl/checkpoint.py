@@ -15,17 +15,19 @@ export (and the checksums both share) is pedrl.runs'.
 import os
 import shutil
 import time
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
 from pedrl import distributed, runs, sharding
+from pedrl.models.config import ModelConfig
 from pedrl.runs import CheckpointError, checksums, verify
 from pedrl.rl import update
 
 
-def model_fingerprint(cfg) -> dict:
+def model_fingerprint(cfg: ModelConfig) -> dict:
   """What must match between a checkpoint and the tutor it is restored into."""
   return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
                                        "num_heads", "num_kv_heads", "intermediate_size")}
@@ -34,7 +36,7 @@ def model_fingerprint(cfg) -> dict:
 _all_finite = jax.jit(update.all_finite)
 
 
-def is_finite(state) -> bool:
+def is_finite(state: Any) -> bool:
   return bool(sharding.to_host(_all_finite(state)))
 
 
@@ -49,13 +51,13 @@ class Checkpoints:
     self.manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
-  def latest_step(self):
+  def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
   def step_path(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
-  def save(self, step: int, state, meta: dict):
+  def save(self, step: int, state: Any, meta: dict) -> None:
     """Writes `state` and `meta` (plus the state's checksums) as step `step`.
 
     Raises CheckpointError, with the path and the free space, when the state has a
@@ -109,7 +111,7 @@ class Checkpoints:
       verify(state, want)
     return state, meta
 
-  def restore(self, state_like, model_fingerprint: dict):
+  def restore(self, state_like: Any, model_fingerprint: dict) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest step that restores and verifies, shaped and sharded
     like `state_like`; None when there is no checkpoint.
 
