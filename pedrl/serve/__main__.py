@@ -81,7 +81,7 @@ def _model_problem(model: str | None, workdir: str | None) -> str | None:
   return None
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   f = flags.FLAGS
   # Found as config paths are (the current directory, then pedrl's repository).

@@ -28,6 +28,7 @@ import uuid
 
 import anyio
 import fastapi
+import starlette.types
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
 from openai.types import (Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
@@ -71,7 +72,8 @@ class EventStream(responses.StreamingResponse):
   the request's sequences)."""
   media_type = "text/event-stream"
 
-  async def __call__(self, scope, receive, send) -> None:
+  async def __call__(self, scope: starlette.types.Scope, receive: starlette.types.Receive,
+                     send: starlette.types.Send) -> None:
     async with anyio.create_task_group() as tasks:
       async def stream() -> None:
         await self.stream_response(send)

@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import starlette.types
 from absl import logging
 
 from pedrl.serve.metrics import Metrics
@@ -40,7 +41,7 @@ class BodyTooLarge(Exception):
   pass
 
 
-async def send_error(send, e: APIError) -> None:
+async def send_error(send: starlette.types.Send, e: APIError) -> None:
   body = json.dumps(e.body()).encode()
   headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
   headers += [(k.lower().encode(), str(v).encode()) for k, v in e.headers.items()]
@@ -75,7 +76,8 @@ class Gate:
     return APIError(413, f"the request body exceeds this server's limit of {self.max_body} "
                     "bytes (--max_body_mb)", code="request_too_large")
 
-  async def __call__(self, scope, receive, send):
+  async def __call__(self, scope: starlette.types.Scope, receive: starlette.types.Receive,
+                     send: starlette.types.Send) -> None:
     if scope["type"] != "http":
       return await self.app(scope, receive, send)
     start, state = time.perf_counter(), {"status": None, "in": 0, "out": 0}

@@ -21,6 +21,7 @@ Anything that raises inside an engine call fails the requests of that call alone
 (their callers answer 500); the thread keeps serving the others.
 """
 import collections
+from collections.abc import Callable
 import queue
 import threading
 import time
@@ -49,7 +50,7 @@ class Engine:
     return scoring.token_alternatives(self.model, self.params, rows, k=5,
                                       buckets=self.score_widths, rows_per_call=SCORE_ROWS)
 
-  def warmup(self, progress=None) -> float:
+  def warmup(self, progress: Callable[[int, int, str], None] | None = None) -> float:
     """Every program the server runs, compiled (or loaded from the persistent cache)."""
     start = time.perf_counter()
     total = self.programs.count + len(self.score_widths)
@@ -85,7 +86,7 @@ class Scheduler:
 
   # -- Called from the event loop ----------------------------------------------
 
-  def submit(self, job: Job):
+  def submit(self, job: Job) -> None:
     """Queues a job's sequences, all or none: raises queue.Full past `max_queue`, and
     RuntimeError once closed."""
     if not self._thread.is_alive():

@@ -87,7 +87,8 @@ class Startup:
       except RuntimeError:  # That loop has closed.
         pass
 
-  def run(self, load: Callable[["Startup"], Served], on_ready=None, on_failure=None):
+  def run(self, load: Callable[["Startup"], Served], on_ready: Callable[[], None] | None = None,
+          on_failure: Callable[[str], None] | None = None) -> None:
     """Runs `load(self)` on a daemon thread; `on_ready()` or `on_failure(error)` after."""
     def body() -> None:
       try:
