@@ -197,27 +197,19 @@ def test_each_dialogue_field_is_written_only_by_its_stage():
 
 # Annotations on every public function.
 
-# Files other work is changing at the same time; emptied once it is merged.
+# Files other work is changing at the same time (the settings types and their validation;
+# the jobs moved into experiments/, their counters and the evaluations' metrics typed):
+# left alone until it is merged, then annotated and this set emptied.
 ANNOTATIONS_PENDING = {
     "pedrl/jobs/settings.py", "pedrl/jobs/loading.py", "pedrl/jobs/checks.py",
     "pedrl/rl/settings.py", "pedrl/env/settings.py", "pedrl/rewards/settings.py",
     "pedrl/eval/settings.py", "pedrl/agents/settings.py", "pedrl/clients/openai_compat.py",
     "pedrl/jobs/train.py", "pedrl/jobs/offline.py", "pedrl/jobs/sharded.py",
     "pedrl/experiments/evaluate.py", "pedrl/experiments/cpa.py",
-    "pedrl/experiments/mathtutorbench.py",
-}
-# Files not annotated yet, shrinking to none.
-ANNOTATIONS_TODO = {
-    "pedrl/bench/cache_size.py", "pedrl/bench/compiles.py", "pedrl/bench/depth.py",
-    "pedrl/bench/gpu_summary.py", "pedrl/bench/hlo.py", "pedrl/bench/learning.py",
-    "pedrl/bench/profile.py", "pedrl/bench/rollout.py", "pedrl/bench/roofline.py",
-    "pedrl/bench/sampling.py", "pedrl/bench/serve.py", "pedrl/bench/train_step.py",
-    "pedrl/eval/evaluations.py", "pedrl/eval/mathtutorbench/results.py",
-    "pedrl/eval/metrics.py", "pedrl/eval/reasoning.py", "pedrl/experiments/baseline_data.py",
-    "pedrl/experiments/mdpo.py", "pedrl/experiments/sft.py", "pedrl/tools/check_parity.py",
-    "pedrl/tools/configs.py", "pedrl/tools/export.py", "pedrl/tools/import_gguf.py",
-    "pedrl/tools/plan.py", "pedrl/tools/plot.py", "pedrl/tools/report.py",
-    "pedrl/tools/show_trace.py", "pedrl/tools/warm.py",
+    "pedrl/experiments/mathtutorbench.py", "pedrl/experiments/baseline_data.py",
+    "pedrl/experiments/mdpo.py", "pedrl/experiments/sft.py", "pedrl/eval/evaluations.py",
+    "pedrl/eval/metrics.py", "pedrl/eval/reasoning.py", "pedrl/eval/mathtutorbench/results.py",
+    "pedrl/bench/learning.py",
 }
 
 
@@ -247,7 +239,7 @@ def test_every_public_function_is_annotated():
   found = {}
   for path in sorted(ROOT.rglob("*.py")):
     module = str(path.relative_to(ROOT.parent))
-    if module not in ANNOTATIONS_PENDING | ANNOTATIONS_TODO:
+    if module not in ANNOTATIONS_PENDING:
       if missing := unannotated(path.read_text(encoding="utf-8")):
         found[module] = missing
   assert not found, f"public functions without annotations: {found}"

@@ -42,7 +42,7 @@ timing.define_scan_layers(True)
 timing.define_repeats("size")
 
 
-def main(argv) -> None:
+def main(argv: list[str]) -> None:
   del argv
   shape = decoder("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
                   FLAGS.kv_heads, FLAGS.intermediate, 32768)

@@ -1,6 +1,7 @@
 """Counting the XLA programs a block of code compiles (or loads from the persistent cache)."""
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import jax
 
@@ -32,7 +33,7 @@ class Programs:
 
 
 @contextlib.contextmanager
-def compilations():
+def compilations() -> Iterator[Programs]:
   """Programs made in the block: the engine's compile-event listener
   (`engine.compiler.compilations`) for their seconds, plus jax's cache-hit events."""
   out = Programs()

@@ -48,14 +48,14 @@ def shape() -> ModelConfig:
   return SMOLLM2
 
 
-def made(block) -> tuple[float, float, float]:
+def made(block: compiles.Programs) -> tuple[float, float, float]:
   """Seconds tracing, lowering and compiling what `block()` runs."""
   with compiles.compilations() as c:
     block()
   return c.traced, c.lowered, sum(c.seconds)
 
 
-def measure(cfg: ModelConfig):
+def measure(cfg: ModelConfig) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
   """(prefill, sampling) seconds (trace, lower, compile) of a fresh process's first calls."""
   jax.clear_caches()
   sampler = Sampler(build_model(cfg))
@@ -76,7 +76,7 @@ def measure(cfg: ModelConfig):
   return made(prefill), made(sample)
 
 
-def main(argv) -> None:
+def main(argv: list[str]) -> None:
   del argv
   # Every program compiled afresh: no persistent cache, no program store.
   jax.config.update("jax_enable_compilation_cache", False)

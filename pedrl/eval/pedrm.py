@@ -126,7 +126,7 @@ def _scores(model, params, tokens, mask):
   return pool_last(logits, mask, tokens, model.cfg.pad_token_id)[:, 0]
 
 
-def check(settings: PedRMSettings) -> None:
+def check(settings: PedRMSettings) -> models.ModelConfig:
   """The checkpoint's config: a one-label sequence classifier, or PedRMError. Reads
   config.json only, so a wrong path fails before any model loads."""
   if not os.path.isfile(os.path.join(settings.path or "", "config.json")):

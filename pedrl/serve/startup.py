@@ -88,7 +88,7 @@ class Startup:
         pass
 
   def run(self, load: Callable[["Startup"], Served], on_ready: Callable[[], None] | None = None,
-          on_failure: Callable[[str], None] | None = None) -> None:
+          on_failure: Callable[[str], None] | None = None) -> threading.Thread:
     """Runs `load(self)` on a daemon thread; `on_ready()` or `on_failure(error)` after."""
     def body() -> None:
       try:

@@ -17,10 +17,14 @@ import dataclasses
 import glob
 import os
 import sys
+import typing
 
 from absl import app, flags
 
 from pedrl import cli, paths
+
+if typing.TYPE_CHECKING:  # Annotations only: read_configs imports it.
+  import ml_collections
 
 flags.DEFINE_string("show", None, "Print one config resolved, e.g. experiments/uco.py:paper; "
                     "override fields as a job does (--config.rl.lr=1e-6).")
@@ -72,7 +76,7 @@ def _list(argv) -> None:
   print(listing(config_files()))
 
 
-def flat(config, prefix: str = "") -> list[str]:
+def flat(config: "ml_collections.ConfigDict", prefix: str = "") -> list[str]:
   """A config as `key.path=value` lines, each what `--config.key.path=value` would set."""
   lines = []
   for key in sorted(config.keys()):

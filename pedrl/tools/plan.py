@@ -18,12 +18,14 @@ otherwise, so set it to the fraction used here. The last line is `fits=yes` or
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 
 from absl import flags
 
 from pedrl import cli, paths
 from pedrl.bench import roofline
 from pedrl.models import architectures
+from pedrl.models.config import ModelConfig
 from pedrl.rl import memory
 
 FLAGS = flags.FLAGS
@@ -74,7 +76,7 @@ SETUPS = (
 HARDWARE = (("H100", 1), ("A100", 4), ("H100", 8), ("H200", 8), ("H100", 16))
 
 
-def model_config(name: str):
+def model_config(name: str) -> ModelConfig:
   """An architecture's config, or a checkpoint directory's (its config.json; found as config
   paths are, testdata/… from any directory)."""
   if os.path.isdir(paths.find(name)):
@@ -83,7 +85,7 @@ def model_config(name: str):
   return architectures.get(name).config()
 
 
-def mesh_shape(devices: int, sizes) -> memory.MeshShape:
+def mesh_shape(devices: int, sizes: Sequence[int] | None) -> memory.MeshShape:
   """The mesh: `sizes` (data, fsdp, tensor), or every device on fsdp; a ValueError if
   they do not multiply to `devices`."""
   if not sizes:
@@ -148,7 +150,7 @@ def print_table(run: memory.RunShape, fraction: float) -> None:
       print(f"{s.paper:<18}{s.hardware:<18}{f'{n} x {gpu}':<10}{cells[0]:<24}{cells[1]:<24}")
 
 
-def main(argv) -> None:
+def main(argv: list[str]) -> None:
   del argv
   run = memory.RunShape(FLAGS.dialogues, FLAGS.cache_slots, FLAGS.seq_len, FLAGS.micro_batch,
                         FLAGS.solve_rows, FLAGS.solve_slots, FLAGS.param_dtype,
