@@ -372,7 +372,7 @@ class Sampler:
                            self._replicated(np.ones((1, t), bool)), t)
     return cache, [r[t:] for r in rows]
 
-  def select_rows(self, cache: KVCache, rows: Sequence[Sequence[int]],
+  def select_rows(self, cache: KVCache, rows: Sequence[int],
                   batch: int | None = None) -> KVCache:
     """The cache of rows `rows` (indices, may repeat), padded to `batch` rows
     (default: the mesh's padded batch) with copies of the first; dialogues that
@@ -420,7 +420,7 @@ class Sampler:
     return sampling
 
   def generate(self, params: Params, rows: Sequence[Sequence[int]], keys: jax.Array,
-               sampling: SamplingParams, cache: KVCache = None,
+               sampling: SamplingParams, cache: KVCache | None = None,
                rows_sampling: distribution.RowSampling | None = None) -> tuple[Generation, KVCache]:
     """Samples a continuation for each row of new tokens.
 

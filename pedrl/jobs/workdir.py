@@ -35,7 +35,7 @@ import ml_collections
 
 from pedrl import distributed, files, paths
 from pedrl.eval import shards
-from pedrl.jobs.settings import DialogueSettings
+from pedrl.jobs.settings import DialogueSettings, OfflineRunSettings
 
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
@@ -105,8 +105,8 @@ def recorded_job(workdir: str) -> str | None:
     return _inferred_job(workdir)
 
 
-def claim(workdir: str, s: DialogueSettings, job: str, config_name: str, main_process: bool = True,
-          want: dict | None = None) -> None:
+def claim(workdir: str, s: DialogueSettings | OfflineRunSettings, job: str, config_name: str,
+          main_process: bool = True, want: dict | None = None) -> None:
   """Checks that `workdir` is empty or holds the run of settings `s`, then records it.
   `want`: the run's identity when it is not a dialogue job's (`identity(s, job)`).
 

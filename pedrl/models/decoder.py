@@ -528,7 +528,7 @@ class Decoder(nn.Module):
     return self.logits(hidden), cache
 
 
-def pool_last(values: jax.Array, mask: jax.Array, tokens: jax.Array = None,
+def pool_last(values: jax.Array, mask: jax.Array, tokens: jax.Array | None = None,
               pad_id: int | None = None) -> jax.Array:
   """values [B, T, ...] at each row's last real token (left or right padding).
 

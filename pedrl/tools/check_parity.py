@@ -63,7 +63,7 @@ flags.DEFINE_integer("seed", 0, "Seed for the random tokens.")
 RTOL = {"float32": 1e-4, "bfloat16": 0.1}
 
 
-def relative_diff(ours: np.ndarray, ref: np.ndarray, mask: np.ndarray = None) -> float:
+def relative_diff(ours: np.ndarray, ref: np.ndarray, mask: np.ndarray | None = None) -> float:
   """max over positions of max|ours - ref| / max|ref| along the last axis (real ones only)."""
   diff, scale = np.abs(ours - ref).max(-1), np.abs(ref).max(-1)
   if mask is not None:  # Before dividing: a padded position's reference may be all zeros.
