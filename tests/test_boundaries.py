@@ -209,7 +209,6 @@ ANNOTATIONS_PENDING = {
     "pedrl/experiments/mathtutorbench.py", "pedrl/experiments/baseline_data.py",
     "pedrl/experiments/mdpo.py", "pedrl/experiments/sft.py", "pedrl/eval/evaluations.py",
     "pedrl/eval/metrics.py", "pedrl/eval/reasoning.py", "pedrl/eval/mathtutorbench/results.py",
-    "pedrl/bench/learning.py",
 }
 
 
