@@ -96,7 +96,7 @@ class ScoredRollouts:
   """The task of pedrl.jobs.sharded: G scored dialogues per problem of the subset."""
   unit = "problem"
 
-  def __init__(self, s, b: settings_lib.BaselineDataSettings, apis) -> None:
+  def __init__(self, s, b: settings_lib.BaselineDataSettings, apis):
     self.s, self.b, self.apis = s, b, apis
     rows, _ = load_problems(s.problems, s.job.seed)
     self.split_size = len(rows)
@@ -104,7 +104,7 @@ class ScoredRollouts:
     self.sizes = len(self.items)
     self.batch_size, self.per_item = s.job.batch_problems, s.job.group_size
 
-  def load(self, mesh) -> None:
+  def load(self, mesh):
     s = self.s
     self.tutor = load_party(s.tutor, mesh, s.job.scan_layers,
                             {"enable_thinking": s.rollout.thinking})
@@ -147,7 +147,7 @@ class ScoredRollouts:
 
 
 @job_main
-def main(config, workdir: str) -> None:
+def main(config, workdir: str):
   s, b = read(config)
   check_paths(s)
   name = workdir_lib.config_name(sys.argv)

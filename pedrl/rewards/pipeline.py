@@ -106,7 +106,7 @@ class RewardPipeline:
     self._tick("uco", clock)
     return assemble.assign(dialogues, self.settings)
 
-  def _count(self, batch: collections.Counter, counts, prefix: str = "") -> None:
+  def _count(self, batch: collections.Counter, counts, prefix: str = ""):
     """The pipeline's own counts: into the running totals and the batch's."""
     for k, v in counts.items():
       self.stats[prefix + k] += v
@@ -123,7 +123,7 @@ class RewardPipeline:
         out[f"{prefix}/{k}"] = v
     return out
 
-  def _collect(self, before: dict, batch: collections.Counter) -> None:
+  def _collect(self, before: dict, batch: collections.Counter):
     """The sources' totals into `stats`; what they counted during this call into the
     batch's counts."""
     for k, v in self._source_counts().items():
