@@ -23,10 +23,13 @@
 
 This module imports neither JAX nor pedrl's models: its checks run before them.
 """
+from collections.abc import Callable
 import contextlib
 import importlib.util
 import os
 import sys
+import types
+from typing import Any
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -76,7 +79,7 @@ def _define_command_flags() -> None:
   app.define_help_flags()
 
 
-def check_job(module: str, args: list[str], read=None) -> None:
+def check_job(module: str, args: list[str], read: Callable[[str], Any] | None=None) -> None:
   """The early check of a job's command line (`args`: its arguments), which a job's
   module (`module`, its name) runs first when started as a command:
 
@@ -158,7 +161,7 @@ def _check_job_flags(argv: list[str], early: bool = False, module: str | None = 
     check_config_job(values["config"], module, dict(_given_flags(argv)).get("config"))
 
 
-def config_module(path: str):
+def config_module(path: str) -> types.ModuleType:
   """A config file imported as a module of its own (not added to sys.modules). Cheap:
   config files import only settings types, no JAX (tests/test_layers.py)."""
   name = "pedrl_config_" + os.path.splitext(os.path.basename(path))[0]
@@ -341,17 +344,17 @@ def input_path(flag: str, value: str | None, checkpoint: bool = False) -> str | 
   return found
 
 
-def _exit(message: str):
+def _exit(message: str) -> None:
   fail(f"{message} (--helpshort lists the flags)")
 
 
-def fail(message: str):
+def fail(message: str) -> None:
   """Ends the command with one `error: …` line and exit code 1 (a mistake main finds)."""
   print(f"error: {message}", file=sys.stderr)
   sys.exit(1)
 
 
-def _adopt_key_flags():
+def _adopt_key_flags() -> None:
   """Makes the flags pedrl's modules define the command's own, for --helpshort."""
   main = sys.argv[0]
   for module, defined in list(flags.FLAGS.flags_by_module_dict().items()):
@@ -382,7 +385,7 @@ def use_compilation_cache(directory: str) -> None:
     os.environ.update({name.upper(): str(value) for name, value in settings.items()})
 
 
-def run(main) -> None:
+def run(main: Callable[[list[str]], Any]) -> None:
   """`absl.app.run(main)` with the quiet logs, one-line flag errors, found configs and
   the compilation cache."""
   _define_command_flags()
@@ -401,7 +404,7 @@ def run(main) -> None:
 
 
 @contextlib.contextmanager
-def help_exits_0():
+def help_exits_0() -> None:
   """absl ends `--help`, `--helpshort` and `--helpfull` with exit code 1, as if they had
   failed; asked for, help is a success (exit 0), as other command lines' help is."""
   try:

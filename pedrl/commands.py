@@ -52,7 +52,7 @@ def usage() -> str:
   return "\n".join(lines)
 
 
-def _fail(message: str):
+def _fail(message: str) -> None:
   print(f"error: {message} (pedrl --help lists the commands)", file=sys.stderr)
   sys.exit(1)
 

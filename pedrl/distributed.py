@@ -11,10 +11,12 @@ A failure on one process ends all of them (`fail_all` and the watch): without it
 others would wait in their next collective until JAX's 300-second shutdown barrier.
 """
 import atexit
+from collections.abc import Callable
 import json
 import os
 import sys
 import threading
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -88,7 +90,7 @@ def barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def broadcast_json(value):
+def broadcast_json(value: Any) -> Any:
   """Process 0's `value` (anything json.dumps takes) on every process; others pass None."""
   if jax.process_count() == 1:
     return value
@@ -100,7 +102,10 @@ def broadcast_json(value):
   return json.loads(bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer))[:size]))
 
 
-def on_main_process(fn, *args, **kwargs):
+T = TypeVar("T")
+
+
+def on_main_process(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
   """fn(*args, **kwargs) run on process 0 only, its result (JSON) on every process; an
   exception it raises is raised on every process alike, so all take the same branch (a
   decision that reads process 0's disk: a record, the free space, what exists)."""
@@ -182,14 +187,14 @@ class _Watch(threading.Thread):
   """Ends this process when another one has reported a failure, or when the coordinator
   (process 0) is gone; the failure's line is this process's last."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     super().__init__(name="pedrl-failure-watch", daemon=True)
     self.finishing = threading.Event()
     # Registered after JAX's shutdown: atexit runs it first, and a normal end's shutdown
     # (the coordinator going away last) is not taken for a failure.
     atexit.register(self.finishing.set)
 
-  def run(self):
+  def run(self) -> None:
     client, me = _client(), jax.process_index()
     lost = 0
     while not self.finishing.wait(_POLL_S):
@@ -208,6 +213,6 @@ class _Watch(threading.Thread):
         process, message = others[0]
         self._end(f"error: process {process} of {jax.process_count()} failed: {message}")
 
-  def _end(self, line: str):
+  def _end(self, line: str) -> None:
     print(line, file=sys.stderr)
     exit_now(EXIT_PEER_FAILED)

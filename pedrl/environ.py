@@ -1,5 +1,6 @@
 """pedrl's settings read from environment variables, parsed without importing JAX, so a
 command can refuse a bad value before it loads anything."""
+from collections.abc import Mapping
 import dataclasses
 import math
 import os
@@ -47,7 +48,7 @@ def _count(value: str | None) -> int:
   return int(value) if value.strip().isdigit() else len(value.split(","))
 
 
-def cluster_processes(env=os.environ) -> int:
+def cluster_processes(env: Mapping[str, str]=os.environ) -> int:
   """The process count a cluster manager's environment shows (SLURM, Open MPI, Cloud TPU;
   the markers jax.distributed reads), 0 when there is none."""
   return max(_count(env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")),
@@ -66,8 +67,8 @@ def _integer(name: str, raw, least: int) -> int | None:
   return value
 
 
-def launch(coordinator_address: str | None = None, num_processes=None, process_id=None,
-           env=os.environ) -> Launch:
+def launch(coordinator_address: str | None = None, num_processes: int | None = None,
+           process_id: int | None = None, env: Mapping[str, str] = os.environ) -> Launch:
   """The launch the flags give, each missing one taken from its JAX_* variable. A partial
   set is refused in one line, except an address alone inside a cluster manager's job
   (jax.distributed then reads the count and id from it)."""
@@ -91,7 +92,7 @@ def launch(coordinator_address: str | None = None, num_processes=None, process_i
   return Launch(address, count, index)
 
 
-def multiple_processes(env=os.environ) -> bool:
+def multiple_processes(env: Mapping[str, str]=os.environ) -> bool:
   """Whether the environment describes a multi-process job (the markers JAX reads)."""
   return bool(env.get(COORDINATOR) or env.get("MEGASCALE_COORDINATOR_ADDRESS")
               or cluster_processes(env) > 1)

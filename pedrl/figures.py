@@ -1,9 +1,15 @@
 """matplotlib for the PNGs pedrl writes (pedrl.tools.plot, the analysis), without a display,
 and what their figures share: colours by name, interval whiskers, writing the files."""
+from collections.abc import Iterable
 import os
+import types
+import typing
+
+if typing.TYPE_CHECKING:  # Annotations only: matplotlib loads in pyplot().
+  import matplotlib.axes
 
 
-def pyplot():
+def pyplot() -> types.ModuleType:
   """matplotlib.pyplot on the Agg backend; one clear ImportError without matplotlib."""
   try:
     import matplotlib
@@ -14,14 +20,15 @@ def pyplot():
   return plt
 
 
-def colors(plt, names) -> dict:
+def colors(plt: types.ModuleType, names: Iterable[str]) -> dict:
   """{name: colour}: matplotlib's colour cycle in the order of `names`, so a run or a
   condition keeps its colour in every figure of a set."""
   palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   return {n: palette[i % len(palette)] for i, n in enumerate(names)}
 
 
-def style_panel(ax, title: str, xlabel: str = "", ylabel: str = "", grid: str = "both"):
+def style_panel(ax: "matplotlib.axes.Axes", title: str, xlabel: str = "", ylabel: str = "",
+                grid: str = "both") -> None:
   """What every panel of pedrl's figures shares: a small title, labels and ticks, and a
   light grid (along `grid`: "x", "y" or "both")."""
   ax.set_title(title, fontsize=9)

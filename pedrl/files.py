@@ -9,10 +9,12 @@ leaves the old file or the new one, never a part. A reader's bad line raises
 the caller's error type (a record error, a shard error) naming file and line.
 """
 import ast
+from collections.abc import Callable, Iterable
 import json
 import os
 import re
 import socket
+from typing import Any, TypeVar
 
 from absl import logging
 
@@ -22,7 +24,10 @@ def _temporary(path: str) -> str:
   return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
 
 
-def write_lines(lines, path: str, mode: str = "a") -> None:
+T = TypeVar("T")
+
+
+def write_lines(lines: Iterable[str], path: str, mode: str = "a") -> None:
   """One synced write of text lines: appended, or (mode "w") replacing `path` atomically."""
   target, path = path, (_temporary(path) if mode == "w" else path)
   with open(path, mode, encoding="utf-8") as f:
@@ -33,7 +38,7 @@ def write_lines(lines, path: str, mode: str = "a") -> None:
     os.replace(path, target)
 
 
-def append_rows(rows, path: str, mode: str = "a") -> None:
+def append_rows(rows: Iterable[dict], path: str, mode: str = "a") -> None:
   """Appends (or, mode "w", writes) JSON values, one a line."""
   write_lines([json.dumps(r) for r in rows], path, mode)
 
@@ -66,7 +71,8 @@ def read_rows(path: str, error: type[Exception] = ValueError) -> list:
   return rows
 
 
-def read_records(path: str, make, what: str, error: type[Exception] = ValueError) -> list:
+def read_records(path: str, make: Callable[[dict], T], what: str,
+                 error: type[Exception] = ValueError) -> list[T]:
   """make(row) of each JSON row of a JSONL file (as `read_rows`); a row `make` refuses
   (ValueError, TypeError, KeyError, AttributeError) raises `error` naming the file, the
   record's number and `what` it is not."""
@@ -87,7 +93,7 @@ def checked_schema(row: dict, version: int, what: str) -> dict:
   return dict(row)
 
 
-def write_json(path: str, value) -> None:
+def write_json(path: str, value: Any) -> None:
   """`value` as indented JSON, synced and renamed over `path` (its folder made)."""
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   tmp = _temporary(path)
@@ -98,7 +104,7 @@ def write_json(path: str, value) -> None:
   os.replace(tmp, path)
 
 
-def read_json(path: str, error: type[Exception] = ValueError):
+def read_json(path: str, error: type[Exception] = ValueError) -> Any:
   """The JSON value of `path`; a file that is not JSON raises `error` naming it."""
   try:
     with open(path, encoding="utf-8") as f:

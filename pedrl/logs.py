@@ -50,14 +50,14 @@ class _AboveBars:
   """absl's stream, printing through tqdm.write: a log line goes above the jobs' progress
   bars instead of into the middle of one."""
 
-  def write(self, text: str):
+  def write(self, text: str) -> None:
     if text.strip():
       tqdm.write(text.rstrip("\n"), file=sys.stderr)
 
-  def flush(self):
+  def flush(self) -> None:
     sys.stderr.flush()
 
-  def close(self):  # absl closes its stream at exit; stderr stays open.
+  def close(self) -> None:  # absl closes its stream at exit; stderr stays open.
     pass
 
 

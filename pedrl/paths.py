@@ -8,8 +8,11 @@ directory), so `--config=experiments/uco.py:tiny` and its `testdata/…` paths
 work from anywhere; a path given as an override on the command line stays
 relative to the current directory.
 """
+from collections.abc import Collection
 import importlib.util
 import os
+
+import ml_collections
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 # How config keys naming files or directories end (tutor.path, rewards.uco.embedder, …).
@@ -62,7 +65,8 @@ def resolve(value: str, root: str) -> str:
   return candidate if os.path.exists(candidate) else value
 
 
-def resolve_config(config, root: str, skip=(), prefix: str = "") -> None:
+def resolve_config(config: ml_collections.ConfigDict, root: str, skip: Collection[str] = (),
+                   prefix: str = "") -> None:
   """Resolves, in place, every path-named string value of a config (a locked
   ml_collections ConfigDict still takes new values), except the dotted keys in `skip`:
   values the user gave on the command line, which are relative to where they typed."""
@@ -74,7 +78,7 @@ def resolve_config(config, root: str, skip=(), prefix: str = "") -> None:
       config[key] = resolve(value, root)
 
 
-def load_config(file: str, variant: str = ""):
+def load_config(file: str, variant: str = "") -> ml_collections.ConfigDict:
   """experiments/FILE (e.g. "uco.py") of pedrl's repository: get_config(variant), its
   relative paths resolved; for code that builds a job without the command line."""
   path = os.path.join(repo_root(), "experiments", file)

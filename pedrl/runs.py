@@ -5,12 +5,14 @@ Below pedrl.rl and pedrl.eval: evaluation, serving and export read a trained
 tutor without the training code; pedrl.rl.checkpoint writes and restores the
 whole train state with the same checksums and errors.
 """
+from collections.abc import Iterator
 import contextlib
 import dataclasses
 import json
 import logging as std_logging
 import os
 import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,14 +54,14 @@ def _leaf_checksums(tree):
   return jax.tree.map(one, tree)
 
 
-def checksums(state) -> dict:
+def checksums(state: Any) -> dict:
   """{leaf path: checksum of its values}: independent of how orbax lays out the files."""
   values = sharding.to_host(_leaf_checksums(state))
   return {jax.tree_util.keystr(path): int(v)
           for path, v in jax.tree_util.tree_leaves_with_path(values)}
 
 
-def verify(state, saved: dict) -> None:
+def verify(state: Any, saved: dict) -> None:
   """ValueError unless `state`'s checksums equal `saved` (from a step's metadata)."""
   got = checksums(state)
   bad = sorted(k for k in set(saved) | set(got) if saved.get(k) != got.get(k))
@@ -88,7 +90,7 @@ class _OrbaxErrors(std_logging.Filter):
 
 
 @contextlib.contextmanager
-def orbax_errors_muted():
+def orbax_errors_muted() -> Iterator[None]:
   logger, quiet = std_logging.getLogger("absl"), _OrbaxErrors()
   logger.addFilter(quiet)
   try:
@@ -125,8 +127,8 @@ class TrainedTutor:
   step: int
 
 
-def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = True, mesh=None,
-                  **runtime) -> TrainedTutor:
+def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = True,
+                  mesh: jax.sharding.Mesh | None = None, **runtime: Any) -> TrainedTutor:
   """The tutor a training workdir saved at `step` (None: the latest), for evaluating,
   serving or exporting it without a copy.
 

@@ -5,12 +5,15 @@ along their embedding dimension) and `tensor` (Megatron-style splits of heads,
 MLP width and vocabulary). A dimension that an axis does not divide is left
 replicated, so the same rules serve 0.5B and 14B models and any GQA ratio.
 """
+from collections.abc import Iterable, Sequence
 import contextlib
 import math
 import re
+from typing import Any
 
 import jax
 import numpy as np
+from numpy.typing import ArrayLike
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -29,7 +32,8 @@ RULES = (
 )
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A (data, fsdp, tensor) mesh; one size may be -1 to take the remaining devices."""
   devices = np.asarray(devices if devices is not None else jax.devices())
   sizes = [data, fsdp, tensor]
@@ -46,7 +50,7 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> M
   return Mesh(devices.reshape(sizes), AXES)
 
 
-def host_devices(cores: int, kv_heads) -> int:
+def host_devices(cores: int, kv_heads: Iterable[int]) -> int:
   """How many devices to make of a CPU host's cores for tensor-parallel sampling
   (`jax_num_cpu_devices`, set before jax starts; a `tensor` mesh over them): the most, at
   most one per core, that divide every model's KV heads, so each device keeps whole
@@ -55,7 +59,7 @@ def host_devices(cores: int, kv_heads) -> int:
   return max(n for n in range(1, max(cores, 1) + 1) if all(h % n == 0 for h in kv_heads))
 
 
-def spec_for(path: str, shape, mesh: Mesh) -> P:
+def spec_for(path: str, shape: Sequence[int], mesh: Mesh) -> P:
   """The PartitionSpec of one param, by the first matching rule."""
   for pattern, axes in RULES:
     if re.search(pattern, path) and path.startswith("layers/"):
@@ -65,7 +69,7 @@ def spec_for(path: str, shape, mesh: Mesh) -> P:
   return P()
 
 
-def param_shardings(params, mesh: Mesh):
+def param_shardings(params: Any, mesh: Mesh) -> Any:
   """NamedShardings for a params pytree (arrays or ShapeDtypeStructs)."""
   def one(path, leaf):
     name = "/".join(str(getattr(k, "key", k)) for k in path)
@@ -73,13 +77,13 @@ def param_shardings(params, mesh: Mesh):
   return jax.tree_util.tree_map_with_path(one, params)
 
 
-def context(mesh: Mesh | None):
+def context(mesh: Mesh | None) -> contextlib.AbstractContextManager:
   """`jax.set_mesh(mesh)` (None: no mesh): programs traced inside see the mesh, so the
   decoder can ask that a batch's rows stay split (`shard_rows`)."""
   return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
-def shard_rows(x):
+def shard_rows(x: ArrayLike) -> jax.Array:
   """x [B, ...] constrained to its rows split over the context mesh's batch axes (a
   `context` around the jitted call; without one, x as it is; rows the axes do not
   divide are an error, as batches on a mesh are padded to them). The decoder's whole sequences need it: the embedding table's E axis is split
@@ -111,7 +115,7 @@ def batch_shards(mesh: Mesh | None) -> int:
   return 1 if mesh is None else int(np.prod([mesh.shape[a] for a in BATCH]))
 
 
-def put(x, sharding: NamedSharding):
+def put(x: ArrayLike, sharding: NamedSharding) -> jax.Array:
   """A host array on the devices of `sharding`. On a multi-host mesh every process
   passes the same x and places only the shards its own devices hold."""
   if sharding.is_fully_addressable:
@@ -123,20 +127,20 @@ def put(x, sharding: NamedSharding):
   return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
-def on_device(x):
+def on_device(x: ArrayLike) -> jax.Array:
   """A host array on the default device. A transfer (`jax.device_put`), where
   `jnp.asarray` would compile a program per shape: a rollout's dozens of them."""
   return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
 
 
-def put_rows(x, mesh: Mesh | None):
+def put_rows(x: ArrayLike, mesh: Mesh | None) -> jax.Array:
   """A host array [B, ...] on the devices: rows split over (data, fsdp), or one device."""
   if mesh is None:
     return on_device(x)
   return put(x, batch_sharding(mesh, np.ndim(x)))
 
 
-def to_host(tree):
+def to_host(tree: Any) -> Any:
   """Device arrays → numpy. Arrays whose shards sit partly on other hosts' devices are
   gathered first, so every process reads the same whole values."""
   def one(x):

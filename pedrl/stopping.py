@@ -14,7 +14,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class StopRequest:
   """Context manager; `requested` is the name of the first signal received, or None."""
 
-  def __init__(self, what: str = "the current step"):
+  def __init__(self, what: str = "the current step") -> None:
     self.what, self.requested, self._previous = what, None, {}
 
   def _handle(self, signum, _):
@@ -28,6 +28,6 @@ class StopRequest:
     self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
     return self
 
-  def __exit__(self, *_):
+  def __exit__(self, *_) -> None:
     for s, handler in self._previous.items():
       signal.signal(s, handler)

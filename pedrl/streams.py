@@ -23,6 +23,7 @@ import hashlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 DIALOGUE, PRE_SOLVE, POST_SOLVE, JUDGE, REASONING, AGENT = 0, 1, 2, 3, 4, 5
 
@@ -34,7 +35,7 @@ def _folded_key_data(seed, stream, uids, steps):
   return jax.random.key_data(jax.vmap(fold)(uids, steps))
 
 
-def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:
+def random_keys(seed: int, stream: int, uids: ArrayLike, steps: ArrayLike) -> jax.Array:
   """One PRNG key per (uid, step) pair of `stream`: key(seed) folded with the stream,
   the uid and the step. One compiled program for up to 64 pairs (and one per power of
   two above): eagerly, each fold and each batch size compiled one."""
@@ -46,7 +47,7 @@ def random_keys(seed: int, stream: int, uids, steps) -> jax.Array:
   return jax.random.wrap_key_data(jax.device_put(data[:n]))
 
 
-def sequence_keys(seed: int, ids) -> jax.Array:
+def sequence_keys(seed: int, ids: ArrayLike) -> jax.Array:
   """One PRNG key per sequence id, for sampling outside a dialogue (benchmarks, tools);
   the sampler folds the decode step in."""
   base = jax.random.key(seed)

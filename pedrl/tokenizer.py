@@ -1,12 +1,17 @@
 """Loading a checkpoint's tokenizer, with errors that name the directory."""
 import os
+import typing
+
+if typing.TYPE_CHECKING:  # Annotations only: transformers loads on first use.
+  import transformers
 
 
 class TokenizerError(ValueError):
   """A checkpoint's tokenizer is missing or lacks what a job needs."""
 
 
-def load_tokenizer(path: str, require_chat_template: bool = False):
+def load_tokenizer(path: str,
+                   require_chat_template: bool = False) -> "transformers.PreTrainedTokenizerBase":
   """The Hugging Face tokenizer stored in `path` (never fetched from a hub).
 
   Args:

@@ -189,3 +189,12 @@ def test_a_run_trained_in_other_dialogues_is_told_apart():
   del trained["rollout"]["thinking"]  # A key an older run did not record: not compared.
   assert not any("rollout.thinking" in d for d in conditions.differences(
       trained, _settings("thinking")))
+  # Read by the settings types: the recorded values typed, the keys it had listed.
+  recorded = conditions.recorded(trained)
+  assert recorded.dialogues.rollout.tutor_prompt == "thinking/tutor_general"
+  assert recorded.dialogues.rollout.student_names == tuple(trained["rollout"]["student_names"])
+  assert recorded.dialogues.tutor_max_new_tokens == 1024
+  assert "rollout.thinking" not in recorded.keys and "tutor.max_new_tokens" in recorded.keys
+  trained["rollout"]["scenario"] = "sideways"  # A value today's types refuse: said, not raised.
+  (diff,) = conditions.differences(trained, _settings("thinking"))
+  assert "not readable" in diff and "--config.rollout" in diff and "sideways" in diff

@@ -160,9 +160,9 @@ def test_eval_judges_keep_unparsed_samples_as_none_under_the_lenient_rule():
   assert verdicts[0].decisions == {"leakage": [None, None], "helpfulness": [None, None]}
   assert verdicts[1].decisions == {"leakage": [False, False], "helpfulness": [False, False]}
   out = [judges.labels(v) for v in verdicts]  # As the records keep them.
-  assert out[0] == {"leakage": [None, None], "helpfulness": [None, None]}
-  assert out[1] == {"leakage": ["REJECT", "REJECT"], "helpfulness": ["REJECT", "REJECT"]}
-  assert out[2] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}
+  assert out[0] == judges.Labels([None, None], [None, None], [])
+  assert out[1] == judges.Labels(["REJECT", "REJECT"], ["REJECT", "REJECT"], [])
+  assert out[2] == judges.Labels(["OK", "OK"], ["OK", "OK"], [])
   assert stats["policy/unparsed"] == 4 and stats["parse_failures"] == 4 + 4 + 2
   with pytest.raises(JudgeError, match="more than rewards.max_failed_share"):
     judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
@@ -184,7 +184,7 @@ def test_eval_judges_count_unparsed_samples_as_ok_under_the_strict_rule():
   verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
                           max_failed_share=0.5, stats=stats)  # The default rule: strict.
   out = [judges.labels(v) for v in verdicts]
-  assert out[0] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}
-  assert out[1] == {"leakage": ["REJECT", "REJECT"], "helpfulness": ["REJECT", "REJECT"]}
-  assert out[2] == {"leakage": ["OK", "OK"], "helpfulness": ["OK", "OK"]}
+  assert out[0] == judges.Labels(["OK", "OK"], ["OK", "OK"], [])
+  assert out[1] == judges.Labels(["REJECT", "REJECT"], ["REJECT", "REJECT"], [])
+  assert out[2] == judges.Labels(["OK", "OK"], ["OK", "OK"], [])
   assert stats["policy/ok"] == 4 and stats["parse_failures"] == 4 + 4 + 2

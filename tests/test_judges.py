@@ -65,8 +65,25 @@ def test_parse_score(text, want):
 ])
 def test_strict_parse_is_the_reference_rule(text, want):
   assert judging.parse_decision_strict(text) is want
-  assert judging.parse(text, judging.DECISION) is want  # The default rule.
-  assert judging.parse(text, judging.DECISION, "lenient") is judging.parse_decision(text)
+  answer = judging.parse(text, judging.DECISION)  # The default rule.
+  assert (answer if answer is None else answer.ok) is want
+  lenient = judging.parse(text, judging.DECISION, "lenient")
+  assert (lenient if lenient is None else lenient.ok) is judging.parse_decision(text)
+
+
+def test_a_reply_is_read_once_into_a_typed_answer():
+  """parse is the one place a judge's JSON is read: a frozen Decision or Score with its
+  reasoning; a policy's stand-in has none."""
+  import dataclasses
+  d = judging.parse('{"reasoning": "gives 12 away", "decision": "REJECT"}', judging.DECISION)
+  assert d == judging.Decision(ok=False, reasoning="gives 12 away")
+  s = judging.parse('{"score": "0.7", "reasoning": "plans a question"}', judging.SCORE)
+  assert s == judging.Score(score=0.7, reasoning="plans a question")
+  assert judging.parse('{"score": 2}', judging.SCORE) is None
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    d.ok = True
+  assert judging.filled(judging.DECISION, accept=True) == judging.Decision(True, None)
+  assert judging.filled(judging.SCORE, accept=False) == judging.Score(0.0, None)
 
 
 def test_judge_settings_default_to_the_reference_rule():

@@ -9,6 +9,7 @@ clients name their counters, which jobs sum per shard), so a run can report what
 an agent cost per instance.
 """
 import collections
+from collections.abc import Sequence
 
 from pedrl import streams
 from pedrl.engine.distribution import SamplingParams
@@ -18,7 +19,7 @@ from pedrl.env import party as party_lib
 class Usage(collections.Counter):
   """calls, prompt_tokens, completion_tokens, prompts_cut, and calls/<stage>."""
 
-  def add(self, stage: str, prompt_tokens: int, completion_tokens: int, cut: bool = False):
+  def add(self, stage: str, prompt_tokens: int, completion_tokens: int, cut: bool = False) -> None:
     self["calls"] += 1
     self[f"calls/{stage}"] += 1
     self["prompt_tokens"] += prompt_tokens
@@ -36,7 +37,7 @@ class LocalBackbone:
   """
 
   def __init__(self, party, sampling: SamplingParams, seed: int = 0, batch: int = 64,
-               truncate_prompts: bool = False):
+               truncate_prompts: bool = False) -> None:
     self.party, self.seed, self.batch = party, seed, batch
     self.sampling = party.sampler.with_stops(sampling)
     self.truncate_prompts = truncate_prompts
@@ -47,7 +48,8 @@ class LocalBackbone:
                                  self.sampling.max_new_tokens, self.truncate_prompts,
                                  "a backbone prompt")
 
-  def chat(self, conversations, stage: str, uids, steps) -> list:
+  def chat(self, conversations: Sequence[list[dict]], stage: str, uids: Sequence[int],
+           steps: Sequence[int]) -> list:
     texts = []
     for lo in range(0, len(conversations), self.batch):
       rows, cut = zip(*(self._ids(c) for c in conversations[lo:lo + self.batch]))
@@ -64,11 +66,12 @@ class EndpointBackbone:
   """An OpenAI-compatible chat endpoint (pedrl.clients.openai_compat.OpenAIBackend, with the
   agent's temperature, top_p and max_tokens): concurrent requests, retried by the client."""
 
-  def __init__(self, client):
+  def __init__(self, client) -> None:
     self.client = client
     self.stats = Usage()
 
-  def chat(self, conversations, stage: str, uids, steps) -> list:
+  def chat(self, conversations: Sequence[list[dict]], stage: str, uids: Sequence[int],
+           steps: Sequence[int]) -> list:
     del uids, steps  # The endpoint samples on its own.
     out = []
     for r in self.client.chat(conversations):

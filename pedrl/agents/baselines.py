@@ -11,10 +11,13 @@ one line and stops at the first line break, and the tutoring tasks stop at a
 blank line. A reply still unread after the rounds falls back to its raw text
 (counted in `Trace.fallbacks`).
 """
+from collections.abc import Sequence
+
 import pydantic
 
 from pedrl.agents import structured
 from pedrl.agents.structured import user_turn
+from pedrl.agents.cpa.agent import Instance
 from pedrl.agents.cpa.state import StepRecord, Texts, Trace
 from pedrl.rewards import asking
 
@@ -40,7 +43,7 @@ class Prompting:
     self.backbone, self.method, self.rounds = backbone, method, rounds
     self.stats = asking.AskStats()
 
-  def run(self, instances) -> list[Trace]:
+  def run(self, instances: Sequence[Instance]) -> list[Trace]:
     convs = [user_turn(f"baselines/{self.method}", task_input=i.text) for i in instances]
     got, raw = structured.ask(self.backbone, convs, _Final, self.method,
                               [i.uid for i in instances], [0] * len(instances), self.rounds,
@@ -60,11 +63,11 @@ class SkeletonOfThought:
   """An outline, then every point expanded in parallel (Ning et al. 2023)."""
   method = "sot"
 
-  def __init__(self, backbone, points: int = 4, rounds: int = 3):
+  def __init__(self, backbone, points: int = 4, rounds: int = 3) -> None:
     self.backbone, self.points, self.rounds = backbone, points, rounds
     self.stats = asking.AskStats()
 
-  def run(self, instances) -> list[Trace]:
+  def run(self, instances: Sequence[Instance]) -> list[Trace]:
     uids = [i.uid for i in instances]
     got, raw = structured.ask(self.backbone, [
         user_turn("baselines/sot_outline", task_input=i.text, points=self.points)

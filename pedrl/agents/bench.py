@@ -9,8 +9,9 @@ and labels the prompts do not show. Traces come back per reply and are stored in
 BenchRecords (`pedrl.tools.show_trace` prints them).
 """
 import dataclasses
+from collections.abc import Sequence
 
-from pedrl.agents import baselines
+from pedrl.agents import baselines, structured
 from pedrl.agents.cpa import agent as cpa
 from pedrl.engine import stops
 # Re-exported: defined there, importable without JAX.
@@ -18,7 +19,8 @@ from pedrl.agents.settings import BASELINES, METHODS
 
 
 
-def build(method: str, backbone, settings: cpa.CPASettings):
+def build(method: str, backbone: structured.Backbone,
+          settings: cpa.CPASettings) -> cpa.CPA | baselines.Prompting | baselines.SkeletonOfThought:
   """The agent of `method`: "cpa" (all modules), an ablation such as "no_m1", or a baseline."""
   if method == "cpa":
     return cpa.CPA(backbone, settings, "full")
@@ -35,10 +37,11 @@ class AgentPolicy:
   """A MathTutorBench policy (pedrl.eval.mathtutorbench.runner) played by an agent."""
   traced = True
 
-  def __init__(self, agent):
+  def __init__(self, agent) -> None:
     self.agent = agent
 
-  def __call__(self, prompts, stop, uids, task: str) -> tuple[list, list, list]:
+  def __call__(self, prompts: Sequence[str], stop: Sequence[str], uids: Sequence[int],
+               task: str) -> tuple[list, list, list]:
     instances = [cpa.Instance(int(u), task, p) for u, p in zip(uids, prompts)]
     traces = self.agent.run(instances)
     replies = [t.response[:stops.find_stop(t.response, tuple(stop))[0]].strip()

@@ -10,6 +10,8 @@ the rounds comes back as None, for the agent's explicit fallback, and is
 counted (`AskStats`: parse_failures, reasks, api_errors).
 """
 import json
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pydantic
 
@@ -23,16 +25,24 @@ class Schema(pydantic.BaseModel):
   model_config = pydantic.ConfigDict(extra="ignore", coerce_numbers_to_str=True)
 
 
+class Backbone(Protocol):
+  """The model an agent's stages ask (pedrl.agents.backbone: a local model or an endpoint):
+  per conversation its reply text; `uids` and `steps` seed a local model's samples."""
+
+  def chat(self, conversations: Sequence[list[dict]], stage: str, uids: Sequence[int],
+           steps: Sequence[int]) -> list[str]: ...
+
+
 class AgentError(RuntimeError):
   """A backbone that cannot answer at all (an endpoint down, a wrong reply count)."""
 
 
-def user_turn(prompt: str, **variables) -> list[dict]:
+def user_turn(prompt: str, **variables: Any) -> list[dict]:
   """A stage's conversation: one user message, the prompt `prompt` (pedrl.env.prompts)."""
   return [{"role": "user", "content": prompts.render(prompt, **variables)}]
 
 
-def parse(text: str, schema: type[Schema]):
+def parse(text: str, schema: type[Schema]) -> Schema | None:
   """`schema` read from `text`, or None."""
   obj = files.json_object(text or "")
   if obj is None:
@@ -50,8 +60,9 @@ def keys_note(schema: type[Schema]) -> str:
           f"with the keys {keys}.")
 
 
-def ask(backbone, conversations, schema: type[Schema], stage: str, uids, steps,
-        rounds: int, stats: asking.AskStats) -> tuple[list, list]:
+def ask(backbone: Backbone, conversations: Sequence[list[dict]], schema: type[Schema], stage: str,
+        uids: Sequence[int], steps: Sequence[int], rounds: int,
+        stats: asking.AskStats) -> tuple[list, list]:
   """(per conversation its reply read as `schema` or None after `rounds` rounds, and
   its last reply's raw text: what a fallback may keep).
 

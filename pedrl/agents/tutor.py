@@ -31,7 +31,7 @@ def _key(messages) -> str:
   return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
 
 
-def transcript(conversation) -> str:
+def transcript(conversation: Sequence[dict]) -> str:
   """The tutor's view as the agent's task input: the system prompt, then the turns."""
   who = {"user": "Student", "assistant": "Tutor"}
   parts = [m["content"] if m["role"] == "system" else f"{who.get(m['role'], m['role'])}: "
@@ -43,7 +43,7 @@ class AgentTutor:
   """A tutor side played by an agent (CPA, an ablation or a baseline): a
   pedrl.env.party.Replier, as an endpoint is."""
 
-  def __init__(self, agent, max_new_tokens: int = 0):
+  def __init__(self, agent, max_new_tokens: int = 0) -> None:
     self.agent, self.max_new_tokens = agent, max_new_tokens
     self.memories: dict[str, cpa.Memory] = {}
     self.traces: list[Trace] = []  # Every turn's trace, in order (for a caller that keeps them).

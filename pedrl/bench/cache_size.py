@@ -42,7 +42,7 @@ timing.define_scan_layers(True)
 timing.define_repeats("size")
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   shape = decoder("qwen2", FLAGS.vocab, FLAGS.hidden, FLAGS.layers, FLAGS.heads,
                   FLAGS.kv_heads, FLAGS.intermediate, 32768)
@@ -54,7 +54,7 @@ def main(argv):
   keys = sequence_keys(0, np.arange(FLAGS.batch))
   one_layer = FLAGS.batch * cfg.num_kv_heads * cfg.head_dim  # Elements per slot of one layer.
 
-  def prefilled(slots, timed=False):
+  def prefilled(slots, timed: bool = False):
     cache = jax.block_until_ready(sampler.new_cache(FLAGS.batch, slots))
     t = time.perf_counter()
     cache = jax.block_until_ready(sampler.extend(params, cache, [p[:-1] for p in prompts]))

@@ -1,6 +1,7 @@
 """Counting the XLA programs a block of code compiles (or loads from the persistent cache)."""
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import jax
 
@@ -32,16 +33,16 @@ class Programs:
 
 
 @contextlib.contextmanager
-def compilations():
+def compilations() -> Iterator[Programs]:
   """Programs made in the block: the engine's compile-event listener
   (`engine.compiler.compilations`) for their seconds, plus jax's cache-hit events."""
   out = Programs()
 
-  def on_event(event, **_):
+  def on_event(event, **_) -> None:
     if event == CACHE_HIT:
       out.cache_hits += 1
 
-  def on_duration(event, secs, **_):
+  def on_duration(event, secs, **_) -> None:
     if event == STORED:
       out.stored += 1
     elif event == TRACE:

@@ -48,14 +48,14 @@ def shape() -> ModelConfig:
   return SMOLLM2
 
 
-def made(block) -> tuple[float, float, float]:
+def made(block: compiles.Programs) -> tuple[float, float, float]:
   """Seconds tracing, lowering and compiling what `block()` runs."""
   with compiles.compilations() as c:
     block()
   return c.traced, c.lowered, sum(c.seconds)
 
 
-def measure(cfg: ModelConfig):
+def measure(cfg: ModelConfig) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
   """(prefill, sampling) seconds (trace, lower, compile) of a fresh process's first calls."""
   jax.clear_caches()
   sampler = Sampler(build_model(cfg))
@@ -64,19 +64,19 @@ def measure(cfg: ModelConfig):
   rows = rng.integers(3, min(cfg.vocab_size, 32000), (FLAGS.rows, FLAGS.prompt)).tolist()
   cache = None
 
-  def prefill():
+  def prefill() -> None:
     nonlocal cache
     cache = sampler.extend(params, sampler.new_cache(FLAGS.rows, FLAGS.slots),
                            [r[:-1] for r in rows])
     jax.block_until_ready(cache)
 
-  def sample():
+  def sample() -> None:
     sampler.generate(params, [r[-1:] for r in rows], sequence_keys(0, np.arange(FLAGS.rows)),
                      SamplingParams(FLAGS.new_tokens, top_k=50, stop_token_ids=()), cache=cache)
   return made(prefill), made(sample)
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   # Every program compiled afresh: no persistent cache, no program store.
   jax.config.update("jax_enable_compilation_cache", False)

@@ -131,7 +131,7 @@ def table(results: Results) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   if len(argv) != 2:
     print("usage: python -m pedrl.bench.gpu_summary RESULTS.txt", file=sys.stderr)
     return 2

@@ -1,10 +1,12 @@
 """What the engine's compiled programs hold: the decode program's optimized HLO, and
 the buffer copies and collectives inside its loops (used by bench.cache_size and tests)."""
 import re
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from pedrl.engine import Sampler, SamplingParams, sampling, sequence_keys
+from pedrl.models.decoder import KVCache, Params
 
 # With their asynchronous forms' starts (a GPU's).
 COLLECTIVES = tuple(op + start for op in ("all-reduce", "all-gather", "reduce-scatter",
@@ -12,7 +14,7 @@ COLLECTIVES = tuple(op + start for op in ("all-reduce", "all-gather", "reduce-sc
                     for start in ("", "-start"))
 
 
-def loop_ops(hlo: str, ops) -> list[tuple[str, str]]:
+def loop_ops(hlo: str, ops: Iterable[str]) -> list[tuple[str, str]]:
   """(op, result type) of each instruction named in `ops` (e.g. "copy", "all-reduce")
   inside the while loops' bodies of an optimized HLO module's text; a tuple result's
   type is its whole parenthesized list."""
@@ -41,7 +43,8 @@ def loop_copies(hlo: str, min_elements: int) -> list[str]:
   return found
 
 
-def decode_hlo(sampler: Sampler, params, cache, rows, sp: SamplingParams) -> tuple[str, int]:
+def decode_hlo(sampler: Sampler, params: Params, cache: KVCache, rows: Sequence[Sequence[int]],
+               sp: SamplingParams) -> tuple[str, int]:
   """(optimized HLO, window) of the program `sampler.generate(params, rows, ..., sp,
   cache)` runs: the engine's own jitted decode function, lowered for these arguments
   as the sampler runs it (its rows placed on its mesh, `Sampler.on_mesh`)."""

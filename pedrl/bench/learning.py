@@ -23,9 +23,11 @@ the last (WORKDIR/samples/). A run that learns ends clearly above its start.
 Not a test: minutes on a CPU for the testdata models, hours for SmolLM2.
 """
 import json
+from collections.abc import Sequence
 import os
 import sys
 
+import ml_collections
 import numpy as np
 from absl import flags
 from tqdm import tqdm
@@ -62,7 +64,7 @@ def pick_model(model: str | None) -> str:
 
 
 def config(steps: int, lr: float, max_tutor_share: float | None = None, model: str = TESTDATA,
-           max_tutor_words: int | None = None):
+           max_tutor_words: int | None = None) -> ml_collections.ConfigDict:
   c = paths.load_config("pedagogical_rl.py", "tiny")
   c.rewards.components = "pedagogy:1"
   c.solve.post_dialogue = False
@@ -95,14 +97,14 @@ def config(steps: int, lr: float, max_tutor_share: float | None = None, model: s
   return c
 
 
-def windows(rewards, width: int) -> list[tuple[int, int, float]]:
+def windows(rewards: Sequence[float], width: int) -> list[tuple[int, int, float]]:
   """(first step, last step, mean reward) of each run of `width` steps (the last may be
   shorter)."""
   return [(i + 1, min(i + width, len(rewards)), float(np.mean(rewards[i:i + width])))
           for i in range(0, len(rewards), width)]
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   model = pick_model(FLAGS.model)
   real = model != TESTDATA

@@ -10,6 +10,7 @@ wall time says how long the device sat idle between them (launch gaps, host work
 table says which kernels to make faster.
 """
 import dataclasses
+from collections.abc import Callable, Iterable
 import glob
 import os
 import re
@@ -40,7 +41,7 @@ def kind(op: str, kernel: str = "") -> str:
   return next((name for name, pattern in _KINDS if pattern.search(text)), "other")
 
 
-def busy_seconds(intervals) -> float:
+def busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:
   """Length of the union of (start_ns, duration_ns) intervals, in seconds."""
   total, end = 0, None
   for start, duration in sorted(intervals):
@@ -124,7 +125,7 @@ def _op_events(data):
   return events, ", ".join(sorted(where)) or "nowhere"
 
 
-def leaves(events):
+def leaves(events: Iterable[tuple]) -> list[tuple]:
   """The events of one host timeline that hold no other: a CPU `while` or `conditional`
   op spans the ops of its body, which would count twice."""
   events = sorted(events, key=lambda e: (e[2], -e[3]))
@@ -150,7 +151,7 @@ def read(path: str, wall_s: float) -> Profile:
   return Profile(wall_s, busy, tuple(ops), where)
 
 
-def trace(fn, keep: str | None = None) -> Profile:
+def trace(fn: Callable[[], object], keep: str | None = None) -> Profile:
   """Runs fn() once under jax.profiler (compile it first: a first call's compiling would
   be traced too) and returns where its time went; `keep`: a path to save the trace to
   (an .xplane.pb, for TensorBoard's or XProf's viewers)."""
@@ -174,7 +175,7 @@ def define_flags() -> None:
                       "NAME.xplane.pb (TensorBoard's or XProf's viewers read it).")
 
 
-def show(fn, name: str, top: int, trace_dir: str = "") -> Profile | None:
+def show(fn: Callable[[], object], name: str, top: int, trace_dir: str = "") -> Profile | None:
   """Traces fn() and prints its op table under `name` when top > 0."""
   if top <= 0:
     return None

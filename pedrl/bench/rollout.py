@@ -62,6 +62,8 @@ stop a turn (turns of random lengths), and dialogues end at different turns on
 alone and prints no speedup.
 """
 import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
 import os
 import tempfile
 import time
@@ -74,7 +76,7 @@ from pedrl.bench import compiles, timing
 from pedrl.engine import SamplingParams, programs, shapes
 from pedrl.env import chat, party as party_lib, prompts, rollout
 from pedrl.env.dialogue import GUIDED, STUDENT, TUTOR
-from pedrl.env.problems import load_bigmath
+from pedrl.env.problems import Problem, load_bigmath
 from pedrl.models import architectures
 from pedrl.models.decoder import KVCache
 from pedrl.tokenizer import load_tokenizer
@@ -158,7 +160,7 @@ def model_kv_heads(path: str) -> list[int]:
   return [models.from_hf(path).num_kv_heads] * 2
 
 
-def cpu_mesh(devices: int):
+def cpu_mesh(devices: int) -> jax.sharding.Mesh | None:
   """A `tensor` mesh over the first `devices` CPU devices; None for one device, or where
   jax runs on an accelerator (--cpu_devices is a CPU's setting)."""
   if devices <= 1 or jax.default_backend() != "cpu":
@@ -205,7 +207,8 @@ def save_models(path: str, shape: dict | None = None, configs: dict | None = Non
   return paths, sizes[TUTOR]
 
 
-def system_views(problems, settings: rollout.RolloutSettings):
+def system_views(problems: Sequence[Problem],
+                 settings: rollout.RolloutSettings) -> tuple[list[list[dict]], list[list[dict]]]:
   """Each side's opening view of every dialogue, as `rollout.run` builds it (no personas)."""
   view = lambda name: [[{"role": "system", "content": prompts.render(name, problem=p.problem)}]
                        for p in problems]
@@ -218,7 +221,7 @@ def system_views(problems, settings: rollout.RolloutSettings):
 CACHE_KEYWORD_SINCE = (5, 24)
 
 
-def cache_kwargs(cache) -> dict:
+def cache_kwargs(cache: Any) -> dict:
   """`generate`'s keyword for a cache carried across calls, in this transformers' spelling."""
   import transformers
   version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
@@ -229,7 +232,7 @@ class _TransformersSide:
   """One side of a transformers loop: its model, every dialogue's view (roles as in
   `rollout.run`) and, when carrying KV, all tokens fed so far and their cache."""
 
-  def __init__(self, model, fmt: chat.ChatFormat, views, carry_kv: bool):
+  def __init__(self, model, fmt: chat.ChatFormat, views, carry_kv: bool) -> None:
     import transformers
     self.model, self.fmt, self.views, self.carry_kv = model, fmt, views, carry_kv
     self.fed = [0] * len(views)  # Messages of each view already in the cache.
@@ -271,8 +274,9 @@ class _TransformersSide:
     return texts
 
 
-def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bool,
-                        device: str = "cpu", dtype: str = "float32"):
+def transformers_runner(paths: tuple[str, str], problems: Sequence[Problem],
+                        settings: rollout.RolloutSettings, new_tokens: int, carry_kv: bool,
+                        device: str = "cpu", dtype: str = "float32") -> Callable[..., Workload]:
   """run(n) rolling out n-message dialogues with transformers' generate (torch)."""
   import torch
   import transformers
@@ -303,7 +307,7 @@ def transformers_runner(paths, problems, settings, new_tokens: int, carry_kv: bo
   return run
 
 
-def stop_ids(tokenizer, rate: float) -> tuple:
+def stop_ids(tokenizer: Any, rate: float) -> tuple:
   """Every round(1 / rate)-th id of the tokenizer, the end marker left out: about that
   share of the sampled tokens ends a turn (the models sample ids near uniformly)."""
   if not rate:
@@ -312,9 +316,11 @@ def stop_ids(tokenizer, rate: float) -> tuple:
   return tuple(i for i in range(0, len(tokenizer), max(1, round(1 / rate))) if i != never)
 
 
-def pedrl_runner(paths, problems, settings, new_tokens: int, group_size: int = 1,
-                 stop_rate: float = 0.0, scan_layers: bool = False, mesh=None,
-                 fixed: bool = True):
+def pedrl_runner(paths: tuple[str, str], problems: Sequence[Problem],
+                 settings: rollout.RolloutSettings, new_tokens: int, group_size: int = 1,
+                 stop_rate: float = 0.0, scan_layers: bool = False,
+                 mesh: jax.sharding.Mesh | None = None,
+                 fixed: bool = True) -> tuple[Callable[..., Workload], list[party_lib.Party]]:
   """run(n) rolling out n-message dialogues with `pedrl.env.rollout.run`; and the parties
   (on `mesh`, None: one device). `fixed`: the random models' workload, where no dialogue
   ends before its last message (checked)."""
@@ -366,7 +372,7 @@ def measure(runs: dict, n: int, repeats: int, fixed: bool = True) -> dict:
   return out
 
 
-def cache_megabytes(party, slots: int, rows: int) -> float:
+def cache_megabytes(party: party_lib.Party, slots: int, rows: int) -> float:
   """Bytes of one pedrl KV cache of `slots` slots per row, in MB."""
   shapes = jax.eval_shape(lambda: KVCache.zeros(party.sampler.cfg, rows, slots))
   return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) / 1e6
@@ -384,7 +390,7 @@ def _described(side: str, party, n_params: int | None, model: str | None = None)
 
 def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: int,
                   group_size: int, new_tokens: int, stop_rate: float, repeats: int, settings,
-                  mesh, model: str | None = None):
+                  mesh, model: str | None = None) -> None:
   import torch
   limit = rollout.cache_slots(parties[TUTOR], settings, new_tokens)  # Each side's, as run sets it.
   where = (torch.cuda.get_device_name() if torch_device.startswith("cuda")
@@ -408,7 +414,7 @@ def _print_header(parties, n_params, torch_device: str, batch: int, dialogues: i
         f"{'idle_rows':>11}{'idle_steps':>12}", flush=True)
 
 
-def _print_rows(n: int, by_engine: dict):
+def _print_rows(n: int, by_engine: dict) -> None:
   share = lambda x: "-" if x is None else f"{x:.1%}"
   for name in ENGINES:
     if name not in by_engine:
@@ -422,10 +428,10 @@ def _print_rows(n: int, by_engine: dict):
           f"{share(w.idle_steps):>12}", flush=True)
 
 
-def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
+def report(shape: str, dialogues: int, lengths: Sequence[int], new_tokens: int, repeats: int,
            max_conversation_tokens: int = rollout.RolloutSettings.max_conversation_tokens,
            torch_device: str = "cpu", group_size: int = 1, stop_rate: float = 0.0,
-           layers: int = 0, engines=ENGINES, scan_layers: bool = False,
+           layers: int = 0, engines: Sequence[str] = ENGINES, scan_layers: bool = False,
            cpu_devices: int = 1, model: str | None = None) -> dict:
   """Runs `engines` (pedrl always) at every length and prints the table; results by
   length. `shape`: a size's name (SIZES, REAL_SIZES) or Qwen2 fields for both sides;
@@ -442,7 +448,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   results = {}
   start = time.perf_counter()
 
-  def setup(what):  # At real shapes the setup takes minutes: a run cut short says where.
+  def setup(what) -> None:  # At real shapes the setup takes minutes: a run cut short says where.
     print(f"setup: {what} at {time.perf_counter() - start:.1f} s", flush=True)
 
   with tempfile.TemporaryDirectory() as path:
@@ -486,7 +492,7 @@ def report(shape, dialogues: int, lengths, new_tokens: int, repeats: int,
   return results
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   cli.require("bench.rollout (transformers on PyTorch beside pedrl)", "torch")
   size = FLAGS.size

@@ -1,6 +1,8 @@
 """What this machine can do: peak matmul FLOP/s and memory bandwidth, measured with XLA."""
 import time
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -20,7 +22,7 @@ PEAK_FLOPS = {
 DEVICE_MEMORY = {"H200": 141e9, "H100": 80e9, "A100": 80e9, "A100-SXM4-40GB": 40e9}
 
 
-def by_kind(table: dict, kind: str | None = None):
+def by_kind(table: dict, kind: str | None = None) -> Any:
   """The entry of `table` for a device kind (default: the first device's), or None."""
   kind = jax.local_devices()[0].device_kind if kind is None else kind
   names = [name for name in table if name in kind]
@@ -37,7 +39,7 @@ def _best_time(fn, *args, repeats: int = 5) -> float:
   return best
 
 
-def peak_matmul_flops(n: int = 2048, dtype=jnp.float32) -> float:
+def peak_matmul_flops(n: int = 2048, dtype: jnp.dtype = jnp.float32) -> float:
   """FLOP/s of one large square matmul (the best this backend does)."""
   a = jnp.ones((n, n), dtype)
   return 2 * n ** 3 / _best_time(jax.jit(lambda x: x @ x), a)

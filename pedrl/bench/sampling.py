@@ -18,6 +18,8 @@ both peaks measured here with XLA (`pedrl.bench.roofline`).
 """
 import os
 import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
 import time
 
 from absl import app
@@ -30,6 +32,8 @@ from pedrl import models
 from pedrl.bench import profile, roofline, timing
 from pedrl.engine import Sampler, SamplingParams, sequence_keys
 from pedrl.models import architectures, costs
+from pedrl.models.config import ModelConfig
+from pedrl.models.decoder import Decoder, Params
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("device_profile", "cpu", ["cpu", "gpu"], "cpu: vs transformers; gpu: 7B bf16 decode.")
@@ -64,7 +68,7 @@ CASES = {"small": ("small", None, 0), "medium": ("medium", None, 0),
          "medium_cache": ("medium", 320, 4096)}
 
 
-def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
+def step_cost(cfg: ModelConfig, batch: int, cache_len: int, dtype_bytes: int) -> tuple[int, int]:
   """(matmul FLOPs, bytes read) of one decode step of `batch` rows: the matmuls' weights
   (`costs.matmul_params`) once, and each row's keys and values."""
   weights = costs.matmul_params(cfg)
@@ -72,7 +76,8 @@ def step_cost(cfg, batch: int, cache_len: int, dtype_bytes: int):
   return 2 * batch * weights, weights * dtype_bytes + cache
 
 
-def transformers_runner(path, prompts, top_p):
+def transformers_runner(path: str, prompts: Sequence[Sequence[int]],
+                        top_p: float) -> Callable[[int], Any]:
   """run(n) sampling n tokens with transformers' generate (torch, float32)."""
   import torch
   import transformers
@@ -88,7 +93,8 @@ def transformers_runner(path, prompts, top_p):
   return run
 
 
-def pedrl_runner(model, params, prompts, top_p, cache_slots: int = 0):
+def pedrl_runner(model: Decoder, params: Params, prompts: Sequence[Sequence[int]], top_p: float,
+                 cache_slots: int = 0) -> Callable[[int], Any]:
   """run(n) sampling n tokens with pedrl's Sampler, in a fresh cache of `cache_slots`
   slots (0: sized for the prompt and the n tokens)."""
   sampler = Sampler(model)
@@ -117,7 +123,7 @@ def measure(runs: dict, new_tokens: int, repeats: int) -> dict:
                      compile=max(0.0, first[name] - total[name] - ttft[name])) for name in runs}
 
 
-def cpu_profile():
+def cpu_profile() -> None:
   import torch
   import transformers
   peak, bw = roofline.peak_matmul_flops(), roofline.memory_bandwidth()
@@ -160,7 +166,7 @@ def cpu_profile():
   print(f"min_speedup_vs_transformers={min(speedups):.2f}")
 
 
-def gpu_profile():
+def gpu_profile() -> None:
   from pedrl.models.hf_checkpoint import random_params
   cfg = architectures.get(FLAGS.gpu_size).config(FLAGS.gpu_layers or None, dtype="bfloat16",
                                                  scan_layers=FLAGS.scan_layers,
@@ -197,7 +203,7 @@ def gpu_profile():
     print(f"decode_hbm_utilization_batch{batch}={u:.3f}")
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   if FLAGS.device_profile == "gpu":
     gpu_profile()

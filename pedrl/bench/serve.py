@@ -95,7 +95,7 @@ async def send_all(url: str, bodies: list[dict]) -> list[tuple[float, int, bool]
     await client.close()
 
 
-def measure(model: str, prefix_caching: bool, rng) -> list[dict]:
+def measure(model: str, prefix_caching: bool, rng: np.random.Generator) -> list[dict]:
   options = server.Options(max_num_seqs=FLAGS.max_num_seqs, max_model_len=FLAGS.max_model_len,
                            max_queue=4096, prefix_caching=prefix_caching)
   api, scheduler = server.build(model, served_name="bench", options=options, access_log=False)
@@ -172,7 +172,7 @@ def start_up(model: str, cache: str) -> dict:
       proc.kill()
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   import jax
   model = paths.resolve(FLAGS.model, paths.repo_root())  # testdata/… from any directory.

@@ -31,6 +31,7 @@ per device, XLA's against the plan's for that mesh: on CPU, simulate the devices
 with XLA_FLAGS=--xla_force_host_platform_device_count=N.
 """
 import dataclasses
+from collections.abc import Callable, Sequence
 import time
 
 from absl import app, flags
@@ -40,6 +41,7 @@ import numpy as np
 from pedrl import cli, sharding
 from pedrl.bench import compiles, profile, roofline, timing
 from pedrl.models import architectures, costs
+from pedrl.models.config import ModelConfig
 from pedrl.models.decoder import full_attention
 from pedrl.models.hf_checkpoint import build_model, random_params
 from pedrl.rl import batch as batch_lib, memory, update
@@ -48,7 +50,7 @@ from pedrl.rl.trainer import TrainSettings
 FLAGS = flags.FLAGS
 
 
-def define_flags():
+def define_flags() -> None:
   """The command's flags, defined when it runs (other benchmarks define --size and
   --repeats too, and tests import several of them into one process)."""
   flags.DEFINE_enum("size", "tiny", list(architectures.ARCHITECTURES), "Model shape.")
@@ -90,7 +92,7 @@ class Pass:
     return None if peak is None else self.flops / self.seconds / peak
 
 
-def program_bytes(compiled) -> int:
+def program_bytes(compiled: jax.stages.Compiled) -> int:
   """Bytes a compiled program holds while it runs: arguments and outputs (donated
   buffers counted once) and temporaries (XLA's memory analysis)."""
   m = compiled.memory_analysis()
@@ -103,7 +105,7 @@ def device_peak() -> int | None:
   return stats.get("peak_bytes_in_use")
 
 
-def check_fits(size: str, needed: int, seq_len: int, micro_batch: int, remat: bool):
+def check_fits(size: str, needed: int, seq_len: int, micro_batch: int, remat: bool) -> None:
   """A UsageError before compiling when the plan's estimate of the update (with the
   reference beside it) is over what the device can allocate: XLA would fail only after
   minutes of compiling and autotuning. Devices that report no limit (CPU) pass."""
@@ -116,7 +118,8 @@ def check_fits(size: str, needed: int, seq_len: int, micro_batch: int, remat: bo
         f"{limit / 2**30:.1f} GiB: try {hint}")
 
 
-def synthetic_batch(cfg, rows: int, seq_len: int, seed: int = 0) -> batch_lib.TrainBatch:
+def synthetic_batch(cfg: ModelConfig, rows: int, seq_len: int,
+                    seed: int = 0) -> batch_lib.TrainBatch:
   """Full-length random sequences, every token after the first a tutor token with a
   row's random advantage; log-probs filled in by the scoring pass."""
   rng = np.random.default_rng(seed)
@@ -129,7 +132,7 @@ def synthetic_batch(cfg, rows: int, seq_len: int, seed: int = 0) -> batch_lib.Tr
   return batch_lib.TrainBatch(tokens, full, loss, advantages, zeros, zeros)
 
 
-def best_seconds(fn, repeats: int) -> float:
+def best_seconds(fn: Callable[[], object], repeats: int) -> float:
   best = float("inf")
   for _ in range(repeats):
     t = time.perf_counter()
@@ -141,7 +144,7 @@ def best_seconds(fn, repeats: int) -> float:
 def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
             param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
             attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-            mesh=None, profile_top: int = 0, trace_dir: str = "",
+            mesh: jax.sharding.Mesh | None = None, profile_top: int = 0, trace_dir: str = "",
             scan_layers: bool = True) -> dict:
   """The scoring pass and the update at one shape, on one device or over `mesh` (memory
   per device); Pass by name. profile_top > 0: then one more call of each traced, its
@@ -212,7 +215,7 @@ def measure(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
 def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
-           mesh_sizes=(), profile_top: int = 0, trace_dir: str = "",
+           mesh_sizes: Sequence[int] = (), profile_top: int = 0, trace_dir: str = "",
            scan_layers: bool = True) -> dict:
   """Measures and prints the table (on a mesh of `mesh_sizes`, data,fsdp,tensor, if
   given); the passes by name."""
@@ -258,7 +261,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
   return passes
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,

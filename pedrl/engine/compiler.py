@@ -19,9 +19,11 @@ options are part of the program store's key.
 program store, `programs`) rather than running them: throughput figures leave it
 out.
 """
+from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import functools
 import os
+from typing import Any
 
 from absl import logging
 import jax
@@ -74,7 +76,7 @@ def engine_options() -> dict:
   return {}
 
 
-def jit(fn, **kwargs):
+def jit(fn: Callable, **kwargs: Any) -> Callable:
   """jax.jit with the engine's options, compiled on first call (backend known by then);
   its programs go through the program store when one is in use (`programs.use`)."""
   compiled = found = None
@@ -112,11 +114,11 @@ COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
 
 
 @contextlib.contextmanager
-def compilations(events=COMPILE_EVENTS):
+def compilations(events: Sequence[str] = COMPILE_EVENTS) -> Iterator[list[float]]:
   """The seconds of each of jax's `events` in the block (a list, filled as they come)."""
   seconds = []
 
-  def listen(event, secs, **_):
+  def listen(event, secs, **_) -> None:
     if event in events:
       seconds.append(secs)
   jax.monitoring.register_event_duration_secs_listener(listen)

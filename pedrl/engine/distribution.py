@@ -38,12 +38,13 @@ import math
 
 import jax
 import jax.numpy as jnp
+from numpy.typing import ArrayLike
 from flax import struct
 
 from pedrl.engine.params import SamplingParams  # Re-exported: its home before params.py.
 
 
-def token_logprobs(logits, tokens, temperature: float = 1.0):
+def token_logprobs(logits: jax.Array, tokens: jax.Array, temperature: float = 1.0) -> jax.Array:
   """log softmax(logits / temperature) at `tokens`: logits [..., V], tokens [...] -> [...]."""
   logits = logits.astype(jnp.float32) / temperature
   picked = jnp.take_along_axis(logits, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -145,7 +146,8 @@ def _top_p_threshold(probs, p, on, candidates: int | None):
       lambda: pth)
 
 
-def top_k_mask(logits, k: int, search: str | None = None, candidates: int | None = None):
+def top_k_mask(logits: jax.Array, k: int, search: str | None = None,
+               candidates: int | None = None) -> jax.Array:
   """True for the k largest logits of each row [..., V] (and any tied with the k-th)."""
   count = CANDIDATES if candidates is None else candidates
   if filter_search(search, logits.shape) == "top_k" and k <= min(count, logits.shape[-1]):
@@ -155,7 +157,8 @@ def top_k_mask(logits, k: int, search: str | None = None, candidates: int | None
   return logits >= t[..., None]
 
 
-def top_p_mask(probs, p: float, search: str | None = None, candidates: int | None = None):
+def top_p_mask(probs: jax.Array, p: float, search: str | None = None,
+               candidates: int | None = None) -> jax.Array:
   """True for the smallest set of most likely tokens whose mass reaches p (probs [..., V])."""
   probs = probs.astype(jnp.float32)
   if filter_search(search, probs.shape) == "top_k":
@@ -166,7 +169,8 @@ def top_p_mask(probs, p: float, search: str | None = None, candidates: int | Non
   return probs >= t[..., None]
 
 
-def filtered_logits(logits, params: SamplingParams, search: str | None = None):
+def filtered_logits(logits: jax.Array, params: SamplingParams,
+                    search: str | None = None) -> jax.Array:
   """logits / temperature with the tokens that top-k / top-p remove set to -inf."""
   scaled = logits.astype(jnp.float32) / params.temperature
   if params.top_k and params.top_k < logits.shape[-1]:
@@ -177,7 +181,7 @@ def filtered_logits(logits, params: SamplingParams, search: str | None = None):
   return scaled
 
 
-def argmax(logits):
+def argmax(logits: jax.Array) -> jax.Array:
   """First index of each row's maximum (a max and a min-reduce: 3x faster than
   jnp.argmax's variadic reduce on XLA:CPU)."""
   top = jnp.max(logits, axis=-1, keepdims=True)
@@ -191,7 +195,7 @@ def _last_positive(x):
   return jnp.max(jnp.where(x > 0, index, 0), axis=-1)
 
 
-def inverse_cdf(weights, u, block: int = 256):
+def inverse_cdf(weights: jax.Array, u: jax.Array, block: int = 256) -> jax.Array:
   """Index i with cumsum(weights)[i-1] < u * sum(weights) <= cumsum(weights)[i], per row.
 
   weights [B, V] >= 0 (unnormalised), u [B] in (0, 1]. Two levels: pick a block of
@@ -219,7 +223,8 @@ def inverse_cdf(weights, u, block: int = 256):
   return (j * block + jnp.where(before_i >= 0, before_i, after_i)).astype(jnp.int32)
 
 
-def sample(logits, keys, params: SamplingParams, search: str | None = None):
+def sample(logits: jax.Array, keys: jax.Array, params: SamplingParams,
+           search: str | None = None) -> jax.Array:
   """One token per row of logits [B, V]; keys [B] is one PRNG key per row.
 
   Draws by inverting the cumulative distribution with one uniform per row,
@@ -243,12 +248,13 @@ class RowSampling:
   top_p: jax.Array
 
   @classmethod
-  def of(cls, temperature, top_k, top_p):
+  def of(cls, temperature: ArrayLike, top_k: ArrayLike, top_p: ArrayLike) -> "RowSampling":
     return cls(jnp.asarray(temperature, jnp.float32), jnp.asarray(top_k, jnp.int32),
                jnp.asarray(top_p, jnp.float32))
 
 
-def sample_rows(logits, keys, rows: RowSampling, search: str | None = None):
+def sample_rows(logits: jax.Array, keys: jax.Array, rows: RowSampling,
+                search: str | None = None) -> jax.Array:
   """`sample` with each row's own temperature, top-k and top-p: the same draws as
   `sample` with that row's SamplingParams (a filter runs for every row, off where a
   row does not ask for it, and is skipped when no row does: its threshold search

@@ -9,14 +9,15 @@ from pedrl.models.config import ModelConfig
 from pedrl.models.decoder import KVCache
 
 
-def shardings(cfg: ModelConfig, mesh, batch: int) -> KVCache:
+def shardings(cfg: ModelConfig, mesh: jax.sharding.Mesh | None, batch: int) -> KVCache:
   """NamedShardings of a cache: rows over (data, fsdp), KV heads over tensor where they divide."""
   rows = sharding_lib.BATCH if batch % sharding_lib.batch_shards(mesh) == 0 else None
   heads = "tensor" if cfg.num_kv_heads % mesh.shape["tensor"] == 0 else None
   return KVCache.shardings(cfg, mesh, rows, heads)
 
 
-def create(cfg: ModelConfig, batch: int, size: int, mesh=None) -> KVCache:
+def create(cfg: ModelConfig, batch: int, size: int,
+           mesh: jax.sharding.Mesh | None = None) -> KVCache:
   """An empty cache, allocated directly with its sharding when a mesh is given."""
   return _creator(cfg, batch, size, mesh)()
 

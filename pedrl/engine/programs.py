@@ -23,6 +23,7 @@ compiled anew and replaced. The store is trusted like jax's cache (loading an
 executable can run its code): a folder that another user owns or can write is not
 used.
 """
+from collections.abc import Callable, Sequence
 import functools
 import glob
 import hashlib
@@ -32,6 +33,7 @@ import re
 import tempfile
 import threading
 import time
+from typing import Any
 import weakref
 
 from absl import logging
@@ -52,7 +54,8 @@ TRACED_CODE = ("engine/**/*.py", "models/**/*.py", "__init__.py", "sharding.py",
 
 
 @functools.cache
-def sources_digest(root: str = _PACKAGE, patterns=TRACED_CODE, extra: str = "") -> str:
+def sources_digest(root: str = _PACKAGE, patterns: Sequence[str] = TRACED_CODE,
+                   extra: str = "") -> str:
   """sha256 of the .py files under `root` that `patterns` match, and of `extra` (a file
   path), paths and contents: an edit there changes every key."""
   paths = {p for pattern in patterns
@@ -110,7 +113,7 @@ def _argument(x) -> tuple:
           "" if sharding is None else _placement(sharding))
 
 
-def code_digest(fn) -> str:
+def code_digest(fn: Callable) -> str:
   """The digest of the code `fn`'s programs are traced from (`TRACED_CODE` and fn's
   file), taken once per process: `compiler.jit` asks when the engine is imported, so
   keys describe the code that runs, even if the files change later."""
@@ -125,7 +128,7 @@ def _head(fn, options: str, statics: tuple, tree) -> str | None:
   return None if " at 0x" in head else hashlib.sha256(head.encode()).hexdigest()
 
 
-def call_key(fn, jit_kwargs: dict, args: tuple, kwargs: dict) -> str | None:
+def call_key(fn: Callable, jit_kwargs: dict, args: tuple, kwargs: dict) -> str | None:
   """The store's key of fn(*args, **kwargs) jitted with `jit_kwargs`; None when the
   call has no stable key (an address in a static argument, static argument names)."""
   if "static_argnames" in jit_kwargs or kwargs or jax.config.jax_disable_jit:
@@ -158,7 +161,7 @@ class Store:
   """Executables under `directory`, one file per key (written whole, then renamed); past
   `max_bytes` (None or 0: no limit), a write removes the least recently used ones."""
 
-  def __init__(self, directory: str, max_bytes: int | None = None):
+  def __init__(self, directory: str, max_bytes: int | None = None) -> None:
     self.directory = directory
     self.max_bytes = max_bytes
     self._warned = False
@@ -166,7 +169,7 @@ class Store:
   def _path(self, key: str) -> str:
     return os.path.join(self.directory, key[:2], key + ".pkl")
 
-  def load(self, key: str):
+  def load(self, key: str) -> jax.stages.Compiled | None:
     """The stored program, or None (none, or unreadable: it is compiled again)."""
     path = self._path(key)
     if not os.path.exists(path):
@@ -191,7 +194,7 @@ class Store:
       pass
     return program
 
-  def save(self, key: str, compiled) -> None:
+  def save(self, key: str, compiled: jax.stages.Compiled) -> None:
     try:
       blob = pickle.dumps((*serialize_executable.serialize(compiled), _device_ids(compiled)))
     except Exception as e:  # Some executables cannot be serialized: they are just not kept.
@@ -330,7 +333,7 @@ class Programs:
   """One jitted function's programs through the store: `run(jitted, args, kwargs)`
   finds (in this process, then on disk) or compiles the call's program and runs it."""
 
-  def __init__(self, fn, jit_kwargs: dict):
+  def __init__(self, fn, jit_kwargs: dict) -> None:
     self.fn, self.jit_kwargs = fn, jit_kwargs
     self._found = {}
     self._lock = threading.Lock()
@@ -340,7 +343,7 @@ class Programs:
     """Programs found or compiled through the store in this process."""
     return len(self._found)
 
-  def run(self, jitted, args, kwargs):
+  def run(self, jitted: Callable, args: tuple, kwargs: dict) -> Any:
     disk = store()
     key = None if disk is None else call_key(self.fn, self.jit_kwargs, args, kwargs)
     if key is None:

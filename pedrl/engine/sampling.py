@@ -28,6 +28,8 @@ row: the string, or the token as text.
 """
 import dataclasses
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from absl import logging
 import jax
@@ -40,11 +42,15 @@ from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.engine.shapes import (CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below,
                                  left_padded)
-from pedrl.models.decoder import Decoder, KVCache, with_fused_qkv
+from pedrl.models.decoder import Decoder, KVCache, Params, with_fused_qkv
 from pedrl.streams import sequence_keys
 
 
-def next_token_logits(model: Decoder, params, tokens, mask, cache):
+T = TypeVar("T")
+
+
+def next_token_logits(model: Decoder, params: Params, tokens: jax.Array, mask: jax.Array,
+                      cache: KVCache) -> tuple[jax.Array, KVCache]:
   """Runs new tokens through the cache; float32 logits [B, V] at the last slot.
 
   Under a mesh (`Sampler` traces inside its mesh's `sharding.context`) the logits are
@@ -256,7 +262,7 @@ class Sampler:
   def _rows(self, x):
     return sharding_lib.put_rows(x, self.mesh)
 
-  def on_mesh(self, fn, *args):
+  def on_mesh(self, fn: Callable[..., T], *args: Any) -> T:
     """fn(*args) traced under the mesh's context (`next_token_logits` keeps the logits
     whole beside their rows there); the decode programs, or their `.lower`."""
     with sharding_lib.context(self.mesh):
@@ -269,7 +275,7 @@ class Sampler:
 
   # -- Caches ----------------------------------------------------------------
 
-  def new_cache(self, batch: int, size: int):
+  def new_cache(self, batch: int, size: int) -> KVCache:
     """An empty cache for `batch` sequences of up to `size` tokens (both padded)."""
     if size > self.cfg.max_position_embeddings:
       raise ValueError(f"a cache of {size} tokens exceeds the model's context of "
@@ -313,7 +319,8 @@ class Sampler:
     window = min(bucket(end + t + extra, self.buckets), cache.size)
     return self._rows(tokens), self._rows(mask), window
 
-  def extend(self, params, cache, rows, reserve: int = 0):
+  def extend(self, params: Params, cache: KVCache, rows: Sequence[Sequence[int]],
+             reserve: int = 0) -> KVCache:
     """Appends each row's new tokens (e.g. the other speaker's turn) to the cache,
     keeping `reserve` slots free after them (the padding shrinks if it must)."""
     if not any(len(r) for r in rows):
@@ -321,7 +328,8 @@ class Sampler:
     tokens, mask, window = self._chunk(rows, cache, reserve, need_token=False)
     return _extend(self.model, params, cache, tokens, mask, window)
 
-  def prefill_shared(self, params, prompts, copies: int, cache_size: int):
+  def prefill_shared(self, params: Params, prompts: Sequence[Sequence[int]], copies: int,
+                     cache_size: int) -> tuple[KVCache, list[list[int]]]:
     """One prefill per prompt, then `copies` consecutive rows of each (G rollouts).
 
     The last token of each prompt is held back and returned, to be passed as
@@ -364,7 +372,8 @@ class Sampler:
                            self._replicated(np.ones((1, t), bool)), t)
     return cache, [r[t:] for r in rows]
 
-  def select_rows(self, cache, rows, batch: int | None = None):
+  def select_rows(self, cache: KVCache, rows: Sequence[int],
+                  batch: int | None = None) -> KVCache:
     """The cache of rows `rows` (indices, may repeat), padded to `batch` rows
     (default: the mesh's padded batch) with copies of the first; dialogues that
     ended leave the batch this way."""
@@ -375,7 +384,7 @@ class Sampler:
     rows = np.concatenate([rows, np.full(full - rows.size, rows[0], np.int32)])
     return kv_cache.take(cache, self._rows(rows))
 
-  def make_room(self, cache, need: int, limit: int | None = None):
+  def make_room(self, cache: KVCache, need: int, limit: int | None = None) -> tuple[KVCache, int]:
     """The cache and its free slots, made `need` if it can: grown while it has fewer
     than `limit` slots (at least doubled, so a long dialogue grows a few times), then
     compacted (left padding and early stops leave masked gaps).
@@ -410,8 +419,9 @@ class Sampler:
                       list(self.cfg.eos_token_ids) or "no")
     return sampling
 
-  def generate(self, params, rows, keys, sampling: SamplingParams, cache=None,
-               rows_sampling=None):
+  def generate(self, params: Params, rows: Sequence[Sequence[int]], keys: jax.Array,
+               sampling: SamplingParams, cache: KVCache | None = None,
+               rows_sampling: distribution.RowSampling | None = None) -> tuple[Generation, KVCache]:
     """Samples a continuation for each row of new tokens.
 
     Args:
@@ -511,7 +521,8 @@ class Sampler:
     return text, reason
 
 
-def generate_greedy(model: Decoder, params, tokens, mask, max_new_tokens: int):
+def generate_greedy(model: Decoder, params: Params, tokens: jax.Array, mask: jax.Array,
+                    max_new_tokens: int) -> jax.Array:
   """Greedy continuation [B, max_new_tokens] of left-padded prompts tokens/mask [B, T].
 
   No stops: every row runs max_new_tokens (what transformers' generate does

@@ -9,6 +9,7 @@ long dialogue is not re-encoded per candidate. Log-probs come from
 """
 import dataclasses
 import functools
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,7 @@ import numpy as np
 
 from pedrl import sharding as sharding_lib
 from pedrl.engine import compiler, distribution, sampling, shapes
-from pedrl.models.decoder import Decoder, KVCache
+from pedrl.models.decoder import Decoder, KVCache, Params
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ class Scorer:
   """
 
   def __init__(self, model: Decoder, mesh=None, length_buckets=shapes.LENGTH_BUCKETS,
-               max_logits_bytes: int = 1 << 30):
+               max_logits_bytes: int = 1 << 30) -> None:
     self.model, self.cfg, self.mesh = model, model.cfg, mesh
     self.buckets, self.max_logits_bytes = tuple(length_buckets), max_logits_bytes
     self.pad_id = self.cfg.pad_token_id or 0
@@ -70,7 +71,8 @@ class Scorer:
   def _rows(self, x):
     return sharding_lib.put_rows(x, self.mesh)
 
-  def score(self, params, contexts, continuations, temperature: float = 1.0) -> Scores:
+  def score(self, params: Params, contexts: Sequence[Sequence[int]],
+            continuations: Sequence[Sequence[int]], temperature: float = 1.0) -> Scores:
     """log p(continuation | context) for every continuation of every context.
 
     Args:
@@ -137,7 +139,8 @@ class Scorer:
     return Scores(sum=total, mean=mean, count=count, tokens=out)
 
 
-def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float = 1.0):
+def sequence_logprobs(model: Decoder, params: Params, tokens: jax.Array, mask: jax.Array,
+                      temperature: float = 1.0) -> jax.Array:
   """log p(tokens[:, t] | tokens[:, :t]) for t >= 1 ([B, T], 0 at t=0 and padding).
 
   Full-sequence teacher forcing (GRPO's old/reference log-probs), through the
@@ -155,7 +158,8 @@ def sequence_logprobs(model: Decoder, params, tokens, mask, temperature: float =
   return jnp.pad(lp, ((0, 0), (1, 0)))
 
 
-def head_logprobs(model: Decoder, params, hidden, targets, temperature: float, chunk: int):
+def head_logprobs(model: Decoder, params: Params, hidden: jax.Array, targets: jax.Array,
+                  temperature: float, chunk: int) -> jax.Array:
   """log softmax(head(hidden) / temperature) at `targets` ([B, T, E], [B, T] -> [B, T]),
   `chunk` positions at a time.
 
@@ -196,7 +200,8 @@ class Alternatives:
   top_ids: np.ndarray  # [T-1, k]
 
 
-def token_alternatives(model: Decoder, params, rows, k: int = 5, buckets=shapes.LENGTH_BUCKETS,
+def token_alternatives(model: Decoder, params: Params, rows: Sequence[Sequence[int]], k: int = 5,
+                       buckets: Sequence[int] = shapes.LENGTH_BUCKETS,
                        max_logits_bytes: int = 1 << 30,
                        rows_per_call: int | None = None) -> list[Alternatives]:
   """Per row of token ids: each token's log-prob under the model (temperature 1) and the

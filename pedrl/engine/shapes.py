@@ -1,5 +1,7 @@
 """Shape helpers: the padded lengths the engine compiles its programs for, and rows
 padded to them."""
+from collections.abc import Sequence
+
 import numpy as np
 
 # Lengths are padded up to one of these (powers of two and 1.5x between), so a
@@ -15,7 +17,7 @@ LENGTH_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 153
 CHUNK_BUCKETS = tuple(sorted(LENGTH_BUCKETS + (160, 224, 320, 448, 640, 896)))
 
 
-def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
+def bucket(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
   """The smallest bucket >= n."""
   for b in buckets:
     if b >= n:
@@ -23,7 +25,7 @@ def bucket(n: int, buckets=LENGTH_BUCKETS) -> int:
   return -(-n // 1024) * 1024
 
 
-def bucket_below(n: int, buckets=LENGTH_BUCKETS) -> int:
+def bucket_below(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
   """The largest bucket <= n (0 below the smallest): a length cut to a bucket
   fills a chunk with no padding."""
   if n > buckets[-1]:
@@ -31,7 +33,8 @@ def bucket_below(n: int, buckets=LENGTH_BUCKETS) -> int:
   return max((b for b in buckets if b <= n), default=0)
 
 
-def left_padded(rows, batch: int, width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+def left_padded(rows: Sequence[Sequence[int]], batch: int, width: int,
+                pad_id: int) -> tuple[np.ndarray, np.ndarray]:
   """Token rows right-aligned in an int32 [batch, width] array of `pad_id` (a decoder's
   next token follows each row's last), and the bool mask of their tokens; rows past
   len(rows) stay empty for the caller to fill."""

@@ -35,6 +35,7 @@ the Sampler samples with that seed.
 import dataclasses
 import functools
 import time
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -247,7 +248,7 @@ class SlotDecoder:
 
   # -- Programs ----------------------------------------------------------------
 
-  def admit(self, admissions: list[Admission]):
+  def admit(self, admissions: list[Admission]) -> None:
     """Starts sequences in free rows (distinct; each keeps at most its row's history,
     and keep + its tokens <= M), in as few calls as their chunk lengths allow."""
     p = self.programs
@@ -263,7 +264,7 @@ class SlotDecoder:
       for lo in range(0, len(group), p.rows):
         self._admit(group[lo:lo + p.rows], t)
 
-  def _admit(self, group: list[Admission], t: int):
+  def _admit(self, group: list[Admission], t: int) -> None:
     p = self.programs
     self.room(t)
     a = p.fit(len(group), p.admit_rows)
@@ -289,7 +290,7 @@ class SlotDecoder:
         self.history[x.row] = self.history[x.row][:x.keep] + list(x.tokens)
         self.busy[x.row] = True
 
-  def release(self, rows):
+  def release(self, rows: Sequence[int]) -> None:
     """Rows whose sequences ended (or were abandoned): they stop decoding and are free."""
     self.busy[list(rows)] = False
 
@@ -321,7 +322,7 @@ class SlotDecoder:
   def _kept(self, keep) -> int:
     return int(np.max(keep, initial=0))
 
-  def compact(self, keep=None):
+  def compact(self, keep: Sequence[int] | None = None) -> None:
     """Cuts row r to its first keep[r] cached tokens (default `_keep`) and moves every
     row's tokens to the front of the cache."""
     keep = self._keep() if keep is None else np.minimum(keep, [len(h) for h in self.history])
@@ -331,7 +332,7 @@ class SlotDecoder:
     self.end = self._kept(keep)
     self.compactions += 1
 
-  def room(self, need: int):
+  def room(self, need: int) -> None:
     """Compacts when `need` more slots do not fit after `end` (after one they do:
     end <= M and need <= M)."""
     if self.end + need > self.programs.slots:
@@ -342,14 +343,14 @@ class SlotDecoder:
 
   # -- Start-up ----------------------------------------------------------------
 
-  def warmup(self, progress=None) -> float:
+  def warmup(self, progress: Callable[[int, int, str], None] | None = None) -> float:
     """Compiles (or loads from the persistent cache) every program of the set by
     running it once on throw-away rows; leaves the batch empty. Returns seconds.
     `progress(done, total, what)` is called after each."""
     start, p = time.perf_counter(), self.programs
     done = 0
 
-    def tick(what):
+    def tick(what) -> None:
       nonlocal done
       done += 1
       if progress:

@@ -9,12 +9,14 @@ automaton's byte steps are folded per token into one table
 row's match with a single gather per step and never leaves the device.
 """
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from absl import logging
 
 
-def token_bytes(tokenizer, vocab_size: int) -> list[bytes]:
+def token_bytes(tokenizer: Any, vocab_size: int) -> list[bytes]:
   """The bytes each token id stands for (b"" for ids the tokenizer lacks)."""
   from transformers.convert_slow_tokenizer import bytes_to_unicode
   added = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
@@ -62,7 +64,7 @@ def _byte_automaton(patterns: list[bytes]):
   return nxt, hit, len(states)
 
 
-def compile_stop_strings(strings, vocab_bytes: list[bytes]) -> StopStrings:
+def compile_stop_strings(strings: Sequence[str], vocab_bytes: list[bytes]) -> StopStrings:
   """Folds the byte automaton of `strings` over every token of the vocabulary."""
   patterns = [s.encode() for s in strings]
   if not patterns or any(not p for p in patterns):
@@ -86,7 +88,7 @@ def compile_stop_strings(strings, vocab_bytes: list[bytes]) -> StopStrings:
   return StopStrings(tuple(strings), packed.astype(dtype))
 
 
-def find_stop(text: str, strings) -> tuple[int, str | None]:
+def find_stop(text: str, strings: Sequence[str]) -> tuple[int, str | None]:
   """(index of the earliest stop string in text, which one), or (len(text), None)."""
   best, which = len(text), None
   for s in strings:

@@ -10,6 +10,7 @@ found by rendering the dialogue's *role skeleton* (every content replaced by
 a marker) with the new messages and taking what follows the model's last
 message, so templates work whatever they do to contents (Qwen2.5, Qwen3, Llama).
 """
+from collections.abc import Sequence
 import dataclasses
 import typing
 
@@ -83,7 +84,7 @@ class ChatFormat:
       raise TemplateError(f"tokenizer {getattr(self.tokenizer, 'name_or_path', '?')!r} "
                           "has no chat template")
 
-  def render(self, messages, add_generation_prompt: bool) -> str:
+  def render(self, messages: Sequence[dict], add_generation_prompt: bool) -> str:
     return self.tokenizer.apply_chat_template(
         list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
         **self.template_kwargs)
@@ -92,7 +93,7 @@ class ChatFormat:
     """Token ids of rendered text (special tokens in it are recognized, none added)."""
     return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-  def prompt_ids(self, messages) -> list[int]:
+  def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
     """The whole conversation, ending in the generation prompt."""
     return self.encode(self.render(messages, add_generation_prompt=True))
 
@@ -106,7 +107,8 @@ class ChatFormat:
     text = self.render(probe, add_generation_prompt=True)
     return _marker(1) not in text and _marker(2) in text
 
-  def next_ids(self, roles, new_messages, stop_text: str | None) -> list[int]:
+  def next_ids(self, roles: Sequence[str], new_messages: Sequence[dict],
+               stop_text: str | None) -> list[int]:
     """Tokens to append after a model's own last message to reach its next turn.
 
     Args:

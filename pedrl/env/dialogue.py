@@ -1,10 +1,29 @@
 """The record of one rollout, and its JSONL form.
 
-A `Dialogue` is written by the rollout (messages, tutor ids), the solve
-attempts (`post_*`, `r_sol`) and the rewards (`judgement`, `turn_rewards`,
-`rewards`), in that order; each stage fills typed fields. `dropped` is the one
-place that says a judge policy took the dialogue out of the batch: it then has
-no solve attempts, rewards or loss.
+A `Dialogue` is pedrl's one mutable record between stages: the rollout builds it
+and each later stage fills in its own typed fields, in this order, and no stage
+writes another's (tests/test_boundaries.py checks every assignment in pedrl/):
+
+  stage          module                      fields it writes
+  -------------  --------------------------  -------------------------------------------
+  rollout        pedrl/env/rollout.py        every field it builds the record with
+                                             (problem_id ... student_name), then
+                                             student_system, messages, end_reason,
+                                             tutor_ids, tutor_mask, tutor_logprobs,
+                                             student_tokens
+  training step  pedrl/rl/trainer.py         step
+  solving        pedrl/env/solving.py        post_answers, post_correct, r_sol
+                 pedrl/experiments/rollout.py  pre_solve_rate (solving.pre_dialogue's)
+  rewards        pedrl/rewards/pipeline.py   judgement, dropped, turn_rewards
+                 pedrl/rewards/assemble.py   rewards
+
+Why filled in place rather than returned anew by each stage: a batch of dialogues
+holds the tutor's token lists (thousands of ids per dialogue), every stage reads
+most of the record, and the rewards drop and skip dialogues within a batch; one
+record per dialogue, written field by field by its owner, keeps the batch in one
+list that every stage and the JSONL files share. `dropped` is the one place that
+says a judge policy took the dialogue out of the batch: it then has no solve
+attempts, rewards or loss.
 
 JSONL rows carry `schema` (SCHEMA_VERSION). Rows without one were written
 before the records were typed (version 1: judgement, turn rewards and rewards
@@ -20,6 +39,7 @@ tutor's view leaves its earlier thinking out (`rollout.tutor_history_thinking`),
 tutor's tokens start again at each turn after a thinking one: `tutor_ids` is then its
 last view, encoded whole, and its last turn.
 """
+from collections.abc import Iterable, Sequence
 import dataclasses
 import json
 
@@ -185,7 +205,7 @@ SPEAKER_NAMES = {TUTOR: "Teacher", STUDENT: "Student"}
 TRANSCRIPT_STYLES = ("paragraphs", "lines")
 
 
-def transcript(messages, style: str = "paragraphs") -> str:
+def transcript(messages: Sequence[Message], style: str = "paragraphs") -> str:
   """The visible dialogue as prompts show it: "Teacher: …" / "Student: …" paragraphs, or
   as "- Teacher: …" items, a blank line between them ("lines": how paper 003's reference
   judge prompts list the conversation, prompt_templates/judges/*.txt)."""
@@ -195,7 +215,7 @@ def transcript(messages, style: str = "paragraphs") -> str:
   return "\n\n".join(f"{dash}{SPEAKER_NAMES[m.role]}: {m.text}" for m in messages)
 
 
-def save_jsonl(dialogues, path: str, mode: str = "a") -> None:
+def save_jsonl(dialogues: Iterable[Dialogue], path: str, mode: str = "a") -> None:
   """Appends (or, mode="w", writes) the records (pedrl.files: synced, a rewrite atomic)."""
   files.write_lines([d.to_json() for d in dialogues], path, mode)
 

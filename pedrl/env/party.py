@@ -7,6 +7,8 @@ that answers whole conversations is a `Replier`: an OpenAI-compatible endpoint
 import dataclasses
 from typing import Any, Protocol, Sequence
 
+import jax
+
 from pedrl import models
 from pedrl.clients.openai_compat import Chat, EndpointError, Reply
 from pedrl.engine import Sampler
@@ -89,9 +91,10 @@ def fit_context(party: "Party", ids: list, max_new_tokens: int, truncate: bool,
   return ids[len(ids) - room:], True
 
 
-def load(path: str, sampling: SamplingParams, *, mesh=None, scan_layers: bool = True,
-         template_kwargs=None, stop_strings=(), params=None, compact: bool = True,
-         **runtime) -> Party:
+def load(path: str, sampling: SamplingParams, *, mesh: jax.sharding.Mesh | None = None,
+         scan_layers: bool = True, template_kwargs: dict | None = None,
+         stop_strings: Sequence[str] = (), params: Any = None, compact: bool = True,
+         **runtime: Any) -> Party:
   """A party from a Hugging Face checkpoint directory (config, safetensors and a
   tokenizer with a chat template).
 

@@ -21,6 +21,7 @@ not that shape is an error naming it. Nothing here can tell a training file from
 a test file: the evaluation of a training run checks that none of its problems
 is one the run trained on (pedrl.jobs.trained_on).
 """
+from collections.abc import Iterable, Sequence
 import dataclasses
 import hashlib
 
@@ -119,7 +120,7 @@ def _bigmath(row: dict) -> Problem:
                  None if rate is None else float(rate))
 
 
-def load_bigmath(path: str, on_error: str = "skip"):
+def load_bigmath(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
   """BigMath rows (`problem`, `answer`, optional `source`, `domain`,
   `llama8b_solve_rate`) -> (problems, LoadReport)."""
   return _load(path, _bigmath, on_error)
@@ -133,7 +134,7 @@ def _published(row: dict) -> Problem:
   return _bigmath(row)
 
 
-def load_published(path: str, n: int = 500):
+def load_published(path: str, n: int = 500) -> tuple[list[Problem], LoadReport]:
   """The released test split as given: its `n` rows in order, every one a BigMath row with
   the dataset's fields; DataError naming the source when it has another number of rows
   (another file: rd211's `train` split has 10,000), a bad row, or a problem twice (records
@@ -151,14 +152,14 @@ def load_published(path: str, n: int = 500):
   return rows, report
 
 
-def load_published_train(path: str):
+def load_published_train(path: str) -> tuple[list[Problem], LoadReport]:
   """A released training split as given (rd211's `train`: the reference trains on all of it,
   config/train_rl_model.py DatasetConfig max_train_examples=-1): every row in order, each a
   BigMath row with the dataset's fields; DataError naming the source at a bad row."""
   return _load(path, _published, "fatal")
 
 
-def load_gsm8k(path: str, on_error: str = "skip"):
+def load_gsm8k(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
   """GSM8K rows (`question`, `answer` ending in '#### N') -> (problems, LoadReport)."""
   def one(row):
     question, solution = _text(row, "question"), _text(row, "answer")
@@ -167,7 +168,7 @@ def load_gsm8k(path: str, on_error: str = "skip"):
   return _load(path, one, on_error)
 
 
-def load_math500(path: str, on_error: str = "skip"):
+def load_math500(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
   """MATH500 rows (`problem`, `answer`, `subject`) -> (problems, LoadReport)."""
   def one(row):
     problem = _text(row, "problem")
@@ -179,7 +180,7 @@ def load_math500(path: str, on_error: str = "skip"):
 LOADERS = {"bigmath": load_bigmath, "gsm8k": load_gsm8k, "math500": load_math500}
 
 
-def load(settings: ProblemSettings, seed: int = 0):
+def load(settings: ProblemSettings, seed: int = 0) -> tuple[list[Problem], LoadReport]:
   """A job's problems: the configured split of `settings.path`, cut to `limit`, and the
   loader's report. `seed` is the job's; the split's is `split_seed` when set."""
   p = settings
@@ -209,15 +210,17 @@ def is_single_number(answer: str) -> bool:
   return isinstance(value, sympy.Expr) and bool(value.is_number) and value.is_real is not False
 
 
-def paper_filter(problems, min_rate: float = 0.01, max_rate: float = 0.60):
+def paper_filter(problems: Iterable[Problem], min_rate: float = 0.01,
+                 max_rate: float = 0.60) -> list[Problem]:
   """Paper 003's training pool: a single numeric answer and a Llama-3.1-8B solve rate
   in [min_rate, max_rate] (rows without a solve rate are dropped)."""
   return [p for p in problems if p.solve_rate is not None
           and min_rate <= p.solve_rate <= max_rate and is_single_number(p.answer)]
 
 
-def split(problems, n_train: int = ProblemSettings.n_train, n_test: int = ProblemSettings.n_test,
-          seed: int = 0):
+def split(problems: Sequence[Problem], n_train: int = ProblemSettings.n_train,
+          n_test: int = ProblemSettings.n_test,
+          seed: int = 0) -> tuple[list[Problem], list[Problem]]:
   """A deterministic (train, test) split: problems with the same text kept once (so
   none is in both sets), ordered by id, shuffled by seed; the first n_test are the
   test set, the next n_train the training set. File order does not matter."""

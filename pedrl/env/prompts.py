@@ -14,6 +14,7 @@ no role markers are written by hand here.
 """
 import hashlib
 import os
+from typing import Any
 
 import jinja2
 from absl import logging
@@ -88,7 +89,7 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPT_DIRS),
                           autoescape=False)
 
 
-def render(name: str, **variables) -> str:
+def render(name: str, **variables: Any) -> str:
   """The prompt `name` (a key of SOURCES) with its {{ variables }} filled in."""
   if name not in SOURCES:
     raise KeyError(f"unknown prompt {name!r}; known: {', '.join(sorted(SOURCES))}")
@@ -106,7 +107,7 @@ def is_reference_file(path: str, reference: str) -> bool:
   return hashlib.sha256(text.encode()).hexdigest() == REFERENCE_FILES[reference]
 
 
-def render_file(path: str, reference: str | None = None, **variables) -> str:
+def render_file(path: str, reference: str | None = None, **variables: Any) -> str:
   """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
   which pedrl does not ship), with its variables; one missing is an error naming the file.
   `reference`: the REFERENCE_FILES name the file stands for; another text is logged, once."""

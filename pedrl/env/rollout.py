@@ -21,6 +21,7 @@ attempted scenario the student's view starts with its attempt as its own
 (assistant) message after its system prompt, wrapped as the tutor reads it
 (`attempt_view`).
 """
+from collections.abc import Sequence
 import dataclasses
 import time
 from typing import NamedTuple, Protocol
@@ -34,10 +35,10 @@ from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
 from pedrl.env.party import Chat, Party, Replier
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
+from pedrl.env.problems import Problem
 # Re-exported: defined there, importable without JAX.
 from pedrl.env.settings import (SCENARIOS, TURN_LIMITS, HISTORY_THINKING, STUDENT_NAMES,
                                 RolloutSettings)
-
 
 
 class Call(NamedTuple):
@@ -132,7 +133,7 @@ class _Side:
   """A party's running state over the batch: its cache and every dialogue's view."""
 
   def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = "",
-               history: str = "keep"):
+               history: str = "keep") -> None:
     self.name, self.party, self.capacity, self.prefix = name, party, capacity, prefix
     # "keep": the cache grows by deltas; "template"/"drop": a turn after one that thought
     # encodes the whole view again, earlier thinking as the template (or history_text) shows it.
@@ -159,7 +160,7 @@ class _Side:
                                      self.stop_text[d])
     return ids + self.prefix_ids
 
-  def place(self, live: list[int], need: int):
+  def place(self, live: list[int], need: int) -> None:
     """Points the cache at the live dialogues, in order (batch bucketed to powers of two).
     A first cache gets twice the `need` slots of this turn, room for the next exchange
     too: a cache that grew at its second turn would cost a copy and two more compiled
@@ -238,7 +239,7 @@ class _EndpointSide:
   completion) when it reports usage, so the token limit applies as for local models;
   else they stay 0."""
 
-  def __init__(self, name: str, party: Replier, n: int, prefix: str = ""):
+  def __init__(self, name: str, party: Replier, n: int, prefix: str = "") -> None:
     self.name, self.party, self.prefix = name, party, prefix
     self.views = [[] for _ in range(n)]
     self.lengths = [0] * n
@@ -310,8 +311,9 @@ def attempt_chat(problem: str, settings: RolloutSettings) -> list[dict]:
   return [{"role": settings.attempt_role, "content": text}]
 
 
-def run(problems, group_size: int, tutor: Party | Replier, student: Party | Replier,
-        settings: RolloutSettings, *, seed: int, problem_uids=None,
+def run(problems: Sequence[Problem], group_size: int, tutor: Party | Replier,
+        student: Party | Replier, settings: RolloutSettings, *, seed: int,
+        problem_uids: Sequence[int] | None = None,
         stats: RolloutStats | None = None) -> list[Dialogue]:
   """Runs len(problems) × group_size dialogues to their ends.
 

@@ -13,14 +13,16 @@ then figure 11 as a user message, as the reference code does. With
 `conversation` placeholder as "Teacher: …" / "Student: …" paragraphs in one
 user message after the system prompt.
 """
+from collections.abc import Sequence
 import dataclasses
 
 import numpy as np
 
 from pedrl import streams
 from pedrl.env import answers, prompts
-from pedrl.env.dialogue import TUTOR, transcript
-from pedrl.env.party import EndpointParty
+from pedrl.env.dialogue import TUTOR, Dialogue, transcript
+from pedrl.env.party import EndpointParty, Party
+from pedrl.env.problems import Problem
 # Re-exported: defined there, importable without JAX.
 from pedrl.env.settings import POST_FORMATS, SolveSettings
 
@@ -37,18 +39,18 @@ class Attempts:
     return solve_rate(self.correct)
 
 
-def solve_rate(correct) -> float:
+def solve_rate(correct: Sequence[bool]) -> float:
   """r_sol = (1/K) Σ_k 1[ŝ_k = s] (paper 003, eq. 2)."""
   return float(np.mean(np.asarray(correct, float))) if len(correct) else 0.0
 
 
-def grade(texts, reference: str, match: str = "math_verify") -> Attempts:
+def grade(texts: Sequence[str], reference: str, match: str = "math_verify") -> Attempts:
   found = [answers.last_boxed(t) for t in texts]
   return Attempts(list(texts), found, [answers.is_correct(a, reference, match) for a in found])
 
 
-def sample(student, chats, uids, k: int, seed: int, stream: int,
-           prompts_per_call: int) -> list[list[str]]:
+def sample(student: Party | EndpointParty, chats: Sequence[list[dict]], uids: Sequence[int], k: int,
+           seed: int, stream: int, prompts_per_call: int) -> list[list[str]]:
   """K sampled texts per chat ([{"role", "content"}] lists) by `student` (a pedrl.env.party.Party);
   sample j of chat i draws from key (seed, stream, uids[i], j). An endpoint student
   (pedrl.env.party.EndpointParty) gets K requests per chat, sampled by the endpoint."""
@@ -79,7 +81,7 @@ def pre_dialogue_chat(problem: str, settings: SolveSettings) -> list[dict]:
   return [{"role": "user", "content": text}]
 
 
-def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
+def post_dialogue_chat(d: Dialogue, settings: SolveSettings) -> list[dict]:
   """The student's system prompt (figure 12, with the persona), the dialogue and figure 11."""
   system = {"role": "system", "content": d.student_system_prompt()}
   if settings.post_format == "transcript":
@@ -91,7 +93,8 @@ def post_dialogue_chat(d, settings: SolveSettings) -> list[dict]:
   return [system, *turns, {"role": "user", "content": ask}]
 
 
-def pre_dialogue(problems, student, settings: SolveSettings, *, seed: int) -> dict:
+def pre_dialogue(problems: Sequence[Problem], student: Party | EndpointParty,
+                 settings: SolveSettings, *, seed: int) -> dict[str, Attempts]:
   """The student alone on each problem: {problem id: Attempts}; `seed` is the run's."""
   chats = [pre_dialogue_chat(p.problem, settings) for p in problems]
   uids = [streams.problem_number(p.id) for p in problems]  # The same draws in any batch.
@@ -100,7 +103,8 @@ def pre_dialogue(problems, student, settings: SolveSettings, *, seed: int) -> di
   return {p.id: grade(t, p.answer, settings.match) for p, t in zip(problems, texts)}
 
 
-def post_dialogue(dialogues, student, settings: SolveSettings, *, seed: int) -> list:
+def post_dialogue(dialogues: Sequence[Dialogue], student: Party | EndpointParty,
+                  settings: SolveSettings, *, seed: int) -> list[Attempts]:
   """Fills r_sol, post_answers and post_correct of each dialogue; returns their Attempts.
   `seed` is the run's (its dialogues')."""
   chats = [post_dialogue_chat(d, settings) for d in dialogues]

@@ -15,6 +15,7 @@ directory ($TFDS_DATA_DIR, else ~/tensorflow_datasets). Text comes back as str, 
 and lists as plain Python. A dataset TFDS wrote shuffles its examples (unless its builder
 disables shuffling), so its rows come in TFDS's order, not the original file's.
 """
+from collections.abc import Iterator
 import dataclasses
 import json
 import os
@@ -75,7 +76,7 @@ def _plain(value):
   return value
 
 
-def tfds_rows(source: str):
+def tfds_rows(source: str) -> Iterator[tuple[int, dict]]:
   """Yields (row number from 1, dict) for each example of a TFDS split."""
   spec, tfds = tfds_split(source), _tfds()
   try:  # TFDS reads $TFDS_DATA_DIR once, at import: pedrl reads it at each call.
@@ -89,7 +90,7 @@ def tfds_rows(source: str):
     yield n + 1, _plain(data[n])
 
 
-def read_rows(source: str):
+def read_rows(source: str) -> Iterator[tuple[int, dict | str]]:
   """Yields (row number from 1, dict) or (row number, error message) per row of a local
   JSONL or Parquet file or a TFDS split."""
   if tfds_split(source) is not None:

@@ -10,12 +10,16 @@ pedrl's, it stays None, is counted (`policy/unparsed`), and the metrics leave it
 more than `max_failed_share` of the requests got no answer (an endpoint mostly down)
 is still a JudgeError.
 """
+import dataclasses
+from collections.abc import Sequence
+
 from pedrl.env.dialogue import Dialogue, Verdict
 from pedrl.eval.metrics import OK, REJECT
 from pedrl.rewards import asking, judging
 
 
-def judge(dialogues: list[Dialogue], specs, backend, rounds: int, max_failed_share: float,
+def judge(dialogues: Sequence[Dialogue], specs: Sequence[judging.JudgeSpec],
+          backend: asking.TextBackend, rounds: int, max_failed_share: float,
           stats: asking.AskStats, parse_rule: str = judging.PARSE_RULE,
           transcript_style: str = judging.TRANSCRIPT) -> list[Verdict]:
   """Per dialogue the judges' Verdict (the type training's judges return): per sample a
@@ -32,22 +36,35 @@ def judge(dialogues: list[Dialogue], specs, backend, rounds: int, max_failed_sha
   failed = asked.to_policy("ok" if as_ok else "unparsed", max_failed_share,
                            f"evaluation judge answers were still missing after {rounds} rounds",
                            judging.JudgeError)
-  answers = list(asked.answers)
+  answers: list[judging.Answer | None] = list(asked.answers)
   for n in failed:
     if as_ok and requests[n].spec.kind == judging.DECISION:
-      answers[n] = True
+      answers[n] = judging.filled(judging.DECISION, accept=True)
   out = {id(d): Verdict(decisions={s.name: [] for s in specs if s.kind == judging.DECISION},
                         scores={s.name: [] for s in specs if s.kind != judging.DECISION})
          for d in dialogues}
   for req, answer in zip(requests, answers):
     v = out[id(req.dialogue)]
-    (v.decisions if req.spec.kind == judging.DECISION else v.scores)[req.spec.name].append(answer)
+    if req.spec.kind == judging.DECISION:
+      v.decisions[req.spec.name].append(None if answer is None else answer.ok)
+    else:
+      v.scores[req.spec.name].append(None if answer is None else answer.score)
   return [out[id(d)] for d in dialogues]
 
 
-def labels(verdict: Verdict) -> dict[str, list]:
-  """{judge name: per sample answer} as evaluation records keep them: "OK"/"REJECT" for
-  a decision (the reference's labels), a score as it is, None where no reply parsed."""
+@dataclasses.dataclass(frozen=True)
+class Labels:
+  """A dialogue's judge answers as evaluation records keep them (EvalRecord's
+  leak_decisions, helpful_decisions, thinking_scores): per sample "OK"/"REJECT" for a
+  decision (the reference's labels), a score as it is, None where no reply parsed."""
+  leakage: list[str | None]  # "OK": the tutor gave no solution away (paper 003, fig. 14).
+  helpfulness: list[str | None]  # "OK": the tutor's turns help (paper 003, fig. 15).
+  thinking: list[float | None]  # Thinking quality in [0, 1] (paper 001); [] without that judge.
+
+
+def labels(verdict: Verdict) -> Labels:
+  """The Verdict's answers as Labels; every panel has a leakage and a helpfulness judge."""
   label = lambda x: None if x is None else (OK if x else REJECT)
-  return {**{name: [label(x) for x in xs] for name, xs in verdict.decisions.items()},
-          **verdict.scores}
+  decisions = lambda name: [label(x) for x in verdict.decisions[name]]
+  return Labels(leakage=decisions(judging.LEAKAGE), helpfulness=decisions(judging.HELPFULNESS),
+                thinking=list(verdict.scores.get(judging.THINKING_QUALITY, [])))

@@ -36,6 +36,7 @@ without stripping the message, and leaves an unclosed block in: a message can
 differ in surrounding whitespace, or when a turn was cut inside its thinking.
 """
 import functools
+from collections.abc import Sequence
 import hashlib
 import os
 
@@ -47,7 +48,7 @@ import numpy as np
 from pedrl import models
 from pedrl.engine.shapes import bucket, left_padded
 from pedrl.env.chat import ChatFormat
-from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR
+from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR, Dialogue
 from pedrl.models.decoder import pool_last
 from pedrl.tokenizer import load_tokenizer
 # Re-exported: defined there, importable without JAX.
@@ -73,14 +74,14 @@ def mathtutorbench_opening(problem: str, reference_solution: str,
                                       f"{reference_solution}"}]
 
 
-def scored_turns(roles) -> list[int]:
+def scored_turns(roles: Sequence[str]) -> list[int]:
   """Indices of the tutor messages the reference scores (get_reward_inputs): the one that
   opens the dialogue and each that follows a student message. In pedrl's dialogues, where
   the sides alternate, that is every tutor message."""
   return [i for i, r in enumerate(roles) if r == TUTOR and (i == 0 or roles[i - 1] != TUTOR)]
 
 
-def dialogue_turns(d, attempt_prefix: str = ATTEMPT_PREFIX) -> list[dict]:
+def dialogue_turns(d: Dialogue, attempt_prefix: str = ATTEMPT_PREFIX) -> list[dict]:
   """The dialogue as the student saw it, in the reward model's roles; the attempted
   scenario's first message as the tutor read it."""
   turns = [{"role": "assistant" if m.role == TUTOR else "user", "content": m.text}
@@ -92,7 +93,7 @@ def dialogue_turns(d, attempt_prefix: str = ATTEMPT_PREFIX) -> list[dict]:
   return turns
 
 
-def turn_chats(d, fmt: str = "pedagogical_rl", system_prompt: str | None = None,
+def turn_chats(d: Dialogue, fmt: str = "pedagogical_rl", system_prompt: str | None = None,
                attempt_prefix: str = ATTEMPT_PREFIX) -> list[list[dict]]:
   """One chat per scored tutor message of dialogue `d`: the context the RM reads, ending in
   that message (see the module docstring for the formats)."""
@@ -112,7 +113,7 @@ def turn_chats(d, fmt: str = "pedagogical_rl", system_prompt: str | None = None,
   return [opening + turns[:i + 1] for i in scored_turns([m.role for m in d.messages])]
 
 
-def encode(chat_format: ChatFormat, chat) -> list[int]:
+def encode(chat_format: ChatFormat, chat: Sequence[dict]) -> list[int]:
   """The token ids the RM reads: the chat rendered by the RM's own template, no generation
   prompt (the reference's apply_chat_template(..., tokenize=False), then encoded)."""
   return chat_format.encode(chat_format.render(chat, add_generation_prompt=False))
@@ -125,7 +126,7 @@ def _scores(model, params, tokens, mask):
   return pool_last(logits, mask, tokens, model.cfg.pad_token_id)[:, 0]
 
 
-def check(settings: PedRMSettings):
+def check(settings: PedRMSettings) -> models.ModelConfig:
   """The checkpoint's config: a one-label sequence classifier, or PedRMError. Reads
   config.json only, so a wrong path fails before any model loads."""
   if not os.path.isfile(os.path.join(settings.path or "", "config.json")):
@@ -156,7 +157,7 @@ def read_system_prompt(path: str) -> str:
 class PedRM:
   """A sequence-classification checkpoint that scores chats: `score(chats) -> [float]`."""
 
-  def __init__(self, settings: PedRMSettings, attempt_prefix: str = ATTEMPT_PREFIX):
+  def __init__(self, settings: PedRMSettings, attempt_prefix: str = ATTEMPT_PREFIX) -> None:
     self.settings, self.cut, self.attempt_prefix = settings, 0, attempt_prefix
     self.cfg = cfg = check(settings)
     self.model = models.build_model(cfg)
@@ -166,10 +167,10 @@ class PedRM:
     if settings.format in _WITH_SYSTEM_PROMPT:
       self.system_prompt = read_system_prompt(settings.system_prompt_file)
 
-  def ids(self, chat) -> list[int]:
+  def ids(self, chat: Sequence[dict]) -> list[int]:
     return encode(self.chat, chat)
 
-  def score(self, chats) -> list[float]:
+  def score(self, chats: Sequence[Sequence[dict]]) -> list[float]:
     """The model's scalar for each chat (its last non-pad token's score)."""
     rows = [self.ids(c) for c in chats]
     context = self.cfg.max_position_embeddings
@@ -194,7 +195,7 @@ class PedRM:
                        f"of {len(out)} ({len(rows[bad])} tokens); check its weights and dtype")
     return [float(x) for x in out]
 
-  def score_dialogues(self, dialogues) -> list[list[float]]:
+  def score_dialogues(self, dialogues: Sequence[Dialogue]) -> list[list[float]]:
     """Per dialogue, the score of each tutor turn in order."""
     chats = [turn_chats(d, self.settings.format, self.system_prompt, self.attempt_prefix)
              for d in dialogues]

@@ -38,7 +38,7 @@ def kind_of(row: Mapping[str, Any]) -> str:
   return {**BEFORE, **row}["kind"]
 
 
-def jsonable(settings) -> dict:
+def jsonable(settings: Any) -> dict:
   """A settings dataclass as a protocol records it: as JSON reads it back (tuples as lists),
   so a resumed shard compares equal."""
   return json.loads(json.dumps(dataclasses.asdict(settings)))

@@ -19,6 +19,8 @@ files) and WORKDIR/metrics.json.
 import collections
 import math
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from pedrl import files
 from pedrl.env.dialogue import RecordError
@@ -30,7 +32,8 @@ class ShardError(ValueError):
   """Shards that cannot be resumed or merged (missing, unfinished, mixed protocols)."""
 
 
-def batches(sizes, batch_size: int, shard: int, num_shards: int) -> list[tuple]:
+def batches(sizes: int | Sequence[int], batch_size: int, shard: int,
+            num_shards: int) -> list[tuple[int, range]]:
   """[(batch index, range of item indices)] of one shard. sizes: the item count, or the
   sizes of consecutive segments (items numbered across them) no batch may span."""
   spans, lo = [], 0
@@ -65,7 +68,7 @@ def recorded_protocol(workdir: str) -> EvalProtocol | None:
   return next(iter(_protocols(workdir).values()), None)
 
 
-def recorded(workdir: str, keys: tuple):
+def recorded(workdir: str, keys: tuple[str, ...]) -> Any:
   """A protocol value an earlier shard of this workdir recorded, by its path in the
   status file (e.g. ("tutor", "step"): the tutor's training step), or None."""
   protocol = recorded_protocol(workdir)
@@ -111,7 +114,7 @@ def evaluation(kind: str, workdir: str = "this workdir") -> evaluations.EvalTask
 
 
 def completed(workdir: str, shard: int, num_shards: int, plan: dict,
-              kind=records_lib.EvalRecord) -> list:
+              kind: type[records_lib.Record] = records_lib.EvalRecord) -> list[records_lib.Record]:
   """The records of the shard's batches that are whole; a batch cut by a kill loses its
   records (rewritten without them, logged by the caller) and runs again.
 

@@ -55,8 +55,8 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
   return [records_lib.EvalRecord(
       problem_id=d.problem_id, sample=d.rollout, batch=j,
       pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
-      leak_decisions=a["leakage"], helpful_decisions=a["helpfulness"],  # Every panel has both.
-      thinking_scores=a.get("thinking", []), pedrm_turn_scores=t, dialogue=d)
+      leak_decisions=a.leakage, helpful_decisions=a.helpfulness, thinking_scores=a.thinking,
+      pedrm_turn_scores=t, dialogue=d)
       for d, a, t in zip(dialogues, map(eval_judges.labels, verdicts), scores)]
 
 

@@ -34,6 +34,7 @@ import os
 import time
 
 import jax
+import ml_collections
 from absl import app, logging
 
 from pedrl import files, stopping
@@ -85,7 +86,7 @@ class Settings:
   labellers: tuple  # (Labeller, ...): the first, then the second if its backend is set.
 
 
-def read(config) -> Settings:
+def read(config: ml_collections.ConfigDict) -> Settings:
   """The config's settings; every key must be read."""
   r = settings_lib.Reader(config)
   try:
@@ -126,7 +127,7 @@ class Job:
   stats: asking.AskStats = dataclasses.field(default_factory=asking.AskStats)
 
 
-def plan(s: Settings, workdir: str, units: dict, codebook) -> list:
+def plan(s: Settings, workdir: str, units: dict, codebook: codebook_lib.Codebook) -> list:
   jobs = []
   shard = s.shard
   for labeller in s.labellers:
@@ -144,7 +145,8 @@ def plan(s: Settings, workdir: str, units: dict, codebook) -> list:
   return jobs
 
 
-def make_backend(labeller: Labeller, s: Settings, codebook):
+def make_backend(labeller: Labeller, s: Settings,
+                 codebook: codebook_lib.Codebook) -> asking.TextBackend:
   b = labeller.label.backend
   if b == "openai":
     if jax.process_count() > 1:
@@ -159,7 +161,7 @@ def make_backend(labeller: Labeller, s: Settings, codebook):
   return labelling.RuleLabeller(codebook)
 
 
-def label(jobs: list, s: Settings, codebook) -> str | None:
+def label(jobs: list, s: Settings, codebook: codebook_lib.Codebook) -> str | None:
   """Asks every job's texts in batches, appending each batch's rows; the signal that
   stopped it, if one did."""
   made, shard = {}, s.shard
@@ -227,8 +229,8 @@ def reliability(jobs: list, caches: dict, results: dict) -> list:
   return rows
 
 
-def write_report(s: Settings, workdir: str, conditions: dict, responses: dict,
-                 per_response: dict, jobs: list, units: dict, codebook) -> list:
+def write_report(s: Settings, workdir: str, conditions: dict, responses: dict, per_response: dict,
+                 jobs: list, units: dict, codebook: codebook_lib.Codebook) -> list:
   """Tables, figures, analysis.md and analysis.json; the paths written."""
   a = s.analysis
   caches = {(j.labeller.role, j.scheme): j.store.read() for j in jobs}
@@ -403,7 +405,7 @@ def views(s: Settings, workdir: str) -> list:
 
 @job_main(single_process="analyze labels transcripts through its judge and draws figures on "
                           "the host; several processes would each repeat the work")
-def main(config, workdir: str):
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s = read(config)
   if not (s.analysis.runs or s.views.problems_path or s.views.sweep):
     raise app.UsageError("nothing to analyse: give --config.runs='NAME=WORKDIR,…' (evaluation or "

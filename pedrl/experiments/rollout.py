@@ -25,13 +25,16 @@ import collections
 import json
 import os
 import time
+from collections.abc import Sequence
 
+import ml_collections
 import numpy as np
 from absl import logging
 from tqdm import tqdm
 
 from pedrl import distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
+from pedrl.env.problems import LoadReport
 from pedrl.rewards import assemble
 from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
@@ -42,7 +45,7 @@ from pedrl.jobs.reward_factory import api_backends, build_rewards
 define_flags("experiments/rollout.py:tiny", "Output directory.")
 
 
-def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
+def resume(workdir: str, group_size: int, writer: metrics_lib.MetricsWriter) -> tuple[list, list]:
   """(dialogues, metric rows) of the batches complete in `workdir`: a rerun skips them.
 
   Each batch writes its metrics row (step = batch number), then its dialogues,
@@ -77,7 +80,7 @@ def resume(workdir: str, group_size: int, writer) -> tuple[list, list]:
   return whole, complete
 
 
-def _convert_old_rows(path: str):
+def _convert_old_rows(path: str) -> None:
   """Rewrites the metric rows of a workdir from before the shared metric names
   (batch_problem_uids, {component: {mean, std}}, pipeline: {…}) in today's names."""
   rows = files.read_rows(path, dialogue.RecordError)
@@ -98,7 +101,7 @@ def _convert_old_rows(path: str):
                   len(rows))
 
 
-def summarize(dialogues, seconds: dict, report) -> dict:
+def summarize(dialogues: Sequence[dialogue.Dialogue], seconds: dict, report: LoadReport) -> dict:
   """The run's numbers: per dialogue means, rates, end reasons, and where time went."""
   n = max(len(dialogues), 1)
   mean = lambda xs: float(np.mean(xs)) if len(xs) else float("nan")
@@ -130,7 +133,7 @@ def summarize(dialogues, seconds: dict, report) -> dict:
 
 
 @job_main
-def main(c, workdir: str):
+def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   main_process = distributed.is_main_process()  # The one that writes; all compute.
   s = read_settings(c)  # DialogueSettings: the rollout job's config is a dialogue job's.
   check_paths(s)

@@ -5,6 +5,9 @@ are paper 003's), `bench_config`, the part of every MathTutorBench job's, and
 `offline_config`, the SFT and MDPO jobs' whole config.
 """
 import dataclasses
+from typing import Any
+
+import ml_collections
 
 from pedrl.clients.settings import EndpointSettings
 from pedrl.env import settings as env
@@ -17,7 +20,7 @@ from pedrl.rl.settings import OptimizerSettings
 VARIANTS = dict(tiny=bool, tiny_uco=bool)  # tiny_uco: tiny with UCO's rewards.
 
 
-def dialogue_config(variant: str = "paper"):
+def dialogue_config(variant: str = "paper") -> ml_collections.ConfigDict:
   """Models, problems, dialogue rules, solve attempts and rewards; variants paper, tiny, tiny_uco."""
   v = variants.parse(variant, VARIANTS)
   # Every section is made from the settings type that reads it (pedrl.jobs.settings),
@@ -72,7 +75,7 @@ def dialogue_config(variant: str = "paper"):
   return c
 
 
-def released_training_split(c):
+def released_training_split(c: ml_collections.ConfigDict) -> None:
   """The training problems of the papers' runs: rd211/Big-Math-RL-Verified-Filtered's `train`
   split as released, all of it, in file order (--config.problems.path=its file or
   tfds:huggingface:rd211__big_math_rl_verified_filtered:train). Paper 003's reference trains
@@ -85,7 +88,7 @@ def released_training_split(c):
   c.problems.update(split="published_train", filter=False, on_error="fatal")
 
 
-def bench_config(tiny: bool, **tutor_sampling):
+def bench_config(tiny: bool, **tutor_sampling: Any) -> ml_collections.ConfigDict:
   """The part of a MathTutorBench job's config (the benchmark job's and CPA's): the job,
   the harness's settings, the model under test or backbone with `tutor_sampling`
   (temperature, top_p, max_new_tokens), shards and Ped-RM; `tiny` points them at the
@@ -117,7 +120,8 @@ def bench_config(tiny: bool, **tutor_sampling):
   return c
 
 
-def offline_config(objective: type, options: type | None = None, **train):
+def offline_config(objective: type, options: type | None = None,
+                   **train: Any) -> ml_collections.ConfigDict:
   """An offline job's config (pedrl.jobs.offline): the top level, mesh, tutor,
   data and the `train` section (OfflineSettings, OptimizerSettings, the objective's and
   the options' fields, then `train`'s values)."""

@@ -11,7 +11,12 @@ names the evaluation variant of a run, and a test checks that the two configs' d
 settings are equal for every training variant.
 """
 import dataclasses
-import json
+
+import ml_collections
+
+from pedrl.env.settings import PartySettings, RolloutSettings
+from pedrl.jobs import settings as settings_lib
+from pedrl.jobs.settings import DialogueSettings
 
 # Paper 001 section 2.5, table 1: thinking, tutor prompt, thinking reward; its method first.
 THINKING = {
@@ -30,7 +35,8 @@ UCO_DIALOGUES = dict(scenario="guided", tutor_prompt="uco/teacher", student_prom
 UCO_TUTOR_TURNS = 10
 
 
-def pedagogical_rl(c, think: bool, tiny: bool = False):
+def pedagogical_rl(c: ml_collections.ConfigDict, think: bool,
+                   tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 003's dialogues (section 5, its reference code's defaults): the main runs think
   without tags (Qwen2.5's template ignores the switch); +think asks for tagged thinking
   (pedrl's instruction, as the reference renders its own) and forces each turn's opening
@@ -42,7 +48,8 @@ def pedagogical_rl(c, think: bool, tiny: bool = False):
   return c
 
 
-def thinking(c, condition: str, tiny: bool = False):
+def thinking(c: ml_collections.ConfigDict, condition: str,
+             tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 001's condition: thinking on or off, the general or the Polya tutor prompt
   (table 1's Prompt Style), its student prompt (appendix A.2), and a thinking tutor's
   token limits. The tiny runs use the general prompt (Polya overflows the tiny context)
@@ -65,7 +72,7 @@ def thinking(c, condition: str, tiny: bool = False):
   return c
 
 
-def uco(c, tiny: bool = False):
+def uco(c: ml_collections.ConfigDict, tiny: bool = False) -> ml_collections.ConfigDict:
   """Paper 000's dialogues: tutor first, table XII's prompts, T = 10 tutor turns (2 on the
   tiny models); messages are not limited before that (the 10th tutor message is the 19th)."""
   turns = 2 if tiny else UCO_TUTOR_TURNS
@@ -73,25 +80,58 @@ def uco(c, tiny: bool = False):
   return c
 
 
-def dialogue_settings(s) -> dict:
-  """The dialogue settings of typed run settings (pedrl.jobs.settings.DialogueSettings):
-  what a condition decides, to compare a training run's with its evaluation's."""
-  return {"rollout": dataclasses.asdict(s.rollout), "tutor.max_new_tokens": s.tutor.max_new_tokens,
-          "student.max_new_tokens": s.student.max_new_tokens}
+@dataclasses.dataclass(frozen=True)
+class Dialogues:
+  """What a condition decides, typed: the dialogue rules and each side's turn limit; a
+  training run's and its evaluation's are compared."""
+  rollout: RolloutSettings
+  tutor_max_new_tokens: int
+  student_max_new_tokens: int
 
 
-def differences(trained_config: dict, s) -> list[str]:
+def dialogue_settings(s: DialogueSettings) -> Dialogues:
+  """The dialogue settings of typed run settings (pedrl.jobs.settings.DialogueSettings)."""
+  return Dialogues(s.rollout, s.tutor.max_new_tokens, s.student.max_new_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+  """A run's dialogue settings as its WORKDIR/config.json holds them, read by the settings
+  types; `keys` are the config keys the file had (a run made before a field existed lacks
+  it, and its value here is today's default, not the run's)."""
+  dialogues: Dialogues
+  keys: frozenset[str]  # "rollout.max_turns", "tutor.max_new_tokens", ...
+
+
+def recorded(config: dict) -> Recorded:
+  """The dialogue settings of a run's recorded config (config.json as a dict) by the types
+  a job reads its config with; ValueError (naming the section) if they refuse a value."""
+  reader = settings_lib.Reader(ml_collections.ConfigDict(config))
+  rollout = reader.read(RolloutSettings, "rollout") if reader.has("rollout") else \
+      RolloutSettings()
+  tutor, student = (reader.read(PartySettings, side) for side in ("tutor", "student"))
+  return Recorded(Dialogues(rollout, tutor.max_new_tokens, student.max_new_tokens),
+                  frozenset(reader.used))
+
+
+def _compared(d: Dialogues) -> dict[str, object]:
+  """{config key: value} of the dialogue settings, as differences names them."""
+  return {**{f"rollout.{f.name}": getattr(d.rollout, f.name)
+             for f in dataclasses.fields(RolloutSettings)},
+          "tutor.max_new_tokens": d.tutor_max_new_tokens,
+          "student.max_new_tokens": d.student_max_new_tokens}
+
+
+def differences(trained_config: dict, s: DialogueSettings) -> list[str]:
   """The dialogue settings in which a training run (its WORKDIR/config.json, as a dict)
-  and the run settings `s` differ, as "key: trained X, here Y"; keys one side lacks
-  (a run made before the key existed) are not compared."""
-  ours = dialogue_settings(s)
-  theirs = {"rollout": trained_config.get("rollout", {}),
-            **{k: trained_config.get(k.split(".")[0], {}).get(k.split(".")[1])
-               for k in ours if k != "rollout"}}
-  norm = lambda v: json.loads(json.dumps(v))  # Tuples as the JSON file holds them.
-  out = [f"rollout.{k}: trained {theirs['rollout'][k]!r}, here {v!r}"
-         for k, v in norm(ours["rollout"]).items()
-         if k in theirs["rollout"] and theirs["rollout"][k] != v]
-  out += [f"{k}: trained {theirs[k]!r}, here {ours[k]!r}" for k in ours
-          if k != "rollout" and theirs[k] is not None and theirs[k] != ours[k]]
-  return out
+  and the run settings `s` differ, as "key: trained X, here Y"; keys the run did not
+  record (made before they existed) are not compared. A recorded config that today's
+  settings types refuse is one difference that says why."""
+  try:
+    theirs = recorded(trained_config)
+  except ValueError as e:
+    return [f"its recorded dialogue settings are not readable by this pedrl ({e})"]
+  ours = _compared(dialogue_settings(s))
+  return [f"{key}: trained {value!r}, here {ours[key]!r}"
+          for key, value in _compared(theirs.dialogues).items()
+          if key in theirs.keys and value != ours[key]]

@@ -1,10 +1,13 @@
 """How a job ends: exit codes for schedulers, expected errors as one line, the flags
 every job takes."""
+from collections.abc import Callable
 import functools
 import signal
 import sys
 import traceback
+from typing import Any
 
+import ml_collections
 from absl import app, flags, logging
 
 from pedrl import cli, distributed, environ, logs, runs
@@ -35,7 +38,7 @@ distributed.register_error(*EXPECTED_ERRORS)  # Raised alike on every process.
 define_flags = cli.define_job_flags
 
 
-def _end(code: int, line: str | None = None):
+def _end(code: int, line: str | None = None) -> None:
   """Ends the job with exit `code` after printing `line`. With several processes, the
   others are told first (they would wait for this one in their next collective) and this
   one does not wait for them at JAX's shutdown barrier."""
@@ -58,7 +61,7 @@ def _lost_peer(e: Exception) -> str:
           if any(s in text for s in _LOST_PEER) else "")
 
 
-def exits_cleanly(main):
+def exits_cleanly(main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
   """Wraps an entry point's main: expected errors end it with `error: …` and an exit code;
   with several processes, any error ends them all (`_end`)."""
   @functools.wraps(main)
@@ -98,7 +101,8 @@ def launch_from_flags() -> environ.Launch:
     raise app.UsageError(str(e)) from None
 
 
-def job_main(run=None, *, single_process: str | None = None):
+def job_main(run: Callable[[ml_collections.ConfigDict, str], Any] | None = None, *,
+             single_process: str | None = None) -> Callable:
   """An entry point's main from `run(config, workdir)` (its --config and --workdir): the
   multi-process runtime starts first (--multihost and the launch flags), before anything
   touches the devices, and errors end the job as `exits_cleanly` says.
@@ -120,7 +124,7 @@ def job_main(run=None, *, single_process: str | None = None):
   return main
 
 
-def exit_on_signal(name: str | None, step_text: str):
+def exit_on_signal(name: str | None, step_text: str) -> None:
   """After a run returned early on a signal: one log line, exit 128 + the signal's number."""
   if name is None:
     return

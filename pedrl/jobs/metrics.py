@@ -5,6 +5,7 @@ The training job writes a row per GRPO step, the rollout job a row per batch
 of problems, with the same names for what they share (`step`, `problem_uids`,
 and `pedrl.rewards.assemble.BatchRewards.to_row`: reward/…, reward_std/…, pipeline/…).
 """
+from collections.abc import Sequence
 import glob
 import json
 import os
@@ -13,6 +14,7 @@ import shutil
 from pedrl import files
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.jobs import samples as samples_lib
+from pedrl.rewards import assemble
 
 NOT_SCALARS = ("step", "time")  # Row entries that are no TensorBoard scalar.
 
@@ -29,7 +31,7 @@ class MetricsWriter:
   with its step) and resume drops those of later steps too; the rollout job
   keeps that file itself (pedrl.experiments.rollout.resume)."""
 
-  def __init__(self, workdir: str, active: bool = True, dialogues: bool = False):
+  def __init__(self, workdir: str, active: bool = True, dialogues: bool = False) -> None:
     self.workdir, self.active = workdir, active
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.dialogues_path = os.path.join(workdir, "dialogues.jsonl") if dialogues else None
@@ -43,7 +45,7 @@ class MetricsWriter:
         raise dialogue_lib.RecordError(f"{self.path}, row {n}: not a metrics row (no 'step')")
     return rows
 
-  def resume(self, step: int):
+  def resume(self, step: int) -> None:
     """Starts writing after `step`: later rows, events, samples (and dialogue records) are
     dropped."""
     if not self.active:
@@ -71,7 +73,7 @@ class MetricsWriter:
           self._text(s, f.read())
     self.tb.flush()
 
-  def _drop_dialogues_after(self, step: int):
+  def _drop_dialogues_after(self, step: int) -> None:
     """Cuts dialogues.jsonl before the first record of a step after `step` (or a line cut
     by a crash): those steps run again and append theirs. Records are appended in step
     order, so this reads line by line and truncates; a file of gigabytes is never held."""
@@ -92,15 +94,15 @@ class MetricsWriter:
         f.truncate(keep)
         os.fsync(f.fileno())
 
-  def _scalars(self, step: int, metrics: dict):
+  def _scalars(self, step: int, metrics: dict) -> None:
     for k, v in metrics.items():
       if isinstance(v, (int, float)) and k not in NOT_SCALARS:
         self.tb.add_scalar(k, v, step)
 
-  def _text(self, step: int, text: str):
+  def _text(self, step: int, text: str) -> None:
     self.tb.add_text("samples", text.replace("\n", "  \n"), step)
 
-  def write(self, step: int, metrics: dict):
+  def write(self, step: int, metrics: dict) -> None:
     if not self.active:
       return
     if self.tb is None:
@@ -109,7 +111,8 @@ class MetricsWriter:
     self._scalars(step, metrics)
     self.tb.flush()
 
-  def samples(self, step: int, dialogues, advantages, reward_settings):
+  def samples(self, step: int, dialogues: Sequence[dialogue_lib.Dialogue],
+              advantages: Sequence[float | None], reward_settings: assemble.RewardSettings) -> None:
     """The step's sample dialogues (pedrl.jobs.samples), each with its advantage and
     its reward's terms (`reward_settings`), as samples/step_NNNNNN.txt and TensorBoard text."""
     if not self.active:
@@ -120,7 +123,7 @@ class MetricsWriter:
       f.write(text)
     self._text(step, text)
 
-  def dialogues(self, dialogues):
+  def dialogues(self, dialogues: Sequence[dialogue_lib.Dialogue]) -> None:
     """Appends the records (each carries its step) to dialogues.jsonl, synced."""
     if not self.active:
       return
@@ -128,6 +131,6 @@ class MetricsWriter:
       raise ValueError("this MetricsWriter keeps no dialogues (dialogues=False)")
     dialogue_lib.save_jsonl(dialogues, self.dialogues_path)
 
-  def close(self):
+  def close(self) -> None:
     if self.tb is not None:
       self.tb.close()

@@ -13,7 +13,9 @@ from pedrl.engine.scoring import Scorer
 from pedrl.eval import protocol as protocol_lib
 from pedrl.jobs import settings as settings_lib
 from pedrl.jobs.loading import load_party
-from pedrl.rewards import backends, embedding, judging, oracle as oracle_lib, pipeline
+from pedrl.env.party import EndpointParty, Party
+from pedrl.env.settings import RolloutSettings, SolveSettings
+from pedrl.rewards import asking, backends, embedding, judging, oracle as oracle_lib, pipeline
 
 
 JUDGE_PANELS = {"pedagogical_rl": judging.PEDAGOGICAL_RL, "thinking": judging.THINKING,
@@ -52,7 +54,8 @@ def api_backends(s: settings_lib.DialogueSettings) -> dict:
   return out
 
 
-def text_backend(s: settings_lib.DialogueSettings, kind: str, role: str, mesh, apis: dict):
+def text_backend(s: settings_lib.DialogueSettings, kind: str, role: str,
+                 mesh: jax.sharding.Mesh | None, apis: dict) -> asking.TextBackend:
   """The backend answering `role`'s requests (judges, oracle, classifier): the API one
   from `api_backends`, a local model, or the rules."""
   if kind == "openai":
@@ -65,7 +68,8 @@ def text_backend(s: settings_lib.DialogueSettings, kind: str, role: str, mesh, a
   raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
 
 
-def judge_panel(s: settings_lib.DialogueSettings, mesh, apis: dict) -> tuple:
+def judge_panel(s: settings_lib.DialogueSettings, mesh: jax.sharding.Mesh | None,
+                apis: dict) -> tuple:
   """(JudgeSpecs with the configured sample count, their backend)."""
   j = s.judging
   if j.judges not in JUDGE_PANELS:
@@ -88,7 +92,7 @@ def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
           "transcript": j.judge_transcript}
 
 
-def rollout_protocol(rollout, seed: int) -> dict:
+def rollout_protocol(rollout: RolloutSettings, seed: int) -> dict:
   """The dialogue rules as a protocol records them, with the seed that draws their
   scenarios and tokens (where protocols have always recorded it, so that a resumed
   workdir's compare equal); a tutor prompt file by its path and its content's SHA-1, so
@@ -107,15 +111,16 @@ def _prompt_file_hashes(section) -> dict:
   return out
 
 
-def solve_protocol(solve, seed: int) -> dict:
+def solve_protocol(solve: SolveSettings, seed: int) -> dict:
   """The solve attempts as a protocol records them: what decides them, with their seed
   (as rollout_protocol), not how many prompts share a call."""
   return {**{k: v for k, v in protocol_lib.jsonable(solve).items() if k != "prompts_per_call"},
           "seed": seed, **_prompt_file_hashes(solve)}
 
 
-def build_rewards(s: settings_lib.DialogueSettings, student, solver, mesh,
-                  apis=None) -> pipeline.RewardPipeline:
+def build_rewards(s: settings_lib.DialogueSettings, student: Party | EndpointParty,
+                  solver: Party | EndpointParty, mesh: jax.sharding.Mesh | None,
+                  apis: dict | None = None) -> pipeline.RewardPipeline:
   """The reward pipeline the config asks for (judges, oracle, embedder, weights);
   `apis` are the API backends from `api_backends(s)` (built here when not given)."""
   j, o = s.judging, s.oracle

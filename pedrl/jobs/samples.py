@@ -7,6 +7,8 @@ tutor's thinking above its visible text, an empty visible text marked as such
 (a tutor that only thought is not a blank line), a turn cut at its token limit
 marked too.
 """
+from collections.abc import Sequence
+
 from pedrl.env import dialogue as dialogue_lib
 from pedrl.rewards import assemble
 
@@ -27,7 +29,8 @@ def _number(x) -> str:
   return "none" if x is None else f"{x:.3g}"
 
 
-def rewards_line(d, advantage: float | None, settings: assemble.RewardSettings) -> str:
+def rewards_line(d: dialogue_lib.Dialogue, advantage: float | None,
+                 settings: assemble.RewardSettings) -> str:
   """Reward total = its terms (each component weighted, a weight other than 1 shown, and
   the hard variant's penalty), and the dialogue's advantage."""
   adv = "none (no tokens trained)" if advantage is None else f"{advantage:+.3f}"
@@ -41,7 +44,7 @@ def rewards_line(d, advantage: float | None, settings: assemble.RewardSettings) 
   return f"Reward {d.rewards.total:+.3f} = {' '.join(parts)}; advantage {adv}"
 
 
-def judges_line(v) -> str:
+def judges_line(v: dialogue_lib.Verdict | None) -> str:
   """Each judge's samples (OK / REJECT, or a score); * marks a value the on_failure policy
   filled in where no judge answered."""
   if v is None:
@@ -64,7 +67,7 @@ def judges_line(v) -> str:
   return out
 
 
-def solve_line(d) -> str:
+def solve_line(d: dialogue_lib.Dialogue) -> str:
   """The student's solve attempts after the dialogue: each answer, right or wrong."""
   before = (f"; before the dialogue {d.pre_solve_rate:.2f}"
             if d.pre_solve_rate is not None else "")
@@ -85,7 +88,8 @@ def _turn_reward(t) -> str:
           + (f" [{', '.join(flags)}]" if flags else ""))
 
 
-def message_text(i: int, m, show_thinking: bool, turn_reward=None) -> str:
+def message_text(i: int, m: dialogue_lib.Message, show_thinking: bool,
+                 turn_reward: dialogue_lib.TurnScore | None = None) -> str:
   """One message: a header (number, speaker, tokens, a cut), the tutor's thinking, the
   visible text."""
   cut = ", cut at max_new_tokens" if m.finish_reason == "length" else ""
@@ -98,7 +102,8 @@ def message_text(i: int, m, show_thinking: bool, turn_reward=None) -> str:
   return "\n".join(lines)
 
 
-def describe(d, settings: assemble.RewardSettings, advantage: float | None = None) -> str:
+def describe(d: dialogue_lib.Dialogue, settings: assemble.RewardSettings,
+             advantage: float | None = None) -> str:
   """One dialogue record (pedrl.env.dialogue.Dialogue), rewarded with `settings`, as
   readable text."""
   head = (f"## problem {d.problem_id}, rollout {d.rollout} (uid {d.uid}), {d.scenario}"
@@ -118,7 +123,8 @@ def describe(d, settings: assemble.RewardSettings, advantage: float | None = Non
   return "\n".join(lines) + "\n\n" + "\n\n".join(messages)
 
 
-def step_text(step: int, dialogues, advantages, settings: assemble.RewardSettings) -> str:
+def step_text(step: int, dialogues: Sequence[dialogue_lib.Dialogue],
+              advantages: Sequence[float | None], settings: assemble.RewardSettings) -> str:
   """A samples file: the step's sample dialogues, each with its advantage."""
   head = f"# step {step}: {len(dialogues)} sample dialogues, each of another problem"
   return "\n\n\n".join([head, *(describe(d, settings, a)

@@ -11,6 +11,7 @@ workdir's record. An evaluation of a run (--config.tutor.workdir) stops with
 one line when any of its problems is among them. A run recorded before this
 file existed is evaluated with a warning that nothing was checked.
 """
+from collections.abc import Sequence
 import dataclasses
 import os
 
@@ -18,7 +19,7 @@ from absl import logging
 
 from pedrl import files
 from pedrl.env import sources as sources_lib
-from pedrl.env.problems import DataError
+from pedrl.env.problems import DataError, Problem
 
 RECORD = "train_problems.json"
 
@@ -47,7 +48,7 @@ def _write(workdir: str, record: TrainingProblems) -> None:
                      "ids": sorted(record.ids)})
 
 
-def record(workdir: str, problems, source: str) -> None:
+def record(workdir: str, problems: Sequence[Problem], source: str) -> None:
   """Adds `problems` (from `source`) to the run's record: a run resumed on other problems
   has trained on both."""
   have = read(workdir) or TrainingProblems((), frozenset())
@@ -69,7 +70,7 @@ def inherit(data_workdir: str, workdir: str) -> None:
                                    mine.ids | have.ids))
 
 
-def check_disjoint(run_workdir: str, problems, where: str) -> None:
+def check_disjoint(run_workdir: str, problems: Sequence[Problem], where: str) -> None:
   """DataError when any of `problems` (from `where`) is one the run at `run_workdir`
   trained on."""
   have = read(run_workdir)

@@ -21,6 +21,7 @@ and its key packages, and the devices and hosts. `config.json` holds the whole
 config with every existing relative path made absolute, so tools that read the
 workdir work from any directory.
 """
+from collections.abc import Sequence
 import datetime
 import importlib.metadata
 import json
@@ -30,9 +31,11 @@ import sys
 
 from absl import logging
 import jax
+import ml_collections
 
 from pedrl import distributed, fields, files, paths
 from pedrl.eval import shards
+from pedrl.jobs.settings import DialogueSettings, OfflineRunSettings
 
 RECORD = "run.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "numpy",
@@ -61,7 +64,7 @@ def architecture(path: str) -> dict:
   return {k: cfg.get(k) for k in keys}
 
 
-def identity(s, job: str) -> dict:
+def identity(s: DialogueSettings, job: str) -> dict:
   """The parts of a dialogue job's settings (pedrl.jobs.settings.DialogueSettings; a
   "train" job's TrainingSettings) that make a workdir's contents one run's: resuming into
   a workdir where any of them differs would mix two runs' data."""
@@ -102,8 +105,8 @@ def recorded_job(workdir: str) -> str | None:
     return _inferred_job(workdir)
 
 
-def claim(workdir: str, s, job: str, config_name: str, main_process: bool = True,
-          want: dict | None = None) -> None:
+def claim(workdir: str, s: DialogueSettings | OfflineRunSettings, job: str, config_name: str,
+          main_process: bool = True, want: dict | None = None) -> None:
   """Checks that `workdir` is empty or holds the run of settings `s`, then records it.
   `want`: the run's identity when it is not a dialogue job's (`identity(s, job)`).
 
@@ -187,7 +190,7 @@ def _absolute(tree, key: str = ""):
   return tree
 
 
-def write_config(workdir: str, config) -> None:
+def write_config(workdir: str, config: ml_collections.ConfigDict) -> None:
   """WORKDIR/config.json: the config (an ml_collections ConfigDict), paths absolute;
   through a renamed temporary file, since shards of an evaluation write it together."""
   refuse_checkpoint(workdir)
@@ -195,7 +198,7 @@ def write_config(workdir: str, config) -> None:
                    _absolute(json.loads(config.to_json_best_effort())))
 
 
-def config_name(argv) -> str:
+def config_name(argv: Sequence[str]) -> str:
   """The --config=FILE:VARIANT argument as given (for messages and the record)."""
   return next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "?")
 
@@ -274,12 +277,12 @@ def held_job(workdir: str) -> tuple[str, str] | None:
   return (job, earlier) if job else None
 
 
-def settings_of(config) -> dict:
+def settings_of(config: ml_collections.ConfigDict) -> dict:
   """A config's values by dotted key (paths absolute, as config.json has them), without
   those a resume may change (RESUMABLE_KEYS, RESUMABLE_PREFIXES)."""
   out = {}
 
-  def walk(tree, prefix):
+  def walk(tree, prefix) -> None:
     for key, value in tree.items():
       if isinstance(value, dict):
         walk(value, f"{prefix}{key}.")
@@ -297,7 +300,7 @@ def _shown(value) -> str:
   return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
-def guard(workdir: str, job: str, config, config_name: str) -> dict:
+def guard(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str) -> dict:
   """`_guard`, decided by process 0 for all (its reading races no writer of run.json)."""
   return distributed.on_main_process(_guard, workdir, job, config, config_name)
 
@@ -340,8 +343,8 @@ def _guard(workdir: str, job: str, config, config_name: str) -> dict:
   return changed
 
 
-def record_start(workdir: str, job: str, config, config_name: str, changed: dict,
-                 claimed: bool = False) -> None:
+def record_start(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str,
+                 changed: dict, claimed: bool = False) -> None:
   """Writes this start into WORKDIR/run.json (after `guard`, on the main process): the job
   (for jobs that do not `claim`), the settings, and in this start's entry what changed.
   `claimed`: `claim` has just recorded the start (its identity, provenance, starts)."""

@@ -38,6 +38,7 @@ socratic_questioning, no line holding a '?'; solution_correctness, neither "yes"
 "no" as a word (any case); mistake_location, no integer; mistake_correction,
 scoring.parse_final_answer reads None.
 """
+from collections.abc import Iterable, Sequence
 import dataclasses
 import re
 
@@ -149,7 +150,7 @@ def guidance_violations(response: str, answer: str | None,
   return tuple(out)
 
 
-def rates(rows) -> dict:
+def rates(rows: Iterable[tuple[str, Sequence[str]]]) -> dict:
   """BVR numbers of (task, violations) rows: "broken" the replies with any violation
   and "bvr" their share, "bvr/<task>" per task, "violations/<rule>" how many replies
   broke each rule (every rule listed), "checked" the number of rows; no rows, no shares."""

@@ -5,7 +5,9 @@ Facts from the harness's task code (github.com/eth-lre/mathtutorbench tasks/, co
 reply each task reads, what an unreadable reply counts as, and the metric
 functions (sacrebleu's sentence BLEU, scikit-learn's classification scores).
 """
+from collections.abc import Sequence
 import re
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +42,7 @@ def parse_number(response: str) -> str | None:
   return found[-1] if found else None
 
 
-def problem_solving(predictions, targets) -> dict:
+def problem_solving(predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   """Accuracy: |prediction − target| < 1e-6; an unreadable prediction is wrong. The
   harness reports it twice, under its strict and flexible names, computed alike."""
   acc = float(np.mean([numbers_equal(p, t) for p, t in zip(predictions, targets)]))
@@ -65,7 +67,7 @@ def reference_questions(answer: str) -> list[str]:
   return out
 
 
-def socratic_questioning(predictions, targets) -> dict:
+def socratic_questioning(predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   """bleu: over examples with lines and reference questions, the mean of the best
   sentence BLEU of any predicted line against the references, ÷ 100; avg_questions:
   the mean of min(#lines, #references)."""
@@ -90,7 +92,7 @@ def parse_yes_no(response: str) -> bool:
   return True if "yes" in text else False if "no" in text else True
 
 
-def solution_correctness(predictions, targets) -> dict:
+def solution_correctness(predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   """Classification scores, positive = has an error; targets "Yes"/"No" parse alike."""
   from sklearn import metrics
   truth = [parse_yes_no(t) for t in targets]
@@ -107,7 +109,7 @@ def parse_step(response: str) -> int:
   return int(m.group()) if m else 0
 
 
-def mistake_location(predictions, targets) -> dict:
+def mistake_location(predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   from sklearn import metrics
   truth = [int(t) for t in targets]
   predictions = [int(p) for p in predictions]
@@ -131,7 +133,7 @@ def parse_final_answer(response: str) -> float | None:
   return _float(text.replace(",", ""))
 
 
-def mistake_correction(predictions, targets) -> dict:
+def mistake_correction(predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   return {"accuracy": float(np.mean([_equal(p, _float(t.replace(",", "")))
                                      for p, t in zip(predictions, targets)]))}
 
@@ -143,7 +145,7 @@ def is_question(text: str) -> bool:
   return "?" in text or any(w in QUESTION_WORDS for w in text.lower().split())
 
 
-def teacher_turn_match(predictions, targets=None) -> dict:
+def teacher_turn_match(predictions: Sequence[Any], targets: Sequence[Any] | None = None) -> dict:
   """The harness's in-task number: the share of replies that are questions."""
   del targets
   return {"match": sum(map(is_question, predictions)) / len(predictions)}
@@ -157,10 +159,10 @@ METRICS = {"problem_solving": problem_solving, "socratic_questioning": socratic_
            "mistake_correction": mistake_correction}
 
 
-def parse(task: str, response: str):
+def parse(task: str, response: str) -> Any:
   """What the harness reads from a reply of `task` (the raw reply for the pedagogical ones)."""
   return PARSERS.get(task, lambda r: r)(response)
 
 
-def compute(task: str, predictions, targets) -> dict:
+def compute(task: str, predictions: Sequence[Any], targets: Sequence[Any] | None) -> dict:
   return METRICS.get(task, teacher_turn_match)(predictions, targets)

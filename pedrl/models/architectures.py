@@ -6,8 +6,13 @@ each model's config.json on the Hugging Face hub (sources below); only the field
 that set shapes and costs are kept. `tiny` is a 2-layer model for CPU smoke runs.
 """
 import dataclasses
+import typing
+from typing import Any
 
 from pedrl.models.config import ModelConfig
+
+if typing.TYPE_CHECKING:  # Annotations only: transformers loads in hf_config.
+  import transformers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +22,7 @@ class Architecture:
   shape: ModelConfig
   source: str = ""
 
-  def hf_config(self, layers: int | None = None, **fields):
+  def hf_config(self, layers: int | None = None, **fields: Any) -> "transformers.PretrainedConfig":
     """The transformers config of this shape (for models built with transformers);
     `fields` overrides or adds config.json fields."""
     import transformers
@@ -33,7 +38,7 @@ class Architecture:
         "tie_word_embeddings": c.tie_embeddings, "rope_theta": c.rope_theta,
         **extra, **fields})
 
-  def config(self, layers: int | None = None, **runtime) -> ModelConfig:
+  def config(self, layers: int | None = None, **runtime: Any) -> ModelConfig:
     """A ModelConfig of this shape (`layers` trims the stack), e.g. dtype="bfloat16"."""
     return self.shape.replace(num_layers=layers or self.shape.num_layers, **runtime)
 

@@ -29,7 +29,7 @@ class BertLayer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, mask, _):
+  def __call__(self, x: jax.Array, mask: jax.Array, _: None) -> tuple[jax.Array, None]:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     b, t, e = x.shape
     h, d = cfg.num_heads, cfg.head_dim
@@ -48,7 +48,8 @@ class Bert(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens, mask, token_types=None):
+  def __call__(self, tokens: jax.Array, mask: jax.Array,
+               token_types: jax.Array | None = None) -> tuple[jax.Array, None]:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     if cfg.hidden_act not in ACTIVATIONS:
       raise ValueError(f"BERT hidden_act {cfg.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
@@ -74,7 +75,7 @@ class Bert(nn.Module):
     return x
 
 
-def pool(hidden, mask, mode: str = "cls"):
+def pool(hidden: jax.Array, mask: jax.Array, mode: str = "cls") -> jax.Array:
   """Sentence vectors [B, E], L2-normalised: the CLS token (BGE) or the masked mean (MiniLM)."""
   hidden = hidden.astype(jnp.float32)
   if mode == "cls":

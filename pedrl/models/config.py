@@ -115,7 +115,7 @@ class ModelConfig:
   def rope_scaling_dict(self) -> dict[str, Any]:
     return dict(self.rope_scaling)
 
-  def replace(self, **kw) -> "ModelConfig":
+  def replace(self, **kw: Any) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
 
 
@@ -224,7 +224,7 @@ def _encoder_config(hf, path: str, common: dict) -> ModelConfig:
       qkv_bias=True, o_bias=True, mlp_bias=True, **common)
 
 
-def from_hf(ckpt_dir: str, task: str | None = None, **runtime) -> ModelConfig:
+def from_hf(ckpt_dir: str, task: str | None = None, **runtime: Any) -> ModelConfig:
   """Reads `ckpt_dir/config.json` into a ModelConfig.
 
   Args:

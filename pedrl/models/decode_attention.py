@@ -14,12 +14,16 @@ matmul); the cache is read in its own layout and dtype: keys [B, KV, D, S], valu
 interpret mode: for tests, not for speed (ModelConfig.decode_attention).
 """
 import functools
+import typing
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from pedrl.models.layers import MASK_VALUE
+
+if typing.TYPE_CHECKING:  # The decoder imports this module.
+  from pedrl.models.decoder import LayerCache
 MIN_ROWS = 16  # Triton's matmuls take at least 16 rows.
 
 
@@ -33,7 +37,7 @@ def block_size(slots: int, largest: int = 128) -> int | None:
   return None
 
 
-def _kernel(q_ref, k_ref, v_ref, mask_ref, m_ref, l_ref, o_ref, *, scale):
+def _kernel(q_ref, k_ref, v_ref, mask_ref, m_ref, l_ref, o_ref, *, scale) -> None:
   """One (row, KV head, block): q [Gp, D], k [D, n], v [n, D], mask [1, n] ->
   the block's maximum m [1, Gp], sum l [1, Gp] and weighted values o [Gp, D]."""
   q, k, v = q_ref[...], k_ref[...], v_ref[...]
@@ -49,7 +53,8 @@ def _kernel(q_ref, k_ref, v_ref, mask_ref, m_ref, l_ref, o_ref, *, scale):
 
 
 @functools.partial(jax.jit, static_argnames=("block", "interpret"))
-def cache_blocks(q, k, v, mask, block: int, interpret: bool = False):
+def cache_blocks(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, block: int,
+                 interpret: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Each cache block's partial attention.
 
   Args:
@@ -89,7 +94,8 @@ def cache_blocks(q, k, v, mask, block: int, interpret: bool = False):
   return m[..., 0, :g], l[..., 0, :g], o[..., :g, :]
 
 
-def attend(q, cache, new, block: int, interpret: bool = False):
+def attend(q: jax.Array, cache: "LayerCache", new: "LayerCache", block: int,
+           interpret: bool = False) -> jax.Array:
   """One new token per row over the cache and itself, one softmax across both.
 
   Args:

@@ -57,6 +57,10 @@ REMAT_POLICIES = {
 }
 
 
+# A decoder's parameter tree: nested dicts of arrays, as flax's init returns them.
+Params = Any
+
+
 @struct.dataclass
 class LayerCache:
   """One layer's keys k [B, KV, D, S] and values v [B, KV, S, D], or all layers'
@@ -70,11 +74,11 @@ class LayerCache:
   v: jax.Array
 
   @classmethod
-  def of(cls, k, v) -> "LayerCache":
+  def of(cls, k: jax.Array, v: jax.Array) -> "LayerCache":
     """Keys and values [B, T, KV, D] of T tokens, in this layout."""
     return cls(k.transpose(0, 2, 3, 1), v.swapaxes(1, 2))
 
-  def write(self, new: "LayerCache", at) -> "LayerCache":
+  def write(self, new: "LayerCache", at: jax.Array | int) -> "LayerCache":
     """`new`'s T slots written at slots at..at+T-1 (one layer's, or all layers'
     with a leading layer axis on both)."""
     lead = (0,) * (self.k.ndim - 1)
@@ -86,11 +90,11 @@ class LayerCache:
   def size(self) -> int:
     return self.v.shape[-2]
 
-  def read(self, s: int, dtype):
+  def read(self, s: int, dtype: jnp.dtype | str | None) -> tuple[jax.Array, jax.Array]:
     """(keys, values) of the first s slots in `dtype`, as dot_attention takes them."""
     return self.k[..., :s].astype(dtype), self.v[..., :s, :].astype(dtype)
 
-  def gather(self, order) -> "LayerCache":
+  def gather(self, order: jax.Array) -> "LayerCache":
     """Row b's slots in the order order[b] (order [B, S])."""
     return LayerCache(jnp.take_along_axis(self.k, order[:, None, None, :], axis=3),
                       jnp.take_along_axis(self.v, order[:, None, :, None], axis=2))
@@ -111,7 +115,8 @@ class KVCache:
   end: jax.Array  # [] int32: the first free slot.
 
   @classmethod
-  def zeros(cls, cfg: ModelConfig, batch: int, size: int, dtype=None) -> "KVCache":
+  def zeros(cls, cfg: ModelConfig, batch: int, size: int,
+            dtype: jnp.dtype | str | None = None) -> "KVCache":
     """An empty cache with `size` slots per row, in the layout of cfg's layer stack."""
     dtype = jnp.dtype(dtype or cfg.dtype)
     def zeros(shape):  # A fresh buffer per call: k and v are donated separately.
@@ -124,7 +129,7 @@ class KVCache:
                end=jnp.zeros((), jnp.int32))
 
   @classmethod
-  def shardings(cls, cfg: ModelConfig, mesh, rows, heads) -> "KVCache":
+  def shardings(cls, cfg: ModelConfig, mesh: jax.sharding.Mesh, rows: Any, heads: Any) -> "KVCache":
     """NamedShardings of a cache: rows split over mesh axes `rows`, KV heads over
     `heads` (None: replicated)."""
     put = lambda *spec: NamedSharding(mesh, P(*spec))
@@ -149,21 +154,21 @@ class KVCache:
     return not isinstance(self.k, tuple)
 
   @property
-  def per_layer(self):
+  def per_layer(self) -> LayerCache | tuple[LayerCache, ...]:
     """The layers' caches as the layer stack takes them: one LayerCache with a
     leading layer axis (scanned), or a tuple of L LayerCaches (unrolled)."""
     if self._stacked:
       return LayerCache(self.k, self.v)
     return tuple(map(LayerCache, self.k, self.v))
 
-  def write(self, new, at) -> "KVCache":
+  def write(self, new: LayerCache | tuple[LayerCache, ...], at: jax.Array | int) -> "KVCache":
     """The new tokens' keys and values (in the form `per_layer` gives, T slots
     each) written at slots at..at+T-1 of every layer."""
     if self._stacked:
       return self.with_layers(self.per_layer.write(new, at))
     return self.with_layers(tuple(c.write(n, at) for c, n in zip(self.per_layer, new)))
 
-  def with_layers(self, layers) -> "KVCache":
+  def with_layers(self, layers: LayerCache | tuple[LayerCache, ...]) -> "KVCache":
     """This cache with the layers' caches replaced (in the form `per_layer` gives)."""
     if self._stacked:
       return self.replace(k=layers.k, v=layers.v)
@@ -199,13 +204,13 @@ class KVCache:
     layers = self.per_layer
     return self.with_layers(jax.vmap(f)(layers) if self._stacked else tuple(map(f, layers)))
 
-  def take(self, rows) -> "KVCache":
+  def take(self, rows: Any) -> "KVCache":
     """The cache of rows `rows` (an int array; may repeat rows, e.g. G copies of a prompt)."""
     pick = lambda x: jnp.take(x, rows, axis=0)
     return self._map_layers(lambda c: jax.tree.map(pick, c)).replace(
         mask=pick(self.mask), pos=pick(self.pos))
 
-  def put(self, rows, part: "KVCache") -> "KVCache":
+  def put(self, rows: Any, part: "KVCache") -> "KVCache":
     """This cache with rows `rows` replaced by `part`'s (len(rows) rows; a repeated row
     must carry equal values) in part's slots, this cache's first part.size (a head,
     written back without a copy of the rows' other slots), and part's end."""
@@ -234,7 +239,8 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, masks, kv):
+  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, masks: tuple,
+               kv: LayerCache | None) -> tuple[jax.Array, LayerCache | None]:
     """Attention of x over the cache kv (None: none) and x's own tokens, with
     masks (cache mask or None, the new tokens' mask, the cache's filled slots or
     None); returns (out, the new tokens' LayerCache, None without a cache)."""
@@ -320,7 +326,7 @@ class GatedMLP(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     gate = layers.dense(cfg.intermediate_size, cfg.mlp_bias, dtype, "gate")(x)
     up = layers.dense(cfg.intermediate_size, cfg.mlp_bias, dtype, "up")(x)
@@ -331,7 +337,8 @@ class DecoderLayer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, masks, kv):
+  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, masks: tuple,
+               kv: LayerCache | None) -> tuple[jax.Array, LayerCache | None]:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     h, kv = Attention(cfg, name="attn")(
         layers.RMSNorm(cfg.norm_eps, dtype, name="input_norm")(x), cos, sin, masks, kv)
@@ -340,7 +347,8 @@ class DecoderLayer(nn.Module):
     return x, kv
 
 
-def scanned(layer_cls, cfg: ModelConfig, n_broadcast: int, remat_policy: str = "nothing"):
+def scanned(layer_cls: type[nn.Module], cfg: ModelConfig, n_broadcast: int,
+            remat_policy: str = "nothing") -> type[nn.Module]:
   """Wraps a layer in remat (if configured) and scans it over cfg.num_layers.
 
   The layer is called as layer(x, *broadcast_args, per_layer) and returns
@@ -353,14 +361,15 @@ def scanned(layer_cls, cfg: ModelConfig, n_broadcast: int, remat_policy: str = "
       in_axes=(nn.broadcast,) * n_broadcast + (0,), length=cfg.num_layers)
 
 
-def unrolled(layer_cls, cfg: ModelConfig, remat_policy: str = "nothing"):
+def unrolled(layer_cls: type[nn.Module], cfg: ModelConfig,
+             remat_policy: str = "nothing") -> type[nn.Module]:
   """The layer class for unrolled stacks, wrapped in remat if configured."""
   if cfg.remat:
     return nn.remat(layer_cls, policy=REMAT_POLICIES[remat_policy])
   return layer_cls
 
 
-def with_fused_qkv(params):
+def with_fused_qkv(params: Params) -> Params:
   """params with each attention block's q, k and v kernels (and biases) also side by
   side, as "qkv" (concatenated on their output axis; stacked layers keep their leading
   layer axis). A model with qkv_matmul="fused" multiplies by it instead of concatenating
@@ -379,7 +388,7 @@ def with_fused_qkv(params):
   return walk(params)
 
 
-def unstack_layers(params):
+def unstack_layers(params: Params) -> Params:
   """Scanned params (`layers` with a leading layer axis) -> layers_0, layers_1, ..."""
   out = {k: v for k, v in params.items() if k != "layers"}
   num_layers = jax.tree.leaves(params["layers"])[0].shape[0]
@@ -388,7 +397,7 @@ def unstack_layers(params):
   return out
 
 
-def stack_layers(params):
+def stack_layers(params: Params) -> Params:
   """Unrolled params (layers_0, layers_1, ...) -> one `layers` tree with a leading layer axis."""
   names = sorted((k for k in params if re.fullmatch(r"layers_\d+", k)), key=lambda k: int(k[7:]))
   out = {k: v for k, v in params.items() if k not in names}
@@ -396,7 +405,7 @@ def stack_layers(params):
   return out
 
 
-def positions_from_mask(mask, start=None):
+def positions_from_mask(mask: jax.Array, start: jax.Array | None = None) -> jax.Array:
   """Position of each real token: start + number of real tokens before it."""
   pos = jnp.cumsum(mask.astype(jnp.int32), axis=1) - 1
   if start is not None:
@@ -408,7 +417,7 @@ class Decoder(nn.Module):
   """Returns final hidden states; `logits` applies the head (LM or score) in float32."""
   cfg: ModelConfig
 
-  def setup(self):
+  def setup(self) -> None:
     cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
     self.embed = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=dtype)
     if cfg.scan_layers:
@@ -424,7 +433,9 @@ class Decoder(nn.Module):
     self.inv_freq, self.rope_scale = rope.frequencies(
         cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
 
-  def __call__(self, tokens, mask, cache=None, positions=None, window=None):
+  def __call__(self, tokens: jax.Array, mask: jax.Array, cache: KVCache | None = None,
+               positions: jax.Array | None = None,
+               window: int | None = None) -> tuple[jax.Array, KVCache | None]:
     """Runs the stack on tokens [B, T] with mask [B, T] (True = real token).
 
     With a cache, the new tokens attend to its first `window` slots (static;
@@ -496,7 +507,7 @@ class Decoder(nn.Module):
         mask=jax.lax.dynamic_update_slice(cache.mask, mask, (0, at)),
         pos=cache.pos + mask.sum(1, dtype=jnp.int32), end=at + t)
 
-  def logits(self, hidden):
+  def logits(self, hidden: jax.Array) -> jax.Array:
     """Head outputs in float32: vocabulary logits, or per-token class scores for seq_cls."""
     if self.cfg.task == "seq_cls":
       return self.score(hidden)
@@ -509,13 +520,16 @@ class Decoder(nn.Module):
                                 (((hidden.ndim - 1,), (1,)), ((), ())))
     return self.lm_head(hidden)
 
-  def forward(self, tokens, mask, cache=None, positions=None, window=None):
+  def forward(self, tokens: jax.Array, mask: jax.Array, cache: KVCache | None = None,
+              positions: jax.Array | None = None,
+              window: int | None = None) -> tuple[jax.Array, KVCache | None]:
     """`__call__` followed by `logits`: (logits [B, T, V or labels], new cache)."""
     hidden, cache = self(tokens, mask, cache, positions, window)
     return self.logits(hidden), cache
 
 
-def pool_last(values, mask, tokens=None, pad_id=None):
+def pool_last(values: jax.Array, mask: jax.Array, tokens: jax.Array | None = None,
+              pad_id: int | None = None) -> jax.Array:
   """values [B, T, ...] at each row's last real token (left or right padding).
 
   With tokens and pad_id, tokens equal to pad_id do not count as real either:

@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import re
+import typing
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +27,10 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from pedrl.models.config import ModelConfig
+
+if typing.TYPE_CHECKING:  # build_model imports them when called (they import this module).
+  from pedrl.models.bert import Bert
+  from pedrl.models.decoder import Decoder
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -73,7 +79,7 @@ for _p, _hf in (("attn_norm", "attention.output.LayerNorm"), ("mlp_norm", "outpu
 _LEGACY_SUFFIXES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": ".LayerNorm.beta"}
 
 
-def build_model(cfg: ModelConfig):
+def build_model(cfg: ModelConfig) -> "Decoder | Bert":
   """The Flax module for a config."""
   if cfg.is_decoder:
     from pedrl.models.decoder import Decoder
@@ -82,7 +88,7 @@ def build_model(cfg: ModelConfig):
   return Bert(cfg)
 
 
-def abstract_params(cfg: ModelConfig):
+def abstract_params(cfg: ModelConfig) -> Any:
   """Shapes and dtypes of the params of `cfg`'s model, without allocating them."""
   model = build_model(cfg)
   tokens = jnp.zeros((1, 2), jnp.int32)
@@ -91,7 +97,7 @@ def abstract_params(cfg: ModelConfig):
       lambda: model.init(jax.random.PRNGKey(0), tokens, jnp.ones_like(tokens), **kwargs))["params"]
 
 
-def random_params(cfg: ModelConfig, seed: int = 0):
+def random_params(cfg: ModelConfig, seed: int = 0) -> Any:
   """normal(0, 0.02) params of `cfg`'s shapes, made leaf by leaf on the device (for
   benchmarks at sizes no test checkpoint has)."""
   leaves, treedef = jax.tree.flatten(abstract_params(cfg))
@@ -199,7 +205,7 @@ def _read(tensors: _Tensors, name: str, transpose: bool, index, layers, dtype):
   return block.astype(dtype)
 
 
-def load_params(ckpt_dir: str, cfg: ModelConfig, shardings=None):
+def load_params(ckpt_dir: str, cfg: ModelConfig, shardings: Any = None) -> Any:
   """Reads a checkpoint directory into a params pytree.
 
   Args:
@@ -282,7 +288,8 @@ def _hf_tensors(params, cfg: ModelConfig):
       yield name, np.ascontiguousarray(x.T if transpose else x)
 
 
-def save_params(params, cfg: ModelConfig, out_dir: str, max_shard_bytes: int = 4 << 30):
+def save_params(params: Any, cfg: ModelConfig, out_dir: str,
+                max_shard_bytes: int = 4 << 30) -> None:
   """Writes params as a transformers-loadable directory (config.json + safetensors)."""
   os.makedirs(out_dir, exist_ok=True)
   shards, current, size = [], {}, 0

@@ -1,5 +1,7 @@
 """Building blocks shared by the decoder and the BERT encoder."""
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -17,14 +19,15 @@ class RMSNorm(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x: jax.Array) -> jax.Array:
     scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.dtype)
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     return scale * normed.astype(x.dtype)
 
 
-def dot_attention(q, segments):
+def dot_attention(q: jax.Array,
+                  segments: Sequence[tuple[jax.Array, jax.Array, jax.Array]]) -> jax.Array:
   """Grouped-query attention over one or more key/value segments, one softmax
   across all of them.
 
@@ -68,7 +71,8 @@ def dot_attention(q, segments):
   return out.reshape(b, t, h, d).astype(segments[0][1].dtype)
 
 
-def causal_attention(q, k, v, lengths, implementation: str):
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, lengths: jax.Array,
+                     implementation: str) -> jax.Array:
   """Causal grouped-query attention of right-padded rows through
   `jax.nn.dot_product_attention` ("cudnn": cuDNN's flash attention, whose forward and
   backward passes keep no [T, T] scores or probabilities in memory; "xla": the same
@@ -93,7 +97,8 @@ def causal_attention(q, k, v, lengths, implementation: str):
   return jnp.where(real[:, :, None, None], out, 0).astype(v.dtype)
 
 
-def blocked_attention(q, cache, filled, new, block: int):
+def blocked_attention(q: jax.Array, cache: Any, filled: jax.Array, new: Any,
+                      block: int) -> jax.Array:
   """Attention of T new tokens over a KV cache and themselves, in blocks.
 
   The [T, S] score matrix is never materialised: queries go through `block`-row
@@ -226,7 +231,8 @@ def _f32_out_dot_bwd(dimension_numbers, precision, residuals, g):
 _f32_out_dot.defvjp(_f32_out_dot_fwd, _f32_out_dot_bwd)
 
 
-def f32_out_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def f32_out_dot(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any, precision: Any = None,
+                preferred_element_type: Any = None) -> jax.Array:
   """lax.dot_general with a float32 result from operands of the model dtype (a head's
   logits), whose backward matmuls take their operands in that dtype too."""
   if preferred_element_type not in (None, jnp.float32):
@@ -242,7 +248,7 @@ class DenseParams(nn.Module):
   dtype: jnp.dtype
 
   @nn.compact
-  def __call__(self, in_features: int):
+  def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array]:
     kernel = self.param("kernel", nn.initializers.lecun_normal(), (in_features, self.features),
                         self.dtype)
     bias = (self.param("bias", nn.initializers.zeros_init(), (self.features,), self.dtype)
@@ -250,7 +256,8 @@ class DenseParams(nn.Module):
     return kernel, bias
 
 
-def side_by_side(x, params, dtype):
+def side_by_side(x: jax.Array, params: Sequence[tuple[jax.Array, jax.Array]],
+                 dtype: Any) -> list[jax.Array]:
   """x times several Dense layers' (kernel, bias) in one matmul over their kernels
   concatenated; one output per layer, as `dense` would give each."""
   kernel = jnp.concatenate([k.astype(dtype) for k, _ in params], axis=1)
@@ -260,7 +267,7 @@ def side_by_side(x, params, dtype):
   return jnp.split(y, ends, axis=-1)
 
 
-def dense(features: int, use_bias: bool, dtype, name: str, f32_out: bool = False) -> nn.Dense:
+def dense(features: int, use_bias: bool, dtype: Any, name: str, f32_out: bool = False) -> nn.Dense:
   """A Dense layer whose params and inputs share the model dtype.
 
   With f32_out the product is returned in float32 (for logits) instead of being

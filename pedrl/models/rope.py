@@ -5,11 +5,13 @@ so that angles at long positions round the same way as in the reference.
 """
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 
-def frequencies(head_dim: int, theta: float, scaling: dict | None = None):
+def frequencies(head_dim: int, theta: float,
+                scaling: dict | None = None) -> tuple[np.ndarray, float]:
   """(inverse frequencies theta^(-2i/d) for i < d/2 after scaling, cos/sin multiplier)."""
   f32 = np.float32
   exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(f32) / f32(head_dim)
@@ -45,7 +47,8 @@ def llama3_scale(inv: np.ndarray, factor: float, low_freq_factor: float,
 
 def yarn_scale(powers: np.ndarray, head_dim: int, theta: float, factor: float,
                original_max_position_embeddings: float, attention_factor: float,
-               beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: float = 1.0):
+               beta_fast: float = 32.0, beta_slow: float = 1.0,
+               truncate: float = 1.0) -> tuple[np.ndarray, float]:
   """YaRN: interpolate long wavelengths, keep short ones, blend linearly between.
 
   Dimensions that turn fewer than beta_slow times over the original context are
@@ -72,14 +75,15 @@ def yarn_scale(powers: np.ndarray, head_dim: int, theta: float, factor: float,
 def yarn_attention_factor(factor: float, mscale: float | None = None,
                           mscale_all_dim: float | None = None) -> float:
   """YaRN's default cos/sin multiplier, 0.1 ln(factor) + 1 (or the mscale ratio)."""
-  def m(scale, k=1.0):
+  def m(scale, k: float = 1.0):
     return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
   if mscale and mscale_all_dim:
     return m(factor, mscale) / m(factor, mscale_all_dim)
   return m(factor)
 
 
-def cos_sin(positions: jnp.ndarray, inv_freq: np.ndarray, scale: float = 1.0):
+def cos_sin(positions: jnp.ndarray, inv_freq: np.ndarray,
+            scale: float = 1.0) -> tuple[jax.Array, jax.Array]:
   """cos and sin tables [..., head_dim] for integer positions [...], in float32."""
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
   angles = jnp.concatenate([angles, angles], axis=-1)

@@ -11,7 +11,7 @@ answers is an error: its values would be mostly stand-ins.
 """
 import collections
 import dataclasses
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from pedrl.clients.openai_compat import failure_kind
 
@@ -47,13 +47,13 @@ class AskStats(collections.Counter):
   """
 
 
-def check_max_failed_share(share: float):
+def check_max_failed_share(share: float) -> None:
   if not 0.0 <= share <= 1.0:
     raise ValueError(f"max_failed_share {share} is not in [0, 1]")
 
 
 def check_failed_share(failed: int, total: int, max_failed_share: float, what: str,
-                       causes: collections.Counter, error: type):
+                       causes: collections.Counter, error: type) -> None:
   """Raises `error` when failed / total exceeds max_failed_share: the batch's values
   would be mostly stand-ins, not answers. `what` follows "<failed> of <total>"."""
   if not total or failed / total <= max_failed_share:
@@ -85,8 +85,14 @@ class Asked:
     return self.unanswered
 
 
-def ask(requests, complete, parse, rounds: int, stats: AskStats, *, who: str, error: type,
-        down_is_error: bool = True) -> Asked:
+R = TypeVar("R")  # A request.
+A = TypeVar("A")  # Its parsed answer.
+
+
+def ask(requests: Sequence[R],
+        complete: Callable[[Sequence[R], int], Sequence[str | Exception]],
+        parse: Callable[[R, str], A | None], rounds: int, stats: AskStats, *, who: str,
+        error: type[Exception], down_is_error: bool = True) -> Asked:
   """Asks `complete(requests, round) -> [text | Exception]` until `parse(request, text)`
   gives a value (not None) for every request, for at most `rounds` rounds.
 

@@ -14,12 +14,13 @@ rejected gets −λ in place of r_sol, pedagogy, thinking and uco (paper 003's h
 variant; no solve attempts or UCO scoring are made for it), plus the template's
 length penalty, which applies regardless.
 """
+from collections.abc import Sequence
 import dataclasses
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from pedrl.env.dialogue import TUTOR, Rewards
+from pedrl.env.dialogue import TUTOR, Dialogue, Rewards
 from pedrl.rewards import pedagogy, template, uco
 
 DIALOGUE, TURN = "dialogue", "turn"
@@ -106,7 +107,7 @@ class RewardSettings:
   # ((name, weight), …), parsed from `components` once (a bad spec fails here, not mid-run).
   weights: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     weights = (parse_components(self.components) if isinstance(self.components, str) else
                tuple((n, float(w)) for n, w in self.components))
     object.__setattr__(self, "weights", weights)  # Frozen: set once, here.
@@ -125,12 +126,12 @@ class RewardSettings:
     return tuple((n, w) for n, w in self.weights if COMPONENTS[n].level == TURN)
 
 
-def rejected(d, settings: RewardSettings) -> bool:
+def rejected(d: Dialogue, settings: RewardSettings) -> bool:
   """Hard variant: some judge sample said REJECT (r_ped = 0)."""
   return settings.hard and d.judgement is not None and d.judgement.r_ped == 0.0
 
 
-def components(d, settings: RewardSettings) -> dict:
+def components(d: Dialogue, settings: RewardSettings) -> dict[str, float]:
   """Every configured component's value for one judged, solved and scored dialogue."""
   hard_rejected = rejected(d, settings)
   return {name: 0.0 if hard_rejected and COMPONENTS[name].zero_when_rejected
@@ -140,7 +141,7 @@ def components(d, settings: RewardSettings) -> dict:
 HARD_PENALTY = "hard_penalty"
 
 
-def terms(values: dict, d, settings: RewardSettings) -> dict:
+def terms(values: dict[str, float], d: Dialogue, settings: RewardSettings) -> dict[str, float]:
   """The addends of the total: each component's weighted value (`values` are unweighted),
   and with the hard variant a rejected dialogue's −λ as HARD_PENALTY."""
   weights = dict(settings.weights)
@@ -150,11 +151,11 @@ def terms(values: dict, d, settings: RewardSettings) -> dict:
   return out
 
 
-def total(values: dict, d, settings: RewardSettings) -> float:
+def total(values: dict[str, float], d: Dialogue, settings: RewardSettings) -> float:
   return sum(terms(values, d, settings).values())
 
 
-def weighted_turn_rewards(d, settings: RewardSettings) -> list:
+def weighted_turn_rewards(d: Dialogue, settings: RewardSettings) -> list[float]:
   """Per tutor turn, the weighted sum of the turn-level components' turn rewards
   (empty if there are none, or the dialogue was hard-rejected and never scored)."""
   if rejected(d, settings):
@@ -164,7 +165,7 @@ def weighted_turn_rewards(d, settings: RewardSettings) -> list:
   return [float(sum(rs)) for rs in zip(*per_component)] if per_component else []
 
 
-def dialogue_part(d, settings: RewardSettings) -> float:
+def dialogue_part(d: Dialogue, settings: RewardSettings) -> float:
   """The total without the weighted turn-level components: what dialogue-level
   advantages are built from when turn-level ones get their own."""
   return d.rewards.total - sum(w * d.rewards.components[n] for n, w in settings.turn_level)
@@ -176,7 +177,7 @@ class Spread(NamedTuple):
   std: float
 
 
-def assign(dialogues, settings: RewardSettings) -> dict[str, Spread]:
+def assign(dialogues: Sequence[Dialogue], settings: RewardSettings) -> dict[str, Spread]:
   """Fills d.rewards for the dialogues no judge policy dropped; returns per component
   (and "total") the batch mean and standard deviation."""
   kept = [d for d in dialogues if not d.dropped]

@@ -16,7 +16,7 @@ from typing import Sequence
 from pedrl import distributed, streams
 from pedrl.clients.openai_compat import EndpointError, OpenAIBackend, failure_kind
 from pedrl.env import chat
-from pedrl.env.dialogue import STUDENT, TUTOR
+from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue
 from pedrl.env.party import Party
 from pedrl.rewards.asking import TextRequest
 from pedrl.rewards.judging import JudgeError, Request
@@ -35,7 +35,7 @@ class MainProcessCalls:
   inner: OpenAIBackend | None
 
   @property
-  def stats(self):  # Counted on process 0, the one that writes metrics.
+  def stats(self) -> collections.Counter:  # Counted on process 0, the one that writes metrics.
     return self.inner.stats if self.inner is not None else collections.Counter()
 
   def complete(self, requests: Sequence[TextRequest],
@@ -46,7 +46,7 @@ class MainProcessCalls:
         for r in self.inner.complete(requests, round_)])
     return [_failed_request(m) if "error" in m else m["text"] for m in message]
 
-  def preflight(self):
+  def preflight(self) -> None:
     self._on_main(lambda: self.inner.preflight())  # inner is None off process 0.
 
   @staticmethod
@@ -142,7 +142,7 @@ class RuleBackend(RuleJudgeSettings):
   def _verdict(ok: bool, why: str) -> str:
     return json.dumps({"reasoning": why, "decision": "OK" if ok else "REJECT"})
 
-  def leakage(self, d) -> str:
+  def leakage(self, d: Dialogue) -> str:
     answer = d.answer.strip()
     pattern = re.compile(r"(?<![\w.])" + re.escape(answer) + r"(?![\w]|\.\d)")
     for m in d.messages:
@@ -152,7 +152,7 @@ class RuleBackend(RuleJudgeSettings):
         return self._verdict(False, f"the tutor wrote the answer {answer!r}")
     return self._verdict(True, "the answer does not appear")
 
-  def helpfulness(self, d) -> str:
+  def helpfulness(self, d: Dialogue) -> str:
     words = {TUTOR: 0, STUDENT: 0}
     for m in d.messages:
       n = len(m.text.split())
@@ -165,7 +165,7 @@ class RuleBackend(RuleJudgeSettings):
     return self._verdict(True, "concise, student does most of the talking")
 
   @staticmethod
-  def thinking(d) -> str:
+  def thinking(d: Dialogue) -> str:
     turns = [m for m in d.messages if m.role == TUTOR]
     score = sum(bool(chat.split_thinking(m.raw or m.text)[1]) for m in turns) / max(len(turns), 1)
     return json.dumps({"score": score, "reasoning": "share of turns with thinking"})

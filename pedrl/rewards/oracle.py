@@ -15,6 +15,7 @@ import dataclasses
 from typing import Protocol, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pedrl import files
 from pedrl.env import prompts
@@ -79,7 +80,7 @@ class ReferenceOracle:
   (only the worked example carries the answer). It knows nothing of the dialogue, so
   its candidates and hints are the same every turn: a smoke-test stand-in."""
 
-  def __call__(self, requests) -> list[OracleTurn]:
+  def __call__(self, requests: Sequence[OracleRequest]) -> list[OracleTurn]:
     return [OracleTurn(tuple(t.format(answer=r.dialogue.answer) for t in CANDIDATE_TEMPLATES),
                        tuple(t.format(answer=r.dialogue.answer) for t in HINT_TEMPLATES))
             for r in requests]
@@ -119,7 +120,7 @@ class LLMOracle:
       raise ValueError(f"on_failure {self.on_failure!r} is not 'reference' or 'error'")
     asking.check_max_failed_share(self.max_failed_share)
 
-  def __call__(self, requests) -> list[OracleTurn]:
+  def __call__(self, requests: Sequence[OracleRequest]) -> list[OracleTurn]:
     # The hints stand in for the tutor's turn (eq. 6), so the oracle sees the
     # dialogue before it, and the turn itself for the candidates (eq. 3).
     requests = [dataclasses.replace(r, uid=i, prompt=prompts.render(
@@ -143,7 +144,7 @@ class LLMOracle:
 
 # -- The level ℓ(a_t) of a tutor message --------------------------------------------------------
 
-def nearest_hint_level(message_embedding, hint_embeddings) -> int:
+def nearest_hint_level(message_embedding: ArrayLike, hint_embeddings: ArrayLike) -> int:
   """The level whose oracle hint is closest (cosine) to the tutor's message."""
   h = np.asarray(hint_embeddings, np.float64)
   m = np.asarray(message_embedding, np.float64)

@@ -8,6 +8,7 @@ without tags does neither. Like the reference code, the thinking terms and the
 end bonus are 0 for a dialogue that was never scored (hard rejection), and the
 length penalty applies regardless.
 """
+from collections.abc import Iterable, Sequence
 import re
 
 _TAG = re.compile(r"</?think>")
@@ -31,7 +32,7 @@ def tags_misused(text: str) -> bool:
   return not _blocks(text)[0]
 
 
-def think_format_reward(tutor_texts, c: float = 0.5) -> float:
+def think_format_reward(tutor_texts: Iterable[str], c: float = 0.5) -> float:
   """c · |{u_i with correct tags}| / |{u_i}| (paper 003, appendix B.1)."""
   tutor_texts = list(tutor_texts)
   if not tutor_texts:
@@ -39,7 +40,7 @@ def think_format_reward(tutor_texts, c: float = 0.5) -> float:
   return c * sum(map(tags_correct, tutor_texts)) / len(tutor_texts)
 
 
-def tag_misuse_penalty(tutor_texts, c: float = 0.5) -> float:
+def tag_misuse_penalty(tutor_texts: Iterable[str], c: float = 0.5) -> float:
   """p_misuse = c · (# of wrong tags in D), counted per tutor message (paper 003, appendix B.2)."""
   return c * sum(map(tags_misused, tutor_texts))
 
@@ -54,7 +55,7 @@ def length_penalty(any_turn_truncated: bool, value: float = 0.5) -> float:
   return value if any_turn_truncated else 0.0
 
 
-def template_reward(tutor_texts, ended_by_tutor: bool, any_turn_truncated: bool,
+def template_reward(tutor_texts: Sequence[str], ended_by_tutor: bool, any_turn_truncated: bool,
                     scored: bool = True, c_think: float = 0.5, c_misuse: float = 0.5,
                     r_end: float = 0.1, p_len: float = 0.5) -> float:
   """r_templ = r_think + r_end − p_misuse − p_len (paper 003, appendix B.5)."""

@@ -7,14 +7,17 @@ Open points decided here (each an argument; docs/rewards.md says why):
 - eq. 7 ties: the lowest level index wins (np.argmax), i.e. the less directive
   scaffold, before the one-level step down.
 """
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 SCAFFOLD_LEVELS = ("metacognitive", "strategic", "conceptual", "step_by_step",
                    "worked_example")  # ℓ0..ℓ4, most to least cognitive load (paper 000 III-B-2).
 REDUCTIONS = ("mean", "sum")
 
 
-def candidate_logprob(token_logprobs, reduce: str = "mean") -> float:
+def candidate_logprob(token_logprobs: ArrayLike, reduce: str = "mean") -> float:
   """One candidate's log-probability under the student: summed (eq. 3) or per token."""
   lp = np.asarray(token_logprobs, np.float64)
   if reduce not in REDUCTIONS:
@@ -26,7 +29,8 @@ def candidate_logprob(token_logprobs, reduce: str = "mean") -> float:
   return float(lp.sum() if reduce == "sum" else lp.mean())
 
 
-def potential_score(candidate_logprobs, alpha: float = 2.0, reduce: str = "mean") -> float:
+def potential_score(candidate_logprobs: Sequence[ArrayLike], alpha: float = 2.0,
+                    reduce: str = "mean") -> float:
   """f_potential = tanh(α · max_k log π_S(c^k | s_t, a_t)) (paper 000, eq. 3).
 
   candidate_logprobs: per candidate, its tokens' log-probs (ragged).
@@ -37,7 +41,8 @@ def potential_score(candidate_logprobs, alpha: float = 2.0, reduce: str = "mean"
   return float(np.tanh(alpha * max(scores)))  # All −inf: tanh(−inf) = −1.
 
 
-def semantic_score(output_embedding, candidate_embeddings, delta: float = 0.7) -> float:
+def semantic_score(output_embedding: ArrayLike, candidate_embeddings: ArrayLike,
+                   delta: float = 0.7) -> float:
   """f_semantic = max_j cos(e(o_{t+1}), e(c_j)) − δ (paper 000, eq. 4)."""
   o = np.asarray(output_embedding, np.float64)
   c = np.atleast_2d(np.asarray(candidate_embeddings, np.float64))
@@ -56,7 +61,7 @@ def progress_reward(potential: float, semantic: float, lam: float = 0.5) -> floa
   return lam * potential + (1.0 - lam) * semantic
 
 
-def zpd_level(level_logprobs) -> int:
+def zpd_level(level_logprobs: ArrayLike) -> int:
   """ℓ_ZPD = max(0, argmax_ℓ P(ℓ) − 1), P(ℓ) = log π_S(c_t | s_t, hint_ℓ) (paper 000, eqs. 6–7)."""
   p = np.asarray(level_logprobs, np.float64)
   if p.shape != (len(SCAFFOLD_LEVELS),):
@@ -67,7 +72,7 @@ def zpd_level(level_logprobs) -> int:
   return max(0, int(np.argmax(p)) - 1)
 
 
-def scaffold_reward(level_logprobs, chosen_level: int, c: float = 0.2) -> float:
+def scaffold_reward(level_logprobs: ArrayLike, chosen_level: int, c: float = 0.2) -> float:
   """σ(P(ℓ(a_t))) + 0.5 if ℓ(a_t) = ℓ_ZPD, else −c·|ℓ(a_t) − ℓ_ZPD| (paper 000, eq. 8)."""
   if not 0 <= chosen_level < len(SCAFFOLD_LEVELS):
     raise ValueError(f"chosen_level must be in [0, {len(SCAFFOLD_LEVELS)}), got {chosen_level}")
@@ -82,7 +87,7 @@ def turn_reward(progress: float, scaffold: float) -> float:
   return progress + scaffold
 
 
-def discounted_returns(turn_rewards, gamma: float = 0.95) -> np.ndarray:
+def discounted_returns(turn_rewards: ArrayLike, gamma: float = 0.95) -> np.ndarray:
   """G_t = Σ_{k≥t} γ^{k−t} r_k over one dialogue's turns (paper 000, eq. 1; γ = 0.95 in its setup)."""
   r = np.asarray(turn_rewards, np.float64)
   out = np.zeros_like(r)

@@ -19,13 +19,23 @@ whose level the LLM classifier did not give (the nearest hint stands in), is
 flagged in its TurnScore; a batch with more than `max_failed_share` of its turns
 without a classifier level is an OracleError.
 """
+from __future__ import annotations
+
 import dataclasses
+import typing
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from pedrl.env import prompts
-from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR, TurnScore
+from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR, Dialogue, TurnScore
 from pedrl.rewards import asking
 from pedrl.rewards import oracle as oracle_lib
 from pedrl.rewards import uco
+
+if typing.TYPE_CHECKING:  # The settings type above imports no JAX; these do.
+  from pedrl.engine.scoring import Scorer
+  from pedrl.env.party import Party
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +64,7 @@ class UCOSettings:
       raise ValueError(f"zpd_candidate must be in [0, {oracle_lib.N_CANDIDATES})")
 
 
-def student_view(d, upto: int) -> list[dict]:
+def student_view(d: Dialogue, upto: int) -> list[dict]:
   """The student's chat for messages[:upto], as the rollout fed it: its system prompt,
   its own messages as sampled (its attempt as shown), the tutor's visible text."""
   view = [{"role": "system", "content": d.student_system_prompt()}]
@@ -93,8 +103,10 @@ def _classify_levels(backend, turns, rounds: int, nearest, stats: asking.AskStat
   return levels, fell_back
 
 
-def score_turns(dialogues, student, scorer, oracle, embedder, settings: UCOSettings,
-                classifier=None, stats=None,
+def score_turns(dialogues: Sequence[Dialogue], student: Party, scorer: Scorer,
+                oracle: oracle_lib.Oracle, embedder: Callable[[Sequence[str]], np.ndarray],
+                settings: UCOSettings, classifier: asking.TextBackend | None = None,
+                stats: asking.AskStats | None = None,
                 max_failed_share: float = 1.0) -> list[list[TurnScore]]:
   """Per dialogue, a TurnScore per tutor turn.
 

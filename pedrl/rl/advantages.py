@@ -16,7 +16,10 @@ say, this is pedrl's rule. A turn only one rollout reached gets 0.
 std is the unbiased estimate by default (ddof=1, as TRL's GRPOTrainer, which
 paper 003's reference code builds on); ddof=0 gives the population one.
 """
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pedrl.rewards import uco
 
@@ -38,7 +41,8 @@ def _normalised(x: np.ndarray, eps: float, ddof: int) -> np.ndarray:
   return (x - x.mean()) / (x.std(ddof=ddof) + eps)
 
 
-def group_advantages(rewards, group_size: int, eps: float = 1e-4, ddof: int = 1) -> np.ndarray:
+def group_advantages(rewards: ArrayLike, group_size: int, eps: float = 1e-4,
+                     ddof: int = 1) -> np.ndarray:
   """(r − group mean) / (group std + ε) per dialogue (paper 003 section 4 / GRPO)."""
   r = np.asarray(rewards, np.float64)
   out = np.empty_like(r)
@@ -47,8 +51,8 @@ def group_advantages(rewards, group_size: int, eps: float = 1e-4, ddof: int = 1)
   return out
 
 
-def turn_advantages(turn_rewards, group_size: int, gamma: float = 0.95, eps: float = 1e-8,
-                    ddof: int = 1) -> list:
+def turn_advantages(turn_rewards: Sequence[ArrayLike], group_size: int, gamma: float = 0.95,
+                    eps: float = 1e-8, ddof: int = 1) -> list:
   """Per dialogue, the advantage of each tutor turn (returns normalised per turn index
   within the group)."""
   returns = [uco.discounted_returns(r, gamma) for r in turn_rewards]
@@ -65,7 +69,8 @@ def turn_advantages(turn_rewards, group_size: int, gamma: float = 0.95, eps: flo
   return out
 
 
-def token_advantages(mask, spans, values) -> np.ndarray:
+def token_advantages(mask: ArrayLike, spans: Sequence[tuple[int, int]],
+                     values: float | Sequence[float]) -> np.ndarray:
   """A per-token array: values[j] on the tokens of span j (turn level), or one scalar
   value on every masked token (dialogue level); 0 off the mask."""
   mask = np.asarray(mask, bool)

@@ -5,11 +5,18 @@
 from the dialogues, their token advantages and the frozen reference's log-probs,
 and never changed after: the update reads rows of it.
 """
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 import jax
 import numpy as np
 from flax import struct
 
 from pedrl.engine.shapes import bucket
+from pedrl.env.dialogue import Dialogue
+from pedrl.rl.offline_data import TutorSequence
+
+T = TypeVar("T")
 
 
 @struct.dataclass
@@ -22,11 +29,11 @@ class SequenceBatch:
   def rows(self) -> int:
     return self.tokens.shape[0]
 
-  def take(self, rows):
+  def take(self, rows: int | np.ndarray | slice) -> "SequenceBatch":
     """The batch of rows `rows` (indices or a slice)."""
     return take_rows(self, rows)
 
-  def padded(self, rows: int):
+  def padded(self, rows: int) -> "SequenceBatch":
     """`rows` rows: filler copies of row 0 that carry no loss."""
     out = take_rows(self, fill_rows(self.rows, rows))
     return out.replace(loss_mask=np.where(np.arange(rows)[:, None] < self.rows, out.loss_mask,
@@ -41,7 +48,7 @@ class TrainBatch(SequenceBatch):
   ref_logp: np.ndarray  # float32, the frozen reference policy's log-probs.
 
 
-def take_rows(tree, rows):
+def take_rows(tree: T, rows: int | np.ndarray | slice) -> T:
   """Rows `rows` of every [N, ...] array of a pytree."""
   return jax.tree.map(lambda v: np.asarray(v)[rows], tree)
 
@@ -53,7 +60,8 @@ def fill_rows(n: int, rows: int) -> np.ndarray:
   return fill
 
 
-def padded_rows(sequences, width: int | None = None):
+def padded_rows(sequences: Sequence[Sequence[int]],
+                width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """(tokens, attn_mask) [N, T] of token-id sequences, right-padded to `width` (None: the
   bucket of the longest, so few shapes compile)."""
   width = width or bucket(max(len(x) for x in sequences))
@@ -65,7 +73,7 @@ def padded_rows(sequences, width: int | None = None):
   return tokens, attn
 
 
-def from_sequences(sequences) -> SequenceBatch:
+def from_sequences(sequences: Sequence[TutorSequence]) -> SequenceBatch:
   """The batch of sequences with `tokens` and `loss_mask` (pedrl.rl.offline_data's
   TutorSequence), padded to the bucket of the longest."""
   tokens, attn = padded_rows([s.tokens for s in sequences])
@@ -75,12 +83,13 @@ def from_sequences(sequences) -> SequenceBatch:
   return SequenceBatch(tokens, attn, loss_mask)
 
 
-def tutor_sequences(dialogues):
+def tutor_sequences(dialogues: Sequence[Dialogue]) -> tuple[np.ndarray, np.ndarray]:
   """(tokens, attn_mask) [N, T] of the dialogues' tutor sides (T bucketed: few compiles)."""
   return padded_rows([d.tutor_ids for d in dialogues])
 
 
-def build(dialogues, token_advantages, ref_logprobs) -> TrainBatch:
+def build(dialogues: Sequence[Dialogue], token_advantages: Sequence[np.ndarray],
+          ref_logprobs: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> TrainBatch:
   """The batch of `dialogues`; `ref_logprobs(tokens, attn_mask)` gives the reference's
   log-probs. Dropped dialogues stay as rows (the batch keeps its shape) without loss."""
   tokens, attn = tutor_sequences(dialogues)

@@ -15,17 +15,19 @@ export (and the checksums both share) is pedrl.runs'.
 import os
 import shutil
 import time
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
 from pedrl import distributed, runs, sharding
+from pedrl.models.config import ModelConfig
 from pedrl.runs import CheckpointError, checksums, verify
 from pedrl.rl import update
 
 
-def model_fingerprint(cfg) -> dict:
+def model_fingerprint(cfg: ModelConfig) -> dict:
   """What must match between a checkpoint and the tutor it is restored into."""
   return {k: getattr(cfg, k) for k in ("model_type", "vocab_size", "hidden_size", "num_layers",
                                        "num_heads", "num_kv_heads", "intermediate_size")}
@@ -34,7 +36,7 @@ def model_fingerprint(cfg) -> dict:
 _all_finite = jax.jit(update.all_finite)
 
 
-def is_finite(state) -> bool:
+def is_finite(state: Any) -> bool:
   return bool(sharding.to_host(_all_finite(state)))
 
 
@@ -43,19 +45,19 @@ def _size(n: float) -> str:
 
 
 class Checkpoints:
-  def __init__(self, workdir: str, keep: int = 3):
+  def __init__(self, workdir: str, keep: int = 3) -> None:
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self.broken_directory = self.directory + ".broken"
     self.manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
-  def latest_step(self):
+  def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
   def step_path(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
-  def save(self, step: int, state, meta: dict):
+  def save(self, step: int, state: Any, meta: dict) -> None:
     """Writes `state` and `meta` (plus the state's checksums) as step `step`.
 
     Raises CheckpointError, with the path and the free space, when the state has a
@@ -109,7 +111,7 @@ class Checkpoints:
       verify(state, want)
     return state, meta
 
-  def restore(self, state_like, model_fingerprint: dict):
+  def restore(self, state_like: Any, model_fingerprint: dict) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest step that restores and verifies, shaped and sharded
     like `state_like`; None when there is no checkpoint.
 
@@ -142,7 +144,7 @@ class Checkpoints:
           ". Move the directory away to start afresh.")
     return None
 
-  def _set_aside(self, steps):
+  def _set_aside(self, steps) -> None:
     """Moves broken steps out of the manager's directory (a later save may reuse the number)."""
     if not steps:
       return
@@ -155,5 +157,5 @@ class Checkpoints:
     distributed.barrier("checkpoints_set_aside")
     self.manager.reload()
 
-  def close(self):
+  def close(self) -> None:
     self.manager.close()

@@ -9,23 +9,27 @@ dialogue's tutor sides, and their summed log-probs under the frozen reference
 (the initial tutor), computed once per batch.
 """
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from flax import struct
 
 from pedrl.rl import batch as batch_lib, objective as objective_lib, update
+from pedrl.rl.offline_data import TutorSequence
 from pedrl.rl.settings import DPOSettings
 
 
-def dpo_loss(chosen_logratio, rejected_logratio, beta: float):
+def dpo_loss(chosen_logratio: jax.Array, rejected_logratio: jax.Array, beta: float) -> jax.Array:
   """−log σ(β·(Δ_w − Δ_l)), Δ = Σ_t log π(y_t)/π_ref(y_t) over the policy's tokens of a
   dialogue: Rafailov et al. 2023 eq. 7, with Xiong et al. 2025's M-DPO trajectory sums."""
   return -jax.nn.log_sigmoid(beta * (chosen_logratio - rejected_logratio))
 
 
-def pair_terms(logp, loss_mask, ref_logp, beta: float):
+def pair_terms(logp: jax.Array, loss_mask: jax.Array, ref_logp: jax.Array,
+               beta: float) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(DPO loss [N], implicit rewards β·Δ [N, 2], summed log-probs [N, 2]) of pairs from the
   policy's per-token log-probs [N, 2, T]: Δ sums log π − log π_ref over `loss_mask`."""
   summed = (logp * loss_mask).sum(-1)
@@ -46,7 +50,7 @@ class PairBatch:
   def rows(self) -> int:
     return self.tokens.shape[0]
 
-  def take(self, rows) -> "PairBatch":
+  def take(self, rows: int | np.ndarray | slice) -> "PairBatch":
     return batch_lib.take_rows(self, rows)
 
   def padded(self, rows: int) -> "PairBatch":
@@ -85,7 +89,8 @@ class DPOObjective(DPOSettings):
   def totals(self, batch: PairBatch) -> tuple:
     return (max(np.asarray(batch.valid).sum(), 1),)
 
-  def loss(self, model, params, part: PairBatch, totals):
+  def loss(self, model: nn.Module, params: objective_lib.Params, part: PairBatch,
+           totals: tuple) -> tuple[jax.Array, dict[str, jax.Array]]:
     (num_pairs,) = totals
     m, _, width = part.tokens.shape
     flat = lambda x: x.reshape(2 * m, width)
@@ -109,7 +114,8 @@ class DPOObjective(DPOSettings):
                       rejected_logp=sums["rejected_logp_sum"] / n, pairs=sums["pairs"])
 
 
-def build(pairs, ref_logprobs) -> PairBatch:
+def build(pairs: Sequence[tuple[TutorSequence, TutorSequence]],
+          ref_logprobs: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> PairBatch:
   """The batch of `pairs`, each (chosen, rejected) pedrl.rl.offline_data.TutorSequence;
   `ref_logprobs(tokens, attn_mask)` gives the reference's per-token log-probs of [N, T]
   rows (pedrl.rl.update.logprobs_in_chunks)."""

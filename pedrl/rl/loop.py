@@ -15,7 +15,8 @@ checkpoint's metadata keeps what fixes that order, and the run's length where it
 shapes the schedule (`data_meta`); a resume with other values is refused.
 """
 import dataclasses
-from typing import Protocol, Sequence
+from collections.abc import Callable
+from typing import Protocol, Sequence, TypeVar
 
 import numpy as np
 import optax
@@ -54,7 +55,11 @@ class TrainingDiverged(RuntimeError):
   """Updates were non-finite `max_bad_steps` steps in a row; the weights were left as they were."""
 
 
-def items_for_step(items, step: int, batch: int, seed: int, total: int | None = None):
+T = TypeVar("T")
+
+
+def items_for_step(items: Sequence[T], step: int, batch: int, seed: int,
+                   total: int | None = None) -> list[tuple[int, T]]:
   """(positions, items) of step `step`: positions step·batch … of a sequence of seeded
   per-epoch permutations of `items`, cut at `total` positions (None: never)."""
   n = len(items)
@@ -66,7 +71,7 @@ def items_for_step(items, step: int, batch: int, seed: int, total: int | None = 
   return out
 
 
-def applied_updates(opt_state) -> int:
+def applied_updates(opt_state: objective_lib.OptState) -> int:
   """Optimizer updates applied so far (a skipped one is not): the lr schedule's clock."""
   state = optax.tree_utils.tree_get(opt_state, "ScaleByScheduleState")
   if state is None:
@@ -88,7 +93,7 @@ class Loop:
 
   def __init__(self, settings: LoopSettings, objective: objective_lib.Objective, tutor,
                optimizer, checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
-               seed: int):
+               seed: int) -> None:
     self.s, self.objective, self.tutor, self.seed = settings, objective, tutor, seed
     self.optimizer, self.ckpt, self.writer = optimizer, checkpoints, writer
     # The optax schedule `optimizer` was built with (applied updates -> lr), for the
@@ -101,10 +106,10 @@ class Loop:
     self.last: StepMetrics | None = None  # The metrics of the last step run() ran.
 
   @property
-  def params(self):
+  def params(self) -> objective_lib.Params:
     return self.tutor.params
 
-  def _set_params(self, params):
+  def _set_params(self, params) -> None:
     self.tutor = dataclasses.replace(self.tutor, params=params)
 
   # -- What a subclass provides --------------------------------------------------------------
@@ -140,7 +145,7 @@ class Loop:
     self.writer.resume(self.step)
     return restored is not None
 
-  def save(self):
+  def save(self) -> None:
     self.ckpt.save(self.step, {"params": self.params, "opt_state": self.opt_state},
                    {"step": self.step, **self.data_meta(), "model": self.fingerprint})
 
@@ -175,7 +180,7 @@ class Loop:
     return float(np.mean([self.lr_schedule(c) for c in range(end - applied, end)])
                  if applied else 0.0)
 
-  def run(self, progress=None):
+  def run(self, progress: Callable[[int, StepMetrics], None] | None = None) -> int:
     """Trains to `self.steps`. On SIGINT or SIGTERM it finishes the step, saves and
     returns early (`stopped_by` names the signal). Raises TrainingDiverged after
     max_bad_steps steps in a row with skipped updates (their weights unchanged; the

@@ -10,19 +10,21 @@ exactly the mini-batch loss: token_mean divides by the mini-batch's tutor
 token count (the reference code's choice), sequence_mean by its number of
 sequences after averaging within each.
 """
+import jax
 import jax.numpy as jnp
 
 from pedrl.rl.settings import AGGREGATIONS  # Re-exported: defined there, without JAX.
 
 
-def k3_kl(logp, ref_logp):
+def k3_kl(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   """KL(π‖π_ref) per token, k3 estimator: exp(ref − logp) − (ref − logp) − 1 (≥ 0, 0 iff equal)."""
   d = ref_logp - logp
   return jnp.exp(d) - d - 1.0
 
 
-def clipped_objective(logp, old_logp, advantages, eps_low: float = 0.2,
-                      eps_high: float | None = None):
+def clipped_objective(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
+                      eps_low: float = 0.2,
+                      eps_high: float | None = None) -> tuple[jax.Array, jax.Array]:
   """min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = exp(logp − old_logp) (PPO/GRPO)."""
   ratio = jnp.exp(logp - old_logp)
   eps_high = eps_low if eps_high is None else eps_high
@@ -30,9 +32,12 @@ def clipped_objective(logp, old_logp, advantages, eps_low: float = 0.2,
   return jnp.minimum(ratio * advantages, clipped * advantages), ratio
 
 
-def grpo_loss_terms(logp, old_logp, ref_logp, advantages, mask, beta: float,
-                    eps_low: float = 0.2, eps_high: float | None = None,
-                    aggregation: str = "token_mean", num_sequences=None, num_tokens=None):
+def grpo_loss_terms(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
+                    advantages: jax.Array, mask: jax.Array, beta: float, eps_low: float = 0.2,
+                    eps_high: float | None = None, aggregation: str = "token_mean",
+                    num_sequences: jax.Array | float | None = None,
+                    num_tokens: jax.Array | float | None = None
+    ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
   """(loss sum, normalizer, metrics) for one micro-batch; loss = sum / normalizer.
 
   num_sequences / num_tokens: the mini-batch totals the micro-batch belongs to

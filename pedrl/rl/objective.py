@@ -18,9 +18,17 @@ own `loss` and `metrics` an objective passes named partial sums (a dict: the
 scan adds them up whatever they are); nothing outside the objective reads them.
 """
 import dataclasses
+import typing
 from typing import Protocol
 
 import jax
+import numpy as np
+from flax import linen as nn
+
+# A model's parameter tree and an optimizer's state: nested dicts of arrays. (optax.Params
+# names the same, through a forward reference typing.get_type_hints cannot resolve.)
+Params = typing.Any
+OptState = typing.Any
 
 
 class Batch(Protocol):
@@ -29,7 +37,7 @@ class Batch(Protocol):
   @property
   def rows(self) -> int: ...
 
-  def take(self, rows) -> "Batch":
+  def take(self, rows: int | np.ndarray | slice) -> "Batch":
     """The batch of rows `rows` (indices or a slice)."""
 
   def padded(self, rows: int) -> "Batch":
@@ -56,7 +64,7 @@ class Objective(Protocol):
     """Host scalars of the whole mini-batch that normalise every micro-batch's share
     (its token count, its rows), so that the shares add up to the mini-batch loss."""
 
-  def loss(self, model, params, part: Batch,
+  def loss(self, model: nn.Module, params: Params, part: Batch,
            totals: tuple) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(this micro-batch's share of the mini-batch loss, {name: sum}): the sums add up
     over micro-batches into what `metrics` reads."""

@@ -34,6 +34,8 @@ import bisect
 import collections
 import dataclasses
 import json
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +112,7 @@ def _reward(d: Dialogue) -> float | None:
   return None if d.dropped or d.rewards is None else float(d.rewards.total)
 
 
-def group_pairs(group, group_number: int, min_margin: float = 0.0,
+def group_pairs(group: Sequence[Dialogue], group_number: int, min_margin: float = 0.0,
                 rule: str = "accepted_rejected") -> tuple[list, int]:
   """(pairs, pairs not made) of one problem's dialogues by `rule` (see the module
   docstring): not made are ties (reward_order) or unordered pairs (accepted_rejected)."""
@@ -172,7 +174,8 @@ def tutor_text(d: Dialogue) -> tuple:
   return tuple((m.raw or m.text).strip() for m in d.messages if m.role == dialogue_lib.TUTOR)
 
 
-def accepted_dialogues(group, group_number: int, among=None) -> tuple[list, int]:
+def accepted_dialogues(group: Sequence[Dialogue], group_number: int,
+                       among: Collection[int] | None = None) -> tuple[list, int]:
   """(accepted dialogues, duplicates removed) of one problem's dialogues; `among`: the
   uids they may be (None: any)."""
   kept = {}
@@ -187,7 +190,7 @@ def accepted_dialogues(group, group_number: int, among=None) -> tuple[list, int]
   return out, sum(a.duplicates for a in out)
 
 
-def build(dialogues, group_size: int, min_margin: float = 0.0,
+def build(dialogues: Sequence[Dialogue], group_size: int, min_margin: float = 0.0,
           sft_source: str = "dialogues",
           pairs_rule: str = "accepted_rejected") -> tuple[list, list, Counts]:
   """(pairs, accepted dialogues, counts) of scored dialogues in groups of `group_size`:
@@ -224,12 +227,12 @@ def build(dialogues, group_size: int, min_margin: float = 0.0,
 
 # -- Files ------------------------------------------------------------------------------------
 
-def save(records, path: str) -> None:
+def save(records: Iterable[PreferencePair | AcceptedDialogue], path: str) -> None:
   """Writes typed records (pairs or accepted dialogues) as JSONL, replacing the file."""
   files.append_rows([dataclasses.asdict(r) for r in records], path, mode="w")
 
 
-def load(path: str, kind) -> list:
+def load(path: str, kind: type[PreferencePair] | type[AcceptedDialogue]) -> list:
   """The `kind` records (PreferencePair, AcceptedDialogue) of `path`; RecordError naming
   the file and line for a bad one, or for a missing file."""
   try:
@@ -252,7 +255,7 @@ class TutorSequence:
   loss_mask: np.ndarray  # bool: the tutor's sampled tokens (or every token, see `sequence`).
 
 
-def thinking_mask(d: Dialogue, decode) -> np.ndarray:
+def thinking_mask(d: Dialogue, decode: Callable[[Sequence[int]], str] | None) -> np.ndarray:
   """bool over tutor_ids: each tutor turn's sampled thinking. A turn that thinks is masked
   from its first sampled token to the end of its last `</think>` (the whole turn when
   none closes: a turn cut while thinking, or one whose `<think>` the template forced);
@@ -294,7 +297,7 @@ class SequenceSettings:
 
 
 def sequence(d: Dialogue, tokens: str = "tutor", thinking: bool = True,
-             decode=None) -> TutorSequence:
+             decode: Callable[[Sequence[int]], str] | None = None) -> TutorSequence:
   """`d`'s tutor side; the loss counts the tutor's sampled tokens (tokens="tutor": the
   student's and template tokens masked) or every token after the first ("all": the
   reference SFT trainer's text-dataset loss), without the sampled thinking unless
@@ -308,7 +311,7 @@ def sequence(d: Dialogue, tokens: str = "tutor", thinking: bool = True,
   return TutorSequence(d.uid, ids, mask)
 
 
-def tutor_sequences(path: str, uids, **options) -> dict:
+def tutor_sequences(path: str, uids: Collection[int], **options: Any) -> dict:
   """{uid: TutorSequence} of the dialogues `uids` of a dialogues.jsonl, read line by line
   (a file of every rollout's token ids and log-probs is never held whole); `options`
   go to `sequence`. RecordError for a uid the file does not hold."""

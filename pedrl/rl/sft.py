@@ -10,13 +10,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from flax import struct
 
 from pedrl.rl import batch as batch_lib, objective as objective_lib, update
 from pedrl.rl.settings import SFTSettings
 
 
-def token_nll(logp, mask):
+def token_nll(logp: jax.Array, mask: jax.Array) -> jax.Array:
   """−Σ_t m_t log π(y_t | y_<t): the summed negative log-likelihood of the counted tokens
   (divided by the mini-batch's count, the mean next-token cross-entropy)."""
   return -(logp * mask.astype(jnp.float32)).sum()
@@ -41,7 +42,8 @@ class SFTObjective(SFTSettings):
   def totals(self, batch: batch_lib.SequenceBatch) -> tuple:
     return (max(np.asarray(batch.loss_mask).sum(), 1),)
 
-  def loss(self, model, params, part: batch_lib.SequenceBatch, totals):
+  def loss(self, model: nn.Module, params: objective_lib.Params, part: batch_lib.SequenceBatch,
+           totals: tuple) -> tuple[jax.Array, dict[str, jax.Array]]:
     (num_tokens,) = totals
     logp = update.policy_logprobs(model, params, part.tokens, part.attn_mask, 1.0)
     nll = token_nll(logp, part.loss_mask)

@@ -13,6 +13,7 @@ exactly the problems and draws of an uninterrupted run.
 import collections
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,18 +22,21 @@ from absl import logging
 
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.env.party import Party, Replier
+from pedrl.env.problems import Problem
 from pedrl.rewards import assemble, pipeline
 from pedrl.rl import advantages as adv_lib, batch as batch_lib, loop, update
 # Re-exported: defined there, importable without JAX.
 from pedrl.rl.settings import ADVANTAGES, TrainSettings
 
 
-def problems_for_step(problems, step: int, batch: int, seed: int):
+def problems_for_step(problems: Sequence[Problem], step: int, batch: int,
+                      seed: int) -> list[tuple[int, Problem]]:
   """(positions, problems) of step `step`: seeded permutation per epoch."""
   return loop.items_for_step(problems, step, batch, seed)
 
 
-def dialogue_advantages(dialogues, group_size: int, settings: TrainSettings, rewards) -> list:
+def dialogue_advantages(dialogues: Sequence[dialogue_lib.Dialogue], group_size: int,
+                        settings: TrainSettings, rewards: assemble.BatchRewards) -> list:
   """Per dialogue (G = group_size consecutive ones per problem), its per-token advantages.
 
   dialogue mode: the group advantage of the reward total on every tutor token.
@@ -184,7 +188,7 @@ class SignalWarnings:
   """Logs a kind of `signal_warnings` on the step it starts, not on the steps it lasts
   (metrics.jsonl has the numbers of every step); `summary` counts the steps of each."""
 
-  def __init__(self, settings: TrainSettings):
+  def __init__(self, settings: TrainSettings) -> None:
     self.settings, self.last, self.steps = settings, set(), collections.Counter()
 
   def __call__(self, step: int, signal: LearningSignal) -> dict[str, str]:
@@ -261,7 +265,7 @@ class Trainer(loop.Loop):
                student: Party | Replier, rollout_settings: rollout.RolloutSettings,
                rewards: pipeline.RewardPipeline, problems, optimizer, workdir: str,
                checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
-               seed: int, batch_problems: int, group_size: int):
+               seed: int, batch_problems: int, group_size: int) -> None:
     objective = update.GRPOObjective(grpo, tutor.sampling.logprob_temperature)
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
                      model_fingerprint, lr_schedule, seed=seed)
@@ -293,7 +297,7 @@ class Trainer(loop.Loop):
     return Collected(uids, dialogues, rewards, stats.tutor_seconds, stats.tutor_compile_seconds,
                      {"rollout": t1 - t0, "rewards": time.perf_counter() - t1})
 
-  def batch(self, dialogues) -> batch_lib.TrainBatch:
+  def batch(self, dialogues: Sequence[dialogue_lib.Dialogue]) -> batch_lib.TrainBatch:
     """The training batch: advantages, and the frozen reference's log-probs."""
     model, mesh, grpo = self.tutor.sampler.model, self.tutor.sampler.mesh, self.objective
     advantages = dialogue_advantages(dialogues, self.group_size, self.s, self.rewards.settings)
@@ -315,7 +319,7 @@ class Trainer(loop.Loop):
                            self.group_size, self.step_lr(updates))
     return StepResult(metrics, collected.dialogues, mean_advantages(batch))
 
-  def record(self, out: StepResult):
+  def record(self, out: StepResult) -> None:
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics.to_row())
     self.signal_warnings(self.step, out.metrics.signal)
@@ -327,7 +331,7 @@ class Trainer(loop.Loop):
     if every and (self.step % every == 0 or self.step == 1):
       self.writer.dialogues(out.dialogues)
 
-  def run(self, progress=None):
+  def run(self, progress: Callable[[int, StepMetrics], None] | None = None) -> int:
     """Loop.run, then one line for the learning-signal warnings that lasted."""
     first = self.step
     super().run(progress)

@@ -7,13 +7,15 @@ sequences, left- or right-padded).
 """
 import dataclasses
 import functools
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import linen as nn
 from flax import struct
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from pedrl import sharding as sharding_lib
 from pedrl.engine.scoring import sequence_logprobs
@@ -22,7 +24,11 @@ from pedrl.rl import batch as batch_lib, loss as loss_lib, objective as objectiv
 from pedrl.rl.settings import GRPOSettings, SCHEDULES, OptimizerSettings
 
 
-def policy_logprobs(model, params, tokens, attn_mask, temperature: float):
+T = TypeVar("T")
+
+
+def policy_logprobs(model: nn.Module, params: objective_lib.Params, tokens: jax.Array | np.ndarray,
+                    attn_mask: jax.Array | np.ndarray, temperature: float) -> jax.Array:
   """log π(token_t | tokens_<t) under logits / T, float32 [B, T] (0 at t = 0)."""
   return sequence_logprobs(model, params, tokens, attn_mask, temperature)
 
@@ -62,7 +68,8 @@ class GRPOObjective:
     """The mini-batch's tutor-token count and row count: every micro-batch's normalizer."""
     return (np.float32(max(np.asarray(batch.loss_mask).sum(), 1)), np.float32(batch.rows))
 
-  def loss(self, model, params, part: batch_lib.TrainBatch, totals):
+  def loss(self, model: nn.Module, params: objective_lib.Params, part: batch_lib.TrainBatch,
+           totals: tuple) -> tuple[jax.Array, dict[str, jax.Array]]:
     num_tokens, num_sequences = totals
     logp = policy_logprobs(model, params, part.tokens, part.attn_mask, self.temperature)
     s = self.settings
@@ -102,7 +109,8 @@ class UpdateMetrics:
     return {**self.objective.to_row(), "grad_norm": float(self.grad_norm)}
 
 
-def lr_schedule(lr: float, kind: str = "constant", total_updates: int = 1, warmup: int = 0):
+def lr_schedule(lr: float, kind: str = "constant", total_updates: int = 1,
+                warmup: int = 0) -> optax.Schedule:
   """An optax schedule over optimizer updates: optional linear warmup, then constant,
   cosine or linear decay to 0 by `total_updates`."""
   if kind not in SCHEDULES:
@@ -116,8 +124,9 @@ def lr_schedule(lr: float, kind: str = "constant", total_updates: int = 1, warmu
   return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
 
 
-def make_optimizer(lr, weight_decay: float = 0.0, max_grad_norm: float = 1.0,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+def make_optimizer(lr: float | optax.Schedule, weight_decay: float = 0.0,
+                   max_grad_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8) -> optax.GradientTransformation:
   """AdamW after global-norm clipping; `lr` may be an optax schedule."""
   return optax.chain(optax.clip_by_global_norm(max_grad_norm),
                      optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
@@ -130,7 +139,7 @@ def _micro_shape(rows: int, micro_batch: int, mesh) -> tuple:
   return -(-rows // m), m
 
 
-def split_rows(tree, n: int, m: int, mesh=None):
+def split_rows(tree: T, n: int, m: int, mesh: Mesh | None = None) -> T:
   """[n·m, ...] host arrays → [n, m, ...] device arrays, each micro-batch's rows split
   over the mesh's batch axes."""
   def one(v):
@@ -140,7 +149,8 @@ def split_rows(tree, n: int, m: int, mesh=None):
   return jax.tree.map(one, tree)
 
 
-def micro_batches(batch, micro_batch: int, mesh=None):
+def micro_batches(batch: objective_lib.Batch, micro_batch: int,
+                  mesh: Mesh | None = None) -> objective_lib.Batch:
   """The batch as [n, m, ...] device arrays; the last micro-batch is filled with rows that
   carry no loss (the batch's `padded`)."""
   n, m = _micro_shape(batch.rows, micro_batch, mesh)
@@ -172,8 +182,9 @@ def _gradients(model, params, micro, objective, totals):
   return _accumulated_grads(model, params, micro, objective, totals)
 
 
-def gradients(model, params, batch: objective_lib.Batch, objective: objective_lib.Objective,
-              mesh=None):
+def gradients(model: nn.Module, params: objective_lib.Params, batch: objective_lib.Batch,
+              objective: objective_lib.Objective,
+              mesh: Mesh | None = None) -> tuple[objective_lib.Params, dict[str, jax.Array]]:
   """The mini-batch gradient, accumulated over micro-batches of objective.micro_batch
   rows; equal to one pass over the whole batch. Returns (grads, summed metrics)."""
   with sharding_lib.context(mesh):
@@ -181,7 +192,7 @@ def gradients(model, params, batch: objective_lib.Batch, objective: objective_li
                       objective, _totals(objective, batch))
 
 
-def state_shardings(optimizer, params):
+def state_shardings(optimizer: optax.GradientTransformation, params: objective_lib.Params) -> Any:
   """Where each optimizer-state leaf lives: a moment like the param whose path it ends
   with, counters and other leaves replicated over the params' mesh (or their device)."""
   by_path = {tuple(map(str, p)): (x.shape, x.sharding)
@@ -199,13 +210,14 @@ def state_shardings(optimizer, params):
   return jax.tree_util.tree_map_with_path(one, jax.eval_shape(optimizer.init, params))
 
 
-def init_optimizer(optimizer, params):
+def init_optimizer(optimizer: optax.GradientTransformation,
+                   params: objective_lib.Params) -> objective_lib.OptState:
   """optimizer.init(params), every leaf placed as train_step keeps it (`state_shardings`),
   so a checkpoint restored into this template feeds the compiled step as it is."""
   return jax.jit(optimizer.init, out_shardings=state_shardings(optimizer, params))(params)
 
 
-def all_finite(tree) -> jax.Array:
+def all_finite(tree: T) -> jax.Array:
   """True iff every floating-point value in `tree` is finite (one fused reduction)."""
   leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
             if jnp.issubdtype(x.dtype, jnp.inexact)]
@@ -256,8 +268,11 @@ def _step_call(model, params, opt_state, optimizer, batch, objective, mesh):
   return step, (params, opt_state, micro, _totals(objective, batch))
 
 
-def train_step(model, params, opt_state, optimizer, batch: objective_lib.Batch,
-               objective: objective_lib.Objective, mesh=None):
+def train_step(model: nn.Module, params: objective_lib.Params, opt_state: objective_lib.OptState,
+               optimizer: optax.GradientTransformation, batch: objective_lib.Batch,
+               objective: objective_lib.Objective,
+               mesh: Mesh | None = None
+    ) -> tuple[objective_lib.Params, objective_lib.OptState, UpdateMetrics]:
   """One optimizer step of `objective` (pedrl.rl.objective; GRPOObjective is GRPO's) on a
   mini-batch of host arrays, as one compiled program (micro-batch gradients,
   accumulation, clipping, AdamW). `opt_state` comes from `init_optimizer` (placed like
@@ -269,8 +284,10 @@ def train_step(model, params, opt_state, optimizer, batch: objective_lib.Batch,
   return params, opt_state, sharding_lib.to_host(metrics)
 
 
-def train_step_program(model, params, opt_state, optimizer, batch: objective_lib.Batch,
-                       objective: objective_lib.Objective, mesh=None) -> jax.stages.Compiled:
+def train_step_program(model: nn.Module, params: objective_lib.Params,
+                       opt_state: objective_lib.OptState, optimizer: optax.GradientTransformation,
+                       batch: objective_lib.Batch, objective: objective_lib.Objective,
+                       mesh: Mesh | None = None) -> jax.stages.Compiled:
   """The program `train_step` runs for these arguments, for XLA's memory and cost
   analyses (from the compilation caches once train_step has run it)."""
   step, args = _step_call(model, params, opt_state, optimizer, batch, objective, mesh)
@@ -292,8 +309,9 @@ def _chunked(tokens, attn_mask, chunk: int, mesh):
   return split_rows((tokens[fill], attn_mask[fill]), n, m, mesh)
 
 
-def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chunk: int,
-                       mesh=None) -> np.ndarray:
+def logprobs_in_chunks(model: nn.Module, params: objective_lib.Params,
+                       tokens: jax.Array | np.ndarray, attn_mask: jax.Array | np.ndarray,
+                       temperature: float, chunk: int, mesh: Mesh | None = None) -> np.ndarray:
   """policy_logprobs of [B, T] host arrays, `chunk` rows at a time (one pass over all
   would hold [B, T, vocab] float32 logits), each chunk's rows split over the mesh."""
   rows = tokens.shape[0]
@@ -303,8 +321,9 @@ def logprobs_in_chunks(model, params, tokens, attn_mask, temperature: float, chu
   return sharding_lib.to_host(lp).reshape(-1, tokens.shape[1])[:rows]
 
 
-def logprobs_program(model, params, tokens, attn_mask, temperature: float, chunk: int,
-                     mesh=None) -> jax.stages.Compiled:
+def logprobs_program(model: nn.Module, params: objective_lib.Params, tokens: jax.Array | np.ndarray,
+                     attn_mask: jax.Array | np.ndarray, temperature: float, chunk: int,
+                     mesh: Mesh | None = None) -> jax.stages.Compiled:
   """The program `logprobs_in_chunks` runs for these arguments (see train_step_program)."""
   with sharding_lib.context(mesh):
     return _chunked_logprobs.lower(model, params, *_chunked(tokens, attn_mask, chunk, mesh),

@@ -81,7 +81,7 @@ def _model_problem(model: str | None, workdir: str | None) -> str | None:
   return None
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   f = flags.FLAGS
   # Found as config paths are (the current directory, then pedrl's repository).
@@ -116,7 +116,7 @@ def main(argv):
     return server.load(f.model, f.workdir, f.step, f.dtype, f.scan_layers, options,
                        _progress_bar(), metrics, startup)
 
-  def started():
+  def started() -> None:
     print(f"answering at {url} while {name} loads (GET /health says when it is ready)",
           file=sys.stderr, flush=True)
     startup.run(load, on_ready=lambda: print(f"serving {name} at {url}", flush=True),
@@ -132,7 +132,7 @@ def _progress_bar():
   from tqdm import tqdm
   bar = None
 
-  def progress(done, total, what):
+  def progress(done, total, what) -> None:
     nonlocal bar
     bar = bar or tqdm(total=total, desc="compiling the server's programs", unit="program")
     bar.set_postfix_str(what)

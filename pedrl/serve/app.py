@@ -28,6 +28,7 @@ import uuid
 
 import anyio
 import fastapi
+import starlette.types
 from fastapi import responses
 from fastapi.exceptions import RequestValidationError
 from openai.types import (Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
@@ -76,9 +77,10 @@ class EventStream(responses.StreamingResponse):
   the request's sequences)."""
   media_type = "text/event-stream"
 
-  async def __call__(self, scope, receive, send):
+  async def __call__(self, scope: starlette.types.Scope, receive: starlette.types.Receive,
+                     send: starlette.types.Send) -> None:
     async with anyio.create_task_group() as tasks:
-      async def stream():
+      async def stream() -> None:
         await self.stream_response(send)
         tasks.cancel_scope.cancel()
       tasks.start_soon(stream)
@@ -86,7 +88,7 @@ class EventStream(responses.StreamingResponse):
       tasks.cancel_scope.cancel()
 
 
-async def _disconnected(receive):
+async def _disconnected(receive) -> None:
   while (await receive())["type"] != "http.disconnect":
     pass
 
@@ -98,7 +100,7 @@ def _sse(obj) -> str:
 class _Channel:
   """The coroutine's side of a Job: the engine thread's notifications, in order."""
 
-  def __init__(self, sequences: list[Sequence]):
+  def __init__(self, sequences: list[Sequence]) -> None:
     loop, self.events = asyncio.get_running_loop(), asyncio.Queue()
     post = lambda item: loop.call_soon_threadsafe(self.events.put_nowait, item)
     self.job = Job(sequences, notify=post, fail=post)

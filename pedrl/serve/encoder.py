@@ -7,6 +7,9 @@ and the Embedder do (OpenAI's API would refuse them instead).
 """
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
+
+import numpy as np
 
 from pedrl.engine.shapes import LENGTH_BUCKETS
 from pedrl.rewards.embedding import Embedder
@@ -19,7 +22,7 @@ BATCH = 16  # Texts per encoder call: the row buckets warmed up are 8 and 16.
 class Encoder:
   """Embeddings of one encoder checkpoint, computed off the event loop."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str) -> None:
     self.embedder = Embedder(path, batch_size=BATCH)
     self.tokenizer = self.embedder.tokenizer
     self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pedrl-encoder")
@@ -29,13 +32,13 @@ class Encoder:
                                        max_length=self.embedder.max_length)["input_ids"]))
     return self.embedder(texts), used
 
-  async def embed(self, texts: list[str]):
+  async def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
     """(vectors [N, E], prompt tokens used)."""
     if len(texts) > MAX_INPUTS:
       raise APIError(400, f"at most {MAX_INPUTS} inputs per request", param="input")
     return await asyncio.get_running_loop().run_in_executor(self._worker, self._embed, texts)
 
-  def warmup(self, progress=None) -> int:
+  def warmup(self, progress: Callable[[int, int, str], None] | None = None) -> int:
     """Every (rows, length) program the embedder can run; returns how many."""
     lengths = [b for b in LENGTH_BUCKETS if b < self.embedder.max_length]
     lengths.append(self.embedder.max_length)

@@ -31,7 +31,7 @@ _lock = threading.Lock()
 _listening = False
 
 
-def _on_event(event: str, duration: float, **kwargs):
+def _on_event(event: str, duration: float, **kwargs) -> None:
   del duration, kwargs
   global _compiled
   if event == _COMPILE_EVENT:
@@ -44,7 +44,7 @@ def programs_compiled() -> int:
   return _compiled
 
 
-def listen():
+def listen() -> None:
   """Starts counting JAX's compilations (once per process; the loader calls it before
   the model loads, so the HTTP side can answer before JAX is imported)."""
   global _listening
@@ -58,7 +58,7 @@ def listen():
 class Metrics:
   """The registry and its metrics; the scheduler and the HTTP middleware update them."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.registry = r = prom.CollectorRegistry()
     self.requests = prom.Counter("pedrl_requests", "HTTP requests answered",
                                  ["path", "status"], registry=r)

@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import starlette.types
 from absl import logging
 
 from pedrl.serve.metrics import Metrics
@@ -40,7 +41,7 @@ class BodyTooLarge(Exception):
   pass
 
 
-async def send_error(send, e: APIError):
+async def send_error(send: starlette.types.Send, e: APIError) -> None:
   body = json.dumps(e.body()).encode()
   headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
   headers += [(k.lower().encode(), str(v).encode()) for k, v in e.headers.items()]
@@ -52,7 +53,7 @@ class Gate:
   """The ASGI middleware described in the module docstring."""
 
   def __init__(self, app, metrics: Metrics, key: str | None, max_body: int, routes=(),
-               access_log: bool = True):
+               access_log: bool = True) -> None:
     self.app, self.metrics, self.max_body, self.access_log = app, metrics, max_body, access_log
     self.key = f"Bearer {key}".encode() if key else None
     self.routes = set(routes)  # Paths labelled in the metrics; others count as "other".
@@ -75,12 +76,13 @@ class Gate:
     return APIError(413, f"the request body exceeds this server's limit of {self.max_body} "
                     "bytes (--max_body_mb)", code="request_too_large")
 
-  async def __call__(self, scope, receive, send):
+  async def __call__(self, scope: starlette.types.Scope, receive: starlette.types.Receive,
+                     send: starlette.types.Send) -> None:
     if scope["type"] != "http":
       return await self.app(scope, receive, send)
     start, state = time.perf_counter(), {"status": None, "in": 0, "out": 0}
 
-    async def counted_send(message):
+    async def counted_send(message) -> None:
       if message["type"] == "http.response.start":
         state["status"] = message["status"]
       elif message["type"] == "http.response.body":
@@ -114,7 +116,7 @@ class Gate:
     finally:
       self._record(scope, state, time.perf_counter() - start)
 
-  def _record(self, scope, state, seconds: float):
+  def _record(self, scope, state, seconds: float) -> None:
     status = state["status"] or 499  # No response: the client left first.
     path = scope["path"] if scope["path"] in self.routes else "other"
     self.metrics.requests.labels(path, str(status)).inc()

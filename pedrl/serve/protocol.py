@@ -25,7 +25,8 @@ class APIError(Exception):
   """An error the client caused (or a full queue): status, message, and the OpenAI fields."""
 
   def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-               param: str | None = None, code: str | None = None, headers: dict | None = None):
+               param: str | None = None, code: str | None = None,
+               headers: dict | None = None) -> None:
     super().__init__(message)
     self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
     self.headers = headers or {}

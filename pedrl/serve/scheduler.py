@@ -21,6 +21,7 @@ Anything that raises inside an engine call fails the requests of that call alone
 (their callers answer 500); the thread keeps serving the others.
 """
 import collections
+from collections.abc import Callable
 import queue
 import threading
 import time
@@ -38,7 +39,7 @@ SCORE_ROWS = 4  # Rows per log-prob call: one compiled program per length bucket
 class Engine:
   """One model's continuous batch and log-prob scorer, with its fixed program set."""
 
-  def __init__(self, model, params, tokenizer, programs: slots_lib.ProgramSet):
+  def __init__(self, model, params, tokenizer, programs: slots_lib.ProgramSet) -> None:
     self.model, self.params, self.tokenizer, self.programs = model, params, tokenizer, programs
     self.context = programs.max_len
     self.stop_ids = frozenset(model.cfg.eos_token_ids)
@@ -49,7 +50,7 @@ class Engine:
     return scoring.token_alternatives(self.model, self.params, rows, k=5,
                                       buckets=self.score_widths, rows_per_call=SCORE_ROWS)
 
-  def warmup(self, progress=None) -> float:
+  def warmup(self, progress: Callable[[int, int, str], None] | None = None) -> float:
     """Every program the server runs, compiled (or loaded from the persistent cache)."""
     start = time.perf_counter()
     total = self.programs.count + len(self.score_widths)
@@ -60,7 +61,7 @@ class Engine:
         progress(self.programs.count + i + 1, total, f"logprobs {SCORE_ROWS}x{w}")
     return time.perf_counter() - start
 
-  def reset(self):
+  def reset(self) -> None:
     """A fresh batch, after an engine call that raised may have consumed the old one."""
     self.decoder = slots_lib.SlotDecoder(self.model, self.params, self.programs,
                                          self.model.cfg.eos_token_ids)
@@ -70,7 +71,7 @@ class Scheduler:
   """The bounded queue of sequences and the engine thread that serves them."""
 
   def __init__(self, engine: Engine, max_queue: int = 256, prefix_caching: bool = True,
-               metrics: Metrics | None = None):
+               metrics: Metrics | None = None) -> None:
     self.engine, self.max_queue, self.prefix_caching = engine, max_queue, prefix_caching
     self.metrics = metrics or Metrics()
     self._inbox = queue.SimpleQueue()  # ("submit" | "abort", job)
@@ -85,7 +86,7 @@ class Scheduler:
 
   # -- Called from the event loop ----------------------------------------------
 
-  def submit(self, job: Job):
+  def submit(self, job: Job) -> None:
     """Queues a job's sequences, all or none: raises queue.Full past `max_queue`, and
     RuntimeError once closed."""
     if not self._thread.is_alive():
@@ -97,12 +98,12 @@ class Scheduler:
       self.metrics.waiting.set(self._queued)
     self._inbox.put(("submit", job))
 
-  def abort(self, job: Job):
+  def abort(self, job: Job) -> None:
     """Drops a job whose client left (its rows stop at the next step boundary)."""
     job.cancelled = True
     self._inbox.put(("abort", job))
 
-  def close(self, timeout: float = 30.0):
+  def close(self, timeout: float = 30.0) -> None:
     """Ends the engine thread at its next step boundary; the jobs it still holds fail.
     An in-process server (tests, notebooks) calls it once stopped: the thread holds the
     engine's weights and caches for as long as it runs."""
@@ -111,7 +112,7 @@ class Scheduler:
 
   # -- The engine thread ----------------------------------------------------------
 
-  def _loop(self):
+  def _loop(self) -> None:
     while True:
       idle = not self.waiting and not self.scoring and not any(self.rows)
       if self._receive(block=idle):
@@ -142,18 +143,18 @@ class Scheduler:
         self._drop(job, aborted=True)
     return closing
 
-  def _fail_all(self, error: Exception):
+  def _fail_all(self, error: Exception) -> None:
     jobs = {id(j): j for j, _ in [*self.waiting, *filter(None, self.rows), *self.scoring]}
     for job in jobs.values():
       self._drop(job)
       job.fail(error)
 
-  def _dequeued(self, n: int):
+  def _dequeued(self, n: int) -> None:
     with self._lock:
       self._queued -= n
       self.metrics.waiting.set(self._queued)
 
-  def _drop(self, job: Job, aborted: bool = False):
+  def _drop(self, job: Job, aborted: bool = False) -> None:
     """Removes a job's sequences wherever they are; their rows are freed."""
     waiting = [x for x in self.waiting if x[0] is job]
     if waiting:
@@ -168,7 +169,7 @@ class Scheduler:
       self.metrics.aborted.inc(len(waiting) + len(rows))
     self.metrics.running.set(sum(map(bool, self.rows)))
 
-  def _admit(self):
+  def _admit(self) -> None:
     """Waiting sequences into free rows, in arrival order."""
     free = [r for r, x in enumerate(self.rows) if x is None]
     chosen = []
@@ -211,7 +212,7 @@ class Scheduler:
         best, keep = r, shared  # Ties: the row with least cached, losing the least.
     return best, keep
 
-  def _decode(self):
+  def _decode(self) -> None:
     start = time.perf_counter()
     out = self.engine.decoder.decode()
     new = (out >= 0).sum()
@@ -234,7 +235,7 @@ class Scheduler:
     for job, seqs in changed.items():
       job.notify(seqs)
 
-  def _extend(self, seq: Sequence, new: list[int]):
+  def _extend(self, seq: Sequence, new: list[int]) -> None:
     """Appends a row's new tokens; ends the sequence at a stop token, its limit or a
     stop string, and sets its text (as the OpenAI API returns it: ending before the
     stop) and the tokens behind that text."""
@@ -266,7 +267,7 @@ class Scheduler:
     # finds the final text, or a settled prefix at least `streamed` long.
     seq.finish_reason = finish
 
-  def _ended(self, job: Job, seq: Sequence, notify: bool = True):
+  def _ended(self, job: Job, seq: Sequence, notify: bool = True) -> None:
     """A sequence that sampled its last token: scored if it asked for log-probs, else
     done; the job is notified (by the caller when `notify` is False)."""
     if seq.logprobs is not None and seq.alternatives is None:
@@ -274,7 +275,7 @@ class Scheduler:
     elif notify and not job.cancelled:
       job.notify([seq])
 
-  def _score(self):
+  def _score(self) -> None:
     batch, self.scoring = self.scoring, []
     rows = [list(s.prompt) + s.tokens for _, s in batch]
     for (job, seq), alternatives in zip(batch, self.engine.alternatives(rows)):

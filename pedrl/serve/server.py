@@ -5,8 +5,11 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 from absl import logging
+import fastapi
 import jax
 
 from pedrl import models, runs
@@ -46,8 +49,9 @@ def is_encoder(model_dir: str) -> bool:
     return json.load(f).get("model_type") in ENCODER_TYPES
 
 
-def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
-         options: Options | None = None, progress=None, metrics: Metrics | None = None,
+def load(model_dir: str | None = None, workdir: str | None = None, step: int | None = None,
+         dtype: str | None = None, scan_layers: bool = False, options: Options | None = None,
+         progress: Callable[[int, int, str], None] | None = None, metrics: Metrics | None = None,
          startup: Startup | None = None) -> Served:
   """A checkpoint directory's model or a training run's tutor, its engine and scheduler
   (or encoder), warmed up: every program compiled or read from the persistent caches.
@@ -58,7 +62,7 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
   start = time.perf_counter()
   runtime = {"dtype": dtype} if dtype else {}
 
-  def tick(done, total, what):
+  def tick(done, total, what) -> None:
     if startup:
       startup.progress(done, total, what)
     if progress:
@@ -105,9 +109,10 @@ def load(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
   return served
 
 
-def build(model_dir=None, workdir=None, step=None, dtype=None, scan_layers=False,
-          options: Options | None = None, api_key_env: str | None = None, progress=None,
-          **settings):
+def build(model_dir: str | None = None, workdir: str | None = None, step: int | None = None,
+          dtype: str | None = None, scan_layers: bool = False, options: Options | None = None,
+          api_key_env: str | None = None, progress: Callable[[int, int, str], None] | None = None,
+          **settings: Any) -> tuple[fastapi.FastAPI, Scheduler | Encoder]:
   """(ASGI app, backend) for a checkpoint directory or a training run's tutor, loaded and
   warmed up before it returns (tests, benchmarks, notebooks; `python -m pedrl.serve`
   loads in the background instead, `startup`). The backend is a Scheduler (a decoder)

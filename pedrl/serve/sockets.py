@@ -14,6 +14,9 @@ The client must close first; only then is no request lost.
 import socket
 import threading
 import time
+from collections.abc import Callable
+
+import starlette.types
 
 KEEP_ALIVE_S = 120
 
@@ -47,7 +50,7 @@ def _server(api, on_started=None, log_level: str = "error",
   import uvicorn
 
   class Server(uvicorn.Server):
-    async def startup(self, sockets=None):
+    async def startup(self, sockets=None) -> None:
       await super().startup(sockets)
       if self.started and on_started:
         on_started()
@@ -56,13 +59,15 @@ def _server(api, on_started=None, log_level: str = "error",
                                timeout_keep_alive=keep_alive_s))
 
 
-def serve(api, sock: socket.socket, on_started=None, keep_alive_s: float = KEEP_ALIVE_S):
+def serve(api: starlette.types.ASGIApp, sock: socket.socket,
+          on_started: Callable[[], None] | None = None, keep_alive_s: float = KEEP_ALIVE_S) -> None:
   """Serves `api` on `sock` in this thread until Ctrl-C or SIGTERM; `on_started()` is
   called once it answers (the model may still be loading: `startup`)."""
   _server(api, on_started, "warning", keep_alive_s).run(sockets=[sock])
 
 
-def start(api, host: str = "127.0.0.1", port: int = 0) -> tuple[str, object]:
+def start(api: starlette.types.ASGIApp, host: str = "127.0.0.1",
+          port: int = 0) -> tuple[str, object]:
   """Serves `api` from a background thread (tests, benchmarks, notebooks); port 0 picks
   a free one. Returns (base URL ending in /v1, stop())."""
   sock = bind(host, port)
@@ -74,7 +79,7 @@ def start(api, host: str = "127.0.0.1", port: int = 0) -> tuple[str, object]:
       raise RuntimeError(f"the server did not start on {host}:{port}")
     time.sleep(0.02)
 
-  def stop():
+  def stop() -> None:
     server.should_exit = True
     thread.join(10)
     sock.close()

@@ -46,7 +46,7 @@ class Served:
 class Startup:
   """The loading state a server's routes read; a loader thread settles it once."""
 
-  def __init__(self, wait_s: float = 30.0):
+  def __init__(self, wait_s: float = 30.0) -> None:
     self.wait_s = wait_s
     self.state = LOADING
     self.served: Served | None = None
@@ -65,19 +65,19 @@ class Startup:
     startup.ready(served)
     return startup
 
-  def progress(self, done: int, total: int, what: str):
+  def progress(self, done: int, total: int, what: str) -> None:
     del what
     self.warmup = (done, total)
 
-  def ready(self, served: Served):
+  def ready(self, served: Served) -> None:
     self.served, self.context = served, served.context
     self._settle(READY)
 
-  def fail(self, error: str):
+  def fail(self, error: str) -> None:
     self.error = error
     self._settle(FAILED)
 
-  def _settle(self, state: str):
+  def _settle(self, state: str) -> None:
     with self._lock:
       self.state, self.ready_s = state, time.monotonic() - self.began
       waiters, self._waiters = self._waiters, []
@@ -87,9 +87,10 @@ class Startup:
       except RuntimeError:  # That loop has closed.
         pass
 
-  def run(self, load: Callable[["Startup"], Served], on_ready=None, on_failure=None):
+  def run(self, load: Callable[["Startup"], Served], on_ready: Callable[[], None] | None = None,
+          on_failure: Callable[[str], None] | None = None) -> threading.Thread:
     """Runs `load(self)` on a daemon thread; `on_ready()` or `on_failure(error)` after."""
-    def body():
+    def body() -> None:
       try:
         served = load(self)
       except Exception as e:  # noqa: BLE001 — reported by /health and every request.

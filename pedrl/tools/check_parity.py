@@ -33,11 +33,16 @@ Needs torch (the `test` extra).
 """
 import sys
 import time
+import typing
+from typing import Any
 
 import numpy as np
 from absl import flags, logging
 
 from pedrl import cli
+
+if typing.TYPE_CHECKING:  # Annotations only: the models load in compare().
+  from pedrl.models.config import ModelConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("hf_dir", None, "Hugging Face checkpoint directory.", required=True)
@@ -58,7 +63,7 @@ flags.DEFINE_integer("seed", 0, "Seed for the random tokens.")
 RTOL = {"float32": 1e-4, "bfloat16": 0.1}
 
 
-def relative_diff(ours, ref, mask=None) -> float:
+def relative_diff(ours: np.ndarray, ref: np.ndarray, mask: np.ndarray | None = None) -> float:
   """max over positions of max|ours - ref| / max|ref| along the last axis (real ones only)."""
   diff, scale = np.abs(ours - ref).max(-1), np.abs(ref).max(-1)
   if mask is not None:  # Before dividing: a padded position's reference may be all zeros.
@@ -66,7 +71,8 @@ def relative_diff(ours, ref, mask=None) -> float:
   return float((diff / np.maximum(scale, np.finfo(np.float32).tiny)).max())
 
 
-def random_batch(cfg, batch: int, seq_len: int, seed: int):
+def random_batch(cfg: "ModelConfig", batch: int, seq_len: int,
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
   """Random ids [B, T] and a mask whose row r is padded by r * T // (2B) tokens."""
   rng = np.random.default_rng(seed)
   # Avoid the pad id in real tokens: HF's seq_cls head finds the last real token by it,
@@ -85,7 +91,8 @@ def random_batch(cfg, batch: int, seq_len: int, seed: int):
   return tokens.astype(np.int32), mask
 
 
-def reference_outputs(hf_dir: str, cfg, tokens, mask, generate: int):
+def reference_outputs(hf_dir: str, cfg: "ModelConfig", tokens: np.ndarray, mask: np.ndarray,
+                      generate: int) -> tuple[np.ndarray, np.ndarray | None]:
   """transformers' outputs on the batch: (values compared, greedy tokens or None)."""
   import torch
   import transformers
@@ -111,7 +118,8 @@ def reference_outputs(hf_dir: str, cfg, tokens, mask, generate: int):
   return values.numpy(), greedy
 
 
-def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
+def pedrl_outputs(cfg: "ModelConfig", model: Any, params: Any, tokens: np.ndarray, mask: np.ndarray,
+                  generate: int) -> tuple[np.ndarray, np.ndarray | None]:
   import jax.numpy as jnp
   from pedrl.engine.sampling import generate_greedy
   from pedrl.models.decoder import pool_last
@@ -125,7 +133,7 @@ def pedrl_outputs(cfg, model, params, tokens, mask, generate: int):
   return np.asarray(logits), None if greedy is None else np.asarray(greedy)
 
 
-def pooled_diff(hf_dir: str, ours, ref, mask) -> float:
+def pooled_diff(hf_dir: str, ours: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> float:
   """Largest difference of the L2-normalised sentence vectors, pooled as the Embedder would."""
   import jax.numpy as jnp
   from pedrl.models import bert
@@ -140,8 +148,8 @@ def pooled_diff(hf_dir: str, ours, ref, mask) -> float:
   return float(np.abs(got - vec).max())
 
 
-def compare(hf_dir: str, task=None, generate=0, batch=3, seq_len=24, seed=0,
-            dtype="float32") -> dict:
+def compare(hf_dir: str, task: str | None = None, generate: int = 0, batch: int = 3,
+            seq_len: int = 24, seed: int = 0, dtype: str = "float32") -> dict:
   """Runs both implementations; returns max_abs_logit_diff, max_rel_logit_diff and, if asked,
   greedy_tokens_equal."""
   from pedrl import models
@@ -193,7 +201,7 @@ def verdict(result: dict, rtol: float) -> bool:
           and (result.get("greedy_tokens_equal", True) or not greedy_judged))
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   FLAGS.hf_dir = cli.input_path("hf_dir", FLAGS.hf_dir, checkpoint=True)  # testdata/… anywhere.
   cli.require("check_parity's reference (transformers on PyTorch)", "torch")

@@ -17,10 +17,14 @@ import dataclasses
 import glob
 import os
 import sys
+import typing
 
 from absl import app, flags
 
 from pedrl import cli, paths
+
+if typing.TYPE_CHECKING:  # Annotations only: read_configs imports it.
+  import ml_collections
 
 flags.DEFINE_string("show", None, "Print one config resolved, e.g. experiments/uco.py:paper; "
                     "override fields as a job does (--config.rl.lr=1e-6).")
@@ -66,13 +70,13 @@ def listing(files: list[ConfigFile]) -> str:
   return "\n".join(lines[1:])
 
 
-def _list(argv):
+def _list(argv) -> None:
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]} (--show=FILE.py:VARIANT prints one config)")
   print(listing(config_files()))
 
 
-def flat(config, prefix: str = "") -> list[str]:
+def flat(config: "ml_collections.ConfigDict", prefix: str = "") -> list[str]:
   """A config as `key.path=value` lines, each what `--config.key.path=value` would set."""
   lines = []
   for key in sorted(config.keys()):
@@ -84,7 +88,7 @@ def flat(config, prefix: str = "") -> list[str]:
   return lines
 
 
-def _show(argv):
+def _show(argv) -> None:
   del argv
   print(f"# {flags.FLAGS['config'].config_filename}")
   print("\n".join(flat(flags.FLAGS.config)))
@@ -96,7 +100,7 @@ def _as_config(argv: list[str]) -> list[str]:
           for a in argv]
 
 
-def main():
+def main() -> None:
   if not any(a.startswith(("--show", "--config")) for a in sys.argv[1:]):
     app.run(_list)
     return

@@ -30,7 +30,7 @@ def export(workdir: str, out: str, step: int | None = None) -> int:
   return tutor.step
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   # The run is found as config paths are; the output goes where the command says.
   workdir = cli.input_path("workdir", flags.FLAGS.workdir)

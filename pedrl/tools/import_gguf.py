@@ -135,7 +135,7 @@ def smollm2_dir(out: str | None = None) -> str:
     return import_gguf(path, out)
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   fl = flags.FLAGS
   try:

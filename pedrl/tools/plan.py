@@ -18,19 +18,21 @@ otherwise, so set it to the fraction used here. The last line is `fits=yes` or
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 
 from absl import flags
 
 from pedrl import cli, paths
 from pedrl.bench import roofline
 from pedrl.models import architectures
+from pedrl.models.config import ModelConfig
 from pedrl.rl import memory
 
 FLAGS = flags.FLAGS
 _RUN = memory.RunShape()
 
 
-def define_flags():
+def define_flags() -> None:
   """The command's flags, defined when it runs (tests import the module beside others)."""
   flags.DEFINE_string("tutor", "qwen2.5-7b", "Tutor: an architecture name or a checkpoint dir.")
   flags.DEFINE_string("student", "llama-3.1-8b",
@@ -74,7 +76,7 @@ SETUPS = (
 HARDWARE = (("H100", 1), ("A100", 4), ("H100", 8), ("H200", 8), ("H100", 16))
 
 
-def model_config(name: str):
+def model_config(name: str) -> ModelConfig:
   """An architecture's config, or a checkpoint directory's (its config.json; found as config
   paths are, testdata/… from any directory)."""
   if os.path.isdir(paths.find(name)):
@@ -83,7 +85,7 @@ def model_config(name: str):
   return architectures.get(name).config()
 
 
-def mesh_shape(devices: int, sizes) -> memory.MeshShape:
+def mesh_shape(devices: int, sizes: Sequence[int] | None) -> memory.MeshShape:
   """The mesh: `sizes` (data, fsdp, tensor), or every device on fsdp; a ValueError if
   they do not multiply to `devices`."""
   if not sizes:
@@ -110,7 +112,7 @@ def gib(b: float) -> str:
   return f"{b / memory.GIB:.1f}"
 
 
-def print_plan(p: memory.Plan, header: str):
+def print_plan(p: memory.Plan, header: str) -> None:
   print(header)
   for name, b in p.parts.items():
     print(f"  {name:<18}{gib(b):>9} GiB")
@@ -130,7 +132,7 @@ def lean(run: memory.RunShape, devices: int) -> memory.RunShape:
                              solve_slots=tokens + run.solve_slots - run.update_seq_len)
 
 
-def print_table(run: memory.RunShape, fraction: float):
+def print_table(run: memory.RunShape, fraction: float) -> None:
   """Per paper setup and GPU count (every device on fsdp): the largest phase per device
   and whether it fits, as configured (`run`) and with the levers of `lean`."""
   print(f"{'setup':<18}{'paper trained on':<18}{'GPUs':<10}{'as configured':<24}"
@@ -148,7 +150,7 @@ def print_table(run: memory.RunShape, fraction: float):
       print(f"{s.paper:<18}{s.hardware:<18}{f'{n} x {gpu}':<10}{cells[0]:<24}{cells[1]:<24}")
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   del argv
   run = memory.RunShape(FLAGS.dialogues, FLAGS.cache_slots, FLAGS.seq_len, FLAGS.micro_batch,
                         FLAGS.solve_rows, FLAGS.solve_slots, FLAGS.param_dtype,

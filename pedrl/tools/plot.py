@@ -28,6 +28,8 @@ import json
 import math
 import os
 import sys
+import types
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from absl import app, flags
@@ -166,7 +168,7 @@ def series(rows: list, key: str) -> tuple[list, list]:
   return [s for s, _ in points], [v for _, v in points]
 
 
-def std_key(key: str, keys) -> str | None:
+def std_key(key: str, keys: Collection[str]) -> str | None:
   """The key holding `key`'s spread, if the rows have one: reward/X → reward_std/X,
   P/mean → P/std."""
   if key.startswith("reward/"):
@@ -194,7 +196,7 @@ def panels(runs: list) -> dict:
   return out
 
 
-def log_scale(values) -> bool:
+def log_scale(values: Sequence[float]) -> bool:
   """Positive values spanning DECADES decades or more."""
   values = np.asarray(values, float)
   return bool(values.size and values.min() > 0 and values.max() / values.min() >= 10**DECADES)
@@ -211,7 +213,7 @@ def _grid(plt, n: int, title: str):
   return fig, list(axes.flat[:n])
 
 
-def _legend(fig, runs, colors):
+def _legend(fig, runs, colors) -> None:
   """One legend per figure, under it: the runs' names in their colours."""
   from matplotlib.lines import Line2D
   handles = [Line2D([], [], color=colors[r.workdir], lw=2) for r in runs]
@@ -235,7 +237,7 @@ def _curve(ax, run, key, color, keys):
   return values
 
 
-def training_figures(plt, runs: list, colors: dict) -> dict:
+def training_figures(plt: types.ModuleType, runs: list, colors: dict) -> dict:
   keys = {k for run in runs for r in run.rows for k in r}
   out = {}
   for theme, names in panels(runs).items():
@@ -285,7 +287,7 @@ def _bins(values):
   return np.histogram_bin_edges(values, bins=min(20, max(5, int(np.sqrt(values.size)))))
 
 
-def rollout_figures(plt, runs: list, colors: dict) -> dict:
+def rollout_figures(plt: types.ModuleType, runs: list, colors: dict) -> dict:
   per_run = [distributions(r.dialogues) for r in runs]
   out = {}
   for theme in per_run[0]:
@@ -329,7 +331,7 @@ def eval_metrics(m: dict) -> dict:
   return out
 
 
-def evaluation_figures(plt, runs: list, colors: dict) -> dict:
+def evaluation_figures(plt: types.ModuleType, runs: list, colors: dict) -> dict:
   per_run = [eval_metrics(r.metrics) for r in runs]
   names = list(dict.fromkeys(k for m in per_run for k in m))
   confidence = _number(runs[0].metrics.get("confidence"))
@@ -370,7 +372,7 @@ def figures(runs: list) -> dict:
   return out
 
 
-def load_all(workdirs) -> list:
+def load_all(workdirs: Sequence[str]) -> list:
   """The runs of `workdirs` (a path or several), named for the legends."""
   workdirs = [workdirs] if isinstance(workdirs, (str, os.PathLike)) else list(workdirs)
   if not workdirs:
@@ -381,7 +383,7 @@ def load_all(workdirs) -> list:
   return runs
 
 
-def plot(workdirs, out: str | None = None) -> list[str]:
+def plot(workdirs: Sequence[str], out: str | None = None) -> list[str]:
   """Writes the PNGs of `workdirs` (a path or several) to `out` (default, for one
   workdir: its plots/); returns their paths. PlotError, before writing anything, when a
   workdir has nothing to plot or several have no `out`."""
@@ -395,7 +397,7 @@ def plot(workdirs, out: str | None = None) -> list[str]:
   return save_png(figs, out or os.path.join(runs[0].workdir, "plots"), dpi=110)
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   workdirs = [paths_lib.find(w) for w in argv[1:]]  # Found as config paths are.
   if not workdirs:
     raise app.UsageError("give a workdir, or several and --out: python -m pedrl.tools.plot "

@@ -20,6 +20,7 @@ import csv
 import math
 import os
 import sys
+from collections.abc import Sequence
 
 from absl import app, flags, logging
 
@@ -94,7 +95,7 @@ def _kind(m: dict) -> str:
   return protocol_lib.kind_of(m.get("protocol", {}))
 
 
-def table(runs: dict, columns=COLUMNS, count: str = "n_problems") -> str:
+def table(runs: dict, columns: Sequence[tuple] = COLUMNS, count: str = "n_problems") -> str:
   """Markdown: one row per run, the metrics with their 95% intervals."""
   shown = [c for c in columns if any(_cell(m, c[0], c[2]) != "–" for m in runs.values())]
   head = ["run", count.removeprefix("n_")] + [title for _, title, _ in shown]
@@ -117,7 +118,7 @@ MathTutorBench's (003 table 4)."""
                        if bench else []))
 
 
-def write_csv(runs: dict, path: str):
+def write_csv(runs: dict, path: str) -> None:
   names = [k for k, _, _ in COLUMNS + REASONING]
   bench = [f"{task}/{metric}" for task, metric, _ in bench_results.COLUMNS]
   with open(path, "w", newline="") as f:
@@ -168,7 +169,7 @@ def pareto(runs: dict, path: str) -> bool:
   return True
 
 
-def report(workdirs, out: str | None = None, figure: bool = True) -> dict:
+def report(workdirs: Sequence[str], out: str | None = None, figure: bool = True) -> dict:
   """Merges each workdir, writes the report files (pareto.png if `figure`); {run name:
   metrics}."""
   runs = {}
@@ -192,7 +193,7 @@ def report(workdirs, out: str | None = None, figure: bool = True) -> dict:
   return runs
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   workdirs = [paths.find(w) for w in argv[1:]]  # Found as config paths are.
   if not workdirs:
     raise app.UsageError("give one or more evaluation workdirs")

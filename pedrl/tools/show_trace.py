@@ -75,7 +75,7 @@ def render(record: BenchRecord) -> str:
   return "\n".join(lines)
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   if len(argv) != 2:
     raise app.UsageError("usage: python -m pedrl.tools.show_trace WORKDIR --task=T --index=I")
   argv = [argv[0], paths.find(argv[1])]  # Found as config paths are.

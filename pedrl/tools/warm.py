@@ -28,6 +28,7 @@ import time
 
 from absl import app, flags
 import jax
+import ml_collections
 from ml_collections import config_flags
 
 from pedrl import cli
@@ -44,14 +45,14 @@ JOBS = ("pedrl.experiments.rollout",
         *(f"pedrl.experiments.{name}" for name in workdir_lib.TRAINING_ENTRY_POINTS))
 
 
-def define_flags():
+def define_flags() -> None:
   config_flags.DEFINE_config_file("config", None, "The job's config file and variant, e.g. "
                                   "experiments/rollout.py:tiny; its overrides as the job's.")
   flags.DEFINE_integer("batches", 1, "How many of the job's first batches to run: a later "
                        "batch may need programs of other lengths.")
 
 
-def first_batches(s, training: bool, batches: int) -> list:
+def first_batches(s: settings_lib.DialogueSettings, training: bool, batches: int) -> list:
   """[(problem uids, problems)] of the job's first `batches` batches: the rollout job's
   problems in order, the training job's draws of its first steps."""
   rows, _ = load_problems(s.problems, s.job.seed)
@@ -68,7 +69,7 @@ def _store_files(directory: str | None) -> int:
   return sum(len(names) for _, _, names in os.walk(directory)) if directory else 0
 
 
-def warm(c, job: str, batches: int = 1) -> compiles.Programs:
+def warm(c: ml_collections.ConfigDict, job: str, batches: int = 1) -> compiles.Programs:
   """Runs `job`'s first `batches` rollouts with config `c`; the programs they made."""
   training = job != "pedrl.experiments.rollout"
   s = read_settings(c, settings_lib.TrainingSettings if training else
@@ -97,7 +98,7 @@ def warm(c, job: str, batches: int = 1) -> compiles.Programs:
 
 
 @exits_cleanly
-def main(argv):
+def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if flags.FLAGS.config is None:

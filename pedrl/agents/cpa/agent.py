@@ -44,6 +44,7 @@ backbone for the final answer and the rules check against that; with "none"
 the rule is left out of the agent (the LLM monitor still holds Γ_t's "do not
 state the final answer"), and only BVR, the metric, reads the reference.
 """
+from collections.abc import Sequence
 import dataclasses
 import json
 
@@ -79,7 +80,7 @@ class Instance:
 class _Work:
   """An instance's running state through the stages."""
 
-  def __init__(self, inst: Instance, variant: str, show_input: bool):
+  def __init__(self, inst: Instance, variant: str, show_input: bool) -> None:
     self.inst, self.contract = inst, contracts.contract(inst.task)
     self.show_input = show_input
     self.trace = Trace(inst.task, inst.uid, variant)
@@ -116,7 +117,8 @@ class _Work:
 class CPA:
   """Runs turns of many instances on one backbone (`pedrl.agents.backbone`)."""
 
-  def __init__(self, backbone, settings: CPASettings = CPASettings(), variant: str = "full"):
+  def __init__(self, backbone, settings: CPASettings = CPASettings(),
+               variant: str = "full") -> None:
     self.backbone, self.s, self.variant = backbone, settings, variant
     self.stats = asking.AskStats()
 
@@ -141,7 +143,7 @@ class CPA:
 
   # -- M1 -----------------------------------------------------------------------------------
 
-  def perceive(self, works):
+  def perceive(self, works: Sequence[_Work]) -> None:
     """(A_t, p̂_t, E_t) in one call per instance (eq. 1, 5), given M_{t-1}."""
     if not self.s.m1:
       return
@@ -154,7 +156,7 @@ class CPA:
 
   # -- The answer a leak is judged against ---------------------------------------------------
 
-  def solve(self, works):
+  def solve(self, works: Sequence[_Work]) -> None:
     """Per guidance instance, the final answer the backbone derives from the task input
     alone (answer_source="solve"), what "states_answer" checks; a dialogue's later turns
     reuse M_{t-1}'s. None (counted): unread or no number, the rule unchecked."""
@@ -178,7 +180,7 @@ class CPA:
 
   # -- M2 -----------------------------------------------------------------------------------
 
-  def synthesize(self, works):
+  def synthesize(self, works: Sequence[_Work]) -> None:
     """S_t for each work by algorithm 1: generate, then simulate-evaluate-revise."""
     k = self.s.k if self.s.m2_loop else 1
     cands = self._ask(works, [user_turn("cpa/generate", k=k, max_steps=self.s.max_steps,
@@ -253,13 +255,13 @@ class CPA:
     shown = contracts.formatted(w.inst.task, text)
     return contracts.rule_issues(w.inst.task, text if shown is None else shown, w.answer)
 
-  def _choose(self, w, t: Template, passed: bool):
+  def _choose(self, w, t: Template, passed: bool) -> None:
     w.template = w.trace.template = t
     w.trace.passed = passed
 
   # -- M3 -----------------------------------------------------------------------------------
 
-  def execute(self, works):
+  def execute(self, works: Sequence[_Work]) -> None:
     """C_t step by step for all works at once. Each step is checked against Γ_t and
     repaired up to max_repairs times; a step still failing marks its work for
     re-synthesis while it has one left, else stands, listed as unresolved."""
@@ -334,7 +336,7 @@ class CPA:
 
   # -- M4 -----------------------------------------------------------------------------------
 
-  def derive(self, works):
+  def derive(self, works: Sequence[_Work]) -> None:
     """y_t from the deliverable step: structured ones formatted, guidance rewritten
     minimally (one call, kept only if it breaks no rule the draft keeps), then
     formatted (eq. 8)."""
@@ -364,7 +366,7 @@ class CPA:
 
   # -- A turn ----------------------------------------------------------------------------------
 
-  def run(self, instances) -> list[Trace]:
+  def run(self, instances: Sequence[Instance]) -> list[Trace]:
     """One turn of every instance; Trace per instance (its `response` is y_t)."""
     works = [_Work(inst, self.variant, self.s.show_input) for inst in instances]
     self.perceive(works)

@@ -196,7 +196,7 @@ class Trace:
   fallbacks: dict = dataclasses.field(default_factory=dict)  # Stage -> stand-ins used.
   calls: int = 0
 
-  def fallback(self, stage: str):
+  def fallback(self, stage: str) -> None:
     self.fallbacks[stage] = self.fallbacks.get(stage, 0) + 1
 
   def to_dict(self) -> dict:

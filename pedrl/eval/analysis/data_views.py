@@ -21,10 +21,13 @@ evaluation workdir per run, its Δ solve rate, leak rate and Ped-RM with their
 intervals against G, the panels of the paper's figure.
 """
 import collections
+from collections.abc import Iterable, Sequence
 import dataclasses
 import json
 import math
 import os
+import types
+import typing
 
 import numpy as np
 
@@ -37,6 +40,10 @@ from pedrl.eval.analysis.responses import parse_runs
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import BUCKETS, ViewSettings
 
+if typing.TYPE_CHECKING:  # Annotations only: pyplot loads when a figure is drawn.
+  import matplotlib.axes
+  import matplotlib.figure
+
 
 
 # -- Paper 003 -----------------------------------------------------------------------------
@@ -45,7 +52,7 @@ def source_name(source: str) -> str:
   return (source or "unknown")[:1].upper() + (source or "unknown")[1:]
 
 
-def by_source(problems) -> list:
+def by_source(problems: Iterable[problems_lib.Problem]) -> list:
   """[(source, count, mean solve rate or None)], the largest source first."""
   groups = collections.defaultdict(list)
   for p in problems:
@@ -55,7 +62,8 @@ def by_source(problems) -> list:
   return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
-def split_problems(v: ViewSettings):
+def split_problems(v: ViewSettings
+    ) -> tuple[list[problems_lib.Problem], list[problems_lib.Problem]]:
   """(train, test): the released splits as given (views.test_path), or the file split as
   the jobs split a pool (views.split_seed)."""
   if v.test_path:
@@ -75,7 +83,8 @@ def split_problems(v: ViewSettings):
     raise AnalysisError(f"{v.problems_path}: {e} (views.n_test={v.n_test})") from None
 
 
-def dataset_table(train, test) -> str:
+def dataset_table(train: Sequence[problems_lib.Problem],
+                  test: Sequence[problems_lib.Problem]) -> str:
   """Paper 003 table 1's layout: train and test side by side, a row per source."""
   a, b = by_source(train), by_source(test)
   rate = lambda r: "–" if r is None else f"{100 * r:.2f}"
@@ -107,7 +116,7 @@ def measured_rates(workdir: str) -> dict:
   return rates
 
 
-def bucket_counts(rates, edges) -> collections.OrderedDict:
+def bucket_counts(rates: Iterable[float], edges: Sequence[float]) -> collections.OrderedDict:
   """{label: count} over [e_i, e_i+1) buckets (the last closed), with below/above ones
   only when some rate falls there."""
   out = collections.OrderedDict()
@@ -123,7 +132,8 @@ def bucket_counts(rates, edges) -> collections.OrderedDict:
   return out
 
 
-def solve_rate_figure(plt, sets: dict, edges, what: str, footer: str):
+def solve_rate_figure(plt: types.ModuleType, sets: dict, edges: Sequence[float], what: str,
+                      footer: str) -> "matplotlib.figure.Figure":
   """Fig. 3: problems per solve-rate bucket, one bar group per set (train, test)."""
   fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
   counts = {name: bucket_counts(r, edges) for name, r in sets.items() if len(r)}
@@ -209,7 +219,7 @@ EVAL_PANELS = (("delta_solve_rate", "Δ solve rate"), ("leak_rate", "leak rate")
                ("pedrm_micro", "Ped-RM micro"), ("pedrm_macro", "Ped-RM macro"))
 
 
-def sweep_figure(plt, runs: list, footer: str):
+def sweep_figure(plt: types.ModuleType, runs: list, footer: str) -> "matplotlib.figure.Figure":
   """000 fig. 3: per step reward, solve rate and wall time per G; hours and, with
   evaluations, the table metrics against G."""
   evaluated = [r for r in runs if r.evaluation]

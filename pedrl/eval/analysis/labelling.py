@@ -31,12 +31,14 @@ labels anew in its own folder, while a rerun or an added condition asks only
 for texts not yet there. A text belongs to shard int(key, 16) mod N; each
 shard appends a batch's rows when the batch ends (a kill loses that batch).
 """
+from collections.abc import Iterable, Sequence
 import dataclasses
 import glob
 import hashlib
 import json
 import os
 import re
+from typing import Any
 import zlib
 
 import numpy as np
@@ -70,7 +72,8 @@ def paragraphs(text: str) -> list[str]:
   return [p.strip() for p in re.split(r"\n\s*\n", text or "") if any(c.isalnum() for c in p)]
 
 
-def units(condition: str, responses, scheme: str, thinking_unit: str = "sentence") -> list:
+def units(condition: str, responses: Sequence[Any], scheme: str,
+          thinking_unit: str = "sentence") -> list:
   """The scheme's units of a condition's responses (pedrl.eval.analysis.responses)."""
   if scheme == "codebook":
     split, part = text_lib.sentences, "visible"
@@ -107,18 +110,18 @@ class Scheme:
   prompt: str  # The prompt's name or file.
 
 
-def render(prompt: str, **variables) -> str:
+def render(prompt: str, **variables: Any) -> str:
   """A prompt by name (pedrl.env.prompts) or, ending in .jinja/.txt or being a file, by path."""
   if prompt.endswith((".jinja", ".txt")) or os.path.isfile(prompt):
     return prompts.render_file(prompt, **variables)
   return prompts.render(prompt, **variables)
 
 
-def code_list(codebook) -> str:
+def code_list(codebook: Codebook) -> str:
   return "\n".join(f"{c.id}. {c.category} > {c.subcategory} > {c.name}" for c in codebook.codes)
 
 
-def prompt_for(scheme: str, prompt: str, text: str, codebook) -> str:
+def prompt_for(scheme: str, prompt: str, text: str, codebook: Codebook) -> str:
   try:
     if scheme == "codebook":
       return render(prompt, sentence=text, codes=code_list(codebook), n_codes=len(codebook.codes))
@@ -137,7 +140,7 @@ def _field(reply: str, key: str, pattern: str):
   return value
 
 
-def parse_code(reply: str, codebook) -> int | None:
+def parse_code(reply: str, codebook: Codebook) -> int | None:
   """The code a reply names: {"code": N} (a number or a numeric string) or, failing that,
   a `"code": N` pair in prose, or {"code": "NAME"} for a name only one code has; None
   otherwise (a number the codebook lacks, an ambiguous name, no code)."""
@@ -188,7 +191,7 @@ class LabelStore:
   failures, whichever file holds which: files are read by name, not by when they were
   written, so "the later row" is only known within one file, where it wins."""
 
-  def __init__(self, folder: str):
+  def __init__(self, folder: str) -> None:
     self.folder = folder
 
   def read(self) -> dict:
@@ -203,13 +206,14 @@ class LabelStore:
           out[r.key] = r
     return out
 
-  def append(self, rows, shard: int, num_shards: int) -> None:
+  def append(self, rows: Iterable[LabelRow], shard: int, num_shards: int) -> None:
     os.makedirs(self.folder, exist_ok=True)
     path = os.path.join(self.folder, f"shard-{shard:05d}-of-{num_shards:05d}.jsonl")
     files.append_rows([dataclasses.asdict(r) for r in rows], path)
 
 
-def pending(texts, cache: dict, shard: int, num_shards: int, retry_failures: bool) -> list:
+def pending(texts: Sequence[str], cache: dict, shard: int, num_shards: int,
+            retry_failures: bool) -> list:
   """The texts this shard still has to ask: its own (by key), without a row in the cache
   or, retrying, with a failure there."""
   out = []
@@ -226,7 +230,8 @@ def store_folder(workdir: str, role: str, scheme: str, identity: dict) -> str:
   return os.path.join(workdir, "labels", role, f"{scheme}-{digest}")
 
 
-def identity(scheme: str, settings: LabelSettings, backend_identity: dict, codebook) -> dict:
+def identity(scheme: str, settings: LabelSettings, backend_identity: dict,
+             codebook: Codebook) -> dict:
   """What decides a label: the backend, and the prompt as rendered (with the codebook)."""
   probe = prompt_for(scheme, settings.prompt(scheme), "\x00", codebook)
   return {"scheme": scheme, "backend": backend_identity, "prompt": probe}
@@ -234,8 +239,8 @@ def identity(scheme: str, settings: LabelSettings, backend_identity: dict, codeb
 
 # -- Asking --------------------------------------------------------------------------------
 
-def label_texts(texts, scheme: str, prompt: str, backend, rounds: int, codebook,
-                stats: asking.AskStats) -> list:
+def label_texts(texts: Sequence[str], scheme: str, prompt: str, backend: asking.TextBackend,
+                rounds: int, codebook: Codebook, stats: asking.AskStats) -> list:
   """LabelRows of distinct `texts` from `backend`: a label, or a failure with its cause."""
   spec = Scheme(scheme, prompt)
   requests = [Request(t, key(t), prompt_for(scheme, prompt, t, codebook),
@@ -279,11 +284,11 @@ class RuleLabeller:
   follow the text. A stand-in for smoke runs and tests, not a judgment."""
   codebook: Codebook
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     self._codes = [(re.compile(p), self.codebook.code(name).id) for p, name in CODE_RULES]
     self._fallback = self.codebook.code(FALLBACK_CODE).id
 
-  def complete(self, requests, round_: int = 0):
+  def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str]:
     del round_
     return [json.dumps(self.label(r.spec.name, r.text)) for r in requests]
 

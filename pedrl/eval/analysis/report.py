@@ -19,16 +19,24 @@ Figures (WORKDIR/figures/):
 Every interval is at the analysis's confidence; every figure's footer says when it was
 made, by which labeller and from how many responses.
 """
+from collections.abc import Sequence
 import datetime
 import math
+import types
+import typing
+from typing import Any
 
 import numpy as np
 
 from pedrl import figures
 from pedrl.figures import colors as condition_colors, pyplot  # Both read by the analysis job.
 from pedrl.eval.analysis import significance, summary as summary_lib
-from pedrl.eval.analysis.codebook import SHORT
+from pedrl.eval.analysis.codebook import SHORT, Codebook
 from pedrl.eval.analysis.labelling import PHASES
+
+if typing.TYPE_CHECKING:  # Annotations only: pyplot loads when a figure is drawn.
+  import matplotlib.axes
+  import matplotlib.figure
 
 PRAISE_BAND = (0.05, 0.08)  # Paper 001 section 4.2: "5-8% represents an effective praise level".
 
@@ -41,7 +49,7 @@ def _num(x, digits: int = 2) -> str:
   return "—" if x is None else f"{x:.{digits}f}"
 
 
-def markdown(head, rows) -> str:
+def markdown(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
@@ -61,7 +69,7 @@ def response_table(stats: dict) -> str:
                    "Math (think) %", "Questions %", "Responses"], rows)
 
 
-def phase_table(shares: dict, result) -> str:
+def phase_table(shares: dict, result: summary_lib.SchemeResult) -> str:
   """Table 10: phase shares (%) of each condition's labelled thinking units."""
   if not shares:
     return "(no condition has labelled thinking)"
@@ -70,7 +78,8 @@ def phase_table(shares: dict, result) -> str:
   return markdown(["Condition", "Explore", "General", "Verify", "Units", "Failures"], rows)
 
 
-def category_table(result, cols, codebook, confidence: float) -> str:
+def category_table(result: summary_lib.SchemeResult, cols: Sequence[summary_lib.Column],
+                   codebook: Codebook, confidence: float) -> str:
   """Table 4: every major category's share (%) per column."""
   per = {col.name: summary_lib.column_shares(result, col, codebook.categories,
                                              codebook.category_of, confidence)
@@ -81,7 +90,7 @@ def category_table(result, cols, codebook, confidence: float) -> str:
   return markdown(["Category", *(col.name for col in cols)], rows)
 
 
-def codes_table(top: list, cols) -> str:
+def codes_table(top: list, cols: Sequence[summary_lib.Column]) -> str:
   """Table 11: the most frequent codes (%) per column."""
   rows = [[code.name, *(_pct(v[col.name].value) for col in cols)] for code, v in top]
   return markdown(["Code", *(col.name for col in cols)], rows)
@@ -101,7 +110,7 @@ def chi_square_table(tests: list) -> str:
   return markdown(["Comparison", "χ²", "df", "p", "Effect", "n", "Sides"], rows)
 
 
-def shares_table(results: dict, codebook, confidence: float) -> str:
+def shares_table(results: dict, codebook: Codebook, confidence: float) -> str:
   """Every share with its interval and count: categories and codes (codebook), phases."""
   out = []
   level = f"{confidence:.0%} interval"
@@ -140,13 +149,14 @@ def reliability_table(rows: list) -> str:
 
 # -- Figures -------------------------------------------------------------------------------
 
-def add_footer(fig, text: str):
+def add_footer(fig: "matplotlib.figure.Figure", text: str) -> None:
   """A grey line under the figure (the layout keeps room for it)."""
   fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
   fig.text(0.99, 0.005, text, ha="right", va="bottom", fontsize=6, color="0.4")
 
 
-def finish_bars(fig, ax, footer: str, title: str, value_label: str, axis: str = "y", **legend):
+def finish_bars(fig: "matplotlib.figure.Figure", ax: "matplotlib.axes.Axes", footer: str,
+                title: str, value_label: str, axis: str = "y", **legend: Any) -> None:
   """A one-panel bar figure's labels: the value axis (`axis`) named and gridded, the
   title, the legend (matplotlib's `legend` keywords) and the footer."""
   (ax.set_ylabel if axis == "y" else ax.set_xlabel)(value_label, fontsize=8)
@@ -156,7 +166,7 @@ def finish_bars(fig, ax, footer: str, title: str, value_label: str, axis: str = 
   add_footer(fig, footer)
 
 
-def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool = False):
+def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool = False) -> None:
   """Box plots (whiskers 5-95%) with every response as a faint point and the mean as a dot."""
   names = [n for n, v in data.items() if len(v)]
   if not names:
@@ -176,8 +186,8 @@ def _boxes(ax, data: dict, colors: dict, title: str, ylabel: str, percent: bool 
   figures.style_panel(ax, title, ylabel=ylabel, grid="y")
 
 
-def response_figures(plt, per_response: dict, stats: dict, colors: dict, confidence: float,
-                     footer: str) -> dict:
+def response_figures(plt: types.ModuleType, per_response: dict, stats: dict, colors: dict,
+                     confidence: float, footer: str) -> dict:
   fig, axes = plt.subplots(1, 4, figsize=(13, 3.6), layout="constrained")
   fig.suptitle("Words per tutor response (box: quartiles, whiskers: 5-95%, dot: mean)")
   parts = (("visible", lambda s: s.visible_words), ("thinking", lambda s: s.thinking_words),
@@ -226,7 +236,8 @@ def response_figures(plt, per_response: dict, stats: dict, colors: dict, confide
   return out
 
 
-def phase_figure(plt, shares: dict, footer: str, confidence: float):
+def phase_figure(plt: types.ModuleType, shares: dict, footer: str,
+                 confidence: float) -> "matplotlib.figure.Figure":
   fig, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(shares) + 2.2), layout="constrained",
                            gridspec_kw={"width_ratios": [3, 1.3]})
   fig.suptitle("Schoenfeld phases of the thinking (share of labelled units)")
@@ -255,7 +266,7 @@ def phase_figure(plt, shares: dict, footer: str, confidence: float):
   return fig
 
 
-def _grouped_bars(ax, labels, cols, values, colors, horizontal=False):
+def _grouped_bars(ax, labels, cols, values, colors, horizontal: bool = False) -> None:
   """values[col][i] = Averaged for labels[i]; one bar per column within each label."""
   width = 0.8 / max(len(cols), 1)
   for j, col in enumerate(cols):
@@ -268,7 +279,8 @@ def _grouped_bars(ax, labels, cols, values, colors, horizontal=False):
         error_kw={"lw": 0.8})
 
 
-def codebook_figures(plt, result, cols, codebook, top: list, footer: str,
+def codebook_figures(plt: types.ModuleType, result: summary_lib.SchemeResult,
+                     cols: Sequence[summary_lib.Column], codebook: Codebook, top: list, footer: str,
                      confidence: float) -> dict:
   colors = condition_colors(plt, [c.name for c in cols])
   fig, ax = plt.subplots(figsize=(11, 4), layout="constrained")

@@ -28,15 +28,17 @@ against Ped.*.
 Shares carry Wilson score intervals (`scipy.stats.binomtest`), units counted
 as independent draws, as table 8's tests count them.
 """
+from collections.abc import Callable, Iterable
 import dataclasses
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as scipy_stats
 from scipy.stats import contingency
 
 from pedrl.eval.analysis import AnalysisError, parse_named
-from pedrl.eval.analysis.codebook import OTHER, TABLE4
+from pedrl.eval.analysis.codebook import OTHER, TABLE4, Codebook
 from pedrl.eval.analysis.labelling import PHASES
 from pedrl.eval.settings import PAPER_COMPARISONS, PAPER_GROUPS  # Re-exported: defined there, importable without JAX.
 
@@ -54,7 +56,7 @@ class ChiSquare:
   effect_name: str  # "φ" or "V".
 
 
-def chi_square(table) -> ChiSquare:
+def chi_square(table: ArrayLike) -> ChiSquare:
   """Pearson's χ² (no continuity correction) with φ or Cramér's V; columns and rows with
   no counts are dropped first. AnalysisError when less than a 2×2 table is left."""
   t = np.asarray(table, dtype=np.int64)
@@ -113,7 +115,7 @@ def parse_comparisons(text: str) -> list:
   return out
 
 
-def members(side: str, groups: dict, conditions) -> tuple:
+def members(side: str, groups: dict, conditions: Iterable[str]) -> tuple:
   """The conditions a side pools; AnalysisError naming a side that is neither."""
   found = groups.get(side, (side,))
   missing = [c for c in found if c not in conditions]
@@ -123,7 +125,7 @@ def members(side: str, groups: dict, conditions) -> tuple:
   return found
 
 
-def leveller(target: str, codebook):
+def leveller(target: str, codebook: Codebook) -> tuple[Callable[[int | str], str], list[str]]:
   """(label -> column name, the columns in order) for a target."""
   head, _, value = target.partition("=")
   if target == "categories":
@@ -147,7 +149,8 @@ def leveller(target: str, codebook):
   return (lambda p: value if p == value else REST), [value, REST]
 
 
-def contingency_table(comparison: Comparison, labels: dict, groups: dict, codebook):
+def contingency_table(comparison: Comparison, labels: dict, groups: dict,
+                      codebook: Codebook) -> tuple[np.ndarray, list[str]]:
   """(rows left/right × columns, the columns) from {condition: [label, ...]} (labelled
   units only)."""
   level, columns = leveller(comparison.target, codebook)

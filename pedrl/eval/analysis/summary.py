@@ -9,13 +9,16 @@ interval is the normal one of that mean (the conditions' binomial variances
 p (1 − p) / n, summed, over the number of conditions squared).
 """
 import collections
+from collections.abc import Callable, Sequence
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
 
 from pedrl.eval.analysis import significance, text as text_lib
+from pedrl.eval.analysis.codebook import Codebook
 from pedrl.eval.analysis.labelling import PHASES, THINKING_UNITS
 from pedrl.eval.settings import AnalysisSettings  # Re-exported: defined there, importable without JAX.
 
@@ -33,7 +36,8 @@ class SchemeResult:
   def labelled_all(self) -> dict:
     return {c: self.labelled(c) for c in self.labels}
 
-  def shares(self, condition: str, levels, level=lambda x: x, confidence: float = 0.95) -> dict:
+  def shares(self, condition: str, levels: Sequence[Any], level: Callable[[Any], Any] = lambda x: x,
+             confidence: float = 0.95) -> dict:
     """{level: Share} of the condition's labelled units."""
     got = collections.Counter(map(level, self.labelled(condition)))
     n = sum(got.values())
@@ -47,7 +51,7 @@ class Column:
   members: tuple
 
 
-def columns(spec: str, conditions, groups: dict) -> list:
+def columns(spec: str, conditions: Sequence[str], groups: dict) -> list:
   """The columns `spec` names ('NoThink,Think*,Ped.*') whose conditions are all analysed
   (the caller logs the others); one per condition if `spec` is empty or none is left."""
   names = [s.strip() for s in spec.split(",") if s.strip()]
@@ -63,7 +67,7 @@ class Averaged:
   high: float
 
 
-def averaged(shares, confidence: float) -> Averaged:
+def averaged(shares: Sequence[significance.Share], confidence: float) -> Averaged:
   """The mean of conditions' shares with its normal interval (module docstring)."""
   shares = [s for s in shares if s.n]
   if not shares:
@@ -76,12 +80,14 @@ def averaged(shares, confidence: float) -> Averaged:
   return Averaged(value, max(value - z * sd, 0.0), min(value + z * sd, 1.0))
 
 
-def column_shares(result: SchemeResult, column: Column, levels, level, confidence) -> dict:
+def column_shares(result: SchemeResult, column: Column, levels: Sequence[Any],
+                  level: Callable[[Any], Any], confidence: float) -> dict:
   per = [result.shares(c, levels, level, confidence) for c in column.members]
   return {k: averaged([p[k] for p in per], confidence) for k in levels}
 
 
-def top_codes(result: SchemeResult, cols, codebook, n: int, confidence: float) -> list:
+def top_codes(result: SchemeResult, cols: Sequence[Column], codebook: Codebook, n: int,
+              confidence: float) -> list:
   """The n codes with the highest mean share over the columns, most frequent first:
   [(code, {column: Averaged})]."""
   ids = [c.id for c in codebook.codes]
@@ -100,7 +106,8 @@ class TestResult:
   skipped: str = ""  # Why no test ran (a side without labels, one level only).
 
 
-def run_tests(comparisons, results: dict, groups: dict, codebook) -> list:
+def run_tests(comparisons: Sequence[significance.Comparison], results: dict, groups: dict,
+              codebook: Codebook) -> list:
   """Each comparison's χ² test, or why it could not run (a scheme not labelled, a side
   naming no analysed condition, too few counts): reported in the table, not fatal."""
   out = []

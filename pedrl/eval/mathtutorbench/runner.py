@@ -16,6 +16,8 @@ computed from the records (pedrl.eval.mathtutorbench.results), so shards and
 reruns need nothing else.
 """
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from pedrl import streams
@@ -23,7 +25,7 @@ from pedrl.clients import openai_compat
 from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
-from pedrl.eval import records as records_lib
+from pedrl.eval import pedrm, records as records_lib
 from pedrl.eval.mathtutorbench import tasks, win_rate
 from pedrl.mathtutorbench import scoring
 # Re-exported: defined there, importable without JAX.
@@ -34,7 +36,7 @@ from pedrl.eval.settings import MODES, BenchSettings
 class ModelPolicy:
   """A local pedrl model (a Party) answering prompts: batched, the task's stop strings."""
 
-  def __init__(self, party, settings: BenchSettings, seed: int = 0):
+  def __init__(self, party, settings: BenchSettings, seed: int = 0) -> None:
     self.party, self.s, self.seed = party, settings, seed
     self.samplers = {}  # One per stop-string set (a task's stop strings).
 
@@ -54,7 +56,8 @@ class ModelPolicy:
            else list(chat.tokenizer(prompt)["input_ids"]))
     return party.fit_context(self.party, ids, self.s.max_new_tokens, self.s.truncate_prompts)
 
-  def __call__(self, prompts, stop, uids) -> tuple[list, list]:
+  def __call__(self, prompts: Sequence[str], stop: Sequence[str],
+               uids: Sequence[int]) -> tuple[list[str], list[bool]]:
     """(replies, whether each prompt was cut)."""
     sampler = self._sampler(tuple(stop))
     sp = sampler.with_stops(SamplingParams(self.s.max_new_tokens,
@@ -78,10 +81,11 @@ class EndpointPolicy:
   client: pedrl.clients.openai_compat.OpenAIBackend with the harness's temperature and
   max_tokens."""
 
-  def __init__(self, client, settings: BenchSettings):
+  def __init__(self, client, settings: BenchSettings) -> None:
     self.client, self.s = client, settings
 
-  def __call__(self, prompts, stop, uids) -> tuple[list, list]:
+  def __call__(self, prompts: Sequence[str], stop: Sequence[str],
+               uids: Sequence[int]) -> tuple[list[str], list[bool]]:
     del uids  # The endpoint's sampling is its own (greedy at temperature 0).
     stop = tuple(stop)
     out = (self.client.text_completions(prompts, stop) if self.s.mode == "completion" else
@@ -94,8 +98,9 @@ class EndpointPolicy:
         [False] * len(out))
 
 
-def answer(task: str, t: tasks.TaskFile, examples, indices, batch: int, policy,
-           rm=None) -> list:
+def answer(task: str, t: tasks.TaskFile, examples: Sequence[dict], indices: Sequence[int],
+           batch: int, policy: Callable[..., tuple], rm: pedrm.PedRM | None = None
+           ) -> list[records_lib.BenchRecord]:
   """The BenchRecords of one batch: `examples` of `task` at `indices` (the harness's
   order) put to `policy`; with a Ped-RM `rm`, the pedagogical tasks' replies and human
   teacher turns are scored (the win rate's inputs)."""

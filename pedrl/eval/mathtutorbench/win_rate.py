@@ -9,7 +9,10 @@ the last `assistant` turn, through the reward model's chat template with no
 generation prompt (the benchmark's compute_scaffolding_score). The results
 carry the benchmark's names.
 """
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pedrl.eval import pedrm
 
@@ -24,7 +27,8 @@ def chat(example: dict, reply: str, system_prompt: str) -> list[dict]:
           + turns + [{"role": "assistant", "content": reply}])
 
 
-def pair_scores(rm, examples, replies, system_prompt: str) -> tuple[list, list]:
+def pair_scores(rm: pedrm.PedRM, examples: Sequence[dict], replies: Sequence[str],
+                system_prompt: str) -> tuple[list[float], list[float]]:
   """(Ped-RM score of each reply, of each example's human teacher turn), both in context."""
   chosen = rm.score([chat(x, r, system_prompt) for x, r in zip(examples, replies)])
   rejected = rm.score([chat(x, x["ground_truth_response"]["text"], system_prompt)
@@ -32,7 +36,7 @@ def pair_scores(rm, examples, replies, system_prompt: str) -> tuple[list, list]:
   return [float(v) for v in chosen], [float(v) for v in rejected]
 
 
-def win_rate(scores, baselines) -> dict:
+def win_rate(scores: ArrayLike, baselines: ArrayLike) -> dict[str, float]:
   """win_rate = share of examples where the generated turn outscores the human one;
   score / baseline_score their means; mean_margin the mean difference."""
   chosen, rejected = np.asarray(scores, float), np.asarray(baselines, float)
