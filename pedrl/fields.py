@@ -6,29 +6,29 @@ line naming the flag to change: `--config.rl.lr=nan: must be a finite number > 0
 Imports nothing of pedrl: every settings module, from the client's up, uses it.
 """
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 
 class FieldError(ValueError):
   """A settings field's value breaks its rule: `NAME=VALUE: must be RULE`."""
 
-  def __init__(self, name: str, value, rule: str):
+  def __init__(self, name: str, value: Any, rule: str):
     super().__init__(f"{name}={value!r}: must be {rule}")
     self.name, self.value, self.rule = name, value, rule
 
 
-def finite(x) -> bool:
+def finite(x: Any) -> bool:
   """A real number (no bool), not inf or NaN."""
   return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def need(ok: bool, settings, name: str, rule: str) -> None:
+def need(ok: bool, settings: Any, name: str, rule: str) -> None:
   """FieldError on `settings.NAME` unless `ok`."""
   if not ok:
     raise FieldError(name, getattr(settings, name), rule)
 
 
-def counts(settings, names: Sequence[str], least: int = 1) -> None:
+def counts(settings: Any, names: Sequence[str], least: int = 1) -> None:
   """Each of `names` is an integer >= `least`."""
   for name in names:
     value = getattr(settings, name)
@@ -36,21 +36,21 @@ def counts(settings, names: Sequence[str], least: int = 1) -> None:
          name, f"an integer >= {least}")
 
 
-def positive(settings, names: Sequence[str]) -> None:
+def positive(settings: Any, names: Sequence[str]) -> None:
   """Each of `names` is a finite number > 0."""
   for name in names:
     value = getattr(settings, name)
     need(finite(value) and value > 0, settings, name, "a finite number > 0")
 
 
-def non_negative(settings, names: Sequence[str]) -> None:
+def non_negative(settings: Any, names: Sequence[str]) -> None:
   """Each of `names` is a finite number >= 0."""
   for name in names:
     value = getattr(settings, name)
     need(finite(value) and value >= 0, settings, name, "finite and >= 0")
 
 
-def one_of(settings, name: str, choices: Sequence) -> None:
+def one_of(settings: Any, name: str, choices: Sequence) -> None:
   need(getattr(settings, name) in choices, settings, name, f"one of {tuple(choices)}")
 
 

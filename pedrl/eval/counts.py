@@ -1,10 +1,13 @@
 """What a sharded job counts beside its records, summed over shards into metrics.json's
 `counts`: seconds per stage and what each API client used (pedrl.jobs.sharded)."""
+import collections
+from collections.abc import Iterator
 import contextlib
 import time
+from typing import Any
 
 
-def tick(counts, key: str, since: float) -> float:
+def tick(counts: collections.Counter, key: str, since: float) -> float:
   """Adds the seconds since `since` to counts[key]; now."""
   now = time.perf_counter()
   counts[key] += round(now - since, 3)
@@ -12,7 +15,7 @@ def tick(counts, key: str, since: float) -> float:
 
 
 @contextlib.contextmanager
-def api_counts(counts, **clients):
+def api_counts(counts: collections.Counter, **clients: Any) -> Iterator[None]:
   """Adds to counts, as NAME/KEY, what each API client's `stats` counted inside the block
   (calls, tokens, retries), also when the block fails; None clients count nothing."""
   stats = lambda c: dict(getattr(c, "stats", None) or {})

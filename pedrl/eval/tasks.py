@@ -8,19 +8,25 @@ each (post; every dialogue: Δ is never penalised), the evaluation judges (every
 sample kept, unparsed ones as None) and Ped-RM on every tutor turn. Reasoning
 preservation: the tutor alone on benchmark questions, graded by each benchmark's rule.
 """
+import collections
+from collections.abc import Sequence
 import time
+from typing import Any
 
 from pedrl import streams
-from pedrl.env import rollout, solving
+from pedrl.env import party as party_lib, problems, rollout, solving
 from pedrl.eval import judges as eval_judges, reasoning, records as records_lib
 from pedrl.eval.counts import api_counts, tick
-from pedrl.rewards import asking
+from pedrl.rewards import asking, judging
 
 
-def tutoring_batch(batch, uids, j: int, parties, s, specs, backend, rm,
-                   counts) -> list[records_lib.EvalRecord]:
+def tutoring_batch(batch: Sequence[problems.Problem], uids: Sequence[int], j: int,
+                   parties: tuple[party_lib.Party, ...], s: Any,
+                   specs: Sequence[judging.JudgeSpec], backend: asking.TextBackend,
+                   rm: Any, counts: collections.Counter) -> list[records_lib.EvalRecord]:
   """The EvalRecords of one batch of problems (`uids` their indices, `j` the batch): see
-  the module docstring. `s`: the job's EvaluationSettings; `counts` gets each stage's
+  the module docstring. `s`: the job's EvaluationSettings (pedrl.jobs', a layer above);
+  `rm`: a PedRM or None; `counts` gets each stage's
   seconds, the judges' re-asks and each endpoint's calls."""
   tutor, student, solver = parties
   clock = time.perf_counter()
@@ -60,8 +66,9 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
       for d, a, t in zip(dialogues, map(eval_judges.labels, verdicts), scores)]
 
 
-def reasoning_batch(batch, idx: list[int], j: int, tutor, seed: int,
-                    counts) -> list[records_lib.ReasoningRecord]:
+def reasoning_batch(batch: Sequence[reasoning.Example], idx: list[int], j: int,
+                    tutor: party_lib.Party, seed: int,
+                    counts: collections.Counter) -> list[records_lib.ReasoningRecord]:
   """The ReasoningRecords of one batch of benchmark questions (`idx` their indices):
   the tutor answers each once, and its answer is graded (pedrl.eval.reasoning)."""
   clock = time.perf_counter()

@@ -25,6 +25,7 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
   cli.check_job(__spec__.name, sys.argv[1:],
                 lambda c: settings.read_settings(c, settings.TrainingSettings))
 
+import ml_collections
 from tqdm import tqdm
 
 from pedrl import distributed
@@ -36,7 +37,7 @@ define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 @job_main
-def main(c, workdir: str):
+def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
   with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",
