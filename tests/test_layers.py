@@ -232,3 +232,19 @@ def test_the_job_checks_see_what_they_forbid(tmp_path):
   (folder / "helpers.py").write_text("def get_config():\n  pass\n")  # No job.
   (folder / "notes.txt").write_text("\n")
   assert _not_config_files(folder) == ["helpers.py", "notes.txt"]
+
+
+def test_no_import_time_tricks():
+  """A job's command line is checked by its own module (pedrl.cli.check_job) and config
+  files are imported to be listed: nothing reads the interpreter's original command line,
+  the experiments package runs nothing when imported, and the configs tool does not read
+  config files as syntax trees to avoid importing them."""
+  found = [f"{path.relative_to(ROOT.parent)}" for path in sorted(ROOT.rglob("*.py"))
+           if "orig_argv" in path.read_text(encoding="utf-8")]
+  assert not found, f"read sys.orig_argv: {found}"
+  package = ast.parse((ROOT / "experiments" / "__init__.py").read_text(encoding="utf-8"))
+  assert [type(n) for n in package.body] in ([], [ast.Expr]), (
+      "pedrl/experiments/__init__.py runs code")
+  configs = ast.parse((ROOT / "tools" / "configs.py").read_text(encoding="utf-8"))
+  assert "ast" not in {a.name for n in ast.walk(configs) if isinstance(n, ast.Import)
+                       for a in n.names}, "pedrl/tools/configs.py reads config files with ast"
