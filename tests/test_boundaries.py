@@ -376,19 +376,9 @@ def test_each_dialogue_field_is_written_only_by_its_stage():
 
 # Annotations on every public function.
 
-# Files other work is changing at the same time (the settings types and their validation;
-# the jobs moved into experiments/, their counters and the evaluations' metrics typed):
-# left alone until it is merged, then annotated and this set emptied.
-ANNOTATIONS_PENDING = {
-    "pedrl/jobs/settings.py", "pedrl/jobs/loading.py", "pedrl/jobs/checks.py",
-    "pedrl/rl/settings.py", "pedrl/env/settings.py", "pedrl/rewards/settings.py",
-    "pedrl/eval/settings.py", "pedrl/agents/settings.py", "pedrl/clients/openai_compat.py",
-    "pedrl/jobs/train.py", "pedrl/jobs/offline.py", "pedrl/jobs/sharded.py",
-    "pedrl/experiments/evaluate.py", "pedrl/experiments/cpa.py",
-    "pedrl/experiments/mathtutorbench.py", "pedrl/experiments/baseline_data.py",
-    "pedrl/experiments/mdpo.py", "pedrl/experiments/sft.py", "pedrl/eval/evaluations.py",
-    "pedrl/eval/metrics.py", "pedrl/eval/reasoning.py", "pedrl/eval/mathtutorbench/results.py",
-}
+# pedrl/jobs/train.py's signatures are being renamed at the same time (its settings
+# variables): left alone until that is merged, then annotated and this set emptied.
+ANNOTATIONS_PENDING = {"pedrl/jobs/train.py"}
 
 
 def unannotated(source: str) -> list[str]:

@@ -18,7 +18,8 @@ import os
 import random
 import threading
 import time
-from typing import NamedTuple, Protocol, Sequence
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, Sequence
 
 # Re-exported: defined there, importable without the openai package.
 from pedrl.clients.settings import EndpointSettings
@@ -64,7 +65,7 @@ def _describe(out, raw: bool = False) -> str:
   return f"a {type(out).__name__} with no usable choices[0].{'text' if raw else 'message'}"
 
 
-def completion_text(out, raw: bool = False) -> str:
+def completion_text(out: Any, raw: bool = False) -> str:  # Any: whatever the endpoint sent.
   """The first choice's text of what `chat.completions.create` (with `raw`,
   `completions.create`) returned, or NonCompletionReply. A message without content (a
   refusal, a token budget spent on reasoning) is an empty reply, which the judge asks
@@ -79,7 +80,7 @@ def completion_text(out, raw: bool = False) -> str:
   return content or ""
 
 
-def retry_after(headers) -> float | None:
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
   """The seconds an error answer asks to wait: `retry-after-ms`, or `Retry-After` in
   seconds or as an HTTP date; None without a usable header."""
   if not headers:
@@ -216,7 +217,7 @@ class OpenAIBackend:
                             f"{self.settings.model!r}) refused the request: HTTP "
                             f"{e.status_code} {type(e).__name__}") from None
 
-  def preflight(self, tries: int = 2):
+  def preflight(self, tries: int = 2) -> None:
     """One one-token request, so that a wrong endpoint, key or model stops a run before
     any model loads: EndpointError naming the endpoint and model (and the key's variable)."""
     for attempt in range(tries):

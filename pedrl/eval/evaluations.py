@@ -170,7 +170,8 @@ class Tutoring(_RecordsFile):
   kind, record_type, tutor_section = "tutoring", records_lib.EvalRecord, "tutor"
   records_file = "eval_dialogues.jsonl"
 
-  def metrics(self, records, counts, protocol) -> TutoringMetrics:
+  def metrics(self, records: list[records_lib.EvalRecord], counts: Mapping[str, float],
+              protocol: EvalProtocol) -> TutoringMetrics:
     e = protocol.section("eval", EvalSettings, BEFORE_EVAL)
     return TutoringMetrics(
         **metrics_lib.compute(records, seed=protocol.seed, resamples=e.bootstrap_resamples,
@@ -183,7 +184,8 @@ class Reasoning(_RecordsFile):
   kind, record_type, tutor_section = "reasoning", records_lib.ReasoningRecord, "tutor"
   records_file = "eval_reasoning.jsonl"
 
-  def metrics(self, records, counts, protocol) -> ReasoningMetrics:
+  def metrics(self, records: list[records_lib.ReasoningRecord], counts: Mapping[str, float],
+              protocol: EvalProtocol) -> ReasoningMetrics:
     e = protocol.section("eval", EvalSettings, BEFORE_EVAL)
     r = protocol.section("reasoning", reasoning.ReasoningSettings, BEFORE_REASONING)
     return ReasoningMetrics.from_accuracy(len(records), reasoning.accuracy(
@@ -195,10 +197,12 @@ class MathTutorBench:
   """The benchmark's nine numbers (pedrl.eval.mathtutorbench): the harness's files."""
   kind, record_type, tutor_section = "mathtutorbench", records_lib.BenchRecord, "model"
 
-  def metrics(self, records, counts, protocol) -> BenchMetrics:
+  def metrics(self, records: list[records_lib.BenchRecord], counts: Mapping[str, float],
+              protocol: EvalProtocol) -> BenchMetrics:
     return BenchMetrics(len(records), bench_results.metrics(records, counts))
 
-  def write(self, workdir, records, metrics: BenchMetrics, protocol, config):
+  def write(self, workdir: str, records: list[records_lib.BenchRecord], metrics: BenchMetrics,
+            protocol: EvalProtocol, config: str) -> None:
     bench_results.write(workdir, records, metrics.tasks,
                         protocol.section("bench", runner.BenchSettings).model_name, config)
 

@@ -21,11 +21,14 @@ import collections
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
 
 from pedrl.env.dialogue import TUTOR
+from pedrl.eval.records import EvalRecord
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import CONFIDENCE, RESAMPLES, UNSCORED
 
@@ -34,7 +37,7 @@ OK, REJECT = "OK", "REJECT"
 
 # -- One dialogue ----------------------------------------------------------------------------
 
-def share(decisions, value: str) -> float | None:
+def share(decisions: Sequence[str | None], value: str) -> float | None:
   """Share of `value` among a dialogue's parsed judge samples; None if none parsed.
 
   The reference's leak rate per dialogue: share of REJECT samples (paper 003
@@ -43,7 +46,7 @@ def share(decisions, value: str) -> float | None:
   return sum(d == value for d in parsed) / len(parsed) if parsed else None
 
 
-def any_reject(decisions) -> float | None:
+def any_reject(decisions: Sequence[str | None]) -> float | None:
   """1 if any parsed sample is REJECT, else 0; None if none parsed (r_ped's rule,
   paper 003 eq. 3: a single REJECT fails the dialogue)."""
   parsed = [d for d in decisions if d is not None]
@@ -52,7 +55,8 @@ def any_reject(decisions) -> float | None:
 
 # -- Per problem, then over problems ------------------------------------------------------------
 
-def per_problem(records, value) -> dict:
+def per_problem(records: Iterable[EvalRecord],
+                value: Callable[[EvalRecord], float | None]) -> dict[str, float]:
   """{problem_id: mean of value(record) over its records}, skipping None values;
   problems where every value is None are left out."""
   groups = collections.defaultdict(list)
@@ -63,7 +67,7 @@ def per_problem(records, value) -> dict:
   return {p: float(np.mean(vs)) for p, vs in groups.items()}
 
 
-def delta_per_problem(records) -> dict:
+def delta_per_problem(records: Iterable[EvalRecord]) -> dict[str, float]:
   """Per problem: mean post-dialogue solve rate over its dialogues − its pre-dialogue
   rate (paper 003 section 6, Δ solve rate; never penalised)."""
   post = per_problem(records, lambda r: r.post_solve_rate)
@@ -71,7 +75,7 @@ def delta_per_problem(records) -> dict:
   return {p: post[p] - pre[p] for p in post if p in pre}
 
 
-def bootstrap_interval(values, seed: int, resamples: int = RESAMPLES,
+def bootstrap_interval(values: Sequence[float], seed: int, resamples: int = RESAMPLES,
                        confidence: float = CONFIDENCE) -> tuple[float, float]:
   """Percentile bootstrap interval of the mean of per-problem values; (nan, nan)
   with fewer than two problems (no spread to resample)."""
@@ -86,7 +90,8 @@ def bootstrap_interval(values, seed: int, resamples: int = RESAMPLES,
   return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
-def pooled_interval(sums, counts, seed: int, resamples: int = RESAMPLES,
+def pooled_interval(sums: Sequence[float], counts: Sequence[float], seed: int,
+                    resamples: int = RESAMPLES,
                     confidence: float = CONFIDENCE) -> tuple[float, float]:
   """Percentile bootstrap interval of Σ sums / Σ counts, resampling problems (their
   sums and counts together): a pooled mean such as Ped-RM micro."""
@@ -104,13 +109,13 @@ def pooled_interval(sums, counts, seed: int, resamples: int = RESAMPLES,
 
 # -- The table's numbers ----------------------------------------------------------------------
 
-def pedrm_micro_part(record) -> tuple[float, int]:
+def pedrm_micro_part(record: EvalRecord) -> tuple[float, int]:
   """Ped-RM micro (paper 003, table 2: "averaging of all individual scores"): a dialogue
   adds the sum and the count of its tutor turns' scores."""
   return float(np.sum(record.pedrm_turn_scores)), len(record.pedrm_turn_scores)
 
 
-def pedrm_macro_part(record, unscored: str = "zero") -> tuple[float, int]:
+def pedrm_macro_part(record: EvalRecord, unscored: str = "zero") -> tuple[float, int]:
   """Ped-RM macro (paper 003, table 2: "averaging per conversation"): a scored dialogue
   adds its mean turn score, counted once; an unscored one adds 0, counted once (the
   reference's eval.py), or nothing (`unscored="drop"`)."""
@@ -122,17 +127,18 @@ def pedrm_macro_part(record, unscored: str = "zero") -> tuple[float, int]:
   return 0.0, int(unscored == "zero")
 
 
-def pooled_mean(records, part) -> float:
+def pooled_mean(records: Sequence[EvalRecord],
+                part: Callable[[EvalRecord], tuple[float, int]]) -> float:
   """Σ sums / Σ counts of `part(record)` over the records; NaN when nothing counts."""
   sums, counts = zip(*map(part, records)) if records else ((), ())
   return sum(sums) / sum(counts) if sum(counts) else math.nan
 
 
-def pedrm_micro(records) -> float:
+def pedrm_micro(records: Iterable[EvalRecord]) -> float:
   return pooled_mean(list(records), pedrm_micro_part)
 
 
-def pedrm_macro(records, unscored: str = "zero") -> float:
+def pedrm_macro(records: Iterable[EvalRecord], unscored: str = "zero") -> float:
   return pooled_mean(list(records), functools.partial(pedrm_macro_part, unscored=unscored))
 
 
@@ -140,8 +146,8 @@ def _mean(values) -> float:
   return float(np.mean(values)) if len(values) else math.nan
 
 
-def compute(records, seed: int = 0, resamples: int = RESAMPLES,
-            confidence: float = CONFIDENCE, pedrm_unscored: str = "zero") -> dict:
+def compute(records: Iterable[EvalRecord], seed: int = 0, resamples: int = RESAMPLES,
+            confidence: float = CONFIDENCE, pedrm_unscored: str = "zero") -> dict[str, Any]:
   """Every metric of `records` (EvalRecord-like: problem_id, pre/post_solve_rate,
   leak/helpful_decisions, thinking_scores, pedrm_turn_scores), each with
   `<name>_ci`, plus the counts a reader needs to trust them.
@@ -222,7 +228,7 @@ class Counts:
   end_reasons: dict
 
 
-def dialogue_counts(records) -> dict:
+def dialogue_counts(records: Sequence[EvalRecord]) -> dict[str, Any]:
   """Turns per dialogue, tutor turns, tutor words per turn and end reasons."""
   tutor = [m for r in records for m in r.dialogue.messages if m.role == TUTOR]
   return dataclasses.asdict(Counts(

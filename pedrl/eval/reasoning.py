@@ -42,6 +42,8 @@ import csv
 import dataclasses
 import os
 import re
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from absl import logging
@@ -49,6 +51,7 @@ from absl import logging
 from pedrl.env import answers, chat, problems, sources
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
+from pedrl.eval.records import ReasoningRecord
 from pedrl.mathtutorbench import scoring
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import BENCHMARKS, MMLU_AVERAGES, ReasoningSettings
@@ -254,8 +257,8 @@ def grade(benchmark: str, reply: str, target: str,
   return got, got == target
 
 
-def accuracy(records, seed: int, resamples: int, confidence: float,
-             mmlu_average: str = "subject") -> dict:
+def accuracy(records: Iterable[ReasoningRecord], seed: int, resamples: int, confidence: float,
+             mmlu_average: str = "subject") -> dict[str, Any]:
   """Per benchmark, and per category of a multiple-choice one (as `wbeb/<category>`):
   accuracy, its bootstrap interval, and the count. Over questions, but MMLU's by
   `mmlu_average`: "subject" is the mean of the subjects' accuracies (LightEval's

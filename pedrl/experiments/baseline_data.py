@@ -32,11 +32,13 @@ from pedrl import cli
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:])
 
+import collections
 import dataclasses
 import json
 import os
 import time
 
+import jax
 import ml_collections
 import numpy as np
 from absl import app
@@ -58,7 +60,8 @@ from pedrl.rl import offline_data
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
 
 
-def read(config) -> tuple:
+def read(config: ml_collections.ConfigDict
+         ) -> tuple[settings_lib.DialogueSettings, settings_lib.BaselineDataSettings]:
   """(DialogueSettings, BaselineDataSettings) of the config; one `error: …` line for a bad
   value."""
   tree = config.to_dict()
@@ -78,7 +81,8 @@ def read(config) -> tuple:
   return s, b
 
 
-def protocol(s, b: settings_lib.BaselineDataSettings) -> EvalProtocol:
+def protocol(s: settings_lib.DialogueSettings,
+             b: settings_lib.BaselineDataSettings) -> EvalProtocol:
   """Everything that decides the data: shards of one workdir must agree on it."""
   models = workdir_lib.identity(s, "baseline_data")
   return EvalProtocol(kind="baselines", seed=s.job.seed, num_shards=b.num_shards, sections={
@@ -104,7 +108,7 @@ class ScoredRollouts:
     self.sizes = len(self.items)
     self.batch_size, self.per_item = s.job.batch_problems, s.job.group_size
 
-  def load(self, mesh):
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     s = self.s
     self.tutor = load_party(s.tutor, mesh, s.job.scan_layers,
                             {"enable_thinking": s.rollout.thinking})
@@ -112,7 +116,8 @@ class ScoredRollouts:
     self.rewards = build_rewards(s, self.student, solver_party(self.student, s.solve), mesh,
                                  self.apis)
 
-  def run(self, j: int, idx, counts) -> list:
+  def run(self, j: int, idx: range,
+          counts: collections.Counter) -> list[offline_data.ScoredDialogue]:
     clock = time.perf_counter()
     # uid = item · G + rollout: a dialogue's draws do not depend on the shard running it.
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
@@ -125,7 +130,7 @@ class ScoredRollouts:
     return [offline_data.ScoredDialogue(j, d) for d in dialogues]
 
   @staticmethod
-  def postfix(records) -> dict:
+  def postfix(records: list[offline_data.ScoredDialogue]) -> dict[str, str]:
     totals = [r.dialogue.rewards.total for r in records if r.dialogue.rewards is not None]
     return {"reward": f"{np.mean(totals):.2f}" if totals else "none"}
 
@@ -147,7 +152,7 @@ class ScoredRollouts:
 
 
 @job_main
-def main(config, workdir: str):
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s, b = read(config)
   check_paths(s)
   name = workdir_lib.config_name(sys.argv)

@@ -24,10 +24,14 @@ from pedrl.jobs import bench_settings
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_cpa)
 
+import collections
 import dataclasses
 import os
 import time
+from collections.abc import Mapping, Sequence
 
+import jax
+import ml_collections
 from absl import app, logging
 import numpy as np
 from tqdm import tqdm
@@ -39,6 +43,7 @@ from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench import results as results_lib
 from pedrl.eval.protocol import jsonable
+from pedrl.eval.records import BenchRecord
 from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments import mathtutorbench as mtb
 from pedrl.jobs.exits import define_flags, job_main
@@ -53,7 +58,7 @@ define_flags("experiments/cpa.py:tiny", "Output directory (one MathTutorBench jo
 Settings = bench_settings.CPAJobSettings
 
 
-def read(config) -> Settings:
+def read(config: ml_collections.ConfigDict) -> Settings:
   """The config's settings (pedrl.jobs.bench_settings)."""
   try:
     out = bench_settings.read_cpa(config)
@@ -78,15 +83,15 @@ class AgentBench(mtb.Bench):
     self.method, self.models = method, models
     super().__init__(s, loaded_tasks)
 
-  def connect(self):
+  def connect(self) -> None:
     """The backbone endpoint, checked once by main and shared by every method."""
     self.client = self.models.client
 
-  def run(self, j: int, idx, counts) -> list:
+  def run(self, j: int, idx: range, counts: collections.Counter) -> list[BenchRecord]:
     with sharded.api_counts(counts, backbone=self.backbone):
       return super().run(j, idx, counts)
 
-  def load(self, mesh):
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     s = self.s
     if self.client is not None:
       backbone = backbone_lib.EndpointBackbone(self.client)
@@ -137,7 +142,7 @@ class SeedRun:
             f"{st.seconds_per_instance:.2f} s")
 
 
-def trace_stats(records, counts: dict) -> TraceStats:
+def trace_stats(records: Sequence[BenchRecord], counts: Mapping[str, float]) -> TraceStats:
   """BVR overall, on the hard splits and per task, the share of replies with a monitor
   repair, stand-ins, and per instance the backbone's calls and tokens and the seconds
   (shards' counts)."""
@@ -193,7 +198,7 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
 
 @job_main(single_process="cpa's agent calls its backbone and judges from the host; several "
                           "processes would each repeat every call")
-def main(config, workdir: str):
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s = read(config)
   s = mtb.resolve_run(s, workdir)
   name = workdir_lib.config_name(sys.argv)

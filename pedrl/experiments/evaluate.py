@@ -24,10 +24,13 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
   cli.check_job(__spec__.name, sys.argv[1:],
                 lambda c: settings.read_settings(c, settings.EvaluationSettings))
 
+import collections
 import dataclasses
 import json
 import os
 
+import jax
+import ml_collections
 import numpy as np
 from absl import app, logging
 
@@ -35,6 +38,7 @@ from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib
 from pedrl.eval import pedrm as pedrm_lib, reasoning, tasks
+from pedrl.eval.records import EvalRecord, ReasoningRecord
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import conditions, settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
@@ -76,7 +80,8 @@ def _endpoint(e) -> dict:
   return {"endpoint": [e.model, e.base_url]} if e.model else {}
 
 
-def resolve_tutor_run(s, workdir: str):
+def resolve_tutor_run(s: settings_lib.EvaluationSettings,
+                      workdir: str) -> settings_lib.EvaluationSettings:
   """With tutor.workdir: the tutor's path becomes the run's base checkpoint (its
   tokenizer and architecture) and tutor.step a saved step: the one given, else the
   one this evaluation's workdir recorded (a resumed or later shard reads the weights
@@ -95,7 +100,7 @@ def resolve_tutor_run(s, workdir: str):
                              tutor_run=dataclasses.replace(run, step=step))
 
 
-def warn_other_dialogues(s, run_workdir: str) -> None:
+def warn_other_dialogues(s: settings_lib.EvaluationSettings, run_workdir: str) -> None:
   """Logs the dialogue settings in which the training run under test differs from this
   evaluation (a tutor evaluated in dialogues other than its training's; intended for
   `uco_003`, a mistake otherwise: each training config names its evaluation variant)."""
@@ -129,7 +134,7 @@ class Tutoring:
       self.solver = endpoint_party(s.student, s.student_endpoint, "student",
                                    s.solve.temperature, s.solve.max_new_tokens)
 
-  def load(self, mesh):
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     s = self.s
     self.tutor = self.tutor or load_tutor(s, mesh)
     if s.tutor_agent.agent:  # The model (or endpoint) becomes the agent's backbone.
@@ -149,13 +154,13 @@ class Tutoring:
     if self.rm is None:
       logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
 
-  def run(self, j: int, idx, counts) -> list:
+  def run(self, j: int, idx: range, counts: collections.Counter) -> list[EvalRecord]:
     return tasks.tutoring_batch([self.items[i] for i in idx], list(idx), j,
                                 (self.tutor, self.student, self.solver), self.s, self.specs,
                                 self.backend, self.rm, counts)
 
   @staticmethod
-  def postfix(records) -> dict:
+  def postfix(records: list[EvalRecord]) -> dict[str, str]:
     return {"post": f"{np.mean([r.post_solve_rate for r in records]):.2f}"}
 
 
@@ -175,7 +180,7 @@ class Reasoning:
                   if s.tutor_endpoint.model else None)
     self.side = side
 
-  def load(self, mesh):
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     if self.tutor is None:
       tutor = load_tutor(self.s, mesh)
       self.tutor = dataclasses.replace(tutor, sampling=settings_lib.sampling(self.side))
@@ -189,23 +194,24 @@ class Reasoning:
             f"exceed the tutor's context of {context} tokens (the longest, {max(over)[1]}, needs "
             f"{max(over)[0]}); use fewer shots or a smaller eval.reasoning.max_new_tokens")
 
-  def run(self, j: int, idx, counts) -> list:
+  def run(self, j: int, idx: range, counts: collections.Counter) -> list[ReasoningRecord]:
     return tasks.reasoning_batch([self.items[i] for i in idx], list(idx), j, self.tutor,
                                  self.s.job.seed, counts)
 
   @staticmethod
-  def postfix(records) -> dict:
+  def postfix(records: list[ReasoningRecord]) -> dict[str, str]:
     return {"accuracy": f"{np.mean([r.correct for r in records]):.2f}"}
 
 
-def load_tutor(s, mesh):
+def load_tutor(s: settings_lib.EvaluationSettings,
+               mesh: jax.sharding.Mesh | None) -> party_lib.Party:
   """The local tutor under test: a Hugging Face directory, or a training run's step."""
   return tutor_party(s.tutor, s.tutor_run, mesh, s.job.scan_layers,
                      {"enable_thinking": s.rollout.thinking})
 
 
 @job_main
-def main(config, workdir: str):
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s = resolve_tutor_run(read_settings(config, settings_lib.EvaluationSettings), workdir)
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "evaluate", config, name)

@@ -25,17 +25,22 @@ from pedrl.jobs import bench_settings
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_mathtutorbench)
 
+import collections
 import dataclasses
 import os
 import time
+from typing import Any
 
 import jax
+import ml_collections
 from absl import app, logging
 
 from pedrl import distributed
 from pedrl.eval import pedrm as pedrm_lib
 from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, jsonable
+from pedrl.eval.records import BenchRecord
+from pedrl.eval.settings import BenchSettings, PedRMSettings
 from pedrl.jobs import sharded, workdir as workdir_lib
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_checkpoint, tutor_party
@@ -46,7 +51,7 @@ define_flags("experiments/mathtutorbench.py:tiny", "Output directory (shards, re
 Settings = bench_settings.MathTutorBenchSettings
 
 
-def read(config) -> Settings:
+def read(config: ml_collections.ConfigDict) -> Settings:
   """The config's settings (pedrl.jobs.bench_settings), checked."""
   try:
     out = bench_settings.read_mathtutorbench(config)
@@ -61,7 +66,8 @@ def read(config) -> Settings:
   return out
 
 
-def load_tasks(bench, rm_settings) -> dict:
+def load_tasks(bench: BenchSettings, rm_settings: PedRMSettings
+               ) -> dict[str, tuple[tasks.TaskFile, list[dict]]]:
   """{task: (its task file, its examples)}, every file and row checked, and the reward
   model's config: all before any model loads."""
   wanted = {"benchmark_dir": tasks.BENCHMARK,
@@ -83,7 +89,7 @@ def load_tasks(bench, rm_settings) -> dict:
   return out
 
 
-def protocol(s: Settings, **more) -> EvalProtocol:
+def protocol(s: Settings, **more: Any) -> EvalProtocol:  # Any: JSON sections.
   """Everything that decides the numbers: shards of one run must agree on it. `more`:
   a job's own sections (CPA's method and settings)."""
   model = ({"endpoint": [s.endpoint.model, s.endpoint.base_url]} if s.endpoint.model else
@@ -120,7 +126,7 @@ class Bench:
     if s.endpoint.model:  # Checked now, with one request, before anything loads.
       self.connect()
 
-  def connect(self):
+  def connect(self) -> None:
     """The endpoint under test, answering as the harness asks (greedy, its token budget)."""
     s = self.s
     side = dataclasses.replace(s.tutor, temperature=s.bench.temperature, top_p=1.0, top_k=0)
@@ -128,7 +134,7 @@ class Bench:
                                  max_new_tokens=s.bench.max_new_tokens).client
     self.policy = runner.EndpointPolicy(self.client, s.bench)
 
-  def load(self, mesh):
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     s = self.s
     if self.policy is None:
       party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)
@@ -137,7 +143,7 @@ class Bench:
     if self.rm is None:
       logging.warning("no --config.pedrm.path: the pedagogical tasks get no win rate")
 
-  def run(self, j: int, idx, counts) -> list:
+  def run(self, j: int, idx: range, counts: collections.Counter) -> list[BenchRecord]:
     clock = time.perf_counter()
     task = self.items[idx[0]][0]
     cut = self.rm.cut if self.rm else 0
@@ -150,12 +156,12 @@ class Bench:
     return records
 
   @staticmethod
-  def postfix(records) -> dict:
+  def postfix(records: list[BenchRecord]) -> dict[str, str]:
     return {"task": records[0].task}
 
 
 @job_main
-def main(config, workdir: str):
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s = resolve_run(read(config), workdir)
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "mathtutorbench", config, name)

@@ -25,10 +25,16 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
                 lambda c: settings.read_offline_settings(c, rl_settings.DPOSettings))
 
 import os
+import typing
+
+import ml_collections
 
 from pedrl.jobs import offline, workdir as workdir_lib
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.rl import dpo, offline_data, update
+
+if typing.TYPE_CHECKING:  # Annotations only: transformers loads with the tokenizer.
+  import transformers
 
 
 class MDPO:
@@ -40,7 +46,9 @@ class MDPO:
   reference = True
   shown = ("loss", "rewards/accuracies", "rewards/margins")
 
-  def items(self, run, data_dir: str, tokenizer) -> list:
+  def items(self, run: settings.OfflineRunSettings, data_dir: str,
+            tokenizer: "transformers.PreTrainedTokenizerBase"
+            ) -> list[tuple[offline_data.TutorSequence, offline_data.TutorSequence]]:
     pairs = offline_data.load(os.path.join(data_dir, self.data_file),
                               offline_data.PreferencePair)
     sequences = offline_data.tutor_sequences(
@@ -48,7 +56,9 @@ class MDPO:
         [u for p in pairs for u in (p.chosen, p.rejected)])
     return [(sequences[p.chosen], sequences[p.rejected]) for p in pairs]
 
-  def batch(self, trainer, items):
+  def batch(self, trainer: offline.OfflineTrainer,
+            items: list[tuple[offline_data.TutorSequence, offline_data.TutorSequence]]
+            ) -> dpo.PairBatch:
     model, mesh = trainer.tutor.sampler.model, trainer.tutor.sampler.mesh
     chunk = 2 * trainer.objective.micro_batch
     return dpo.build(items, lambda tokens, attn: update.logprobs_in_chunks(
@@ -59,7 +69,7 @@ define_flags("experiments/mdpo.py:tiny", "Run directory (checkpoints, metrics)."
 
 
 @job_main
-def main(c, workdir: str):
+def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   trainer, writer, ckpt = offline.build(c, MDPO(), workdir, workdir_lib.config_name(sys.argv))
   offline.train(trainer, writer, ckpt, workdir)
 

@@ -22,10 +22,16 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
                                                          offline_data.SequenceSettings))
 
 import os
+import typing
+
+import ml_collections
 
 from pedrl.jobs import offline, workdir as workdir_lib
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.rl import batch as batch_lib, sft
+
+if typing.TYPE_CHECKING:  # Annotations only: transformers loads with the tokenizer.
+  import transformers
 
 
 class SFT:
@@ -37,7 +43,8 @@ class SFT:
   reference = False
   shown = ("loss",)
 
-  def items(self, run, data_dir: str, tokenizer) -> list:
+  def items(self, run: settings.OfflineRunSettings, data_dir: str,
+            tokenizer: "transformers.PreTrainedTokenizerBase") -> list[offline_data.TutorSequence]:
     accepted = offline_data.load(os.path.join(data_dir, self.data_file),
                                  offline_data.AcceptedDialogue)
     o = run.options
@@ -46,7 +53,8 @@ class SFT:
         tokens=o.tokens, thinking=o.thinking, decode=tokenizer.decode)
     return [sequences[a.uid] for a in accepted]
 
-  def batch(self, trainer, items):
+  def batch(self, trainer: offline.OfflineTrainer,
+            items: list[offline_data.TutorSequence]) -> batch_lib.SequenceBatch:
     return batch_lib.from_sequences(items)
 
 
@@ -54,7 +62,7 @@ define_flags("experiments/sft.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 @job_main
-def main(c, workdir: str):
+def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   trainer, writer, ckpt = offline.build(c, SFT(), workdir, workdir_lib.config_name(sys.argv))
   offline.train(trainer, writer, ckpt, workdir)
 

@@ -4,13 +4,15 @@ every path the config names."""
 import importlib.util
 import os
 
+import ml_collections
 from absl import app
 
 from pedrl.env import problems as problems_lib, sources
 from pedrl.jobs import settings as settings_lib
 
 
-def read_settings(c, kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:
+def read_settings(c: ml_collections.ConfigDict,
+                  kind: type[settings_lib.S] = settings_lib.DialogueSettings) -> settings_lib.S:
   """The config's typed settings as a job of `kind` reads them, or one `error: …` line: a
   key nothing reads, a value a setting refuses."""
   try:

@@ -1,6 +1,7 @@
 """What a job loads: local models (a checkpoint, or a training run's tutor), endpoint
 sides, the tutor checkpoint under test, the problems."""
 import dataclasses
+from typing import Any
 
 import jax
 from absl import app, logging
@@ -15,8 +16,9 @@ from pedrl.eval import protocol as protocol_lib, shards
 from pedrl.jobs import settings as settings_lib
 
 
-def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=None, params=None,
-               **runtime) -> Party:
+def load_party(side: PartySettings, mesh: jax.sharding.Mesh | None, scan_layers: bool,
+               template_kwargs: dict | None = None, params: party_lib.Params | None = None,
+               **runtime: Any) -> Party:
   """A model from a checkpoint path with its tokenizer, sampler and sampling params
   (`params` given: those, placed, instead of the path's); `runtime` sets ModelConfig
   runtime fields (e.g. remat=True for the trained tutor)."""
@@ -27,8 +29,8 @@ def load_party(side: PartySettings, mesh, scan_layers: bool, template_kwargs=Non
                         **runtime)
 
 
-def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh, scan_layers: bool,
-                template_kwargs=None) -> Party:
+def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh: jax.sharding.Mesh | None,
+                scan_layers: bool, template_kwargs: dict | None = None) -> Party:
   """The local tutor under test: the side's checkpoint directory, or with `run.workdir`
   the params that training run saved at `run.step` (the side's path is its base)."""
   params = None
@@ -39,7 +41,8 @@ def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh, scan_laye
 
 
 def endpoint_party(side: PartySettings, endpoint: EndpointSettings, role: str,
-                   temperature: float | None = None, max_new_tokens: int | None = None):
+                   temperature: float | None = None,
+                   max_new_tokens: int | None = None) -> party_lib.EndpointParty:
   """A side played by an OpenAI-compatible endpoint, checked with one small request (a
   wrong URL, key or model stops the run before any model loads). Sampling is the side's
   (or the given temperature and token budget: solve attempts); top-k has no API field."""
@@ -75,7 +78,8 @@ def tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
   return base, step
 
 
-def load_problems(p: problems_lib.ProblemSettings, seed: int):
+def load_problems(p: problems_lib.ProblemSettings,
+                  seed: int) -> tuple[list[problems_lib.Problem], problems_lib.LoadReport]:
   """The configured split (pedrl.env.problems.load; `seed`: the run's, which splits a raw
   pool unless `split_seed` is set), and the loader's report of skipped rows."""
   if not p.path:
@@ -90,7 +94,7 @@ def load_problems(p: problems_lib.ProblemSettings, seed: int):
   return rows, report
 
 
-def solver_party(student, solve: solving.SolveSettings):
+def solver_party(student: Party, solve: solving.SolveSettings) -> Party:
   """The student with the solve attempts' sampling (temperature, token budget)."""
   return dataclasses.replace(student, sampling=dataclasses.replace(
       student.sampling, temperature=solve.temperature, max_new_tokens=solve.max_new_tokens))

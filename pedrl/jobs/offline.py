@@ -26,10 +26,12 @@ import hashlib
 import json
 import os
 import time
+import typing
 from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from absl import app, logging
 from tqdm import tqdm
 
@@ -40,8 +42,11 @@ from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.exits import exit_on_signal
 from pedrl.rl import checkpoint, loop, update as update_lib
-from pedrl.rl.objective import Objective
+from pedrl.rl.objective import Batch, Objective
 from pedrl.tokenizer import load_tokenizer
+
+if typing.TYPE_CHECKING:  # Annotations only: transformers loads with the tokenizer.
+  import transformers
 
 
 class Method(Protocol):
@@ -53,14 +58,15 @@ class Method(Protocol):
   reference: bool  # Keeps a frozen copy of the initial tutor (ref_params).
   shown: tuple[str, ...]  # Metrics on the progress bar and printed at the end.
 
-  def items(self, run: settings_lib.OfflineRunSettings, data_dir: str, tokenizer) -> list:
+  def items(self, run: settings_lib.OfflineRunSettings, data_dir: str,
+            tokenizer: "transformers.PreTrainedTokenizerBase") -> list:
     """The training items, read before any model loads."""
 
-  def batch(self, trainer, items):
+  def batch(self, trainer: "OfflineTrainer", items: list) -> Batch:
     """The batch (pedrl.rl.objective.Batch) of one step's items."""
 
 
-def read(c, method: Method) -> settings_lib.OfflineRunSettings:
+def read(c: ml_collections.ConfigDict, method: Method) -> settings_lib.OfflineRunSettings:
   """The typed settings of an offline job's config, or one `error: …` line."""
   try:
     return settings_lib.read_offline_settings(c, method.objective_type, method.options_type)
@@ -168,11 +174,13 @@ class OfflineTrainer(loop.Loop):
         update=m, skipped_updates=skips, skipped_values=values, lr=self.step_lr([m]),
         seconds={"batch": t1 - t0, "update": time.perf_counter() - t1}, time=time.time()))
 
-  def record(self, out: StepResult):
+  def record(self, out: StepResult) -> None:
     self.writer.write(self.step, out.metrics.to_row())
 
 
-def build(c, method: Method, workdir: str, config_name: str = "?"):
+def build(c: ml_collections.ConfigDict, method: Method, workdir: str,
+          config_name: str = "?") -> tuple[OfflineTrainer, metrics_lib.MetricsWriter,
+                                           checkpoint.Checkpoints]:
   """(OfflineTrainer, writer, checkpoints) for config `c`, restored from `workdir` if it
   has a checkpoint. The config, paths, workdir and data are checked before the model loads."""
   run = read(c, method)
@@ -215,7 +223,8 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   return trainer, writer, ckpt
 
 
-def train(trainer: OfflineTrainer, writer, ckpt, workdir: str) -> None:
+def train(trainer: OfflineTrainer, writer: metrics_lib.MetricsWriter,
+          ckpt: checkpoint.Checkpoints, workdir: str) -> None:
   """Runs a built trainer (`build`) to its last step with a progress bar of the method's
   shown metrics, then prints them and the results: how both offline jobs end."""
   method = trainer.method

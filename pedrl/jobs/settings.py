@@ -14,6 +14,8 @@ it loads anything heavy (pedrl.cli.check_job).
 import dataclasses
 import types
 import typing
+from collections.abc import Collection
+from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
@@ -32,7 +34,11 @@ from pedrl.rl import offline_data
 from pedrl.rl.settings import GRPOSettings, LoopSettings, OptimizerSettings, TrainSettings
 
 if typing.TYPE_CHECKING:
+  import jax
+
   from pedrl.rl.objective import Objective
+
+T = typing.TypeVar("T")  # A settings type Reader builds.
 
 
 def _fields(source) -> dict:
@@ -56,7 +62,8 @@ def _none_type(source, name: str) -> type:
   return object
 
 
-def section(*sources, skip=(), **values) -> ml_collections.ConfigDict:
+def section(*sources: type, skip: Collection[str] = (),
+            **values: Any) -> ml_collections.ConfigDict:  # Any: a config value.
   """A config section of the sources' fields with their defaults, then `values`.
 
   `skip`: fields a job's config leaves out (an offline job has no batch of problems).
@@ -97,7 +104,7 @@ class Reader:
   def __init__(self, config: ml_collections.ConfigDict):
     self.config, self.used = config, set()
 
-  def values(self, source, path: str = "", **given) -> dict:
+  def values(self, source: type, path: str = "", **given: Any) -> dict[str, Any]:
     """The section's values for `source`'s fields, then `given`; `path` "" is the top level."""
     node = self.config
     for part in filter(None, path.split(".")):
@@ -116,7 +123,7 @@ class Reader:
       node = node[part]
     return True
 
-  def read(self, source, path: str = "", **given):
+  def read(self, source: type[T], path: str = "", **given: Any) -> T:
     """source(**values(source, path, **given)); a value it refuses is a ValueError naming
     the flag (a FieldError: `--config.PATH.NAME=VALUE: must be …`) or else the section."""
     try:
@@ -126,7 +133,8 @@ class Reader:
     except (ValueError, TypeError) as e:
       raise ValueError(f"--config.{path or '(top level)'}: {e}") from None
 
-  def read_inheriting(self, source, path: str, parent, own=()):
+  def read_inheriting(self, source: type[T], path: str, parent: T,
+                      own: Collection[str] = ()) -> T:
     """`read(source, path)`, each value the section leaves None taken from `parent` (a
     `source` read from another section), except the fields `own`."""
     values = self.values(source, path)
@@ -148,7 +156,7 @@ class Reader:
     walk(self.config, "")
     return sorted(out)
 
-  def check_all_read(self):
+  def check_all_read(self) -> None:
     if why := next(filter(None, map(fields.renamed, self.unread())), None):
       raise UnreadKeys(why)
     if unread := self.unread():
@@ -192,7 +200,7 @@ class MeshSettings:
       fields.need(isinstance(size, int) and (size >= 1 or size == -1), self, name,
                   "an integer >= 1, or -1 (the devices left)")
 
-  def make(self):
+  def make(self) -> "jax.sharding.Mesh":
     from pedrl import sharding  # JAX: loaded when a job builds its mesh, after the checks.
     return sharding.make_mesh(self.data, self.fsdp, self.tensor)
 
@@ -225,7 +233,8 @@ class BaselineDataSettings(ShardSettings):
       raise ValueError(f"pairs={self.pairs!r} is not one of {offline_data.PAIR_RULES}")
 
 
-def from_section(path: str, optional: bool = False, inherit: str | None = None):
+def from_section(path: str, optional: bool = False,
+                 inherit: str | None = None) -> Any:  # A dataclasses.Field, as its value.
   """A field of a job's settings, read from the config section `path` ("": the top level)
   as its annotated type; `optional`: a config without the section gets the type's
   defaults; `inherit`: an earlier field of the same type whose values fill in those the
@@ -319,7 +328,7 @@ def sampling(side: PartySettings) -> SamplingParams:
 S = typing.TypeVar("S", bound=DialogueSettings)
 
 
-def read_settings(config, kind: type[S] = DialogueSettings) -> S:
+def read_settings(config: ml_collections.ConfigDict, kind: type[S] = DialogueSettings) -> S:
   """The typed settings of `config` as a job of `kind` reads them (DialogueSettings,
   TrainingSettings, EvaluationSettings: each field from its section, `from_section`);
   UnreadKeys if it carries a key nothing reads, a ValueError naming the section if a
@@ -392,7 +401,7 @@ class OfflineRunSettings:
                        "be 0 when warmup_steps is given")
 
 
-def read_offline_settings(config, objective_type: type,
+def read_offline_settings(config: ml_collections.ConfigDict, objective_type: type,
                           options_type: type | None = None) -> OfflineRunSettings:
   """The typed settings of an offline job's config (pedrl.jobs.base_config's
   offline_config); UnreadKeys or a ValueError naming the section, as read_settings."""

@@ -18,14 +18,17 @@ import sys
 import time
 from typing import Callable, Protocol, Sequence
 
+import jax
+import ml_collections
 from absl import logging
 from tqdm import tqdm
 
 from pedrl import distributed, files, stopping
-from pedrl.eval import records as records_lib, shards
+from pedrl.eval import evaluations, records as records_lib, shards
 from pedrl.eval.counts import api_counts, tick  # noqa: F401 (re-exported: the jobs' names)
 from pedrl.eval.protocol import EvalProtocol, ShardSettings
 from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs.settings import MeshSettings
 from pedrl.jobs.exits import exit_on_signal
 
 
@@ -36,7 +39,7 @@ class ShardedTask(Protocol):
   per_item: int  # Records per item.
   unit: str  # An item, for the progress bar ("problem", "example").
 
-  def load(self, mesh) -> None:
+  def load(self, mesh: jax.sharding.Mesh) -> None:
     """Loads the models (only when some batch is left to run)."""
 
   def run(self, batch: int, items: range, counts: collections.Counter) -> list[records_lib.Record]:
@@ -47,9 +50,9 @@ class ShardedTask(Protocol):
 
 
 def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSettings,
-        mesh_settings, config=None, label: str | None = None,
-        record_type: type[records_lib.Record] | None = None,
-        merge: Callable[[str], dict] | None = None):
+        mesh_settings: MeshSettings, config: ml_collections.ConfigDict | None = None,
+        label: str | None = None, record_type: type[records_lib.Record] | None = None,
+        merge: Callable[[str], dict] | None = None) -> evaluations.Merged | dict | None:
   """Runs this process's shard of `task`; the merged metrics when this shard finished
   the workdir's last one, else None. Stopped by a signal, it exits (128 + signal).
   `record_type` and `merge`: a job's own (default: the protocol's evaluation's records,

@@ -6,8 +6,12 @@ read and its mistakes reported before a job loads anything heavy. Each type stay
 importable from the module that uses it (pedrl.rl.loop, pedrl.rl.trainer, pedrl.rl.update).
 """
 import dataclasses
+import typing
 
 from pedrl import fields
+
+if typing.TYPE_CHECKING:  # optax: loaded when a job builds its optimizer.
+  import optax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,12 +128,12 @@ class OptimizerSettings:
     fields.one_of(self, "lr_schedule", SCHEDULES)
     fields.counts(self, ["warmup_steps"], least=0)
 
-  def schedule(self, total_updates: int):
+  def schedule(self, total_updates: int) -> "optax.Schedule":
     """The learning rate after n applied updates (an optax schedule)."""
     from pedrl.rl import update  # optax and JAX: loaded when a job builds its optimizer.
     return update.lr_schedule(self.lr, self.lr_schedule, total_updates, self.warmup_steps)
 
-  def optimizer(self, total_updates: int):
+  def optimizer(self, total_updates: int) -> "optax.GradientTransformation":
     from pedrl.rl import update
     return update.make_optimizer(self.schedule(total_updates), self.weight_decay,
                                  self.max_grad_norm, eps=self.adam_eps)

@@ -15,9 +15,12 @@ the hard splits, where paper 002 reports it).
 import collections
 import json
 import os
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from pedrl import files
 from pedrl.eval.mathtutorbench import tasks, win_rate
+from pedrl.eval.records import BenchRecord
 from pedrl.mathtutorbench import constraints, scoring
 
 # The leaderboard's nine columns: (task, metric, title).
@@ -33,7 +36,7 @@ COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),
 HARD = ("scaffolding_generation_hard", "pedagogy_following_hard")  # Paper 002 table 3's †.
 
 
-def by_task(records) -> dict:
+def by_task(records: Iterable[BenchRecord]) -> dict[str, list[BenchRecord]]:
   """{task: its records in the harness's example order}, tasks in the benchmark's order."""
   out = collections.defaultdict(list)
   for r in records:
@@ -41,7 +44,7 @@ def by_task(records) -> dict:
   return {t: sorted(out[t], key=lambda r: r.index) for t in tasks.TASKS if t in out}
 
 
-def violations(records) -> list[tuple[str, tuple]]:
+def violations(records: Iterable[BenchRecord]) -> list[tuple[str, tuple]]:
   """(task, the rules its reply breaks) per record: constraints.violations on the reply
   as the harness kept it, a tutoring reply's leak judged against the reference solution
   the record's context carries (the metric may read it; the tutor never does)."""
@@ -49,7 +52,8 @@ def violations(records) -> list[tuple[str, tuple]]:
           for r in records]
 
 
-def metrics(records, counts=None) -> dict:
+def metrics(records: Iterable[BenchRecord],
+            counts: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
   """{task: the harness's metrics, the win rate where Ped-RM scored every reply, bvr,
   broken (replies breaking any rule) and violations/<rule> (replies breaking it), and
   examples, prompts_cut, pedrm_inputs_cut, seconds and examples_per_s (the last three
@@ -73,7 +77,8 @@ def metrics(records, counts=None) -> dict:
   return out
 
 
-def write(workdir: str, records, results: dict, model_name: str, run: str) -> None:
+def write(workdir: str, records: Iterable[BenchRecord], results: dict, model_name: str,
+          run: str) -> None:
   """The harness's files in `workdir`, and results.md: the leaderboard table with one
   row, named `run`."""
   for task, rows in by_task(records).items():
@@ -105,7 +110,7 @@ def summary(task: str, m: dict) -> str:
   return f"{task}: {metric} {shown} ({', '.join(parts)})"
 
 
-def pooled_bvr(results: dict, names=None) -> float | None:
+def pooled_bvr(results: dict, names: Collection[str] | None = None) -> float | None:
   """BVR over the tasks `names` (default: every task) of one run's results: the share
   of their replies that break a rule (their counts, `broken`, pooled); None where no such
   task has them."""
