@@ -21,6 +21,10 @@ FORBIDDEN = [
     ("a protocol's kind read with a default", r"""\.get\(\s*["']kind["']\s*,"""),
     ("a field or result typed object", r"(?::|->)\s*object\b(?!\()"),
     ("models cached under string keys", r"""\bmodels\[\s*["'](?:client|party|rm)["']"""),
+    # A sharded job's counts are an eval.counts.Counts; the flat GROUP/KEY form is its
+    # to_json's and from_json's only.
+    ("a job's counts under keys built as strings",
+     r"""\bcounts(?:\[f?["']|\.update\(\{f["']|\.get\(f?["'])|\btick\(counts,"""),
 ]
 
 

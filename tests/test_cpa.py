@@ -281,7 +281,9 @@ def test_trace_stats_count_bvr_on_the_hard_splits_apart():
              rec("pedagogy_following_hard", "What is 3 + 4?", {"repairs": 0}),
              rec("scaffolding_generation", "It is 7. Done. Really.", {"fallbacks": {"m1": 2}}),
              rec("problem_solving", "no number", {})]
-  out = job.trace_stats(records, {"backbone/calls": 8, "seconds/answer": 2.0})
+  from pedrl.eval.counts import Counts
+  out = job.trace_stats(records, Counts.from_json({"backbone/calls": 8, "seconds/answer": 2.0,
+                                                   "seconds/load": 9.0}))
   # Hard splits: 1 of 2 breaks a rule (states 7); all four: 3 of 4 (7, too long, unparsable).
   assert out.bvr_hard == 0.5 and out.bvr == 0.75
   assert out.repair_share == 0.25 and out.fallbacks == 2

@@ -188,3 +188,25 @@ def test_eval_judges_count_unparsed_samples_as_ok_under_the_strict_rule():
   assert out[1] == judges.Labels(["REJECT", "REJECT"], ["REJECT", "REJECT"], [])
   assert out[2] == judges.Labels(["OK", "OK"], ["OK", "OK"], [])
   assert stats["policy/ok"] == 4 and stats["parse_failures"] == 4 + 4 + 2
+
+
+def test_counts_read_and_write_the_files_flat_keys():
+  """A shard's counts: typed groups in the code, GROUP/KEY in the files as pedrl wrote them
+  before; summed over shards; a key naming no group is refused with where it was read."""
+  from pedrl.eval.counts import Counts, api_counts
+  flat = {"judge/requests": 8, "pedrm_inputs_cut/pedagogy_following": 1, "pipeline/dropped": 0,
+          "seconds/dialogues": 1.5, "seconds/load": 2.0, "tutor_endpoint/calls": 4}
+  a = Counts.from_json(flat, "status-0-of-2.json")
+  assert a.seconds == {"dialogues": 1.5, "load": 2.0} and a.judge == {"requests": 8}
+  assert a.clients == {"tutor_endpoint": {"calls": 4}} and a.to_json() == flat
+  a.add(Counts.from_json({"seconds/load": 1.0, "backbone/calls": 3}))
+  assert a.seconds["load"] == 3.0 and a.clients["backbone"] == {"calls": 3}
+
+  class Client:
+    stats = {"calls": 2}
+  with api_counts(a, tutor_endpoint=Client(), student_endpoint=None):
+    Client.stats = {"calls": 5, "retries": 1}
+  assert a.clients["tutor_endpoint"] == {"calls": 7, "retries": 1}
+  assert "student_endpoint" not in a.clients
+  with pytest.raises(ValueError, match=r"^status-1-of-2.json: the count 'load' names no group"):
+    Counts.from_json({"load": 1.0}, "status-1-of-2.json")

@@ -16,6 +16,7 @@ from chat_server import ChatServer
 from pedrl.clients import openai_compat
 from pedrl.env import chat
 from pedrl.eval import pedrm, shards
+from pedrl.eval.counts import Counts
 from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
 from pedrl.tokenizer import load_tokenizer
 
@@ -161,7 +162,8 @@ def test_any_policy_answers_and_is_scored():
   replies = ["short", "a reply of 21 letters", "what is twelve minus 3?"]
   recs += runner.answer("scaffolding_generation", tb, bridge, [0, 1, 2], 2,
                         lambda p, s, u: (replies, [False] * 3), _RM())
-  got = results.metrics(list(reversed(recs)), {"seconds/problem_solving": 2.0})
+  got = results.metrics(list(reversed(recs)),
+                        Counts.from_json({"seconds/problem_solving": 2.0}))
   assert got["problem_solving"]["accuracy_strict-match"] == 1.0
   assert got["problem_solving"]["examples_per_s"] == 1.5
   sg = got["scaffolding_generation"]

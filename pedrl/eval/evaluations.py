@@ -14,9 +14,10 @@ pedrl.tools.report read the same.
 """
 import dataclasses
 import os
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from pedrl.eval import metrics as metrics_lib, reasoning, records as records_lib
+from pedrl.eval.counts import Counts
 from pedrl.eval.mathtutorbench import results as bench_results, runner
 from pedrl.eval.protocol import EvalProtocol, EvalSettings
 
@@ -134,10 +135,10 @@ class Merged:
   """An evaluation's merged result: its metrics and its shards' summed counts (seconds,
   API calls, cut inputs: pedrl.jobs.sharded)."""
   metrics: Metrics
-  counts: dict[str, float]
+  counts: Counts
 
   def to_json(self) -> dict[str, Any]:
-    return {**self.metrics.to_json(), "counts": dict(sorted(self.counts.items()))}
+    return {**self.metrics.to_json(), "counts": self.counts.to_json()}
 
 
 class EvalTask(Protocol):
@@ -148,7 +149,7 @@ class EvalTask(Protocol):
   # `step` are in it (pedrl.eval.protocol.TutorRun).
   tutor_section: str
 
-  def metrics(self, records: list[records_lib.Record], counts: Mapping[str, float],
+  def metrics(self, records: list[records_lib.Record], counts: Counts,
               protocol: EvalProtocol) -> Metrics:
     """The metrics of every shard's records (in batch order), their summed `counts`."""
 
@@ -170,7 +171,7 @@ class Tutoring(_RecordsFile):
   kind, record_type, tutor_section = "tutoring", records_lib.EvalRecord, "tutor"
   records_file = "eval_dialogues.jsonl"
 
-  def metrics(self, records: list[records_lib.EvalRecord], counts: Mapping[str, float],
+  def metrics(self, records: list[records_lib.EvalRecord], counts: Counts,
               protocol: EvalProtocol) -> TutoringMetrics:
     e = protocol.section("eval", EvalSettings, BEFORE_EVAL)
     return TutoringMetrics(
@@ -184,7 +185,7 @@ class Reasoning(_RecordsFile):
   kind, record_type, tutor_section = "reasoning", records_lib.ReasoningRecord, "tutor"
   records_file = "eval_reasoning.jsonl"
 
-  def metrics(self, records: list[records_lib.ReasoningRecord], counts: Mapping[str, float],
+  def metrics(self, records: list[records_lib.ReasoningRecord], counts: Counts,
               protocol: EvalProtocol) -> ReasoningMetrics:
     e = protocol.section("eval", EvalSettings, BEFORE_EVAL)
     r = protocol.section("reasoning", reasoning.ReasoningSettings, BEFORE_REASONING)
@@ -197,7 +198,7 @@ class MathTutorBench:
   """The benchmark's nine numbers (pedrl.eval.mathtutorbench): the harness's files."""
   kind, record_type, tutor_section = "mathtutorbench", records_lib.BenchRecord, "model"
 
-  def metrics(self, records: list[records_lib.BenchRecord], counts: Mapping[str, float],
+  def metrics(self, records: list[records_lib.BenchRecord], counts: Counts,
               protocol: EvalProtocol) -> BenchMetrics:
     return BenchMetrics(len(records), bench_results.metrics(records, counts))
 

@@ -25,6 +25,7 @@ from typing import Any
 from pedrl import files
 from pedrl.env.dialogue import RecordError
 from pedrl.eval import evaluations, protocol as protocol_lib, records as records_lib
+from pedrl.eval.counts import Counts
 from pedrl.eval.protocol import EvalProtocol
 
 
@@ -133,7 +134,7 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
 
 
 def gather(workdir: str, kind: type[records_lib.Record] | None = None
-           ) -> tuple[list, EvalProtocol, collections.Counter]:
+           ) -> tuple[list, EvalProtocol, Counts]:
   """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
   `kind` (None: the protocol's evaluation records); ShardError when a shard is missing
   or unfinished, or shards disagree on the protocol."""
@@ -161,9 +162,9 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
     raise RecordError(f"{workdir}: {dup[0]} is recorded twice")
-  counts = collections.Counter()
-  for s in statuses.values():
-    counts.update(s.get("counts", {}))
+  counts = Counts()
+  for name, s in statuses.items():
+    counts.add(Counts.from_json(s.get("counts", {}), os.path.join(workdir, "shards", name)))
   return out, protocol, counts
 
 
@@ -173,7 +174,7 @@ def merge(workdir: str) -> tuple[list, evaluations.Merged]:
   unfinished, or shards disagree on the protocol."""
   out, protocol, counts = gather(workdir)
   metrics = evaluation(protocol.kind, workdir).metrics(out, counts, protocol)
-  return out, evaluations.Merged(metrics, dict(counts))
+  return out, evaluations.Merged(metrics, counts)
 
 
 def write_merged(workdir: str) -> evaluations.Merged:

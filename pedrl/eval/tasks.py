@@ -8,7 +8,6 @@ each (post; every dialogue: Δ is never penalised), the evaluation judges (every
 sample kept, unparsed ones as None) and Ped-RM on every tutor turn. Reasoning
 preservation: the tutor alone on benchmark questions, graded by each benchmark's rule.
 """
-import collections
 from collections.abc import Sequence
 import time
 from typing import Any
@@ -16,14 +15,14 @@ from typing import Any
 from pedrl import streams
 from pedrl.env import party as party_lib, problems, rollout, solving
 from pedrl.eval import judges as eval_judges, reasoning, records as records_lib
-from pedrl.eval.counts import api_counts, tick
+from pedrl.eval.counts import Counts, api_counts
 from pedrl.rewards import asking, judging
 
 
 def tutoring_batch(batch: Sequence[problems.Problem], uids: Sequence[int], j: int,
                    parties: tuple[party_lib.Party, ...], s: Any,
                    specs: Sequence[judging.JudgeSpec], backend: asking.TextBackend,
-                   rm: Any, counts: collections.Counter) -> list[records_lib.EvalRecord]:
+                   rm: Any, counts: Counts) -> list[records_lib.EvalRecord]:
   """The EvalRecords of one batch of problems (`uids` their indices, `j` the batch): see
   the module docstring. `s`: the job's EvaluationSettings (pedrl.jobs', a layer above);
   `rm`: a PedRM or None; `counts` gets each stage's
@@ -41,23 +40,23 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
   tutor, student, solver = parties
   seed = s.job.seed
   pre = solving.pre_dialogue(batch, solver, s.solve, seed=seed)
-  clock = tick(counts, "seconds/pre_solve", clock)
+  clock = counts.tick("pre_solve", clock)
   dialogues = rollout.run(batch, s.evaluation.samples_per_problem, tutor, student, s.rollout,
                           seed=seed, problem_uids=uids)
-  clock = tick(counts, "seconds/dialogues", clock)
+  clock = counts.tick("dialogues", clock)
   # Every dialogue: Δ is never penalised.
   solving.post_dialogue(dialogues, solver, s.solve, seed=seed)
-  clock = tick(counts, "seconds/post_solve", clock)
+  clock = counts.tick("post_solve", clock)
   stats = asking.AskStats()
   try:
     verdicts = eval_judges.judge(dialogues, specs, backend, s.judging.judge_rounds,
                                  s.judging.max_failed_share, stats, s.judging.judge_parse,
                                  s.judging.judge_transcript)
   finally:
-    counts.update({f"judge/{k}": v for k, v in stats.items()})
-  clock = tick(counts, "seconds/judges", clock)
+    counts.judge.update(stats)
+  clock = counts.tick("judges", clock)
   scores = rm.score_dialogues(dialogues) if rm else [[] for _ in dialogues]
-  tick(counts, "seconds/pedrm", clock)
+  counts.tick("pedrm", clock)
   return [records_lib.EvalRecord(
       problem_id=d.problem_id, sample=d.rollout, batch=j,
       pre_solve_rate=pre[d.problem_id].rate, post_solve_rate=d.r_sol,
@@ -68,13 +67,13 @@ def _evaluate(batch, uids, j: int, parties, s, specs, backend, rm, counts, clock
 
 def reasoning_batch(batch: Sequence[reasoning.Example], idx: list[int], j: int,
                     tutor: party_lib.Party, seed: int,
-                    counts: collections.Counter) -> list[records_lib.ReasoningRecord]:
+                    counts: Counts) -> list[records_lib.ReasoningRecord]:
   """The ReasoningRecords of one batch of benchmark questions (`idx` their indices):
   the tutor answers each once, and its answer is graded (pedrl.eval.reasoning)."""
   clock = time.perf_counter()
   texts = solving.sample(tutor, [list(x.chat) for x in batch], idx, k=1, seed=seed,
                          stream=streams.REASONING, prompts_per_call=len(batch))
-  tick(counts, "seconds/answers", clock)
+  counts.tick("answers", clock)
   out = []
   for x, (reply,) in zip(batch, texts):
     extracted, correct = reasoning.grade(x.benchmark, reply, x.target, x.options)

@@ -32,7 +32,6 @@ from pedrl import cli
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:])
 
-import collections
 import dataclasses
 import json
 import os
@@ -54,7 +53,6 @@ from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import (api_backends, build_rewards, judges_protocol,
                                       rollout_protocol, solve_protocol)
-from pedrl.jobs.sharded import tick
 from pedrl.rl import offline_data
 
 define_flags("experiments/baselines.py:tiny", "Output directory (shards, dialogues, pairs).")
@@ -117,16 +115,16 @@ class ScoredRollouts:
                                  self.apis)
 
   def run(self, j: int, idx: range,
-          counts: collections.Counter) -> list[offline_data.ScoredDialogue]:
+          counts: sharded.Counts) -> list[offline_data.ScoredDialogue]:
     clock = time.perf_counter()
     # uid = item · G + rollout: a dialogue's draws do not depend on the shard running it.
     dialogues = rollout.run([self.items[i] for i in idx], self.per_item, self.tutor,
                             self.student, self.s.rollout, seed=self.s.job.seed,
                             problem_uids=list(idx))
-    clock = tick(counts, "seconds/dialogues", clock)
+    clock = counts.tick("dialogues", clock)
     scored = self.rewards(dialogues)
-    tick(counts, "seconds/rewards", clock)
-    counts.update({f"pipeline/{k}": v for k, v in scored.counts.items()})
+    counts.tick("rewards", clock)
+    counts.pipeline.update(scored.counts)
     return [offline_data.ScoredDialogue(j, d) for d in dialogues]
 
   @staticmethod
@@ -145,7 +143,7 @@ class ScoredRollouts:
     offline_data.save(accepted, os.path.join(workdir, offline_data.ACCEPTED))
     summary = {"split_problems": self.split_size, "pair_rule": self.b.pairs,
                **dataclasses.asdict(numbers),
-               "counts": dict(sorted(counts.items()))}
+               "counts": counts.to_json()}
     files.write_json(os.path.join(workdir, "summary.json"), summary)
     trained_on.record(workdir, self.items, self.s.problems.path)
     return summary

@@ -24,11 +24,11 @@ from pedrl.jobs import bench_settings
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_cpa)
 
-import collections
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+import collections
+from collections.abc import Sequence
 
 import jax
 import ml_collections
@@ -87,7 +87,7 @@ class AgentBench(mtb.Bench):
     """The backbone endpoint, checked once by main and shared by every method."""
     self.client = self.models.client
 
-  def run(self, j: int, idx: range, counts: collections.Counter) -> list[BenchRecord]:
+  def run(self, j: int, idx: range, counts: sharded.Counts) -> list[BenchRecord]:
     with sharded.api_counts(counts, backbone=self.backbone):
       return super().run(j, idx, counts)
 
@@ -142,7 +142,7 @@ class SeedRun:
             f"{st.seconds_per_instance:.2f} s")
 
 
-def trace_stats(records: Sequence[BenchRecord], counts: Mapping[str, float]) -> TraceStats:
+def trace_stats(records: Sequence[BenchRecord], counts: sharded.Counts) -> TraceStats:
   """BVR overall, on the hard splits and per task, the share of replies with a monitor
   repair, stand-ins, and per instance the backbone's calls and tokens and the seconds
   (shards' counts)."""
@@ -150,17 +150,16 @@ def trace_stats(records: Sequence[BenchRecord], counts: Mapping[str, float]) -> 
   rates = constraints.rates(rows)
   traces = [Trace.from_dict(r.trace) if r.trace else None for r in records]
   n = max(len(records), 1)
+  backbone = counts.clients.get("backbone", collections.Counter())
   return TraceStats(
       bvr=rates.get("bvr"),
       bvr_hard=constraints.rates(row for row in rows if row[0] in HARD).get("bvr"),
       rates=rates,
       repair_share=float(np.mean([t is not None and t.repairs > 0 for t in traces])),
       fallbacks=int(sum(sum(t.fallbacks.values()) for t in traces if t is not None)),
-      calls_per_instance=counts.get("backbone/calls", 0) / n,
-      tokens_per_instance=(counts.get("backbone/prompt_tokens", 0)
-                           + counts.get("backbone/completion_tokens", 0)) / n,
-      seconds_per_instance=sum(v for k, v in counts.items()
-                               if k.startswith("seconds/") and k != "seconds/load") / n)
+      calls_per_instance=backbone["calls"] / n,
+      tokens_per_instance=(backbone["prompt_tokens"] + backbone["completion_tokens"]) / n,
+      seconds_per_instance=sum(v for k, v in counts.seconds.items() if k != "load") / n)
 
 
 def _cell(values) -> str:

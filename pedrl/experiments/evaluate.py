@@ -24,7 +24,6 @@ if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cl
   cli.check_job(__spec__.name, sys.argv[1:],
                 lambda c: settings.read_settings(c, settings.EvaluationSettings))
 
-import collections
 import dataclasses
 import json
 import os
@@ -154,7 +153,7 @@ class Tutoring:
     if self.rm is None:
       logging.warning("no eval.pedrm.path: Ped-RM micro/macro will be NaN")
 
-  def run(self, j: int, idx: range, counts: collections.Counter) -> list[EvalRecord]:
+  def run(self, j: int, idx: range, counts: sharded.Counts) -> list[EvalRecord]:
     return tasks.tutoring_batch([self.items[i] for i in idx], list(idx), j,
                                 (self.tutor, self.student, self.solver), self.s, self.specs,
                                 self.backend, self.rm, counts)
@@ -194,7 +193,7 @@ class Reasoning:
             f"exceed the tutor's context of {context} tokens (the longest, {max(over)[1]}, needs "
             f"{max(over)[0]}); use fewer shots or a smaller eval.reasoning.max_new_tokens")
 
-  def run(self, j: int, idx: range, counts: collections.Counter) -> list[ReasoningRecord]:
+  def run(self, j: int, idx: range, counts: sharded.Counts) -> list[ReasoningRecord]:
     return tasks.reasoning_batch([self.items[i] for i in idx], list(idx), j, self.tutor,
                                  self.s.job.seed, counts)
 

@@ -25,7 +25,6 @@ from pedrl.jobs import bench_settings
 if __name__ == "__main__":  # First, before the imports below load JAX (pedrl.cli.check_job).
   cli.check_job(__spec__.name, sys.argv[1:], bench_settings.read_mathtutorbench)
 
-import collections
 import dataclasses
 import os
 import time
@@ -143,7 +142,7 @@ class Bench:
     if self.rm is None:
       logging.warning("no --config.pedrm.path: the pedagogical tasks get no win rate")
 
-  def run(self, j: int, idx: range, counts: collections.Counter) -> list[BenchRecord]:
+  def run(self, j: int, idx: range, counts: sharded.Counts) -> list[BenchRecord]:
     clock = time.perf_counter()
     task = self.items[idx[0]][0]
     cut = self.rm.cut if self.rm else 0
@@ -151,8 +150,8 @@ class Bench:
       records = runner.answer(task, self.files[task], [self.items[k][2] for k in idx],
                               [self.items[k][1] for k in idx], j, self.policy, self.rm)
     if self.rm and task in tasks.PEDAGOGICAL:
-      counts[f"pedrm_inputs_cut/{task}"] += self.rm.cut - cut
-    sharded.tick(counts, f"seconds/{task}", clock)
+      counts.pedrm_inputs_cut[task] += self.rm.cut - cut
+    counts.tick(task, clock)
     return records
 
   @staticmethod

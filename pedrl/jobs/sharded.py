@@ -12,7 +12,6 @@ evaluation's (pedrl.eval.evaluations, by the protocol's kind), unless the job
 gives its own `record_type` and `merge` (pedrl.experiments.baseline_data,
 whose records are not an evaluation's).
 """
-import collections
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ from tqdm import tqdm
 
 from pedrl import distributed, files, stopping
 from pedrl.eval import evaluations, records as records_lib, shards
-from pedrl.eval.counts import api_counts, tick  # noqa: F401 (re-exported: the jobs' names)
+from pedrl.eval.counts import Counts, api_counts  # noqa: F401 (re-exported: the jobs' names)
 from pedrl.eval.protocol import EvalProtocol, ShardSettings
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.settings import MeshSettings
@@ -42,7 +41,7 @@ class ShardedTask(Protocol):
   def load(self, mesh: jax.sharding.Mesh) -> None:
     """Loads the models (only when some batch is left to run)."""
 
-  def run(self, batch: int, items: range, counts: collections.Counter) -> list[records_lib.Record]:
+  def run(self, batch: int, items: range, counts: Counts) -> list[records_lib.Record]:
     """The records of batch `batch` (items `items`); adds what it counted to `counts`."""
 
   def postfix(self, records: list[records_lib.Record]) -> dict[str, str]:
@@ -78,14 +77,15 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   done = shards.completed(workdir, i, n, per_batch, kind) if main_process else []
   finished = set(distributed.broadcast_json(sorted({r.batch for r in done})))
   todo = [(j, idx) for j, idx in plan if j not in finished]
-  counts = collections.Counter()
+  counts = Counts()
   if main_process and os.path.exists(status_path):  # Only process 0 writes the status.
-    counts.update(files.read_json(status_path, shards.ShardError).get("counts", {}))
+    counts = Counts.from_json(files.read_json(status_path, shards.ShardError).get("counts", {}),
+                              status_path)
   name = workdir_lib.config_name(sys.argv)
   start = workdir_lib.provenance() if main_process else None
   status = lambda finished_: {"protocol": protocol.to_dict(), "config": name, "shard": i,
                               "batches": [j for j, _ in plan], "finished": finished_,
-                              "counts": dict(counts), "provenance": start}
+                              "counts": counts.to_json(), "provenance": start}
   if main_process:
     if config is not None:  # Shards of one protocol differ in their shard fields only.
       os.makedirs(workdir, exist_ok=True)
@@ -102,7 +102,7 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   if todo:
     clock = time.perf_counter()
     task.load(mesh_settings.make())
-    tick(counts, "seconds/load", clock)
+    counts.tick("load", clock)
   total, done_now = sum(len(idx) for _, idx in todo), 0
   desc = f"shard {i}/{n}" if label is None else f"{label}, shard {i}/{n}"
   with (tqdm(total=total, unit=task.unit, desc=desc, disable=not main_process, smoothing=0.1,

@@ -15,10 +15,11 @@ the hard splits, where paper 002 reports it).
 import collections
 import json
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from pedrl import files
+from pedrl.eval.counts import Counts
 from pedrl.eval.mathtutorbench import tasks, win_rate
 from pedrl.eval.records import BenchRecord
 from pedrl.mathtutorbench import constraints, scoring
@@ -53,12 +54,12 @@ def violations(records: Iterable[BenchRecord]) -> list[tuple[str, tuple]]:
 
 
 def metrics(records: Iterable[BenchRecord],
-            counts: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
+            counts: Counts | None = None) -> dict[str, dict[str, Any]]:
   """{task: the harness's metrics, the win rate where Ped-RM scored every reply, bvr,
   broken (replies breaking any rule) and violations/<rule> (replies breaking it), and
   examples, prompts_cut, pedrm_inputs_cut, seconds and examples_per_s (the last three
   from the shards' counts)}."""
-  counts = counts or {}
+  counts = counts or Counts()
   out = {}
   for task, rows in by_task(records).items():
     m = scoring.compute(task, [r.prediction for r in rows], [r.target for r in rows])
@@ -68,9 +69,9 @@ def metrics(records: Iterable[BenchRecord],
     m.update(bvr=rates["bvr"], broken=rates["broken"],
              **{k: v for k, v in rates.items() if k.startswith("violations/")})
     m.update(examples=len(rows), prompts_cut=sum(r.prompt_cut for r in rows))
-    if f"pedrm_inputs_cut/{task}" in counts:  # Ped-RM inputs cut to its context (tiny runs).
-      m["pedrm_inputs_cut"] = counts[f"pedrm_inputs_cut/{task}"]
-    seconds = counts.get(f"seconds/{task}")
+    if task in counts.pedrm_inputs_cut:  # Ped-RM inputs cut to its context (tiny runs).
+      m["pedrm_inputs_cut"] = counts.pedrm_inputs_cut[task]
+    seconds = counts.seconds.get(task)
     if seconds:  # Summed over shards: examples per shard-second.
       m.update(seconds=round(seconds, 2), examples_per_s=round(len(rows) / seconds, 3))
     out[task] = m
