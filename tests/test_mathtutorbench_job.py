@@ -16,7 +16,7 @@ from chat_server import ChatServer
 from pedrl.clients import openai_compat
 from pedrl.env import chat
 from pedrl.eval import pedrm, shards
-from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
+from pedrl.eval.mathtutorbench_harness import results, runner, tasks, win_rate
 from pedrl.tokenizer import load_tokenizer
 
 # pedrl's tiny benchmark (testdata/make_mathtutorbench.py): the tiny config's task files and data.

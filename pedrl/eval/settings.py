@@ -9,7 +9,7 @@ importable from the module that uses it (pedrl.eval.pedrm, …).
 import dataclasses
 
 from pedrl.env.settings import ProblemSettings
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.eval.mathtutorbench_harness import tasks
 
 CONFIDENCE, RESAMPLES = 0.95, 10_000  # Bootstrap intervals (pedrl.eval.metrics).
 UNSCORED = ("zero", "drop")  # A dialogue without Ped-RM scores in the macro: 0, or left out.

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from pedrl import distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.rewards import assemble
-from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.jobs import metric_log, workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
 from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
@@ -141,7 +141,7 @@ def main(c, workdir: str):
     workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
     workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
-  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  writer = metric_log.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()
   seed, group_size = s.job.seed, s.job.group_size
   rows, report = load_problems(s.problems, seed)

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from pedrl import distributed
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
-from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import metric_log, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.exits import exit_on_signal
 from pedrl.rl import checkpoint, loop, update as update_lib
@@ -200,7 +200,7 @@ def build(c, method: Method, workdir: str, config_name: str = "?"):
   if t.warmup_fraction:
     o = dataclasses.replace(o, warmup_steps=round(t.warmup_fraction * steps))
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
-  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  writer = metric_log.MetricsWriter(workdir, active=main_process)
   trainer = OfflineTrainer(t, method, run.objective, tutor, items,
                            file_id(os.path.join(data_dir, method.data_file), len(items)),
                            o.optimizer(steps), ckpt, writer, o.schedule(steps),

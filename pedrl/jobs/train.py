@@ -10,7 +10,7 @@ from absl import app, logging
 
 from pedrl import distributed, sharding
 from pedrl.env import chat
-from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import metric_log, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
 from pedrl.jobs.loading import load_party, load_problems, solver_party
@@ -71,7 +71,7 @@ def build(c, workdir: str, config_name: str = "?"):
   rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
   rows = job.batch_problems * job.group_size
   updates = t.steps * t.passes * -(-rows // (t.mini_batch or rows))
-  writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process(),
+  writer = metric_log.MetricsWriter(workdir, active=distributed.is_main_process(),
                                      dialogues=True)
   o = s.optimizer
   run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,

@@ -10,7 +10,7 @@ import concurrent.futures
 
 from pedrl.engine.shapes import LENGTH_BUCKETS
 from pedrl.rewards.embedding import Embedder
-from pedrl.serve.protocol import APIError
+from pedrl.serve.openai_types import APIError
 
 MAX_INPUTS = 2048  # Texts per request, as OpenAI's API allows.
 BATCH = 16  # Texts per encoder call: the row buckets warmed up are 8 and 16.

@@ -18,8 +18,8 @@ import time
 
 from absl import logging
 
-from pedrl.serve.metrics import Metrics
-from pedrl.serve.protocol import APIError
+from pedrl.serve.prometheus import Metrics
+from pedrl.serve.openai_types import APIError
 
 OPEN_PATHS = ("/health",)
 

@@ -322,7 +322,7 @@ def eval_metrics(m: dict) -> dict:
       whole = len(ci) == 2 and all(_number(x) is not None for x in ci)
       out[k] = (float(v), tuple(ci) if whole else None)
   if isinstance(tasks := m.get("tasks"), dict):
-    from pedrl.eval.mathtutorbench import results  # Slow to import: only for its runs.
+    from pedrl.eval.mathtutorbench_harness import results  # Slow to import: only for its runs.
     for task, metric, _ in results.COLUMNS:
       if (v := _number((tasks.get(task) or {}).get(metric))) is not None:
         out[f"{task}/{metric}"] = (v, None)

@@ -41,7 +41,7 @@ scoring.parse_final_answer reads None.
 import dataclasses
 import re
 
-from pedrl.mathtutorbench import names as tasks, scoring
+from pedrl.mathtutorbench_rules import names as tasks, scoring
 
 RULES = ("empty", "states_answer", "several_questions", "too_long", "unparsable")
 
