@@ -77,7 +77,7 @@ def test_the_protocols_exist_and_appear_in_signatures():
       asking.TextBackend: [pipeline.RewardPipeline, oracle.LLMOracle],
       # A training objective (GRPO, SFT, MDPO) and what it measures.
       objective.Objective: [update.train_step, update.gradients],
-      objective.Metrics: [objective.Objective.metrics],
+      objective.LossStats: [objective.Objective.metrics],
       # What an offline job (SFT, MDPO) adds to the shared offline trainer.
       offline.Method: [offline.build, offline.resolve_paths],
   }
