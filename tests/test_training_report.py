@@ -144,7 +144,7 @@ def _metrics(signal):
       step=1, problem_uids=(0,), rewards=rewards, loss=0.0, skipped_updates=0,
       skipped_values={}, clip_fraction=0.0, grad_norm=1.0, first_pass_ratio=1.0,
       signal=signal, advantage_mean=0.0, advantage_std=1.0, entropy=1.0,
-      tutor_tokens_mean=10.0, turns_mean=4.0, dropped=0, judges_accept_rate=None,
+      mean_tutor_tokens=10.0, mean_turns=4.0, dropped=0, judges_accept_rate=None,
       tokens_per_second=1.0, seconds={}, lr=None, time=0.0)
 
 

@@ -109,8 +109,8 @@ class StepMetrics:
   # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's entropy
   # at the sampling temperature (the full distribution is never materialised).
   entropy: float
-  tutor_tokens_mean: float
-  turns_mean: float
+  mean_tutor_tokens: float
+  mean_turns: float
   dropped: int
   judges_accept_rate: float | None  # Mean r_ped of the judged dialogues (None: none).
   # The tutor's sampling rate, compilation left out (reported apart): a step that
@@ -129,8 +129,8 @@ class StepMetrics:
         "first_pass_ratio": self.first_pass_ratio,
         "sampler_trainer_logp_diff": self.signal.sampler_trainer_logp_diff,
         "advantage/mean": self.advantage_mean, "advantage/std": self.advantage_std,
-        "entropy": self.entropy, "tutor_tokens/mean": self.tutor_tokens_mean,
-        "turns/mean": self.turns_mean, "dropped": self.dropped,
+        "entropy": self.entropy, "mean_tutor_tokens": self.mean_tutor_tokens,
+        "mean_turns": self.mean_turns, "dropped": self.dropped,
         "signal/zero_spread_groups": self.signal.zero_spread_groups,
         **({"judges/accept_rate": self.judges_accept_rate}
            if self.judges_accept_rate is not None else {}),
@@ -236,8 +236,8 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       advantage_mean=float(np.mean(batch.advantages[mask])),
       advantage_std=float(np.std(batch.advantages[mask])),
       entropy=float(-np.mean(batch.old_logp[mask])),
-      tutor_tokens_mean=float(np.mean(tutor_tokens)),
-      turns_mean=float(np.mean([d.turns for d in dialogues])),
+      mean_tutor_tokens=float(np.mean(tutor_tokens)),
+      mean_turns=float(np.mean([d.turns for d in dialogues])),
       dropped=sum(d.dropped for d in dialogues),
       judges_accept_rate=float(np.mean(judged)) if judged else None,
       tokens_per_second=float(sum(tutor_tokens) / max(
