@@ -205,10 +205,10 @@ class _Writer:
 
 def test_record_writes_samples_of_different_problems_records_and_warnings(caplog):
   run = object.__new__(trainer.Trainer)  # Only what record() touches.
-  run.s = trainer.TrainSettings(samples_every=2, samples_dialogues=2, dialogues_every=3)
+  run.settings = trainer.TrainSettings(samples_every=2, samples_dialogues=2, dialogues_every=3)
   run.batch_problems, run.group_size = 3, 2
   run.writer = _Writer()
-  run.signal_warnings = trainer.SignalWarnings(run.s)
+  run.signal_warnings = trainer.SignalWarnings(run.settings)
   run.rewards = types.SimpleNamespace(settings=SOFT)
   dialogues = [_record(uid=i, problem_id=f"p{i // 2}") for i in range(6)]
   advantages = [0.5, -0.5, 0.0, 0.0, None, None]

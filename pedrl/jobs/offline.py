@@ -151,12 +151,12 @@ class OfflineTrainer(loop.Loop):
   def data_meta(self) -> dict:
     # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
     # and warm-up over every update): a resume with others would jump along it.
-    return {"seed": self.seed, "batch": self.s.batch, "data": self.data_id,
-            "epochs": self.s.epochs, "steps": self.s.steps}
+    return {"seed": self.seed, "batch": self.settings.batch, "data": self.data_id,
+            "epochs": self.settings.epochs, "steps": self.settings.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
-    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.seed,
+    chosen = loop.items_for_step(self.items, self.step, self.settings.batch, self.seed,
                                  self.positions)
     batch = self.method.batch(self, [item for _, item in chosen])
     t1 = time.perf_counter()

@@ -296,13 +296,14 @@ class Trainer(loop.Loop):
   def batch(self, dialogues) -> batch_lib.TrainBatch:
     """The training batch: advantages, and the frozen reference's log-probs."""
     model, mesh, grpo = self.tutor.sampler.model, self.tutor.sampler.mesh, self.objective
-    advantages = dialogue_advantages(dialogues, self.group_size, self.s, self.rewards.settings)
+    advantages = dialogue_advantages(dialogues, self.group_size, self.settings,
+                                     self.rewards.settings)
     return batch_lib.build(dialogues, advantages, lambda tokens, attn: update.logprobs_in_chunks(
         model, self.ref_params, tokens, attn, grpo.temperature, grpo.micro_batch, mesh))
 
   def update(self, batch: batch_lib.TrainBatch) -> list[update.UpdateMetrics]:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
-    return super().update(batch, self.s.passes, self.s.mini_batch)
+    return super().update(batch, self.settings.passes, self.settings.mini_batch)
 
   def train_step(self) -> StepResult:
     """One step: collect → batch (advantages, reference) → update → metrics."""
@@ -319,11 +320,11 @@ class Trainer(loop.Loop):
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics.to_row())
     self.signal_warnings(self.step, out.metrics.signal)
-    if self.step % self.s.samples_every == 0 or self.step == 1:
-      rows = sample_rows(len(out.dialogues), self.group_size, self.s.samples_dialogues)
+    if self.step % self.settings.samples_every == 0 or self.step == 1:
+      rows = sample_rows(len(out.dialogues), self.group_size, self.settings.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],
                           [out.advantages[i] for i in rows], self.rewards.settings)
-    every = self.s.dialogues_every
+    every = self.settings.dialogues_every
     if every and (self.step % every == 0 or self.step == 1):
       self.writer.dialogues(out.dialogues)
 
