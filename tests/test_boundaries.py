@@ -81,7 +81,7 @@ def test_the_protocols_exist_and_appear_in_signatures():
       asking.TextBackend: [pipeline.RewardPipeline, oracle.LLMOracle],
       # A training objective (GRPO, SFT, MDPO) and what it measures.
       objective.Objective: [update.train_step, update.gradients],
-      objective.Metrics: [objective.Objective.metrics],
+      objective.LossStats: [objective.Objective.metrics],
       # What an offline job (SFT, MDPO) adds to the shared offline trainer.
       offline.Method: [offline.build, offline.resolve_paths],
   }
@@ -417,3 +417,72 @@ def test_every_public_function_is_annotated():
   assert not found, f"public functions without annotations: {found}"
   assert unannotated("def f(x, y: int):\n  pass\nclass C:\n  def m(self, z) -> None: ...\n"
                      "  def _p(self, q): ...\ndef _private(a): ...\n") == ["f(x)", "f ->", "m(z)"]
+
+
+# Names with one meaning.
+
+# Module and package names that once meant two things (pedrl.eval.metrics beside the
+# metrics.jsonl writer and the server's Prometheus registry, ...), and their new names:
+# each names at most one module or package of pedrl/.
+ONE_MEANING = ("metrics", "protocol", "mathtutorbench", "metric_log", "prometheus",
+               "openai_types", "mathtutorbench_rules", "mathtutorbench_harness")
+
+
+def _composed_attribute_names(root: pathlib.Path) -> list[str]:
+  """`setattr`/`getattr`/`hasattr`/`delattr` calls whose attribute name is built at run
+  time (an f-string, `+`, `%` or `.format`): a name grep cannot find."""
+  import ast
+  found = []
+  for path in sorted(root.rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+          and node.func.id in ("setattr", "getattr", "hasattr", "delattr")
+          and len(node.args) > 1):
+        name = node.args[1]
+        if (isinstance(name, ast.JoinedStr) or isinstance(name, ast.BinOp) or
+            (isinstance(name, ast.Call) and isinstance(name.func, ast.Attribute)
+             and name.func.attr == "format")):
+          found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+  return found
+
+
+def _shared_names(root: pathlib.Path) -> dict[str, list[str]]:
+  """{name of ONE_MEANING: the modules and packages of `root` so named}, where more than one."""
+  named = {}
+  for path in sorted(root.rglob("*")):
+    if path.suffix == ".py" and path.name != "__init__.py":
+      name = path.stem
+    elif path.is_dir() and (path / "__init__.py").exists():
+      name = path.name
+    else:
+      continue
+    named.setdefault(name, []).append(str(path.relative_to(root.parent)))
+  return {n: paths for n, paths in named.items() if n in ONE_MEANING and len(paths) > 1}
+
+
+def test_no_attribute_name_is_built_at_run_time():
+  found = _composed_attribute_names(ROOT)
+  assert not found, "name the attribute (a field, or a dict keyed by name): " + ", ".join(found)
+
+
+def test_a_renamed_module_name_means_one_thing():
+  assert _shared_names(ROOT) == {}
+
+
+def test_the_name_checks_see_what_they_forbid(tmp_path):
+  """Each check catches what it was written against (a check that cannot fail passes
+  whatever the code says)."""
+  root = tmp_path / "pedrl"
+  for folder in ("eval", "serve", "jobs", "mathtutorbench", "eval/mathtutorbench"):
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / folder / "__init__.py").write_text("")
+  (root / "eval" / "metrics.py").write_text("")
+  (root / "serve" / "metrics.py").write_text(
+      'def f(stats, name, t):\n  setattr(stats, f"{name}_seconds", t)\n'
+      '  return getattr(stats, name + "_seconds"), getattr(stats, "{}_s".format(name))\n')
+  (root / "jobs" / "settings.py").write_text('def g(s):\n  return getattr(s, "path")\n')
+  assert _composed_attribute_names(root) == [
+      "pedrl/serve/metrics.py:2", "pedrl/serve/metrics.py:3", "pedrl/serve/metrics.py:3"]
+  assert _shared_names(root) == {
+      "mathtutorbench": ["pedrl/eval/mathtutorbench", "pedrl/mathtutorbench"],
+      "metrics": ["pedrl/eval/metrics.py", "pedrl/serve/metrics.py"]}

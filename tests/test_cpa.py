@@ -316,7 +316,7 @@ def _changed(value):
 def _leaky(examples):
   """A backbone whose deliverable states the problem's answer (the reference's, looked up
   by the problem text in the prompt), and whose solve stage finds that answer."""
-  from pedrl.mathtutorbench import constraints
+  from pedrl.mathtutorbench_rules import constraints
   answers = {x["question"]: constraints.final_answer(x.get("reference_solution")
                                                      or x.get("answer") or "") for x in examples}
   of = lambda prompt: next(a for q, a in answers.items() if q in prompt)
@@ -330,8 +330,8 @@ def test_the_agent_reads_nothing_its_prompt_does_not_show(shared_data):
   changed: the agent's backbone calls and replies stay the same, and its rule against
   stating the answer still fires, judged against the answer its solve stage derived."""
   from pedrl.agents import bench
-  from pedrl.mathtutorbench import constraints
-  from pedrl.eval.mathtutorbench import runner, tasks
+  from pedrl.mathtutorbench_rules import constraints
+  from pedrl.eval.mathtutorbench_harness import runner, tasks
   configs, data = shared_data("mathtutorbench", "configs"), shared_data()
   for task in tasks.TASKS:
     t = tasks.read_task(os.path.dirname(configs), task)
@@ -408,7 +408,7 @@ def test_every_socratic_question_reaches_the_scored_response(method, shared_data
   and the BLEU is the harness's rule applied by hand to that line."""
   import sacrebleu
   from pedrl.agents import bench
-  from pedrl.eval.mathtutorbench import results, runner, tasks
+  from pedrl.eval.mathtutorbench_harness import results, runner, tasks
   configs, data = shared_data("mathtutorbench", "configs"), shared_data()
   t = tasks.read_task(os.path.dirname(configs), "socratic_questioning")
   xs = tasks.examples("socratic_questioning", data)[:2]

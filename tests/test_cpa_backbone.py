@@ -9,7 +9,7 @@ from pedrl.agents import backbone, bench
 from pedrl.agents.cpa.agent import CPASettings, Instance
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
-from pedrl.eval.mathtutorbench import runner, tasks
+from pedrl.eval.mathtutorbench_harness import runner, tasks
 
 # pedrl's tiny benchmark in MathTutorBench's format (testdata/make_mathtutorbench.py).
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata",

@@ -8,8 +8,8 @@ import pytest
 
 import jobs
 from pedrl.eval import shards
-from pedrl.mathtutorbench import constraints
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.mathtutorbench_rules import constraints
+from pedrl.eval.mathtutorbench_harness import tasks
 
 pytestmark = pytest.mark.job  # Every test here starts a job.
 

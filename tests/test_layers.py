@@ -24,7 +24,7 @@ LAYERS = {
                      "streams", "stopping", "files", "figures", "fields"], 0),
     "models": 1, "tokenizer": 1, "runs": 1.5,
     "engine": 2,
-    "clients": 3, "mathtutorbench": 3,
+    "clients": 3, "mathtutorbench_rules": 3,
     "env": 4,
     "rewards": 5,
     "rl": 6, "eval": 6,
@@ -98,13 +98,13 @@ def test_the_checks_see_what_they_forbid(tmp_path):
   """The readers catch the imports they were written against (a check that cannot fail
   would pass whatever the code says)."""
   old = tmp_path / "contracts.py"
-  old.write_text("def f():\n  from pedrl.eval.mathtutorbench import constraints\n"
+  old.write_text("def f():\n  from pedrl.eval.mathtutorbench_harness import constraints\n"
                  "from pedrl.rewards.judging import json_object\nimport pedrl.rl.checkpoint\n"
                  "from pedrl import runs\n")
   assert sorted(t for _, t in _imports(old)) == [
-      "pedrl.eval.mathtutorbench.constraints", "pedrl.rewards.judging.json_object",
+      "pedrl.eval.mathtutorbench_harness.constraints", "pedrl.rewards.judging.json_object",
       "pedrl.rl.checkpoint", "pedrl.runs"]
-  assert _layer("pedrl.eval.mathtutorbench") > _layer("pedrl.mathtutorbench.constraints")
+  assert _layer("pedrl.eval.mathtutorbench_harness") > _layer("pedrl.mathtutorbench_rules.constraints")
   assert _layer("pedrl.jobs.settings") > _layer("pedrl.rl.checkpoint") > _layer("pedrl.runs")
 
 

@@ -17,7 +17,7 @@ from pedrl.clients import openai_compat
 from pedrl.env import chat
 from pedrl.eval import pedrm, shards
 from pedrl.eval.counts import Counts
-from pedrl.eval.mathtutorbench import results, runner, tasks, win_rate
+from pedrl.eval.mathtutorbench_harness import results, runner, tasks, win_rate
 from pedrl.tokenizer import load_tokenizer
 
 # pedrl's tiny benchmark (testdata/make_mathtutorbench.py): the tiny config's task files and data.

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from pedrl.env.problems import DataError
-from pedrl.mathtutorbench import scoring
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.mathtutorbench_rules import scoring
+from pedrl.eval.mathtutorbench_harness import tasks
 
 COUNTS = {"problem_solving": 1319, "socratic_questioning": 1319, "solution_correctness": 2004,
           "mistake_location": 2004, "mistake_correction": 1002, "scaffolding_generation": 1150,

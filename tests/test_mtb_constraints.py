@@ -2,9 +2,9 @@
 on the human teacher turns of the real bridge data (when ../shared/data has it)."""
 import pytest
 
-from pedrl.mathtutorbench import constraints
+from pedrl.mathtutorbench_rules import constraints
 
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.eval.mathtutorbench_harness import tasks
 
 REF = "Ignatius has 8 tires because 2 x 4 = 8\nHe has 1200 tires in all\n 1,200"
 HASHES = "How many spoons? ** 12+3=<<12+3=15>>15 spoons.\n#### 12"
@@ -124,8 +124,8 @@ def test_every_tutors_results_carry_bvr_beside_the_nine_numbers():
   """The MathTutorBench job's metrics (whatever answered: a model, a trained tutor, an
   endpoint, an agent) carry BVR per task from the replies, and its table BVR over all
   tasks and BVR† on the hard splits; each value counted by hand below."""
-  from pedrl.mathtutorbench import scoring
-  from pedrl.eval.mathtutorbench import results
+  from pedrl.mathtutorbench_rules import scoring
+  from pedrl.eval.mathtutorbench_harness import results
   from pedrl.eval.records import BenchRecord
   ref = {"reference_solution": "3 + 4 = 7\n#### 7"}
 

@@ -26,7 +26,7 @@ def _rows(steps: int, scale: float = 1.0) -> list:
            "kl": 1e-4 * 10**s, "grad_norm": 5.0 + s, "loss": -0.01 * s,
            "advantage/mean": 0.0, "advantage/std": 0.7, "entropy": 4.3, "lr": 1e-3 * scale,
            "judges/accept_rate": 0.5, "signal/zero_spread_groups": 0.25,
-           "turns/mean": 3.0, "tutor_tokens/mean": 48.0, "pipeline/dropped": 0,
+           "mean_turns": 3.0, "mean_tutor_tokens": 48.0, "pipeline/dropped": 0,
            "seconds/rollout": 7.5, "tokens_per_second": 40.0 * s,
            "time": 1.7e9 + 60 * s} for s in range(1, steps + 1)]
 
@@ -75,7 +75,7 @@ def test_two_workdirs_draw_a_line_per_run_in_every_panel(figs):
   assert len(set(colours)) == 1 and len(set(colours[0])) == 2  # A colour per run, everywhere.
   panels = _panels(figs)
   for key in ("judges/accept_rate", "entropy", "lr", "signal/zero_spread_groups", "kl",
-              "turns/mean", "pipeline/dropped", "tokens_per_second"):
+              "mean_turns", "pipeline/dropped", "tokens_per_second"):
     assert key in panels  # Each quantity on its own axis, new keys included.
   assert not [t for t in panels if "_std/" in t or t == "advantage/std"]  # Drawn as bands.
   assert "time (s since the first step)" in panels
@@ -89,6 +89,22 @@ def test_a_quantity_spanning_decades_gets_a_log_axis(figs):
   assert panels["tokens_per_second"].get_yscale() == "linear"  # 40 … 160.
   assert panels["reward/total ± std"].get_yscale() == "linear"  # Negative.
   assert plot.log_scale([1e-6, 1e-4]) and not plot.log_scale([0.0, 1e-4, 1.0])
+
+
+def test_an_old_workdirs_metric_names_read_as_todays(tmp_path):
+  """metrics.jsonl of a pedrl before one spelling per measure (`turns/mean`,
+  `tutor_tokens/mean`) reads under today's names (pedrl.jobs.metric_log.RENAMED), in the
+  plot and when a job resumes on it."""
+  from pedrl.jobs import metric_log
+  old = _rows(2)
+  for r in old:
+    r["turns/mean"], r["tutor_tokens/mean"] = r.pop("mean_turns"), r.pop("mean_tutor_tokens")
+  workdir = _workdir(tmp_path / "old", old)
+  for rows in (plot.load(str(workdir)).rows, metric_log.MetricsWriter(str(workdir)).rows()):
+    assert [(r["mean_turns"], r["mean_tutor_tokens"]) for r in rows] == [(3.0, 48.0)] * 2
+    assert not [k for r in rows for k in r if k in ("turns/mean", "tutor_tokens/mean")]
+  with _figures([workdir]) as figs:
+    assert {"mean_turns", "mean_tutor_tokens"} <= set(_panels(figs))
 
 
 def test_steps_are_integers_and_a_short_run_has_markers(tmp_path):

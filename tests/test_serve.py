@@ -552,7 +552,7 @@ def test_mathtutorbench_policies_get_the_same_replies_served_or_local(served, mo
   """The benchmark's model under test as a pedrl server (EndpointPolicy, asking as the
   harness asks its server) answers what the same model answers in process (ModelPolicy)."""
   from pedrl.env import party as party_lib
-  from pedrl.eval.mathtutorbench import runner
+  from pedrl.eval.mathtutorbench_harness import runner
   monkeypatch.setenv("PEDRL_TEST_KEY", "unused")
   bench = runner.BenchSettings(mode=mode, max_new_tokens=12)
   local = runner.ModelPolicy(party_lib.load(MODEL, SamplingParams(12), scan_layers=False), bench)

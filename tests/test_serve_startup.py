@@ -18,7 +18,7 @@ pytest.importorskip("fastapi")
 
 from jobs import ROOT
 from pedrl.serve import app as app_lib, server, sockets
-from pedrl.serve.metrics import Metrics
+from pedrl.serve.prometheus import Metrics
 from pedrl.serve.startup import Startup
 
 pytestmark = pytest.mark.job  # Every test here talks to a server.

@@ -12,7 +12,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.problems import Problem
-from pedrl.jobs import metrics as metrics_lib, samples
+from pedrl.jobs import metric_log, samples
 from pedrl.rl import trainer
 
 from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics, xla_flags as _xla_flags
@@ -328,7 +328,7 @@ def test_a_restart_before_the_first_checkpoint_keeps_each_step_once(straight, tm
   run.tutor, run.opt_state = types.SimpleNamespace(params=None), None
   run.fingerprint, run.step = {}, 0
   run.ckpt = NoCheckpoint()
-  run.writer = metrics_lib.MetricsWriter(str(workdir), dialogues=True)
+  run.writer = metric_log.MetricsWriter(str(workdir), dialogues=True)
   assert run.restore_if_any() is False and run.step == 0
   assert _metrics(workdir) == [] and _tb_steps(workdir, "kl") == []
   assert os.listdir(workdir / "samples") == [] and _records(workdir) == []

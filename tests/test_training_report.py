@@ -12,7 +12,7 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message, Rewards, TurnScore, Verdict
-from pedrl.jobs import metrics as metrics_lib, samples
+from pedrl.jobs import metric_log, samples
 from pedrl.rewards import assemble
 from pedrl.rl import batch as batch_lib, loop, trainer, update
 
@@ -144,7 +144,7 @@ def _metrics(signal):
       step=1, problem_uids=(0,), rewards=rewards, loss=0.0, skipped_updates=0,
       skipped_values={}, clip_fraction=0.0, grad_norm=1.0, first_pass_ratio=1.0,
       signal=signal, advantage_mean=0.0, advantage_std=1.0, entropy=1.0,
-      tutor_tokens_mean=10.0, turns_mean=4.0, dropped=0, judges_accept_rate=None,
+      mean_tutor_tokens=10.0, mean_turns=4.0, dropped=0, judges_accept_rate=None,
       tokens_per_second=1.0, seconds={}, lr=None, time=0.0)
 
 
@@ -205,10 +205,10 @@ class _Writer:
 
 def test_record_writes_samples_of_different_problems_records_and_warnings(caplog):
   run = object.__new__(trainer.Trainer)  # Only what record() touches.
-  run.s = trainer.TrainSettings(samples_every=2, samples_dialogues=2, dialogues_every=3)
+  run.settings = trainer.TrainSettings(samples_every=2, samples_dialogues=2, dialogues_every=3)
   run.batch_problems, run.group_size = 3, 2
   run.writer = _Writer()
-  run.signal_warnings = trainer.SignalWarnings(run.s)
+  run.signal_warnings = trainer.SignalWarnings(run.settings)
   run.rewards = types.SimpleNamespace(settings=SOFT)
   dialogues = [_record(uid=i, problem_id=f"p{i // 2}") for i in range(6)]
   advantages = [0.5, -0.5, 0.0, 0.0, None, None]
@@ -226,7 +226,7 @@ def test_record_writes_samples_of_different_problems_records_and_warnings(caplog
 
 
 def test_dialogue_records_of_steps_after_a_restore_are_dropped(tmp_path):
-  writer = metrics_lib.MetricsWriter(str(tmp_path), dialogues=True)
+  writer = metric_log.MetricsWriter(str(tmp_path), dialogues=True)
   writer.resume(0)
   for step in (1, 2, 3):
     writer.write(step, {"step": step, "kl": 0.1 * step, "time": 1.7e9 + step})
@@ -237,7 +237,7 @@ def test_dialogue_records_of_steps_after_a_restore_are_dropped(tmp_path):
     f.write(_record(step=4).to_json()[:50])  # A kill while step 4 was written.
   lines = path.read_text(encoding="utf-8").splitlines()
   assert [json.loads(x)["step"] for x in lines[:6]] == [1, 1, 2, 2, 3, 3] and len(lines) == 7
-  again = metrics_lib.MetricsWriter(str(tmp_path), dialogues=True)
+  again = metric_log.MetricsWriter(str(tmp_path), dialogues=True)
   again.resume(2)
   again.close()
   records = dialogue.load_jsonl(str(path))
@@ -246,7 +246,7 @@ def test_dialogue_records_of_steps_after_a_restore_are_dropped(tmp_path):
   assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] \
       == [1, 2]
   # The rollout job's writer leaves its own dialogues.jsonl to the rollout job.
-  rollout_writer = metrics_lib.MetricsWriter(str(tmp_path))
+  rollout_writer = metric_log.MetricsWriter(str(tmp_path))
   rollout_writer.resume(0)
   rollout_writer.close()
   assert len(dialogue.load_jsonl(str(path))) == 4

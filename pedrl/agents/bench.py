@@ -34,7 +34,7 @@ def build(method: str, backbone: structured.Backbone,
 
 
 class AgentPolicy:
-  """A MathTutorBench policy (pedrl.eval.mathtutorbench.runner) played by an agent."""
+  """A MathTutorBench policy (pedrl.eval.mathtutorbench_harness.runner) played by an agent."""
   traced = True
 
   def __init__(self, agent) -> None:

@@ -118,7 +118,7 @@ def main(argv: list[str]) -> None:
         f"max_tutor_words={c.rewards.rule_judges.max_tutor_words} "
         f"max_tutor_share={c.rewards.rule_judges.max_tutor_share}", flush=True)
   run, writer, ckpt = train.build(c, FLAGS.workdir, "pedrl.bench.learning")
-  with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="learning") as bar:
+  with tqdm(total=run.settings.steps, initial=run.step, unit="step", desc="learning") as bar:
     run.run(lambda step, m: (bar.update(1), bar.set_postfix(
         reward=f"{m.to_row()['reward/total']:.3f}")))
   writer.close()

@@ -46,7 +46,7 @@ from absl import flags
 import numpy as np
 
 from pedrl import cli, paths
-from pedrl.serve import metrics as metrics_lib, server
+from pedrl.serve import prometheus, server
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "testdata/models/qwen2", "A checkpoint directory to serve.")
@@ -106,7 +106,7 @@ def measure(model: str, prefix_caching: bool, rng: np.random.Generator) -> list[
       for _ in range(FLAGS.rounds):
         bodies = mix(rng, clients, "bench")
         sample = lambda name: scheduler.metrics.registry.get_sample_value(name) or 0.0
-        before = (metrics_lib.programs_compiled(), sample("pedrl_prompt_tokens_total"),
+        before = (prometheus.programs_compiled(), sample("pedrl_prompt_tokens_total"),
                   sample("pedrl_prefix_cached_tokens_total"))
         start = time.perf_counter()
         results = asyncio.run(send_all(url, bodies))
@@ -118,7 +118,7 @@ def measure(model: str, prefix_caching: bool, rng: np.random.Generator) -> list[
             req_s=clients / wall, tok_s=sum(r[1] for r in results) / wall,
             p50=np.percentile(latency, 50), p95=np.percentile(latency, 95),
             p99=np.percentile(latency, 99), errors=sum(not r[2] for r in results),
-            compiled=metrics_lib.programs_compiled() - before[0],
+            compiled=prometheus.programs_compiled() - before[0],
             cached=100 * (sample("pedrl_prefix_cached_tokens_total") - before[2]) / max(prompt, 1)))
   finally:
     stop()

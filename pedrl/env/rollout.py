@@ -64,6 +64,15 @@ class RolloutStats:
   calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
 
+  def add_seconds(self, side: str, seconds: float):
+    """Time a side spent on its turns, to its own field (TUTOR or STUDENT)."""
+    if side == TUTOR:
+      self.tutor_seconds += seconds
+    elif side == STUDENT:
+      self.student_seconds += seconds
+    else:
+      raise ValueError(f"no side {side!r}: a rollout's sides are {TUTOR!r} and {STUDENT!r}")
+
   def idle_rows(self) -> float:
     """Share of the calls' rows that held no live dialogue: filler of a batch padded
     to its bucket (dialogues that ended leave it)."""
@@ -213,8 +222,7 @@ class _Side:
     stats.calls.append(Call(self.name, len(live), self.batch, int(gen.lengths.max()),
                             int(gen.lengths.sum()), gen.row_steps))
     stats.cache_slots[self.name] = max(stats.cache_slots.get(self.name, 0), self.cache.size)
-    setattr(stats, f"{self.name}_seconds",
-            getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    stats.add_seconds(self.name, time.perf_counter() - start)
     if self.name == TUTOR:
       stats.tutor_compile_seconds += sum(compiling)
     out = []
@@ -250,8 +258,7 @@ class _EndpointSide:
     del seed, dialogues, ended  # The endpoint samples with its own randomness.
     start = time.perf_counter()
     replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
-    setattr(stats, f"{self.name}_seconds",
-            getattr(stats, f"{self.name}_seconds") + time.perf_counter() - start)
+    stats.add_seconds(self.name, time.perf_counter() - start)
     used = [r.completion_tokens for r in replies]
     stats.calls.append(Call(self.name, len(live), len(live), max(used), sum(used)))
     out = []

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pedrl.eval import metrics as metrics_lib, reasoning, records as records_lib
 from pedrl.eval.counts import Counts
-from pedrl.eval.mathtutorbench import results as bench_results, runner
+from pedrl.eval.mathtutorbench_harness import results as bench_results, runner
 from pedrl.eval.protocol import EvalProtocol, EvalSettings
 
 # What evaluations recorded before a setting existed: its behaviour then.
@@ -122,7 +122,7 @@ class ReasoningMetrics:
 @dataclasses.dataclass(frozen=True)
 class BenchMetrics:
   """MathTutorBench's results: per task, the harness's metrics under its own names, with
-  pedrl's beside them (pedrl.eval.mathtutorbench.results.metrics)."""
+  pedrl's beside them (pedrl.eval.mathtutorbench_harness.results.metrics)."""
   n_examples: int
   tasks: dict[str, dict[str, Any]]
 
@@ -195,7 +195,7 @@ class Reasoning(_RecordsFile):
 
 
 class MathTutorBench:
-  """The benchmark's nine numbers (pedrl.eval.mathtutorbench): the harness's files."""
+  """The benchmark's nine numbers (pedrl.eval.mathtutorbench_harness): the harness's files."""
   kind, record_type, tutor_section = "mathtutorbench", records_lib.BenchRecord, "model"
 
   def metrics(self, records: list[records_lib.BenchRecord], counts: Counts,

@@ -52,7 +52,7 @@ from pedrl.env import answers, chat, problems, sources
 from pedrl.env.problems import DataError
 from pedrl.eval import metrics
 from pedrl.eval.records import ReasoningRecord
-from pedrl.mathtutorbench import scoring
+from pedrl.mathtutorbench_rules import scoring
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import BENCHMARKS, MMLU_AVERAGES, ReasoningSettings
 

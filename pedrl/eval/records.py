@@ -93,7 +93,7 @@ class ReasoningRecord:
 @dataclasses.dataclass
 class BenchRecord:
   """One MathTutorBench example answered by the model under test
-  (pedrl.eval.mathtutorbench): the harness's prompt, reply, target and parse."""
+  (pedrl.eval.mathtutorbench_harness): the harness's prompt, reply, target and parse."""
   task: str
   index: int  # In the harness's example order of the task.
   batch: int

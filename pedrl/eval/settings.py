@@ -9,7 +9,7 @@ importable from the module that uses it (pedrl.eval.pedrm, …).
 import dataclasses
 
 from pedrl.env.settings import ProblemSettings
-from pedrl.eval.mathtutorbench import tasks
+from pedrl.eval.mathtutorbench_harness import tasks
 
 CONFIDENCE, RESAMPLES = 0.95, 10_000  # Bootstrap intervals (pedrl.eval.metrics).
 UNSCORED = ("zero", "drop")  # A dialogue without Ped-RM scores in the macro: 0, or left out.
@@ -80,6 +80,11 @@ class ReasoningSettings:
   def names(self) -> tuple:
     return tuple(b.strip() for b in self.benchmarks.split(",") if b.strip())
 
+  def path(self, name: str) -> str | None:
+    """Benchmark `name`'s data (its `<name>_path`)."""
+    return {"gsm8k": self.gsm8k_path, "math500": self.math500_path, "mmlu": self.mmlu_path,
+            "wbeb": self.wbeb_path}[name]
+
   def __post_init__(self):
     if self.batch_examples < 1:
       raise ValueError("batch_examples must be positive")
@@ -88,7 +93,7 @@ class ReasoningSettings:
     for name in self.names:
       if name not in BENCHMARKS:
         raise ValueError(f"benchmark {name!r} is not one of {BENCHMARKS}")
-      if not getattr(self, f"{name}_path"):
+      if not self.path(name):
         raise ValueError(f"benchmark {name} needs its data: --config.eval.reasoning."
                          f"{name}_path=...")
 
@@ -244,7 +249,7 @@ class LabelSettings:
       raise ValueError("rounds and batch_units must be positive")
 
   def prompt(self, scheme: str) -> str:
-    return getattr(self, f"{scheme}_prompt")
+    return {"codebook": self.codebook_prompt, "schoenfeld": self.schoenfeld_prompt}[scheme]
 
 
 # Paper 001 table 8, as pedrl reads it (pedrl.eval.analysis.significance's docstring): (name, left, right, target).

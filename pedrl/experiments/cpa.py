@@ -9,7 +9,7 @@ is one MathTutorBench job in WORKDIR/<method>/seed<seed> (sharded and resumed
 like pedrl.experiments.mathtutorbench), answered by `pedrl.agents.bench.AgentPolicy`
 over one backbone: a local checkpoint (`tutor.path`, `tutor.workdir`) loaded once,
 or an endpoint (`tutor.endpoint.model`). The tables average the seeds (± their
-standard deviation); BVR is pedrl.mathtutorbench.constraints' rule count on
+standard deviation); BVR is pedrl.mathtutorbench_rules.constraints' rule count on
 the replies (as every MathTutorBench job reports it), BVR† on the two hard splits
 (paper 002 reports it there); `repair` the share of replies whose monitor
 repaired a step.
@@ -41,14 +41,14 @@ from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import ChatClient, Party
 from pedrl.eval import pedrm as pedrm_lib, shards
-from pedrl.eval.mathtutorbench import results as results_lib
+from pedrl.eval.mathtutorbench_harness import results as results_lib
 from pedrl.eval.protocol import jsonable
 from pedrl.eval.records import BenchRecord
 from pedrl.jobs import settings as settings_lib, sharded, workdir as workdir_lib
 from pedrl.experiments import mathtutorbench as mtb
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import endpoint_party, tutor_party
-from pedrl.mathtutorbench import constraints
+from pedrl.mathtutorbench_rules import constraints
 # Re-exported: defined there, importable without JAX.
 from pedrl.agents.settings import AgentRuns
 

@@ -37,14 +37,14 @@ define_flags("experiments/uco.py:tiny", "Run directory (checkpoints, metrics).")
 
 
 @job_main
-def main(c: ml_collections.ConfigDict, workdir: str) -> None:
-  run, writer, ckpt = build(c, workdir, workdir_lib.config_name(sys.argv))
+def main(config: ml_collections.ConfigDict, workdir: str) -> None:
+  run, writer, ckpt = build(config, workdir, workdir_lib.config_name(sys.argv))
   main_process = distributed.is_main_process()
-  with tqdm(total=run.s.steps, initial=run.step, unit="step", desc="grpo",
+  with tqdm(total=run.settings.steps, initial=run.step, unit="step", desc="grpo",
             disable=not main_process) as bar:
-    def progress(step, m):
+    def progress(step, metrics):
       bar.update(1)
-      bar.set_postfix(reward=f"{m.rewards.total:.3f}", kl=f"{m.signal.kl:.4f}")
+      bar.set_postfix(reward=f"{metrics.rewards.total:.3f}", kl=f"{metrics.signal.kl:.4f}")
     run.run(progress)
   writer.close()
   ckpt.close()

@@ -8,7 +8,7 @@ checkpoint batched on the engine, a training run's step, or an
 OpenAI-compatible endpoint; greedy, the task's stop strings), parsed as the
 harness does; the pedagogical tasks' replies and human teacher turns are
 scored by Ped-RM; every reply is also checked by paper 002's BVR rules
-(pedrl.mathtutorbench.constraints: bvr per task in results.json, BVR and
+(pedrl.mathtutorbench_rules.constraints: bvr per task in results.json, BVR and
 BVR† in the printed table). Examples run in batches sharded like the evaluation job's
 (`--config.eval.shard=I --config.eval.num_shards=N`, pedrl.jobs.sharded):
 each batch's records are written as it ends, a rerun resumes after the last
@@ -36,7 +36,7 @@ from absl import app, logging
 
 from pedrl import distributed
 from pedrl.eval import pedrm as pedrm_lib
-from pedrl.eval.mathtutorbench import results as results_lib, runner, tasks
+from pedrl.eval.mathtutorbench_harness import results as results_lib, runner, tasks
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.eval.records import BenchRecord
 from pedrl.eval.settings import BenchSettings, PedRMSettings

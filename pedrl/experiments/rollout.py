@@ -36,7 +36,7 @@ from pedrl import distributed, files, stopping
 from pedrl.env import dialogue, rollout, solving
 from pedrl.env.problems import LoadReport
 from pedrl.rewards import assemble
-from pedrl.jobs import metrics as metrics_lib, workdir as workdir_lib
+from pedrl.jobs import metric_log, workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
 from pedrl.jobs.exits import define_flags, exit_on_signal, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
@@ -45,7 +45,7 @@ from pedrl.jobs.reward_factory import api_backends, build_rewards
 define_flags("experiments/rollout.py:tiny", "Output directory.")
 
 
-def resume(workdir: str, group_size: int, writer: metrics_lib.MetricsWriter) -> tuple[list, list]:
+def resume(workdir: str, group_size: int, writer: metric_log.MetricsWriter) -> tuple[list, list]:
   """(dialogues, metric rows) of the batches complete in `workdir`: a rerun skips them.
 
   Each batch writes its metrics row (step = batch number), then its dialogues,
@@ -144,7 +144,7 @@ def main(c: ml_collections.ConfigDict, workdir: str) -> None:
     workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
     workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
-  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  writer = metric_log.MetricsWriter(workdir, active=main_process)
   mesh = s.mesh.make()
   seed, group_size = s.job.seed, s.job.group_size
   rows, report = load_problems(s.problems, seed)

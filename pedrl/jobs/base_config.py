@@ -93,7 +93,7 @@ def bench_config(tiny: bool, **tutor_sampling: Any) -> ml_collections.ConfigDict
   the harness's settings, the model under test or backbone with `tutor_sampling`
   (temperature, top_p, max_new_tokens), shards and Ped-RM; `tiny` points them at the
   testdata tutor and classifier and pedrl's own tiny benchmark, prompts cut to the tiny
-  context. A paper run names the official files (pedrl.eval.mathtutorbench.tasks.SOURCES):
+  context. A paper run names the official files (pedrl.eval.mathtutorbench_harness.tasks.SOURCES):
   --config.benchmark_dir, a MathTutorBench checkout; --config.data_dir, its data laid out
   as testdata/mathtutorbench."""
   c = settings.section(settings.JobSettings, eval_settings.BenchSettings)

@@ -15,7 +15,7 @@ from pedrl.clients import openai_compat
 from pedrl.env import problems as problems_lib
 from pedrl.env.dialogue import RecordError
 from pedrl.eval import pedrm, shards
-from pedrl.eval.mathtutorbench import tasks as mtb_tasks
+from pedrl.eval.mathtutorbench_harness import tasks as mtb_tasks
 from pedrl.jobs.workdir import WorkdirError
 from pedrl.rewards import judging, oracle as oracle_lib
 from pedrl.rl import loop

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from pedrl import distributed
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party as party_lib
-from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import metric_log, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.exits import exit_on_signal
 from pedrl.rl import checkpoint, loop, update as update_lib
@@ -157,12 +157,12 @@ class OfflineTrainer(loop.Loop):
   def data_meta(self) -> dict:
     # epochs and steps fix the run's length, so its learning-rate schedule (cosine decay
     # and warm-up over every update): a resume with others would jump along it.
-    return {"seed": self.seed, "batch": self.s.batch, "data": self.data_id,
-            "epochs": self.s.epochs, "steps": self.s.steps}
+    return {"seed": self.seed, "batch": self.settings.batch, "data": self.data_id,
+            "epochs": self.settings.epochs, "steps": self.settings.steps}
 
   def train_step(self) -> StepResult:
     t0 = time.perf_counter()
-    chosen = loop.items_for_step(self.items, self.step, self.s.batch, self.seed,
+    chosen = loop.items_for_step(self.items, self.step, self.settings.batch, self.seed,
                                  self.positions)
     batch = self.method.batch(self, [item for _, item in chosen])
     t1 = time.perf_counter()
@@ -179,7 +179,7 @@ class OfflineTrainer(loop.Loop):
 
 
 def build(c: ml_collections.ConfigDict, method: Method, workdir: str,
-          config_name: str = "?") -> tuple[OfflineTrainer, metrics_lib.MetricsWriter,
+          config_name: str = "?") -> tuple[OfflineTrainer, metric_log.MetricsWriter,
                                            checkpoint.Checkpoints]:
   """(OfflineTrainer, writer, checkpoints) for config `c`, restored from `workdir` if it
   has a checkpoint. The config, paths, workdir and data are checked before the model loads."""
@@ -208,7 +208,7 @@ def build(c: ml_collections.ConfigDict, method: Method, workdir: str,
   if t.warmup_fraction:
     o = dataclasses.replace(o, warmup_steps=round(t.warmup_fraction * steps))
   ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
-  writer = metrics_lib.MetricsWriter(workdir, active=main_process)
+  writer = metric_log.MetricsWriter(workdir, active=main_process)
   trainer = OfflineTrainer(t, method, run.objective, tutor, items,
                            file_id(os.path.join(data_dir, method.data_file), len(items)),
                            o.optimizer(steps), ckpt, writer, o.schedule(steps),
@@ -223,7 +223,7 @@ def build(c: ml_collections.ConfigDict, method: Method, workdir: str,
   return trainer, writer, ckpt
 
 
-def train(trainer: OfflineTrainer, writer: metrics_lib.MetricsWriter,
+def train(trainer: OfflineTrainer, writer: metric_log.MetricsWriter,
           ckpt: checkpoint.Checkpoints, workdir: str) -> None:
   """Runs a built trainer (`build`) to its last step with a progress bar of the method's
   shown metrics, then prints them and the results: how both offline jobs end."""

@@ -10,7 +10,7 @@ from absl import app, logging
 
 from pedrl import distributed, sharding
 from pedrl.env import chat
-from pedrl.jobs import metrics as metrics_lib, settings as settings_lib, trained_on
+from pedrl.jobs import metric_log, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.jobs.checks import check_paths, read_settings
 from pedrl.jobs.loading import load_party, load_problems, solver_party
@@ -19,25 +19,25 @@ from pedrl.rl import checkpoint, trainer
 from pedrl.tokenizer import load_tokenizer
 
 
-def check_config(s, mesh):
+def check_config(settings, mesh):
   """Errors a run should meet before any compute."""
-  check_paths(s)
-  _check_history_thinking(s)
-  rows = s.job.batch_problems * s.job.group_size
+  check_paths(settings)
+  _check_history_thinking(settings)
+  rows = settings.job.batch_problems * settings.job.group_size
   shards = sharding.batch_shards(mesh)
   if rows % shards:
     raise app.UsageError(f"batch_problems × group_size = {rows} dialogues do not split over the "
                          f"mesh's {shards} batch shards")
 
 
-def _check_history_thinking(s):
+def _check_history_thinking(settings):
   """GRPO trains one token sequence per dialogue, its sampled thinking included: a view
   that leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn
   from another sequence. Read from the tutor's tokenizer, before the models load."""
-  mode = s.rollout.tutor_history_thinking
+  mode = settings.rollout.tutor_history_thinking
   if mode == "keep":
     return
-  fmt = chat.ChatFormat(load_tokenizer(s.tutor.path, require_chat_template=True))
+  fmt = chat.ChatFormat(load_tokenizer(settings.tutor.path, require_chat_template=True))
   if mode == "drop" or fmt.drops_history_thinking():
     raise app.UsageError(
         f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would leave its "
@@ -45,44 +45,43 @@ def _check_history_thinking(s):
         "dialogue with every turn's thinking in it; set it to keep")
 
 
-def build(c, workdir: str, config_name: str = "?"):
-  """(Trainer, writer, checkpoints) for config `c`, restored from `workdir` if it has a checkpoint.
+def build(config, workdir: str, config_name: str = "?"):
+  """(Trainer, writer, checkpoints) for `config`, restored from `workdir` if it has a checkpoint.
 
   Everything that can be checked without the models is checked first (config
   values, paths, the workdir's owner, the problems, the API endpoints)."""
-  s = read_settings(c, settings_lib.TrainingSettings)
-  t, job = s.train, s.job
-  mesh = s.mesh.make()
-  check_config(s, mesh)
-  changed = workdir_lib.guard(workdir, "train", c, config_name)
-  workdir_lib.claim(workdir, s, "train", config_name, distributed.is_main_process())
+  settings = read_settings(config, settings_lib.TrainingSettings)
+  train, job = settings.train, settings.job
+  mesh = settings.mesh.make()
+  check_config(settings, mesh)
+  changed = workdir_lib.guard(workdir, "train", config, config_name)
+  workdir_lib.claim(workdir, settings, "train", config_name, distributed.is_main_process())
   if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "train", c, config_name, changed, claimed=True)
-  problems, _ = load_problems(s.problems, job.seed)
+    workdir_lib.record_start(workdir, "train", config, config_name, changed, claimed=True)
+  problems, _ = load_problems(settings.problems, job.seed)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
-    trained_on.record(workdir, problems, s.problems.path)
-  apis = api_backends(s)
-  ckpt = checkpoint.Checkpoints(workdir, keep=t.keep)
+    trained_on.record(workdir, problems, settings.problems.path)
+  apis = api_backends(settings)
+  ckpt = checkpoint.Checkpoints(workdir, keep=train.keep)
   # The trained tutor's weights are float32 whatever the checkpoint stores: at the papers'
   # learning rates, AdamW updates vanish in bfloat16 weights.
-  tutor = load_party(s.tutor, mesh, job.scan_layers, {"enable_thinking": s.rollout.thinking},
-                     **t.tutor_runtime())
-  student = load_party(s.student, mesh, job.scan_layers)
-  rewards = build_rewards(s, student, solver_party(student, s.solve), mesh, apis)
+  tutor = load_party(settings.tutor, mesh, job.scan_layers,
+                     {"enable_thinking": settings.rollout.thinking}, **train.tutor_runtime())
+  student = load_party(settings.student, mesh, job.scan_layers)
+  rewards = build_rewards(settings, student, solver_party(student, settings.solve), mesh, apis)
   rows = job.batch_problems * job.group_size
-  updates = t.steps * t.passes * -(-rows // (t.mini_batch or rows))
-  writer = metrics_lib.MetricsWriter(workdir, active=distributed.is_main_process(),
-                                     dialogues=True)
-  o = s.optimizer
-  run = trainer.Trainer(t, s.grpo, tutor, student, s.rollout, rewards, problems,
-                        o.optimizer(updates), workdir, ckpt, writer,
+  updates = train.steps * train.passes * -(-rows // (train.mini_batch or rows))
+  writer = metric_log.MetricsWriter(workdir, active=distributed.is_main_process(),
+                                    dialogues=True)
+  run = trainer.Trainer(train, settings.grpo, tutor, student, settings.rollout, rewards, problems,
+                        settings.optimizer.optimizer(updates), workdir, ckpt, writer,
                         checkpoint.model_fingerprint(tutor.sampler.cfg),
-                        o.schedule(updates), seed=job.seed,
+                        settings.optimizer.schedule(updates), seed=job.seed,
                         batch_problems=job.batch_problems, group_size=job.group_size)
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():
-    workdir_lib.write_config(workdir, c)
-  logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), t.steps,
+    workdir_lib.write_config(workdir, config)
+  logging.info("%d problems; %d steps of %d×%d dialogues", len(problems), train.steps,
                job.batch_problems, job.group_size)
   return run, writer, ckpt

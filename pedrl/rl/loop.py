@@ -94,7 +94,7 @@ class Loop:
   def __init__(self, settings: LoopSettings, objective: objective_lib.Objective, tutor,
                optimizer, checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
                seed: int) -> None:
-    self.s, self.objective, self.tutor, self.seed = settings, objective, tutor, seed
+    self.settings, self.objective, self.tutor, self.seed = settings, objective, tutor, seed
     self.optimizer, self.ckpt, self.writer = optimizer, checkpoints, writer
     # The optax schedule `optimizer` was built with (applied updates -> lr), for the
     # metrics' `lr`; None: no `lr` column.
@@ -196,8 +196,8 @@ class Loop:
         if bad:
           logging.warning("step %d: %d updates skipped, non-finite %s (%d of max_bad_steps=%d "
                           "in a row)", self.step, metrics.skipped_updates, values, bad,
-                          self.s.max_bad_steps)
-        if bad >= self.s.max_bad_steps:
+                          self.settings.max_bad_steps)
+        if bad >= self.settings.max_bad_steps:
           raise TrainingDiverged(
               f"training diverged: steps {self.step - bad + 1}-{self.step} all had non-finite "
               f"{', '.join(metrics.skipped_values)} (last: {values}); their updates were "
@@ -207,7 +207,8 @@ class Loop:
         stop = distributed.any_process(signals.requested is not None)
         # No periodic save inside a run of skipped updates: with `keep`, such checkpoints
         # could push out the last one before the trouble began.
-        if (self.step % self.s.save_every == 0 and not bad) or self.step == self.steps or stop:
+        if ((self.step % self.settings.save_every == 0 and not bad) or self.step == self.steps
+            or stop):
           self.save()
         if progress is not None:
           progress(self.step, metrics)

@@ -12,7 +12,7 @@ An objective is a frozen dataclass of its settings (hashable: a static
 argument of the compiled step). Its batch is a typed pytree of [N, ...] host
 arrays (`Batch`): a row is a dialogue (GRPO, SFT) or a preference pair (DPO);
 filler rows added to fill a micro-batch carry no loss. Its metrics are a typed
-pytree of scalars (`Metrics`, a flax.struct dataclass) made inside the compiled
+pytree of scalars (`LossStats`, a flax.struct dataclass) made inside the compiled
 step; the update returns them in `pedrl.rl.update.UpdateMetrics`. Between its
 own `loss` and `metrics` an objective passes named partial sums (a dict: the
 scan adds them up whatever they are); nothing outside the objective reads them.
@@ -44,8 +44,8 @@ class Batch(Protocol):
     """`rows` rows: the batch, then filler rows that carry no loss."""
 
 
-class Metrics(Protocol):
-  """An objective's metrics of one update (GRPOMetrics, SFTMetrics, DPOMetrics)."""
+class LossStats(Protocol):
+  """What an objective's loss measured in one update (GRPOMetrics, SFTMetrics, DPOMetrics)."""
   loss: jax.Array  # The mini-batch loss.
 
   def guarded(self) -> dict[str, jax.Array]:
@@ -69,10 +69,10 @@ class Objective(Protocol):
     """(this micro-batch's share of the mini-batch loss, {name: sum}): the sums add up
     over micro-batches into what `metrics` reads."""
 
-  def metrics(self, sums: dict[str, jax.Array]) -> Metrics:
+  def metrics(self, sums: dict[str, jax.Array]) -> LossStats:
     """The update's metrics from the summed `sums` (their "loss": the mini-batch loss)."""
 
 
-def fields_row(metrics: Metrics) -> dict[str, float]:
+def fields_row(metrics: LossStats) -> dict[str, float]:
   """A metrics dataclass as a row, each field under its own name."""
   return {f.name: float(getattr(metrics, f.name)) for f in dataclasses.fields(metrics)}

@@ -113,8 +113,8 @@ class StepMetrics:
   # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's entropy
   # at the sampling temperature (the full distribution is never materialised).
   entropy: float
-  tutor_tokens_mean: float
-  turns_mean: float
+  mean_tutor_tokens: float
+  mean_turns: float
   dropped: int
   judges_accept_rate: float | None  # Mean r_ped of the judged dialogues (None: none).
   # The tutor's sampling rate, compilation left out (reported apart): a step that
@@ -133,8 +133,8 @@ class StepMetrics:
         "first_pass_ratio": self.first_pass_ratio,
         "sampler_trainer_logp_diff": self.signal.sampler_trainer_logp_diff,
         "advantage/mean": self.advantage_mean, "advantage/std": self.advantage_std,
-        "entropy": self.entropy, "tutor_tokens/mean": self.tutor_tokens_mean,
-        "turns/mean": self.turns_mean, "dropped": self.dropped,
+        "entropy": self.entropy, "mean_tutor_tokens": self.mean_tutor_tokens,
+        "mean_turns": self.mean_turns, "dropped": self.dropped,
         "signal/zero_spread_groups": self.signal.zero_spread_groups,
         **({"judges/accept_rate": self.judges_accept_rate}
            if self.judges_accept_rate is not None else {}),
@@ -240,8 +240,8 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       advantage_mean=float(np.mean(batch.advantages[mask])),
       advantage_std=float(np.std(batch.advantages[mask])),
       entropy=float(-np.mean(batch.old_logp[mask])),
-      tutor_tokens_mean=float(np.mean(tutor_tokens)),
-      turns_mean=float(np.mean([d.turns for d in dialogues])),
+      mean_tutor_tokens=float(np.mean(tutor_tokens)),
+      mean_turns=float(np.mean([d.turns for d in dialogues])),
       dropped=sum(d.dropped for d in dialogues),
       judges_accept_rate=float(np.mean(judged)) if judged else None,
       tokens_per_second=float(sum(tutor_tokens) / max(
@@ -300,13 +300,14 @@ class Trainer(loop.Loop):
   def batch(self, dialogues: Sequence[dialogue_lib.Dialogue]) -> batch_lib.TrainBatch:
     """The training batch: advantages, and the frozen reference's log-probs."""
     model, mesh, grpo = self.tutor.sampler.model, self.tutor.sampler.mesh, self.objective
-    advantages = dialogue_advantages(dialogues, self.group_size, self.s, self.rewards.settings)
+    advantages = dialogue_advantages(dialogues, self.group_size, self.settings,
+                                     self.rewards.settings)
     return batch_lib.build(dialogues, advantages, lambda tokens, attn: update.logprobs_in_chunks(
         model, self.ref_params, tokens, attn, grpo.temperature, grpo.micro_batch, mesh))
 
   def update(self, batch: batch_lib.TrainBatch) -> list[update.UpdateMetrics]:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
-    return super().update(batch, self.s.passes, self.s.mini_batch)
+    return super().update(batch, self.settings.passes, self.settings.mini_batch)
 
   def train_step(self) -> StepResult:
     """One step: collect → batch (advantages, reference) → update → metrics."""
@@ -323,11 +324,11 @@ class Trainer(loop.Loop):
     """The step's metrics row, signal warnings, sample dialogues and dialogue records."""
     self.writer.write(self.step, out.metrics.to_row())
     self.signal_warnings(self.step, out.metrics.signal)
-    if self.step % self.s.samples_every == 0 or self.step == 1:
-      rows = sample_rows(len(out.dialogues), self.group_size, self.s.samples_dialogues)
+    if self.step % self.settings.samples_every == 0 or self.step == 1:
+      rows = sample_rows(len(out.dialogues), self.group_size, self.settings.samples_dialogues)
       self.writer.samples(self.step, [out.dialogues[i] for i in rows],
                           [out.advantages[i] for i in rows], self.rewards.settings)
-    every = self.s.dialogues_every
+    every = self.settings.dialogues_every
     if every and (self.step % every == 0 or self.step == 1):
       self.writer.dialogues(out.dialogues)
 

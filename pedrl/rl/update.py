@@ -94,7 +94,7 @@ class UpdateMetrics:
   """What one optimizer step reports (`train_step`): the objective's metrics, the
   gradient's norm, whether the update was skipped (a non-finite loss, guarded metric or
   gradient: params and optimizer state unchanged) and whether the params are finite."""
-  objective: objective_lib.Metrics
+  objective: objective_lib.LossStats
   grad_norm: jax.Array
   skipped: jax.Array  # bool
   params_finite: jax.Array  # bool

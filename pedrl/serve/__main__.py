@@ -96,7 +96,7 @@ def main(argv: list[str]) -> None:
     cli.fail(str(e))
   # The HTTP side first, without JAX: the port answers (/health: loading) at once.
   try:
-    from pedrl.serve import app as app_lib, metrics as metrics_lib, startup as startup_lib
+    from pedrl.serve import app as app_lib, prometheus, startup as startup_lib
   except ImportError as e:  # FastAPI, uvicorn, prometheus_client are an extra.
     sock.close()
     cli.fail(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'")
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
   settings = app_lib.ServeSettings(served_name=name, api_key=key, max_tokens=f.max_tokens,
                                    reasoning=f.reasoning, max_body=int(f.max_body_mb * (1 << 20)),
                                    access_log=f.access_log)
-  metrics, startup = metrics_lib.Metrics(), startup_lib.Startup(wait_s=f.loading_wait_s)
+  metrics, startup = prometheus.Metrics(), startup_lib.Startup(wait_s=f.loading_wait_s)
   api = app_lib.make_app(startup, settings, metrics)
   url = sockets.url_of(sock)
 

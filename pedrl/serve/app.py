@@ -41,10 +41,10 @@ from starlette.exceptions import HTTPException
 
 from pedrl import fields
 from pedrl.env import chat as chat_lib
-from pedrl.serve import protocol
-from pedrl.serve.metrics import Metrics
+from pedrl.serve import openai_types
+from pedrl.serve.prometheus import Metrics
 from pedrl.serve.middleware import Gate
-from pedrl.serve.protocol import APIError
+from pedrl.serve.openai_types import APIError
 from pedrl.serve.sequences import Job, Sequence
 from pedrl.serve.startup import Served, Startup
 
@@ -234,7 +234,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
                                        | ({"max_model_len": context} if context else {})]}
 
   @app.post("/v1/completions")
-  async def completions(req: protocol.CompletionRequest, request: fastapi.Request):
+  async def completions(req: openai_types.CompletionRequest, request: fastapi.Request):
     check_model(req.model)
     if req.max_tokens == 0 and not req.echo:
       raise APIError(400, "max_tokens=0 needs echo=true", param="max_tokens")
@@ -268,7 +268,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
         model=settings.served_name, choices=choices, usage=_usage(sequences)).model_dump()
 
   @app.post("/v1/chat/completions")
-  async def chat_completions(req: protocol.ChatCompletionRequest, request: fastapi.Request):
+  async def chat_completions(req: openai_types.ChatCompletionRequest, request: fastapi.Request):
     check_model(req.model)
     m = await model(True, "chat completions")
     generator = m.backend
@@ -299,7 +299,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
         usage=_usage(sequences)).model_dump(exclude_none=True)
 
   @app.post("/v1/embeddings")
-  async def embeddings(req: protocol.EmbeddingRequest):
+  async def embeddings(req: openai_types.EmbeddingRequest):
     check_model(req.model)
     m = await model(False, "embeddings")
     vectors, used = await m.backend.embed(req.input)
@@ -312,7 +312,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
         usage={"prompt_tokens": used, "total_tokens": used}).model_dump(warnings=False)
 
   @app.post("/tokenize")
-  async def tokenize(req: protocol.TokenizeRequest):
+  async def tokenize(req: openai_types.TokenizeRequest):
     check_model(req.model)
     m = await startup.model()
     if req.messages is not None:
@@ -325,7 +325,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     return {"count": len(ids), "max_model_len": m.context, "tokens": list(ids)}
 
   @app.post("/detokenize")
-  async def detokenize(req: protocol.DetokenizeRequest):
+  async def detokenize(req: openai_types.DetokenizeRequest):
     check_model(req.model)
     m = await startup.model()
     check_ids(m, [req.tokens or [0]], "tokens")

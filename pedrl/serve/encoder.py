@@ -13,7 +13,7 @@ import numpy as np
 
 from pedrl.engine.shapes import LENGTH_BUCKETS
 from pedrl.rewards.embedding import Embedder
-from pedrl.serve.protocol import APIError
+from pedrl.serve.openai_types import APIError
 
 MAX_INPUTS = 2048  # Texts per request, as OpenAI's API allows.
 BATCH = 16  # Texts per encoder call: the row buckets warmed up are 8 and 16.

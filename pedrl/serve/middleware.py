@@ -19,8 +19,8 @@ import time
 import starlette.types
 from absl import logging
 
-from pedrl.serve.metrics import Metrics
-from pedrl.serve.protocol import APIError
+from pedrl.serve.prometheus import Metrics
+from pedrl.serve.openai_types import APIError
 
 OPEN_PATHS = ("/health",)
 

@@ -30,7 +30,7 @@ from absl import logging
 import numpy as np
 
 from pedrl.engine import scoring, slots as slots_lib, stops as stops_lib
-from pedrl.serve.metrics import Metrics
+from pedrl.serve.prometheus import Metrics
 from pedrl.serve.sequences import Job, Sequence  # noqa: F401 (also imported from here)
 
 SCORE_ROWS = 4  # Rows per log-prob call: one compiled program per length bucket.

@@ -19,9 +19,9 @@ try:
   from pedrl.serve import app as app_lib
 except ImportError as e:  # FastAPI is an extra.
   raise ImportError(f"pedrl.serve needs {e.name}: pip install 'pedrl[serve]'") from e
-from pedrl.serve import metrics as metrics_lib, middleware
+from pedrl.serve import middleware, prometheus
 from pedrl.serve.encoder import Encoder
-from pedrl.serve.metrics import Metrics
+from pedrl.serve.prometheus import Metrics
 from pedrl.serve.scheduler import Engine, Scheduler
 from pedrl.serve.sockets import serve, start  # noqa: F401 (run an app; also from here)
 from pedrl.serve.startup import Served, Startup
@@ -58,7 +58,7 @@ def load(model_dir: str | None = None, workdir: str | None = None, step: int | N
   `progress(done, total, what)` follows the warm-up; `startup` learns the context and
   the warm-up's progress as they come."""
   options, metrics = options or Options(), metrics or Metrics()
-  metrics_lib.listen()
+  prometheus.listen()
   start = time.perf_counter()
   runtime = {"dtype": dtype} if dtype else {}
 
@@ -105,7 +105,7 @@ def load(model_dir: str | None = None, workdir: str | None = None, step: int | N
     backend = Scheduler(engine, options.max_queue, options.prefix_caching, metrics)
     served = Served(backend, tokenizer, chat, generates=True, context=engine.context,
                     vocab=model.cfg.vocab_size)
-  metrics.warm_at = metrics_lib.programs_compiled()
+  metrics.warm_at = prometheus.programs_compiled()
   return served
 
 

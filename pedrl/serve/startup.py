@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX
 
 from absl import logging
 
-from pedrl.serve.protocol import APIError
+from pedrl.serve.openai_types import APIError
 
 LOADING, READY, FAILED = "loading", "ready", "failed"
 RETRY_AFTER_S = 5  # What a client told to come back while the model loads waits.

@@ -36,7 +36,7 @@ from absl import app, flags
 
 from pedrl import cli, paths as paths_lib
 from pedrl.env import dialogue as dialogue_lib
-from pedrl.jobs import workdir as workdir_lib
+from pedrl.jobs import metric_log, workdir as workdir_lib
 from pedrl.figures import colors as run_colors, pyplot, save_png, style_panel, whiskers
 
 TRAIN, ROLLOUT, EVAL = "training", "rollout", "evaluation"
@@ -51,7 +51,7 @@ THEMES = (
     ("training", None,
      ("loss", "kl", "entropy", "lr", "grad_norm", "clip_fraction", "advantage/mean",
       "sampler_trainer_logp_diff", "first_pass_ratio", "skipped_updates")),
-    ("dialogues", lambda k: k in ("turns/mean", "tutor_tokens/mean", "dropped"), ()),
+    ("dialogues", lambda k: k in ("mean_turns", "mean_tutor_tokens", "dropped"), ()),
     ("pipeline", lambda k: k.startswith("pipeline/"), ()),
     ("time", lambda k: k == "time" or k.startswith("seconds/") or k == "tokens_per_second",
      ("time",)),
@@ -116,8 +116,8 @@ def load(workdir: str) -> Run:
   run = Run(workdir, kind(workdir))
   if run.kind == TRAIN:
     path = os.path.join(workdir, "metrics.jsonl")
-    run.rows = sorted((r for r in _rows(path) if isinstance(r, dict) and "step" in r),
-                      key=lambda r: r["step"])
+    run.rows = sorted((metric_log.renamed(r) for r in _rows(path)
+                       if isinstance(r, dict) and "step" in r), key=lambda r: r["step"])
     if not run.rows:
       raise PlotError(f"{path}: no steps yet" if os.path.exists(path) else
                       f"{workdir}: a training workdir without metrics.jsonl (no step finished)")
@@ -324,7 +324,7 @@ def eval_metrics(m: dict) -> dict:
       whole = len(ci) == 2 and all(_number(x) is not None for x in ci)
       out[k] = (float(v), tuple(ci) if whole else None)
   if isinstance(tasks := m.get("tasks"), dict):
-    from pedrl.eval.mathtutorbench import results  # Slow to import: only for its runs.
+    from pedrl.eval.mathtutorbench_harness import results  # Slow to import: only for its runs.
     for task, metric, _ in results.COLUMNS:
       if (v := _number((tasks.get(task) or {}).get(metric))) is not None:
         out[f"{task}/{metric}"] = (v, None)

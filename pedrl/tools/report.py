@@ -26,7 +26,7 @@ from absl import app, flags, logging
 
 from pedrl import cli, files, paths
 from pedrl.eval import protocol as protocol_lib, shards
-from pedrl.eval.mathtutorbench import results as bench_results
+from pedrl.eval.mathtutorbench_harness import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
 from pedrl.jobs import workdir as workdir_lib
 from pedrl.figures import pyplot, whiskers

@@ -54,7 +54,7 @@ from pedrl.agents.cpa import contracts
 from pedrl.agents.cpa.state import (Candidate, Candidates, Check, Evaluation, Memory, Reply,
                                     Simulation, Solution, Step, StepCheck, StepOutput,
                                     StepRecord, TaskState, Template, Trace)
-from pedrl.mathtutorbench import constraints
+from pedrl.mathtutorbench_rules import constraints
 from pedrl.rewards import asking
 # Re-exported: defined there, importable without JAX.
 from pedrl.agents.settings import ANSWER_SOURCES, CPASettings, ABLATIONS

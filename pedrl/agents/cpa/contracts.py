@@ -3,7 +3,7 @@
 A contract names the deliverable and the constraints that the agent compiles
 into Γ_t = <goal, constraints> (eq. 7) when M1 gives none (no M1, or its reply
 unread), and that the monitor checks deterministically on the deliverable
-step: the rules of pedrl.mathtutorbench.constraints (the rules BVR
+step: the rules of pedrl.mathtutorbench_rules.constraints (the rules BVR
 counts), with one difference: the agent never sees the reference solution (no
 tutoring prompt shows it), so "states_answer" is judged against the answer the
 agent derived itself (CPA's solve stage) or not at all, where BVR reads the
@@ -29,7 +29,7 @@ fallback).
 import dataclasses
 import re
 
-from pedrl.mathtutorbench import constraints, names, scoring
+from pedrl.mathtutorbench_rules import constraints, names, scoring
 
 
 @dataclasses.dataclass(frozen=True)

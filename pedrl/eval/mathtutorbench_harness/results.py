@@ -3,7 +3,7 @@
 Per task: the harness's metrics over its examples in the harness's order, for
 the four pedagogical tasks the Ped-RM win rate from the scores each record
 carries, and beside them paper 002's benchmark violation rate (BVR: the share of
-replies that break a rule of pedrl.mathtutorbench.constraints, the checker
+replies that break a rule of pedrl.mathtutorbench_rules.constraints, the checker
 of CPA's table 3) with the replies per rule broken, for every tutor alike: a
 local model, a trained tutor, an endpoint or an agent. Written into the workdir
 as the harness and its reward-model script lay them out:
@@ -20,9 +20,9 @@ from typing import Any
 
 from pedrl import files
 from pedrl.eval.counts import Counts
-from pedrl.eval.mathtutorbench import tasks, win_rate
+from pedrl.eval.mathtutorbench_harness import tasks, win_rate
 from pedrl.eval.records import BenchRecord
-from pedrl.mathtutorbench import constraints, scoring
+from pedrl.mathtutorbench_rules import constraints, scoring
 
 # The leaderboard's nine columns: (task, metric, title).
 COLUMNS = (("problem_solving", "accuracy_strict-match", "Problem solving"),

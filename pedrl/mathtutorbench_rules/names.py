@@ -1,5 +1,5 @@
 """The benchmark's task names: what the constraint rules and an agent's contracts
-need of MathTutorBench without its task files (pedrl.eval.mathtutorbench.tasks)."""
+need of MathTutorBench without its task files (pedrl.eval.mathtutorbench_harness.tasks)."""
 
 # Task name -> (task file, data kind): the nine tasks of the leaderboard.
 TASKS = {

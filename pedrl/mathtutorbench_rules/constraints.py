@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 import dataclasses
 import re
 
-from pedrl.mathtutorbench import names as tasks, scoring
+from pedrl.mathtutorbench_rules import names as tasks, scoring
 
 RULES = ("empty", "states_answer", "several_questions", "too_long", "unparsable")
 

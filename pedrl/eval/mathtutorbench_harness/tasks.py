@@ -38,8 +38,8 @@ import jinja2
 
 from pedrl.env import sources
 from pedrl.env.sources import DataError
-# The names live below the agents (pedrl.mathtutorbench); the task files are read by them.
-from pedrl.mathtutorbench.names import PEDAGOGICAL, TASKS, TaskError  # noqa: F401
+# The names live below the agents (pedrl.mathtutorbench_rules); the task files are read by them.
+from pedrl.mathtutorbench_rules.names import PEDAGOGICAL, TASKS, TaskError  # noqa: F401
 
 _KEYS = ("name", "system_prompt", "stop")
 

@@ -17,6 +17,14 @@ from pedrl.jobs import samples as samples_lib
 from pedrl.rewards import assemble
 
 NOT_SCALARS = ("step", "time")  # Row entries that are no TensorBoard scalar.
+# Metric names earlier pedrl wrote -> today's (one spelling per measure, as summary.json and
+# metrics.json spell it): a reader of metrics.jsonl passes its rows through `renamed`.
+RENAMED = {"turns/mean": "mean_turns", "tutor_tokens/mean": "mean_tutor_tokens"}
+
+
+def renamed(row: dict) -> dict:
+  """A metrics.jsonl row under today's names (RENAMED); a row of today's pedrl as it is."""
+  return {RENAMED.get(k, k): v for k, v in row.items()}
 
 
 class MetricsWriter:
@@ -38,12 +46,12 @@ class MetricsWriter:
     self.tb = None
 
   def rows(self) -> list[dict]:
-    """The rows of metrics.jsonl (a line cut by a crash removed)."""
+    """The rows of metrics.jsonl under today's names (a line cut by a crash removed)."""
     rows = files.read_rows(self.path, dialogue_lib.RecordError)
     for n, row in enumerate(rows, 1):
       if not isinstance(row, dict) or "step" not in row:
         raise dialogue_lib.RecordError(f"{self.path}, row {n}: not a metrics row (no 'step')")
-    return rows
+    return [renamed(row) for row in rows]
 
   def resume(self, step: int) -> None:
     """Starts writing after `step`: later rows, events, samples (and dialogue records) are

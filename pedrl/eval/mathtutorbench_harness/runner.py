@@ -12,7 +12,7 @@ tasks' not their labels. `answer` turns one batch of a task's
 examples into BenchRecords: the rendered prompts, the policy's replies as the
 harness keeps them, the harness's parse and, for the pedagogical tasks, the
 Ped-RM scores of the reply and of the human teacher's turn. The metrics are
-computed from the records (pedrl.eval.mathtutorbench.results), so shards and
+computed from the records (pedrl.eval.mathtutorbench_harness.results), so shards and
 reruns need nothing else.
 """
 
@@ -26,8 +26,8 @@ from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
 from pedrl.eval import pedrm, records as records_lib
-from pedrl.eval.mathtutorbench import tasks, win_rate
-from pedrl.mathtutorbench import scoring
+from pedrl.eval.mathtutorbench_harness import tasks, win_rate
+from pedrl.mathtutorbench_rules import scoring
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import MODES, BenchSettings
 
