@@ -64,7 +64,7 @@ class RolloutStats:
   calls: list = dataclasses.field(default_factory=list)  # Call per sampling call.
   cache_slots: dict = dataclasses.field(default_factory=dict)  # Side -> its largest cache's slots.
 
-  def add_seconds(self, side: str, seconds: float):
+  def add_seconds(self, side: str, seconds: float) -> None:
     """Time a side spent on its turns, to its own field (TUTOR or STUDENT)."""
     if side == TUTOR:
       self.tutor_seconds += seconds

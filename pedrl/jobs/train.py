@@ -7,6 +7,8 @@ the workdir's owner, the problems, the API endpoints), then loads the parties
 and restores the last checkpoint, if any.
 """
 from absl import app, logging
+import jax
+import ml_collections
 
 from pedrl import distributed, sharding
 from pedrl.env import chat
@@ -19,7 +21,7 @@ from pedrl.rl import checkpoint, trainer
 from pedrl.tokenizer import load_tokenizer
 
 
-def check_config(settings, mesh):
+def check_config(settings: settings_lib.TrainingSettings, mesh: jax.sharding.Mesh) -> None:
   """Errors a run should meet before any compute."""
   check_paths(settings)
   _check_history_thinking(settings)
@@ -30,7 +32,7 @@ def check_config(settings, mesh):
                          f"mesh's {shards} batch shards")
 
 
-def _check_history_thinking(settings):
+def _check_history_thinking(settings: settings_lib.TrainingSettings) -> None:
   """GRPO trains one token sequence per dialogue, its sampled thinking included: a view
   that leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn
   from another sequence. Read from the tutor's tokenizer, before the models load."""
@@ -45,7 +47,8 @@ def _check_history_thinking(settings):
         "dialogue with every turn's thinking in it; set it to keep")
 
 
-def build(config, workdir: str, config_name: str = "?"):
+def build(config: ml_collections.ConfigDict, workdir: str, config_name: str = "?"
+          ) -> tuple[trainer.Trainer, metric_log.MetricsWriter, checkpoint.Checkpoints]:
   """(Trainer, writer, checkpoints) for `config`, restored from `workdir` if it has a checkpoint.
 
   Everything that can be checked without the models is checked first (config
