@@ -12,8 +12,8 @@ from pedrl.env import party
 from pedrl.eval.mathtutorbench import runner, tasks
 
 # pedrl's tiny benchmark in MathTutorBench's format (testdata/make_mathtutorbench.py).
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata",
-                    "mathtutorbench")
+DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "testdata",
+                                    "mathtutorbench"))
 
 
 @pytest.fixture(scope="module")

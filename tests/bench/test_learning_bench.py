@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.bench import learning
 from pedrl.tools import import_gguf
 

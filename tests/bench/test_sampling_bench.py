@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import jobs
+from tests.helpers import jobs
 
 
 def _bench(tmp_path, *flags):

@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-import jobs
-import reference
+from tests.helpers import jobs, reference
 from pedrl import models
 from pedrl.bench import roofline, train_step
 from pedrl.models import architectures, costs

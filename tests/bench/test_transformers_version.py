@@ -8,10 +8,10 @@ import torch
 import transformers
 from packaging.version import Version
 
-import reference
+from tests.helpers import reference
 from pedrl.bench import rollout as bench
 
-SETUP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")
+SETUP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "setup.py"))
 
 
 def test_the_installed_transformers_meets_the_floor_of_setup_py():

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import reference
+from tests.helpers import reference
 from pedrl import models, sharding
 from pedrl.engine import Sampler, SamplingParams, Scorer, sampling, sequence_keys, sequence_logprobs
 from pedrl.tokenizer import load_tokenizer

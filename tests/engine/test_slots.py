@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import pytest
 
-import reference
+from tests.helpers import reference
 from pedrl import models
 from pedrl.engine import slots
 

@@ -7,8 +7,8 @@ from pedrl.env import chat, prompts
 from pedrl.tokenizer import load_tokenizer
 
 
-# The agents' and the labellers' prompts take other variables; tests/test_cpa.py and
-# tests/test_analysis.py render every one of them.
+# The agents' and the labellers' prompts take other variables; tests/agents/test_cpa.py and
+# tests/eval/test_analysis.py render every one of them.
 @pytest.mark.parametrize("name", sorted(n for n in prompts.SOURCES
                                         if not n.startswith(("cpa/", "baselines/", "analysis/"))))
 def test_every_prompt_renders_with_its_variables(name):

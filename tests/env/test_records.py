@@ -12,7 +12,8 @@ import pytest
 from pedrl.env import dialogue
 from pedrl.env.dialogue import Dialogue, Rewards, TurnScore, Verdict
 
-V1 = os.path.join(os.path.dirname(__file__), "..", "testdata", "records", "dialogues_v1.jsonl")
+V1 = os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "records",
+                  "dialogues_v1.jsonl")
 
 
 def _raw():

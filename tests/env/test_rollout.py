@@ -273,7 +273,7 @@ def test_real_qwen_template_mask_and_thinking(shared_data, llama_tok):
 
 @pytest.mark.parametrize("thinking", [True, False])
 def test_thinking_switch_reaches_the_tutors_template(testdata, llama_tok, thinking):
-  from test_chat import QWEN3_LIKE
+  from tests.env.test_chat import QWEN3_LIKE
   tok = load_tokenizer(testdata("qwen2"))
   tok.chat_template = QWEN3_LIKE
   out, tutor_s, student_s, _ = _run(tok, llama_tok, [_problem("What is 2 + 5?")], max_turns=6,
@@ -585,7 +585,7 @@ def test_think_rows_of_paper_003_prompt_and_force_thinking(testdata):
   """`pedagogical_rl.py:tiny,lam1.5_think` on the testdata models: pedrl's thinking
   instruction is in the tutor's prompt, every tutor turn opens with <think>, and the
   template reward's tag terms score it (non-zero)."""
-  import test_variants  # The config exactly as the entry point loads it.
+  from tests.jobs import test_variants  # The config exactly as the entry point loads it.
   from pedrl.env import prompts
   from pedrl.rewards import template
   c = test_variants._config("pedagogical_rl.py:tiny,lam1.5_think")

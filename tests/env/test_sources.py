@@ -17,7 +17,7 @@ from pedrl.eval import reasoning
 tfds = pytest.importorskip("tensorflow_datasets",
                            reason="tensorflow-datasets is not installed (pip install pedrl[data])")
 
-TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata")
+TESTDATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "testdata"))
 PUBLISHED = os.path.join(TESTDATA, "problems", "bigmath_published_sample.jsonl")
 REASONING = os.path.join(TESTDATA, "reasoning")
 Text = tfds.features.Text
@@ -56,7 +56,11 @@ def _builder(name, features, splits):
 
   return type(name, (tfds.core.GeneratorBasedBuilder,), dict(
       VERSION=tfds.core.Version("1.0.0"), _info=_info, _split_generators=_split_generators,
-      _generate_examples=_generate_examples, __module__=__name__))
+      _generate_examples=_generate_examples, __module__=__name__,
+      # No code folder, so no checksums file to look for: TFDS finds a builder's folder
+      # through its top package (here `tests`), which needs the importlib_resources
+      # backport it does not install.
+      code_path=None))
 
 
 @pytest.fixture(scope="module")

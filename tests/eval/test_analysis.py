@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-import jobs
-from chat_server import ChatServer
+from tests.helpers import jobs
+from tests.helpers.chat_server import ChatServer
 from pedrl import files
 from pedrl.clients import openai_compat
 from pedrl.env import problems, prompts

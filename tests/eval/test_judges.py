@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from chat_server import ChatServer
+from tests.helpers.chat_server import ChatServer
 from pedrl.clients import openai_compat
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.party import Party

@@ -20,8 +20,7 @@ COUNTS = {"problem_solving": 1319, "socratic_questioning": 1319, "solution_corre
 
 @pytest.fixture(scope="module")
 def data(request):
-  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-                      "shared", "data")
+  root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
   if not os.path.isdir(os.path.join(root, "mathtutorbench", "configs")):
     pytest.skip("../shared/data/mathtutorbench not present")
   return root

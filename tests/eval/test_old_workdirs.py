@@ -23,7 +23,7 @@ from pedrl.env.dialogue import Rewards, Verdict
 from pedrl.eval import evaluations, protocol as protocol_lib, records as records_lib, shards
 from pedrl.eval.protocol import EvalProtocol
 
-RECORDS = os.path.join(os.path.dirname(__file__), "..", "testdata", "records")
+RECORDS = os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "records")
 
 
 @pytest.mark.parametrize("version", [2, 3])

@@ -9,7 +9,7 @@ from pedrl.env.chat import ChatFormat
 from pedrl.env.dialogue import ATTEMPTED, STUDENT, TUTOR, Dialogue, Message
 from pedrl.eval import pedrm
 
-import reference
+from tests.helpers import reference
 
 DIALOGUE = Dialogue(
     problem_id="p", problem="Ana has 3 apples and buys 4 more. How many now?", answer="7",

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.env.problems import DataError
 from pedrl.eval import reasoning, records as records_lib
 

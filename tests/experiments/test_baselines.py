@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.env import dialogue
 from pedrl.rl import offline_data
 

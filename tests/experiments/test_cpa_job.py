@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.eval import shards
 from pedrl.mathtutorbench import constraints
 from pedrl.eval.mathtutorbench import tasks

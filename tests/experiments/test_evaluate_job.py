@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import jobs
-from chat_server import ChatServer
+from tests.helpers import jobs
+from tests.helpers.chat_server import ChatServer
 from pedrl.eval import records as records_lib, shards
 
 pytestmark = pytest.mark.job  # Every test here starts a job.

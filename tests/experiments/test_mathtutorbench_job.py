@@ -10,9 +10,8 @@ import types
 import numpy as np
 import pytest
 
-import jobs
-import reference
-from chat_server import ChatServer
+from tests.helpers import jobs, reference
+from tests.helpers.chat_server import ChatServer
 from pedrl.clients import openai_compat
 from pedrl.env import chat
 from pedrl.eval import pedrm, shards

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-import jobs
+from tests.helpers import jobs
 
 pytestmark = pytest.mark.job  # Every test here starts jobs.
 

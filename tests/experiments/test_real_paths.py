@@ -10,7 +10,7 @@ import subprocess
 import openai
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.env import dialogue
 from pedrl.eval import records as records_lib
 

@@ -10,7 +10,7 @@ from absl import flags
 from ml_collections import config_flags
 import pytest
 
-from jobs import ROOT
+from tests.helpers.jobs import ROOT
 from pedrl.jobs import settings
 
 PAGE = os.path.join(ROOT, "docs", "reproduction.md")

@@ -9,11 +9,11 @@ import pytest
 
 from pedrl.env import dialogue
 from pedrl.rewards import uco
-from tests import jobs
+from tests.helpers import jobs
 
 pytestmark = pytest.mark.job  # Every test here starts a job.
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = jobs.ROOT
 GOOD = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "source": "written",
          "llama8b_solve_rate": 0.3} for i in range(1, 4)]
 

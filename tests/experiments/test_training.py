@@ -15,7 +15,8 @@ from pedrl.env.problems import Problem
 from pedrl.jobs import metrics as metrics_lib, samples
 from pedrl.rl import trainer
 
-from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics, xla_flags as _xla_flags
+from tests.helpers.jobs import (ROOT, cmd as _cmd, env as _env, metrics as _metrics,
+                                xla_flags as _xla_flags)
 
 
 def test_problem_order_is_a_function_of_seed_and_step():

@@ -110,7 +110,7 @@ def _parse(where: str, text: str) -> list[Command]:
         if (os.path.basename(segment[i]).startswith("python") and segment[i + 1] == "-m"
             and MODULE.fullmatch(segment[i + 2])):
           # A "$NAME" token is a group of flags a page defines in its shell setup
-          # (docs/reproduction.md); tests/test_reproduction.py expands and loads those.
+          # (docs/reproduction.md); tests/experiments/test_reproduction.py expands and loads those.
           args = tuple(t.strip("[]") for t in segment[i + 3:]
                        if t not in ("...", "…") and not t.startswith("$"))
           out.append(Command(where, segment[i + 2], tuple(a for a in args if a)))

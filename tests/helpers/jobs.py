@@ -3,7 +3,7 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # Every XLA:CPU program the suite compiles (in its own process, conftest; in the jobs it
 # starts, env()) is compiled without LLVM's optimizations: compiling tiny models is most of

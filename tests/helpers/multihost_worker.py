@@ -1,6 +1,7 @@
-"""One process of a 2-process CPU "pod" (2 devices each), run by test_multihost.py.
+"""One process of a 2-process CPU "pod" (2 devices each), run by tests/project/test_multihost.py
+from the repository's root:
 
-  python tests/multihost_worker.py PROCESS_ID PORT OUT.json
+  python -m tests.helpers.multihost_worker PROCESS_ID PORT OUT.json
 
 Samples, scores and takes one GRPO step on a (data=2, fsdp=2) mesh whose data
 axis spans the two processes, and exchanges an API reply from process 0;
@@ -13,7 +14,7 @@ import sys
 
 import numpy as np
 
-import jobs  # This folder, the script's: nothing heavy.
+from tests.helpers import jobs  # Nothing heavy.
 
 
 def inputs():
@@ -66,7 +67,7 @@ def main(process_id: int, port: int, out: str):
         raise RuntimeError("unexpected reply type")
       return [f"{r} from {process_id}" for r in requests] + [TimeoutError("gave up")]
 
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = jobs.ROOT
   mesh = sharding.make_mesh(data=2, fsdp=2)
   result = compute(os.path.join(root, "testdata", "models", "qwen2"), mesh)
   api = backends.MainProcessCalls(Echo() if distributed.is_main_process() else None)

@@ -7,8 +7,8 @@ import os
 from absl import flags
 import pytest
 
-import jobs
-from jobs import ROOT
+from tests.helpers import jobs
+from tests.helpers.jobs import ROOT
 from pedrl.jobs import conditions, settings
 
 

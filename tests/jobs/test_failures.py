@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
+from tests.helpers.jobs import ROOT, cmd as _cmd, env as _env, metrics as _metrics
 
 pytestmark = pytest.mark.job  # Every test here starts a job.
 

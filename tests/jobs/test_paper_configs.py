@@ -11,8 +11,8 @@ from absl import app, flags
 from ml_collections import config_flags
 import pytest
 
-import jobs
-from jobs import ROOT
+from tests.helpers import jobs
+from tests.helpers.jobs import ROOT
 from pedrl.env import problems
 from pedrl.jobs import reward_factory, settings, train
 from pedrl.rewards import oracle, template

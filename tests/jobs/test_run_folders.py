@@ -11,7 +11,7 @@ import pytest
 
 from pedrl import cli
 from pedrl.jobs import settings, workdir
-from tests import jobs
+from tests.helpers import jobs
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from pedrl.jobs import settings
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 FILES = {"uco": settings.TrainingSettings, "pedagogical_rl": settings.TrainingSettings,
          "thinking": settings.TrainingSettings, "rollout": settings.DialogueSettings}
 

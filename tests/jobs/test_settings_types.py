@@ -20,7 +20,7 @@ from pedrl.engine.distribution import SamplingParams
 from pedrl.jobs import reward_factory, settings
 from pedrl.rl import trainer, update
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 JOBS = [("uco.py", settings.TrainingSettings), ("pedagogical_rl.py", settings.TrainingSettings),
         ("thinking.py", settings.TrainingSettings), ("rollout.py", settings.DialogueSettings),
         ("evaluate.py", settings.EvaluationSettings)]

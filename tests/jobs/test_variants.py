@@ -7,7 +7,7 @@ from absl import flags
 from ml_collections import config_flags
 import pytest
 
-from jobs import ROOT
+from tests.helpers.jobs import ROOT
 from pedrl.jobs import variants
 
 SPEC = dict(lam=float, steps=int, hard=bool, condition=("a", "b"))

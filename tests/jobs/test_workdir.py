@@ -23,7 +23,7 @@ def _config(components="r_sol:1,pedagogy:1,template:1", advantage="dialogue",
 
 @pytest.fixture
 def in_root(monkeypatch):
-  monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  monkeypatch.chdir(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 
 def test_a_workdir_is_resumed_by_its_run_and_refused_to_another(tmp_path, in_root):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import transformers
 
-import reference
+from tests.helpers import reference
 from pedrl import models
 from pedrl.models.bert import pool
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import transformers
 
-import reference
+from tests.helpers import reference
 from pedrl import models
 from pedrl.engine.sampling import generate_greedy
 from pedrl.models.decoder import Decoder, KVCache, pool_last, unstack_layers, with_fused_qkv

@@ -3,7 +3,7 @@
 The fused path takes each row's length, so the decoder moves every row's real tokens
 to the front and its hidden states back. On CPU its "xla" implementation runs the same
 call as cuDNN's on a GPU; the reference is pedrl's einsum attention, itself checked
-against transformers (tests/test_decoder_parity.py).
+against transformers (tests/models/test_decoder_parity.py).
 """
 import jax
 import jax.numpy as jnp

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import reference
+from tests.helpers import reference
 from pedrl import models
 from pedrl.models import decoder
 from pedrl.models.config import ConfigError

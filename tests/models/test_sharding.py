@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import reference
+from tests.helpers import reference
 from pedrl import models, sharding
 from pedrl.engine.sampling import generate_greedy
 from pedrl.models.decoder import Decoder

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-import reference
+from tests.helpers import reference
 from pedrl import models
 from pedrl.models.bert import pool
 from pedrl.rewards import embedding

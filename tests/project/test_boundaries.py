@@ -11,7 +11,7 @@ import typing
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "pedrl"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "pedrl"
 
 # (what, pattern): each must match nowhere in pedrl/.
 FORBIDDEN = [

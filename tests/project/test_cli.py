@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests import jobs
+from tests.helpers import jobs
 
 
 def _uco(tmp_path, *args, cwd=jobs.ROOT):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from pedrl import commands
-from tests import jobs
+from tests.helpers import jobs
 
 
 def test_every_command_names_a_module_that_runs_as_a_command():

@@ -1,12 +1,11 @@
 """Every `python -m pedrl…` command the README and docs/ show still parses: module, flags,
-config file, variant and `--config.*` keys (tests/doc_commands.py)."""
+config file, variant and `--config.*` keys (tests/helpers/doc_commands.py)."""
 import os
 import shutil
 
 import pytest
 
-import doc_commands
-import jobs
+from tests.helpers import doc_commands, jobs
 
 MAIN_JOB = ("pedrl.experiments.uco", ("--config=experiments/uco.py:tiny", "--workdir=/tmp/pedrl_uco"))
 

@@ -19,7 +19,7 @@ import zipfile
 
 import pytest
 
-from tests import jobs
+from tests.helpers import jobs
 
 pytestmark = pytest.mark.job
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "pedrl"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "pedrl"
 
 # Package (or top-level module) -> layer; a module imports only layers <= its own.
 LAYERS = {

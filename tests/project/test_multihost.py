@@ -8,9 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-import multihost_worker
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from tests.helpers import jobs, multihost_worker
 
 
 def _free_port() -> int:
@@ -23,8 +21,8 @@ def _free_port() -> int:
 def test_two_processes_agree_with_one(tmp_path, testdata):
   port = _free_port()
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-  procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multihost_worker.py"), str(i),
-                             str(port), str(tmp_path / f"{i}.json")], env=env,
+  procs = [subprocess.Popen([sys.executable, "-m", "tests.helpers.multihost_worker", str(i),
+                             str(port), str(tmp_path / f"{i}.json")], env=env, cwd=jobs.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
            for i in range(2)]
   logs = [p.communicate(timeout=300)[0] for p in procs]

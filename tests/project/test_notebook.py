@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from tests import jobs
+from tests.helpers import jobs
 
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = jobs.ROOT
 NOTEBOOK = os.path.join(ROOT, "notebooks", "explore.ipynb")
 
 

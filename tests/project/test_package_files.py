@@ -4,7 +4,7 @@ import re
 
 import yaml
 
-from tests import jobs
+from tests.helpers import jobs
 
 
 def _read(name: str) -> str:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pedrl import cli, paths
-from tests import jobs
+from tests.helpers import jobs
 
 QWEN2 = os.path.join(jobs.ROOT, "testdata", "models", "qwen2")
 

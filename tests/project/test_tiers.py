@@ -1,12 +1,12 @@
 """Every test that starts a process or a server carries the `job` marker, so the quick tier
 (`pytest -m "not job"`) starts none.
 
-The rule, checked on the syntax of tests/*.py (nothing is run):
+The rule, checked on the syntax of every .py file under tests/ (nothing is run):
 - A *starter* is a name that launches a process or a server: `subprocess` (run, Popen,
   check_output, ...), `Popen`, `sys.executable` (a command line for a new interpreter),
   `nbclient` (a notebook kernel), `uvicorn`, `HTTPServer` and `ThreadingHTTPServer`.
-- A function or class of a helper module in tests/ (not test_*.py) whose body uses a
-  starter is one too (`jobs.cmd`, `doc_commands.check`, `chat_server.ChatServer`), and so
+- A function or class of a helper module in tests/helpers/ whose body uses a starter is
+  one too (`jobs.cmd`, `doc_commands.check`, `chat_server.ChatServer`), and so
   is a function or class of a test file whose body uses a starter, calls one or takes one
   as a fixture (an argument named as it), followed until nothing changes.
 - A test function that is a starter must be marked: `@pytest.mark.job` on it or on its
@@ -22,7 +22,8 @@ import os
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELPERS = "tests.helpers"  # The package of the shared helpers, as the tests import it.
 STARTERS = frozenset({"subprocess", "Popen", "sys.executable", "nbclient", "uvicorn",
                       "HTTPServer", "ThreadingHTTPServer"})
 
@@ -59,14 +60,17 @@ def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
 
 def _imported(tree: ast.Module, helpers: dict[str, set[str]]) -> set[str]:
   """Names by which this module reaches the helper modules' starters: `jobs.cmd` after
-  `import jobs` or `from tests import jobs`, `ChatServer` after `from chat_server import
-  ChatServer`."""
+  `from tests.helpers import jobs`, `ChatServer` after `from tests.helpers.chat_server
+  import ChatServer`."""
   out = set()
   for n in tree.body:
-    if isinstance(n, ast.Import) or (isinstance(n, ast.ImportFrom) and n.module == "tests"):
+    if not isinstance(n, ast.ImportFrom) or not n.module:
+      continue
+    if n.module == HELPERS:
       out.update(f"{a.asname or a.name}.{s}" for a in n.names for s in helpers.get(a.name, ()))
-    elif isinstance(n, ast.ImportFrom) and n.module in helpers:
-      out.update(a.asname or a.name for a in n.names if a.name in helpers[n.module])
+    elif n.module.startswith(HELPERS + "."):
+      starters = helpers.get(n.module[len(HELPERS) + 1:], set())
+      out.update(a.asname or a.name for a in n.names if a.name in starters)
   return out
 
 
@@ -98,15 +102,16 @@ def _module_marked(tree: ast.Module) -> bool:
 
 def unmarked(sources: dict[str, str]) -> list[str]:
   """`file::test` for each test that starts something without the `job` marker, given the
-  text of each file of a tests/ directory by its name."""
+  text of each file under a tests/ directory by its path there (`engine/test_x.py`)."""
   trees = {name: ast.parse(text, name) for name, text in sources.items()}
   helpers = {}
   for name, tree in trees.items():
-    if not name.startswith("test_"):
-      helpers[name[:-3]] = _starters(tree, set(STARTERS))
+    folder, base = os.path.split(name)
+    if folder == "helpers":
+      helpers[base[:-3]] = _starters(tree, set(STARTERS))
   out = []
   for name, tree in sorted(trees.items()):
-    if not name.startswith("test_") or _module_marked(tree):
+    if not os.path.basename(name).startswith("test_") or _module_marked(tree):
       continue
     known = set(STARTERS) | _imported(tree, helpers)
     found = _starters(tree, known)
@@ -127,7 +132,8 @@ def _read(path):
 
 
 def test_every_test_that_starts_a_process_or_server_is_a_job():
-  sources = {os.path.basename(p): _read(p) for p in glob.glob(os.path.join(HERE, "*.py"))}
+  sources = {os.path.relpath(p, TESTS): _read(p)
+             for p in glob.glob(os.path.join(TESTS, "**", "*.py"), recursive=True)}
   missing = unmarked(sources)
   assert not missing, ("add @pytest.mark.job (or pytestmark = pytest.mark.job) to:\n  "
                        + "\n  ".join(missing))
@@ -160,16 +166,16 @@ def words():
      ["test_a"]),
     ("import pytest, sys\n@pytest.fixture\ndef exe():\n  return sys.executable\n"
      "def test_a(exe):\n  pass\ndef test_b(tmp_path):\n  pass\n", ["test_a"]),
-    ("import helper\ndef test_a():\n  helper.cmd('x')\ndef test_b():\n  helper.words()\n",
-     ["test_a"]),
-    ("from tests import helper\ndef test_a():\n  helper.Server()\n", ["test_a"]),
-    ("from helper import Server as S, words\ndef test_a():\n  S()\ndef test_b():\n"
-     "  words()\n", ["test_a"]),
+    ("from tests.helpers import helper\ndef test_a():\n  helper.cmd('x')\ndef test_b():\n"
+     "  helper.words()\n", ["test_a"]),
+    ("from tests.helpers import helper as h\ndef test_a():\n  h.Server()\n", ["test_a"]),
+    ("from tests.helpers.helper import Server as S, words\ndef test_a():\n  S()\n"
+     "def test_b():\n  words()\n", ["test_a"]),
     ("import pytest, subprocess\n@pytest.mark.job\nclass TestA:\n  def test_a(self):\n"
      "    subprocess.run(['true'])\nclass TestB:\n  def test_b(self):\n"
      "    subprocess.run(['true'])\n", ["test_b"]),
 ])
 def test_the_rule_on_small_files(test, flagged):
   """The check itself: flags what starts something unmarked, and nothing else."""
-  assert unmarked({"helper.py": HELPER, "test_x.py": test}) == [f"test_x.py::{t}"
-                                                                for t in flagged]
+  assert unmarked({"helpers/helper.py": HELPER, "env/test_x.py": test}) == [
+      f"env/test_x.py::{t}" for t in flagged]

@@ -6,7 +6,7 @@ import pytest
 
 from pedrl.rewards import embedding
 
-import reference
+from tests.helpers import reference
 
 TEXTS = ["The answer is 4.", "I think we add the two numbers and get four in the end.", "Hm?"]
 

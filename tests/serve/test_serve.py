@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-import reference
-from jobs import ROOT
+from tests.helpers import reference
+from tests.helpers.jobs import ROOT
 from pedrl import cli
 from pedrl.clients import openai_compat
 from pedrl.engine import RowSampling, Sampler, SamplingParams

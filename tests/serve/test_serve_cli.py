@@ -14,7 +14,7 @@ import urllib.request
 import openai
 import pytest
 
-from tests import jobs
+from tests.helpers import jobs
 
 pytestmark = pytest.mark.job
 MODEL = os.path.join(jobs.ROOT, "testdata", "models", "qwen2")

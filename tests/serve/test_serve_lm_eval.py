@@ -9,7 +9,7 @@ pytest.importorskip("fastapi")
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval import tasks as lm_tasks
 
-from test_serve import MODEL, NAME
+from tests.serve.test_serve import MODEL, NAME
 from pedrl.serve import server
 
 pytestmark = pytest.mark.job

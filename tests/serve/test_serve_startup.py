@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from jobs import ROOT
+from tests.helpers.jobs import ROOT
 from pedrl.serve import app as app_lib, server, sockets
 from pedrl.serve.metrics import Metrics
 from pedrl.serve.startup import Startup

@@ -7,7 +7,7 @@ import sys
 import pytest
 import transformers
 
-import reference
+from tests.helpers import reference
 from pedrl.models import bert
 from pedrl.models import config as model_config
 from pedrl.tools import check_parity

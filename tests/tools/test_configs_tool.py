@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import jobs
+from tests.helpers import jobs
 from pedrl.tools import configs
 
 CONFIG_FILES = sorted(glob.glob(os.path.join(jobs.ROOT, "experiments", "*.py")))

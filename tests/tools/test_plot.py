@@ -15,7 +15,7 @@ from pedrl import files
 from pedrl.env import dialogue as dialogue_lib  # noqa: E402
 from pedrl.tools import plot  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def _rows(steps: int, scale: float = 1.0) -> list:

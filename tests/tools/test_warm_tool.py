@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests import jobs
+from tests.helpers import jobs
 
 # One batch of one problem, two dialogues of at most two turns: the smallest first rollout.
 SHAPES = ("--config.problems.limit=1", "--config.batch_problems=1", "--config.rollout.max_turns=2")
