@@ -37,6 +37,6 @@ def get_config(arg: str = "paper"):
   if v.tiny:
     c.scan_layers = False
     # The tiny data's few accepted dialogues, 2 a step, 3 epochs: the loss on dialogues
-    # already trained on falls (tests/test_baselines.py).
+    # already trained on falls (tests/experiments/test_baselines.py).
     c.train.update(batch=2, epochs=3, micro_batch=2, lr=1e-3, save_every=1)
   return c

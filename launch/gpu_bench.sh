@@ -70,8 +70,8 @@ if (( tiny )); then
   train_small=(--size=tiny --seq_len=128 --rows=4 --micro_batch=2 --repeats=1 --noscan_layers)
   train_mid=("${train_small[@]}") train_big=("${train_small[@]}")
   train_einsum=("${train_small[@]}" --full_attention=einsum)
-  tests=(tests/test_transformers_version.py tests/test_train_step_bench.py
-         tests/test_full_attention.py -m "not job")
+  tests=(tests/bench/test_transformers_version.py tests/bench/test_train_step_bench.py
+         tests/models/test_full_attention.py -m "not job")
 else
   torch_device=cuda test_platform=cuda
   sampling=(--gpu_size=qwen2.5-7b --repeats=2)
@@ -99,8 +99,9 @@ else
   # The tests of what runs differently on a GPU (the ports' parity, cuDNN's attention, the
   # bfloat16 head, the decode attention and its kernel, the sampling filters, the traces):
   # the engine's logic is the same on every platform, and the CPU suite covers it.
-  tests=(tests/test_decoder_parity.py tests/test_full_attention.py tests/test_head_logprobs.py
-         tests/test_attention_blocks.py tests/test_distribution.py tests/test_bench_profile.py
+  tests=(tests/models/test_decoder_parity.py tests/models/test_full_attention.py
+         tests/models/test_head_logprobs.py tests/models/test_attention_blocks.py
+         tests/engine/test_distribution.py tests/bench/test_bench_profile.py
          -m "not job" --durations=10)
   # Most of the tests' time is compiling: eight workers when pytest-xdist is there.
   "$python" -c "import xdist" 2>/dev/null && tests+=(-n 8)

@@ -163,7 +163,7 @@ def _check_job_flags(argv: list[str], early: bool = False, module: str | None = 
 
 def config_module(path: str) -> types.ModuleType:
   """A config file imported as a module of its own (not added to sys.modules). Cheap:
-  config files import only settings types, no JAX (tests/test_layers.py)."""
+  config files import only settings types, no JAX (tests/project/test_layers.py)."""
   name = "pedrl_config_" + os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)

@@ -8,17 +8,17 @@ to full precision (JAX_DEFAULT_MATMUL_PRECISION=highest, unless set): at jax's
 default a GPU multiplies float32 in TF32 (10-bit mantissas), which moved the
 decoder's logits by up to 0.023 from transformers' on an H100, far outside the
 parity tests' 1e-4. The subprocess jobs the tests start run on CPU either way
-(tests/jobs.py).
+(tests/helpers/jobs.py).
 """
 import gc
 import os
 
-from jobs import CPU_XLA_FLAGS  # noqa: E402  (tests/jobs.py imports nothing heavy)
+from tests.helpers.jobs import CPU_XLA_FLAGS  # noqa: E402  (it imports nothing heavy)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 xla = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 if os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in xla:
-  xla += " " + CPU_XLA_FLAGS  # Why: tests/jobs.py.
+  xla += " " + CPU_XLA_FLAGS  # Why: tests/helpers/jobs.py.
 os.environ["XLA_FLAGS"] = xla.strip()
 if os.environ["JAX_PLATFORMS"] != "cpu":
   os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
@@ -39,7 +39,7 @@ def _release_compiled_programs():
   """Drops jax's in-memory compiled programs after each test file. Every loaded XLA:CPU
   program keeps a few memory mappings of its code; a pytest worker that kept all of its
   files' programs passed Linux's 65,530 mappings per process (vm.max_map_count) late in
-  the suite and segfaulted in XLA loading the next one (tests/test_sampling.py alone
+  the suite and segfaulted in XLA loading the next one (tests/engine/test_sampling.py alone
   left 27,500). Released, a worker stays near 1,300; reloading from the persistent
   cache costs no measurable time."""
   yield
@@ -88,7 +88,7 @@ def pytest_configure(config):
   # `pytest -m "not job"` is the quick tier for editing; .ci/run runs everything.
   config.addinivalue_line(
       "markers", "job: starts a pedrl job, a subprocess or a server, or runs a pipeline end to "
-      "end in-process (slow tier; tests/test_tiers.py checks the first three)")
+      "end in-process (slow tier; tests/project/test_tiers.py checks the first three)")
   # `pytest -m real` runs the tests on a real checkpoint (the `smollm2` fixture); each is a
   # job too, so the quick tier leaves them out.
   config.addinivalue_line(

@@ -49,7 +49,7 @@ class Job:
   in_table: bool = True  # False: run only for another's sake (a second evaluation).
 
 
-# The README's Jobs table, in its order (tests/test_bench_jobs.py keeps the two equal).
+# The README's Jobs table, in its order (tests/bench/test_bench_jobs.py keeps the two equal).
 JOBS = (
     Job("uco", "python -m pedrl.experiments.uco --config=experiments/uco.py:tiny "
         "--workdir=/tmp/pedrl_uco"),

@@ -2,7 +2,7 @@
 
 A `Dialogue` is pedrl's one mutable record between stages: the rollout builds it
 and each later stage fills in its own typed fields, in this order, and no stage
-writes another's (tests/test_boundaries.py checks every assignment in pedrl/):
+writes another's (tests/project/test_boundaries.py checks every assignment in pedrl/):
 
   stage          module                      fields it writes
   -------------  --------------------------  -------------------------------------------

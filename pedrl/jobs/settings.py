@@ -8,7 +8,7 @@ records every key it used, so a key that nothing reads (a typo, a leftover) is
 an error before anything runs, not a silent no-op.
 
 This module, the settings types and the config files built on them import no JAX
-(tests/test_layers.py): a job reads its config, and reports its mistakes, before
+(tests/project/test_layers.py): a job reads its config, and reports its mistakes, before
 it loads anything heavy (pedrl.cli.check_job).
 """
 import dataclasses

@@ -30,7 +30,7 @@ states, see `Decoder.__call__`). The cache is thus only read inside the layers
 and updated in place outside them: when one layer both wrote its slot and read
 the window, or when nothing ordered the reads before the write, XLA copied
 every layer's whole cache twice per decode step (`pedrl.bench.cache_size` shows
-the steps and the copies; tests/test_decode_program.py checks the program).
+the steps and the copies; tests/engine/test_decode_program.py checks the program).
 
 A call with T > S raises; a call that overflows at run time (end is traced)
 returns NaN hidden states and writes NaN keys and values, so the error cannot

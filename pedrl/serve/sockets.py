@@ -8,7 +8,7 @@ usual 60 s). uvicorn's default, 5 s, equals httpx's: a client that takes a poole
 connection just before its 5 s are up, then is held off the CPU for a moment before it
 writes, sends its request into a connection the server has just closed, and gets
 "Server disconnected without sending a response" (reproduced by
-tests/test_serve_startup.py::test_a_connection_reused_at_the_clients_pool_limit_is_answered).
+tests/serve/test_serve_startup.py::test_a_connection_reused_at_the_clients_pool_limit_is_answered).
 The client must close first; only then is no request lost.
 """
 import socket

@@ -10,8 +10,8 @@ so the whole listing takes a fraction of a second. `--show` loads one config as
 the job does (`pedrl.cli`), so the same overrides work and the same mistakes
 give the same one-line errors, and relative paths come out resolved as the job
 would read them. It prints one `key.path=value` line per
-field, sorted: each is what `--config.key.path=value` sets. `tests/test_configs_tool.py` checks that
-each file's `VARIANT_HELP` names exactly the variants its `get_config` accepts.
+field, sorted: each is what `--config.key.path=value` sets. `tests/tools/test_configs_tool.py`
+checks that each file's `VARIANT_HELP` names exactly the variants its `get_config` accepts.
 """
 import dataclasses
 import glob

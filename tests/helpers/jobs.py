@@ -1,0 +1,53 @@
+"""Running the entry points on the testdata models from tests: commands, env, outputs."""
+import json
+import os
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# Every XLA:CPU program the suite compiles (in its own process, conftest; in the jobs it
+# starts, env()) is compiled without LLVM's optimizations: compiling tiny models is most of
+# the suite's time, and level 0 halves XLA's part of it (the sampler's first call on the
+# testdata qwen2: 11.0 s -> 5.7 s; a cold tiny UCO job: 79 s -> 65 s) while the tiny models
+# still run in milliseconds. XLA's own passes, which decide what the program computes, are
+# the same; the parity tests hold its numbers to transformers' at either level.
+CPU_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
+def xla_flags(devices: int = 1) -> str:
+  """XLA_FLAGS for a CPU process of the suite with `devices` simulated devices."""
+  return CPU_XLA_FLAGS + (f" --xla_force_host_platform_device_count={devices}"
+                          if devices > 1 else "")
+
+
+def cmd(module, workdir, *overrides):
+  """`python -m pedrl.experiments.MODULE` with its tiny config."""
+  return [sys.executable, "-m", f"pedrl.experiments.{module}",
+          f"--config=experiments/{module}.py:tiny", f"--workdir={workdir}", *overrides]
+
+
+def env():
+  """One CPU device (the suite's conftest asks for 8 in its own process)."""
+  return dict(os.environ, XLA_FLAGS=xla_flags(), JAX_PLATFORMS="cpu")
+
+
+def metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def config(file: str, variant: str):
+  """experiments/FILE.py:VARIANT as --config parses it (the ConfigDict a job reads)."""
+  from absl import flags
+  from ml_collections import config_flags
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["test", f"--config={os.path.join(ROOT, 'experiments', file)}.py:{variant}"])
+  return fv.config
+
+
+def setting(s, name: str):
+  """The value at a dotted path into typed settings (dataclasses and dicts)."""
+  for key in name.split("."):
+    s = s[key] if isinstance(s, dict) else getattr(s, key)
+  return s

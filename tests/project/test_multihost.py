@@ -1,0 +1,86 @@
+"""Two processes on one CPU machine stand in for two hosts of a pod (gloo collectives)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers import jobs, multihost_worker
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.job
+def test_two_processes_agree_with_one(tmp_path, testdata):
+  port = _free_port()
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  procs = [subprocess.Popen([sys.executable, "-m", "tests.helpers.multihost_worker", str(i),
+                             str(port), str(tmp_path / f"{i}.json")], env=env, cwd=jobs.ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for i in range(2)]
+  logs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, log in zip(procs, logs):
+    assert p.returncode == 0, log[-3000:]
+  first, second = (json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2))
+  assert first["main"] and not second["main"] and first["batch_spans_processes"]
+  assert first["stop"] and second["stop"]
+  # Replies of process 0's API calls on both, its failures as failures.
+  assert first["replies"] == second["replies"] == ["a from 0", "b from 0",
+                                                   "error: JudgeError: TimeoutError: gave up"]
+  assert first["crash"] == second["crash"] == "RuntimeError: unexpected reply type"
+  assert first["stats"] == {"calls": 1} and second["stats"] == {}
+  want = multihost_worker.compute(testdata("qwen2"), None)  # One process, one device.
+  for got in (first, second):
+    assert got["tokens"] == want["tokens"]
+    np.testing.assert_allclose(got["logp"], want["logp"], atol=1e-5)
+    for k, v in want["metrics"].items():
+      assert got["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    np.testing.assert_allclose(got["embedding_row"], want["embedding_row"], atol=1e-7)
+
+
+def test_auto_mode_reads_the_cluster_environment(monkeypatch):
+  from pedrl import distributed
+  assert not distributed.multiple_processes({})
+  assert not distributed.multiple_processes({"SLURM_NTASKS": "1", "TPU_WORKER_HOSTNAMES": "h0"})
+  assert distributed.multiple_processes({"SLURM_NTASKS": "4"})
+  assert distributed.multiple_processes({"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3"})
+  assert distributed.multiple_processes({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+  with pytest.raises(ValueError, match="multihost mode"):
+    distributed.initialize("sometimes")
+  for name in ("JAX_COORDINATOR_ADDRESS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+    monkeypatch.delenv(name, raising=False)
+  assert not distributed.starts_runtime("auto", distributed.environ.Launch())
+
+
+def test_a_launch_is_all_three_settings_or_none():
+  from pedrl import environ
+  assert environ.launch(env={}) == environ.Launch()
+  assert environ.launch("127.0.0.1:5", 2, 1, env={}) == environ.Launch("127.0.0.1:5", 2, 1)
+  env = {"JAX_COORDINATOR_ADDRESS": "h0:5", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"}
+  assert environ.launch(env=env) == environ.Launch("h0:5", 4, 3)
+  assert environ.launch(None, None, 0, env=env) == environ.Launch("h0:5", 4, 0)  # Flag first.
+  # An address alone is enough where a cluster manager gives the rest (JAX reads it there).
+  assert environ.launch(env={"JAX_COORDINATOR_ADDRESS": "h0:5", "SLURM_NTASKS": "4"}).given
+  for kwargs, why in [
+      (dict(env={"JAX_COORDINATOR_ADDRESS": "h0:5"}), "--num_processes and --process_id are missing"),
+      (dict(num_processes=2, env={}), "--coordinator_address and --process_id are missing"),
+      (dict(coordinator_address="h0", num_processes=2, process_id=0, env={}), "HOST:PORT"),
+      (dict(coordinator_address="h0:5", num_processes=2, process_id=2, env={}), "not below"),
+      (dict(env={**env, "JAX_PROCESS_ID": "-1"}), "JAX_PROCESS_ID='-1': expected an integer >= 0"),
+      (dict(env={**env, "JAX_NUM_PROCESSES": "two"}), "expected an integer >= 1")]:
+    with pytest.raises(ValueError, match=why):
+      environ.launch(**kwargs)
+
+
+def test_explicit_launches_start_the_runtime_only_for_several_processes():
+  from pedrl import distributed, environ
+  one, two = environ.Launch("127.0.0.1:5", 1, 0), environ.Launch("127.0.0.1:5", 2, 0)
+  assert distributed.starts_runtime("auto", two) and not distributed.starts_runtime("auto", one)
+  assert distributed.starts_runtime("on", one) and not distributed.starts_runtime("off", two)
