@@ -29,8 +29,8 @@ PARTIES = ("--config.scan_layers=True", "--config.rollout.thinking=False",
 def _run(module, workdir, smollm2, *overrides):
   cmd = jobs.cmd(module, workdir, f"--config.tutor.path={smollm2}",
                  f"--config.student.path={smollm2}", *overrides)
-  r = subprocess.run(cmd, cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True,
-                     timeout=900)
+  r = subprocess.run(cmd, cwd=jobs.ROOT, env=jobs.env(optimized=True), capture_output=True,
+                     text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   return r
 
@@ -69,8 +69,8 @@ def test_one_mathtutorbench_task_with_smollm2(smollm2, tmp_path):
                  "--config.scan_layers=True", "--config.tasks=socratic_questioning",
                  "--config.limit=2",
                  "--config.mode=chat", "--config.max_new_tokens=40")
-  r = subprocess.run(cmd, cwd=jobs.ROOT, env=jobs.env(), capture_output=True, text=True,
-                     timeout=900)
+  r = subprocess.run(cmd, cwd=jobs.ROOT, env=jobs.env(optimized=True), capture_output=True,
+                     text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   rows = [json.loads(x) for x in
           (tmp_path / "responses-socratic_questioning.jsonl").read_text().splitlines()]

@@ -10,6 +10,7 @@ import pytest
 
 from pedrl import models
 from pedrl.tools import check_parity
+from tests.helpers import jobs
 
 pytestmark = [pytest.mark.real, pytest.mark.job]
 
@@ -27,7 +28,8 @@ def test_the_tool_passes_smollm2_at_float32_and_prints_its_measures(smollm2):
   # |logit| 35) and passed it by a hair on another (9.9e-5): the verdict is now relative.
   proc = subprocess.run([sys.executable, "-m", "pedrl.tools.check_parity", f"--hf_dir={smollm2}",
                          "--generate=8", "--batch=2", "--seq_len=16"],
-                        capture_output=True, text=True, timeout=600)
+                        env=jobs.env(optimized=True), capture_output=True, text=True,
+                        timeout=600)
   lines = proc.stdout.strip().splitlines()
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   assert "dtype=float32" in lines[0] and "rtol=0.0001" in lines[0]
