@@ -17,7 +17,8 @@ from tests.helpers.jobs import CPU_XLA_FLAGS  # noqa: E402  (it imports nothing 
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 xla = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-if os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in xla:
+if (os.environ["JAX_PLATFORMS"] == "cpu" and CPU_XLA_FLAGS
+    and "xla_backend_optimization_level" not in xla):
   xla += " " + CPU_XLA_FLAGS  # Why: tests/helpers/jobs.py.
 os.environ["XLA_FLAGS"] = xla.strip()
 if os.environ["JAX_PLATFORMS"] != "cpu":

@@ -13,12 +13,13 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # the same; the parity tests hold its numbers to transformers' at either level. A real
 # model's programs are another matter: SmolLM2-135M decodes 1.7-2.4x slower at level 0, so
 # the real tier's processes keep XLA's default (`optimized=True`).
-CPU_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# $PEDRL_TEST_CPU_XLA_FLAGS replaces them ("": XLA's defaults), to compare the two.
+CPU_XLA_FLAGS = os.environ.get("PEDRL_TEST_CPU_XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 
 def xla_flags(devices: int = 1, optimized: bool = False) -> str:
   """XLA_FLAGS for a CPU process of the suite with `devices` simulated devices."""
-  return " ".join(([] if optimized else [CPU_XLA_FLAGS]) +
+  return " ".join(([] if optimized or not CPU_XLA_FLAGS else [CPU_XLA_FLAGS]) +
                   ([f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []))
 
 
