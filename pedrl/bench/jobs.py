@@ -109,16 +109,12 @@ def selected(names: Sequence[str]) -> list[Job]:
 
 
 def argv(job: Job, root: str, run: str) -> list[str]:
-  """The job's command with /tmp/pedrl_X read as ROOT/X and its own outputs (a workdir,
-  a tool's --out) in ROOT/RUN/X."""
-  args = shlex.split(job.command)
+  """The job's command with its own outputs (a workdir, a tool's --out) in ROOT/RUN/X
+  for /tmp/pedrl_X, and the workdirs it reads in ROOT/cold/X (the cold runs')."""
   out = []
-  for a in args:
-    key, sep, value = a.partition("=")
-    own = key in ("--workdir", "--out")
-    a = a.replace("/tmp/pedrl_", os.path.join(root, run, "") if own else
-                  os.path.join(root, "cold", ""))
-    out.append(a)
+  for a in shlex.split(job.command):
+    own = a.partition("=")[0] in ("--workdir", "--out")
+    out.append(a.replace("/tmp/pedrl_", os.path.join(root, run if own else "cold", "")))
   if out[0] == "python":
     out[0] = sys.executable
   return out
