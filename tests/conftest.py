@@ -95,3 +95,36 @@ def pytest_configure(config):
   config.addinivalue_line(
       "markers", "real: runs SmolLM2-135M-Instruct, a real instruct model (the `smollm2` "
       "fixture; skips when it cannot be had); also marked job")
+  # `--dist loadfile` hands whole files to the workers, by default the files with the most
+  # tests first, which left the slow job files, few tests each, to the end: one worker ran
+  # them while the other had finished. The suite's order (below) is kept instead.
+  if hasattr(config.option, "loadscopereorder"):
+    config.option.loadscopereorder = False
+
+
+# The slowest files first, longest first (seconds of one cold run of the whole suite on two
+# cores): a worker that finishes a file takes the next, so the last files to start are
+# short and both workers end together. A file missing here only runs later.
+SLOWEST_FILES = (
+    "experiments/test_multihost_jobs.py",  # 600
+    "experiments/test_real_paths.py",  # 290
+    "engine/test_sampling.py",  # 260
+    "experiments/test_evaluate_job.py",  # 230
+    "experiments/test_training.py",  # 170
+    "agents/test_cpa_backbone.py",  # 150
+    "models/test_decoder_parity.py",  # 150
+    "experiments/test_mathtutorbench_job.py",  # 100
+    "experiments/test_cpa_job.py",  # 90
+    "tools/test_check_parity_tool.py",  # 90
+    "experiments/test_baselines.py",  # 90
+    "experiments/test_rollout_job.py",  # 90
+    "project/test_notebook.py",  # 80
+    "serve/test_serve.py",  # 80
+    "jobs/test_failures.py",  # 75
+    "rl/test_grpo.py",  # 70
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  rank = {os.path.join(ROOT, "tests", f): i for i, f in enumerate(SLOWEST_FILES)}
+  items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # Stable: the rest keep order.

@@ -21,8 +21,8 @@ TEMPLATE = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>"
 # compiled layer body, where the tiny configs' unrolled 30 layers compile for minutes.
 PARTIES = ("--config.scan_layers=True", "--config.rollout.thinking=False",
            "--config.rollout.max_turns=4",
-           "--config.tutor.max_new_tokens=40", "--config.student.max_new_tokens=40",
-           "--config.solve.max_new_tokens=24", "--config.problems.limit=1",
+           "--config.tutor.max_new_tokens=24", "--config.student.max_new_tokens=24",
+           "--config.solve.max_new_tokens=16", "--config.problems.limit=1",
            "--config.batch_problems=1")
 
 
@@ -40,7 +40,7 @@ def _clean(text: str) -> bool:
 
 
 def _check_messages(messages):
-  """Clean text, no thinking, words. (A sampled 40-token turn may be cut before its
+  """Clean text, no thinking, words. (A sampled 24-token turn may be cut before its
   <|im_end|>; the server's greedy reply checks the turn's end deterministically.)"""
   assert messages and all(_clean(m.text) and _clean(m.raw) for m in messages)
   assert all(not m.thinking for m in messages)  # Thinking off: none asked for, none found.

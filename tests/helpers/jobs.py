@@ -5,21 +5,26 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# Every XLA:CPU program the suite compiles (in its own process, conftest; in the jobs it
-# starts, env()) is compiled without LLVM's optimizations: compiling tiny models is most of
-# the suite's time, and level 0 halves XLA's part of it (the sampler's first call on the
-# testdata qwen2: 11.0 s -> 5.7 s; a cold tiny UCO job: 79 s -> 65 s) while the tiny models
-# still run in milliseconds. XLA's own passes, which decide what the program computes, are
-# the same; the parity tests hold its numbers to transformers' at either level. A real
-# model's programs are another matter: SmolLM2-135M decodes 1.7-2.4x slower at level 0, so
-# the real tier's processes keep XLA's default (`optimized=True`).
-# $PEDRL_TEST_CPU_XLA_FLAGS replaces them ("": XLA's defaults), to compare the two.
-CPU_XLA_FLAGS = os.environ.get("PEDRL_TEST_CPU_XLA_FLAGS", "--xla_backend_optimization_level=0")
+# XLA:CPU's LLVM optimization level for the suite's programs. The suite's own processes
+# (conftest) compile hundreds of tiny programs and run each a few times: level 0 halves
+# XLA's part of a compile (the sampler's first call on the testdata qwen2: 11.0 s -> 5.7 s),
+# and over the sampling tests it beats level 1 (63 s against 80 s cold). The jobs the suite
+# starts run their programs step after step, often from the compilation cache, where level 0's
+# slower code costs more than it saves: a tiny UCO job took 36 s cold / 20 s warm at level 0,
+# 37 s / 14 s at level 1 and 41 s / 16 s at XLA's default (all on two idle cores). XLA's own
+# passes, which decide what a program computes, are the same at every level; the parity
+# tests hold its numbers to transformers' at each. A real model's programs run longest:
+# SmolLM2-135M decodes 1.7-2.4x slower at level 0, so the real tier's processes keep XLA's
+# default (`optimized=True`). $PEDRL_TEST_CPU_XLA_FLAGS replaces both levels' flags ("":
+# XLA's defaults everywhere), to compare.
+_OVERRIDE = os.environ.get("PEDRL_TEST_CPU_XLA_FLAGS")
+CPU_XLA_FLAGS = "--xla_backend_optimization_level=0" if _OVERRIDE is None else _OVERRIDE
+JOB_XLA_FLAGS = "--xla_backend_optimization_level=1" if _OVERRIDE is None else _OVERRIDE
 
 
 def xla_flags(devices: int = 1, optimized: bool = False) -> str:
-  """XLA_FLAGS for a CPU process of the suite with `devices` simulated devices."""
-  return " ".join(([] if optimized or not CPU_XLA_FLAGS else [CPU_XLA_FLAGS]) +
+  """XLA_FLAGS for a CPU process the suite starts, with `devices` simulated devices."""
+  return " ".join(([] if optimized or not JOB_XLA_FLAGS else [JOB_XLA_FLAGS]) +
                   ([f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []))
 
 

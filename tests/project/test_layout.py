@@ -99,3 +99,10 @@ def test_the_check_on_small_layouts(tmp_path):
                 "rl/test_grpo.py": "from tests.helpers import jobs\nfrom tests.env import "
                                    "test_chat\n"})
   assert problems(str(good), {"rl", "env"}) == []
+
+
+def test_the_slowest_files_named_for_scheduling_exist():
+  """tests/conftest.py starts its slowest files first; a renamed one would silently lose it."""
+  from tests.conftest import SLOWEST_FILES
+  missing = [f for f in SLOWEST_FILES if not os.path.exists(os.path.join(TESTS, f))]
+  assert not missing, f"tests/conftest.py's SLOWEST_FILES names missing files: {missing}"
