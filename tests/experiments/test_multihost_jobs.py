@@ -117,8 +117,8 @@ def test_uco_as_two_processes_stopped_killed_and_resumed_equals_one_process(one_
   """One 2-process run through all it may meet, equal at the end to one process over two
   devices bit for bit (metrics without timings, dialogues): started by launch/local.sh
   and stopped by a SIGTERM to process 1 alone (both stop after the same step, saved);
-  resumed, its process 1 killed once its training has begun, while process 0 waits for
-  it at a collective (process 0 ends within seconds); resumed again to the end."""
+  resumed, its process 1 killed once its training has begun (process 0 ends within
+  seconds); resumed again to the end."""
   workdir = tmp_path / "two"
   command = jobs.cmd("uco", workdir)
   out, logs = open(tmp_path / "local.err", "w+"), tmp_path / "logs"
