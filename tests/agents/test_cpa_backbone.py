@@ -31,10 +31,16 @@ def tiny(testdata):
   return party.load(testdata("qwen2"), SamplingParams(12), scan_layers=False)
 
 
+def _first_task_of_each_dataset() -> tuple[str, ...]:
+  first = {}
+  for name, (_, dataset) in tasks.TASKS.items():
+    first.setdefault(dataset, name)
+  return tuple(first.values())
+
+
 # An ablation drops one of CPA's modules, whatever the task: it runs on one task of each
 # dataset (the full method and the baselines on all nine).
-ONE_TASK_A_DATASET = ("problem_solving", "socratic_questioning", "mistake_location",
-                      "mistake_correction", "scaffolding_generation", "scaffolding_generation_hard")
+ONE_TASK_A_DATASET = _first_task_of_each_dataset()
 
 
 @pytest.mark.job  # A pipeline end to end in-process: each method on every task.
@@ -42,7 +48,6 @@ ONE_TASK_A_DATASET = ("problem_solving", "socratic_questioning", "mistake_locati
 def test_every_method_answers_every_task_on_a_garbage_backbone(method, instances, tiny):
   if method.startswith("no_"):
     instances = [x for x in instances if x.task in ONE_TASK_A_DATASET]
-    assert {tasks.TASKS[t][1] for t in ONE_TASK_A_DATASET} == {d for _, d in tasks.TASKS.values()}
   b = backbone.LocalBackbone(tiny, SamplingParams(12, temperature=0.7, top_p=0.95), seed=42,
                              truncate_prompts=True)
   agent = bench.build(method, b, CPASettings(rounds=2))
