@@ -4,14 +4,17 @@
 `--8<--`), takes every fenced code block that is not Python and every inline code
 span that starts with `python -m pedrl`, and returns each `python -m pedrl.…`
 command in them (continuation lines joined, comments, `...`
-placeholders and [optional] brackets dropped). `check(commands)` groups them by
-module and, per module, runs this file as a worker: it imports the module once
-as `python -m` would, with `pedrl.cli.run` held back (its flags are then defined,
-those under `if __name__ == "__main__"` too), and, in a forked child per command,
-parses the command's flags exactly as the command would (`pedrl.cli.run`: config
-file, variant, `--config.*` overrides and their values), then exits before the
-job's main. So a renamed module, flag, config file, variant or config key in a doc
-fails, without running any job. Modules in RUN are cheap enough to run as shown.
+placeholders and [optional] brackets dropped). `check(commands)` hands the
+modules to a few worker processes (this file run as a script). A worker imports
+what every pedrl command imports (jax, flax, transformers, ..., `pedrl.cli`)
+once, then forks a child per module: the child imports the module as `python -m`
+would, with `pedrl.cli.run` held back (its flags are then defined, those under
+`if __name__ == "__main__"` too), and, in a forked grandchild per command, parses
+the command's flags exactly as the command would (`pedrl.cli.run`: config file,
+variant, `--config.*` overrides and their values), then exits before the job's
+main. So a renamed module, flag, config file, variant or config key in a doc fails,
+without running any job. Modules in RUN are cheap enough to run as shown. (One
+process per module cost about 3 s each, most of it the shared imports.)
 """
 import concurrent.futures
 import dataclasses
@@ -122,36 +125,77 @@ def _parse(where: str, text: str) -> list[Command]:
 
 
 def check(cmds: list[Command], root: str, workers: int = 2, timeout: int = 240) -> list[str]:
-  """One line per command that does not parse (empty: all do), modules checked `workers` at
-  a time."""
+  """One line per command that does not parse (empty: all do); the modules split over
+  `workers` worker processes."""
   by_module = {}
   for c in cmds:
     by_module.setdefault(c.module, []).append(c)
+  modules = sorted(by_module)
 
-  def one(module):
-    group = by_module[module]
+  def one(share):
     env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), module], cwd=root, env=env,
-                         input=json.dumps([list(c.args) for c in group]), capture_output=True,
-                         text=True, timeout=timeout)
+    job = {m: [list(c.args) for c in by_module[m]] for m in share}
+    out = subprocess.run([sys.executable, os.path.abspath(__file__)], cwd=root, env=env,
+                         input=json.dumps(job), capture_output=True, text=True, timeout=timeout)
     try:
       results = json.loads(out.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
       why = (out.stderr.strip().splitlines() or ["no output"])[-1]
-      return [f"{c}\n    python -m {module} does not import: {why}" for c in group]
-    return [f"{c}\n    {message}" for c, (ok, message) in zip(group, results) if not ok]
+      return [f"{c}\n    the check's worker failed: {why}" for m in share for c in by_module[m]]
+    lines = []
+    for m in share:
+      if isinstance(results[m], str):  # The module did not import.
+        lines += [f"{c}\n    python -m {m} does not import: {results[m]}" for c in by_module[m]]
+      else:
+        lines += [f"{c}\n    {message}" for c, (ok, message) in zip(by_module[m], results[m])
+                  if not ok]
+    return lines
 
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return [line for lines in pool.map(one, sorted(by_module)) for line in lines]
+  shares = [modules[i::workers] for i in range(workers) if modules[i::workers]]
+  with concurrent.futures.ThreadPoolExecutor(len(shares) or 1) as pool:
+    return [line for lines in pool.map(one, shares) for line in lines]
 
 
-def _worker(module: str) -> None:
-  """Runs `module` as `python -m` would, with `pedrl.cli.run` and a job's first check of
-  its command line (`pedrl.cli.check_job`, of no arguments here) held back, so its flags
-  are defined as for the command; then parses each argv read from stdin in a forked child
-  (`run`'s parse checks what check_job does). Prints [[ok, message], ...] as the last line
-  of stdout."""
-  argvs = json.load(sys.stdin)
+# What nearly every pedrl command imports: imported once by a worker, before it forks a
+# child per module. Third-party packages and pedrl.cli only (which the check needs anyway),
+# so that a pedrl module's own missing import or flag is still its own failure.
+SHARED_IMPORTS = ("jax", "flax", "optax", "orbax.checkpoint", "transformers", "scipy.stats",
+                  "math_verify", "ml_collections", "pedrl.cli")
+
+
+def _forked(body) -> tuple[int, list[str]]:
+  """Runs body() in a forked child: (its exit code, its non-empty output lines)."""
+  with tempfile.TemporaryFile("w+") as log:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+      os.dup2(log.fileno(), 1)
+      os.dup2(log.fileno(), 2)
+      code = 1
+      try:
+        body()
+        code = 0
+      except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+      except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails.
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+      finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    log.seek(0)
+    return (os.waitstatus_to_exitcode(status),
+            [line for line in log.read().splitlines() if line.strip()])
+
+
+def _module(module: str, argvs: list) -> None:
+  """In a worker's child: runs `module` as `python -m` would, with `pedrl.cli.run` and a
+  job's first check of its command line (`pedrl.cli.check_job`, of no arguments here)
+  held back, so its flags are defined as for the command; then parses each argv in a
+  forked grandchild (`run`'s parse checks what check_job does). Prints
+  [[ok, message], ...] as its last line."""
   from pedrl import cli
   run = cli.run
   if module in RUN:
@@ -163,36 +207,35 @@ def _worker(module: str) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
   results = []
   for argv in argvs:
-    with tempfile.TemporaryFile("w+") as log:
-      sys.stdout.flush()
-      sys.stderr.flush()
-      pid = os.fork()
-      if pid == 0:  # The child: parse as the command would, then leave before its main.
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        code = 1
-        try:
-          sys.argv = [module, *argv]
-          if module in RUN:
-            entry.main()
-          else:
-            run(lambda _: sys.exit(0))
-          code = 0
-        except SystemExit as e:
-          code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails.
-          print(f"{type(e).__name__}: {e}", file=sys.stderr)
-        finally:
-          sys.stdout.flush()
-          sys.stderr.flush()
-          os._exit(code)
-      _, status = os.waitpid(pid, 0)
-      log.seek(0)
-      lines = [line for line in log.read().splitlines() if line.strip()]
-      ok = os.waitstatus_to_exitcode(status) == 0
-      results.append([ok, lines[-1] if lines else f"exit status {status}"])
+    def parse(argv=argv):  # As the command would, then leave before its main.
+      sys.argv = [module, *argv]
+      if module in RUN:
+        entry.main()
+      else:
+        run(lambda _: sys.exit(0))
+    code, lines = _forked(parse)
+    results.append([code == 0, lines[-1] if lines else f"exit status {code}"])
+  print(json.dumps(results))
+
+
+def _worker() -> None:
+  """Reads {module: [argv, ...]} from stdin; prints {module: [[ok, message], ...] or the
+  line saying why it does not import} as the last line of stdout."""
+  job = json.load(sys.stdin)
+  for name in SHARED_IMPORTS:
+    try:
+      importlib.import_module(name)
+    except ImportError:
+      pass  # Not installed: the modules that need it say so themselves.
+  results = {}
+  for module, argvs in job.items():
+    code, lines = _forked(lambda: _module(module, argvs))
+    try:
+      results[module] = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+      results[module] = lines[-1] if lines else f"exit status {code}"
   print(json.dumps(results))
 
 
 if __name__ == "__main__":
-  _worker(sys.argv[1])
+  _worker()
