@@ -64,7 +64,7 @@ def text_backend(s: settings_lib.DialogueSettings, kind: str, role: str,
     return backends.LocalBackend(load_party(s.local_judge, mesh, s.job.scan_layers),
                                  temperature=s.local_judge.temperature, seed=s.job.seed)
   if kind == "rule":
-    return backends.RuleBackend.of(s.rule_judges)
+    return backends.RuleBackend(s.rule_judges)
   raise app.UsageError(f"backend {kind!r} is not one of openai, local, rule")
 
 

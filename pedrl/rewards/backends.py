@@ -109,8 +109,9 @@ class LocalBackend:
 # -- Rules: offline smoke runs and a cross-check -----------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class RuleBackend(RuleJudgeSettings):
-  """Deterministic stand-ins for the judges, answering in the judges' JSON.
+class RuleBackend:
+  """Deterministic stand-ins for the judges, answering in the judges' JSON, with the
+  limits of `limits` (a job's `rule_judges` section).
 
   leakage: REJECT when the reference answer appears as a whole number/word in
     a tutor's visible message before any student message states it. It misses
@@ -122,11 +123,7 @@ class RuleBackend(RuleJudgeSettings):
   thinking: score = share of tutor messages with a non-empty thinking block: a
     format check, not a judgment of pedagogical quality.
   """
-
-  @classmethod
-  def of(cls, settings: RuleJudgeSettings) -> "RuleBackend":
-    """The backend with `settings`' limits (a job's `rule_judges` section)."""
-    return cls(**dataclasses.asdict(settings))
+  limits: RuleJudgeSettings = RuleJudgeSettings()
 
   def complete(self, requests: Sequence[Request], round_: int = 0) -> list[str | Exception]:
     del round_
@@ -157,10 +154,10 @@ class RuleBackend(RuleJudgeSettings):
     for m in d.messages:
       n = len(m.text.split())
       words[m.role] += n
-      if m.role == TUTOR and (n == 0 or n > self.max_tutor_words):
+      if m.role == TUTOR and (n == 0 or n > self.limits.max_tutor_words):
         return self._verdict(False, f"a tutor message has {n} words")
     total = sum(words.values())
-    if total and words[TUTOR] / total > self.max_tutor_share:
+    if total and words[TUTOR] / total > self.limits.max_tutor_share:
       return self._verdict(False, f"the tutor says {words[TUTOR]} of {total} words")
     return self._verdict(True, "concise, student does most of the talking")
 

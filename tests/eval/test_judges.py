@@ -10,6 +10,7 @@ from pedrl.clients import openai_compat
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.party import Party
 from pedrl.rewards import asking, backends, judging
+from pedrl.rewards.settings import RuleJudgeSettings
 
 
 # -- Parsing -------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_a_backend_that_fails_everything_is_an_error():
 # -- Rules -----------------------------------------------------------------------------------
 
 def test_rule_judges():
-  rules = backends.RuleBackend(max_tutor_words=12, max_tutor_share=0.6)
+  rules = backends.RuleBackend(RuleJudgeSettings(max_tutor_words=12, max_tutor_share=0.6))
   leak = _dialogue(0, tutor="The answer is 4.", student="Oh, 4.")
   own = _dialogue(1, tutor="What do you get?", student="I get 4.")
   number_inside = _dialogue(2, tutor="Look at 42 and 14.", student="Hmm.")
