@@ -284,8 +284,9 @@ def transformers_runner(paths: tuple[str, str], problems: Sequence[Problem],
   for side, path in paths.items():
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model = model.to(device).eval()
-    # transformers 5 fills a call's unset eos_token_id from here: None stops nothing.
-    model.generation_config.eos_token_id = None
+    # transformers 5 fills a call's unset fields from here (the checkpoint's EOS ids,
+    # repetition penalty, ...): a neutral config leaves the sampling the call names.
+    model.generation_config = transformers.GenerationConfig()
     kwargs = {"enable_thinking": settings.thinking} if side == TUTOR else {}
     sides[side] = model, chat.ChatFormat(load_tokenizer(path), kwargs)
   pad = sides[TUTOR][1].tokenizer.pad_token_id

@@ -82,6 +82,9 @@ def transformers_runner(path: str, prompts: Sequence[Sequence[int]],
   import torch
   import transformers
   model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  # generate fills a call's unset fields from the checkpoint's generation_config.json
+  # (EOS ids, repetition penalty, ...): a neutral one leaves the sampling named below.
+  model.generation_config = transformers.GenerationConfig()
   ids = torch.tensor(prompts)
 
   def run(n):

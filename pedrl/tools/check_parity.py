@@ -109,7 +109,10 @@ def reference_outputs(hf_dir: str, cfg: "ModelConfig", tokens: np.ndarray, mask:
     values = out.last_hidden_state if cfg.task == "embed" else out.logits
     greedy = None
     if generate:
-      # Explicit EOS ids: generate merges the model's generation_config into unset (None) fields.
+      # generate fills every unset field of a call's config from the checkpoint's
+      # generation_config.json (Qwen2.5-Instruct's repetition_penalty 1.05, top_k 20, ...):
+      # a neutral one leaves plain greedy decoding, stopping at the EOS ids named here.
+      model.generation_config = transformers.GenerationConfig()
       gen_cfg = transformers.GenerationConfig(
           do_sample=False, max_new_tokens=generate, eos_token_id=list(cfg.eos_token_ids) or None,
           pad_token_id=cfg.pad_token_id or 0)

