@@ -10,12 +10,13 @@
 # device each (JAX_NUM_CPU_DEVICES=1 unless set). Process 0's output streams here; the
 # others' goes to LOGDIR/process_I.log (LOGDIR: $PEDRL_LOCAL_LOGS or a new temporary
 # folder, printed first). The exit status is the worst of the processes'. SIGINT or
-# SIGTERM is passed on to every process (a training job saves and stops at the same step
-# on all of them); when a process fails, the others end within seconds on their own and
-# are killed after $PEDRL_LOCAL_GRACE seconds (default 30) if they have not.
+# SIGTERM is passed on to every process once (a training job saves and stops at the same
+# step on all of them; a second Ctrl-C stops them at once), a hangup as SIGTERM; when a
+# process fails, the others end within seconds on their own and are killed after
+# $PEDRL_LOCAL_GRACE seconds (default 30) if they have not.
 set -uo pipefail
 if [[ $# -lt 2 || ! "$1" =~ ^[1-9][0-9]*$ ]]; then
-  sed -n '2,16p' "$0" >&2
+  sed -n '2,17p' "$0" >&2
   exit 2
 fi
 n=$1
@@ -35,6 +36,11 @@ if (( gpus > 0 && gpus % n != 0 )); then
 fi
 echo "launch/local.sh: $n processes, coordinator 127.0.0.1:$port, logs of processes 1-$((n - 1)) in $logs" >&2
 
+# Each process in a process group of its own: a terminal's Ctrl-C reaches the launcher's
+# group only, and the traps below pass it on once. In the launcher's group, every process
+# would get it twice (from the terminal and from the trap), and a job reads a second SIGINT
+# as "stop at once, unsaved".
+set -m
 pids=()
 for ((i = 0; i < n; i++)); do
   env_i=(JAX_COORDINATOR_ADDRESS="127.0.0.1:$port" JAX_NUM_PROCESSES="$n" JAX_PROCESS_ID="$i")
@@ -52,7 +58,7 @@ for ((i = 0; i < n; i++)); do
   pids+=($!)
 done
 
-trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM HUP
 trap 'kill -INT "${pids[@]}" 2>/dev/null' INT
 
 # Waits for every process; once one has failed, the rest get `grace` seconds to end.

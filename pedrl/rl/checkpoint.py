@@ -50,6 +50,16 @@ class Checkpoints:
     self.broken_directory = self.directory + ".broken"
     self.manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+    # Restores read with a checkpointer of this process alone: orbax's restore ends at a
+    # barrier of every process, which a process whose read failed (its shard file damaged)
+    # never reaches; the others would wait there while it asks them whether to go on, and
+    # every later collective would pair with the wrong one. Whether a step is usable is
+    # agreed after each read instead (`restore`).
+    me = jax.process_index()
+    self.reader = ocp.Checkpointer(
+        ocp.CompositeCheckpointHandler(),
+        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me,
+                                                                   active_processes={me}))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -92,24 +102,9 @@ class Checkpoints:
     except OSError:
       return float("inf")
 
-  def _restore_step(self, step: int, state_like, model_fingerprint: dict):
-    meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    if not isinstance(meta, dict):
-      raise ValueError(f"the metadata is {type(meta).__name__}, not an object")
-    if meta.get("model") != model_fingerprint:
-      raise CheckpointError(
-          f"{self.directory}: the checkpoint at step {step} is of another model "
-          f"({meta.get('model')}), not this run's tutor ({model_fingerprint}); use a new workdir")
-    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_like)
-    state = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target)))["state"]
-    want = meta.get("checksums")
-    if want is None:
-      logging.warning("%s has no checksums (saved before pedrl verified checkpoints); "
-                      "restored unverified", self.step_path(step))
-    else:
-      verify(state, want)
-    return state, meta
+  def _read(self, step: int, **items) -> Any:
+    """This process's read of `items` (orbax restore args) of step `step`: no collective."""
+    return self.reader.restore(self.step_path(step), args=ocp.args.Composite(**items))
 
   def restore(self, state_like: Any, model_fingerprint: dict) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest step that restores and verifies, shaped and sharded
@@ -118,22 +113,54 @@ class Checkpoints:
     Newer steps that fail are logged with their path and the reason, then moved to
     `checkpoints.broken/` (kept for inspection, out of orbax's way). CheckpointError
     when steps exist but none can be used, or when they belong to another model.
+    Several processes read apart and agree after each stage whether the step stands, so
+    a read that fails on one process only passes the step over on all of them.
     """
     failures = []
-    for step in sorted(self.manager.all_steps(), reverse=True):
-      why = None
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_like)
+
+    def agreed(step: int, stage) -> tuple[Any, bool]:
+      """stage() on every process; (its value, True) unless it failed on any process."""
+      value, why = None, None
       try:
-        state, meta = self._restore_step(step, state_like, model_fingerprint)
+        value = stage()
       except CheckpointError:
         raise
       except Exception as e:  # Whatever a damaged directory makes orbax raise.
         why = runs.one_line(e)
-      # Every process restores the same step: one that failed anywhere is passed over by all.
       if distributed.any_process(why is not None):
         why = why or "it failed on another process"
         failures.append((step, why))
         logging.warning("checkpoint %s cannot be used (%s); trying the step before",
                         self.step_path(step), why)
+        return None, False
+      return value, True
+
+    def read_meta(step):
+      meta = self._read(step, meta=ocp.args.JsonRestore())["meta"]
+      if not isinstance(meta, dict):
+        raise ValueError(f"the metadata is {type(meta).__name__}, not an object")
+      return meta
+
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      with runs.orbax_errors_muted():
+        meta, ok = agreed(step, lambda: read_meta(step))
+        if not ok:
+          continue
+        if meta.get("model") != model_fingerprint:  # The same file, read alike everywhere.
+          raise CheckpointError(
+              f"{self.directory}: the checkpoint at step {step} is of another model "
+              f"({meta.get('model')}), not this run's tutor ({model_fingerprint}); use a new "
+              "workdir")
+        state, ok = agreed(step, lambda: self._read(
+            step, state=ocp.args.StandardRestore(target))["state"])
+        if not ok:
+          continue
+      want = meta.get("checksums")
+      if want is None:
+        logging.warning("%s has no checksums (saved before pedrl verified checkpoints); "
+                        "restored unverified", self.step_path(step))
+      elif not agreed(step, lambda: verify(state, want))[1]:  # Global sums: alike everywhere.
         continue
       self._set_aside([s for s, _ in failures])
       return step, state, meta
@@ -159,3 +186,4 @@ class Checkpoints:
 
   def close(self) -> None:
     self.manager.close()
+    self.reader.close()

@@ -1,14 +1,16 @@
 """Two processes on one CPU machine stand in for two hosts of a pod (gloo collectives)."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from tests.helpers import jobs, multihost_worker
+from tests.helpers import checkpoint_worker, jobs, multihost_worker
 
 
 def _free_port() -> int:
@@ -43,6 +45,74 @@ def test_two_processes_agree_with_one(tmp_path, testdata):
     for k, v in want["metrics"].items():
       assert got["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
     np.testing.assert_allclose(got["embedding_row"], want["embedding_row"], atol=1e-7)
+
+
+def _checkpoint_workers(workdir, phase: str) -> list[str]:
+  """The last output line of each of the two processes of tests/helpers/checkpoint_worker."""
+  port = _free_port()
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  procs = [subprocess.Popen([sys.executable, "-m", "tests.helpers.checkpoint_worker", str(i),
+                             str(port), str(workdir), phase], env=env, cwd=jobs.ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i in range(2)]
+  outs = [p.communicate(timeout=120) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  return [out.strip().splitlines()[-1] if out.strip() else "" for out, _ in outs]
+
+
+@pytest.mark.job
+def test_a_step_only_one_process_cannot_read_is_passed_over_by_both(tmp_path):
+  _checkpoint_workers(tmp_path, "save")
+  # Damage process 1's share of step 2 only: process 0 reads its rows of that step well.
+  step_2 = tmp_path / "checkpoints" / "2"
+  shares = [f for f in step_2.glob("state/ocdbt.process_1/d/*") if f.is_file()]
+  assert shares, sorted(str(p.relative_to(step_2)) for p in step_2.rglob("*"))
+  for f in shares:
+    os.truncate(f, f.stat().st_size // 2)
+  lines = _checkpoint_workers(tmp_path, "restore")
+  assert [line.split()[:2] for line in lines] == [["restored", "1"]] * 2, lines
+  want = checkpoint_worker.weights(1).sum(dtype=np.float64)  # Step 1's weights, whole.
+  for line in lines:
+    assert float(line.split()[2]) == pytest.approx(want, abs=1e-2), line
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
+  assert [p.name.split(".")[0] for p in (tmp_path / "checkpoints.broken").iterdir()] == ["2"]
+
+
+# A job's stop request around a step that takes a while: it saves unless stopped at once.
+_STEPPING = """
+import sys, time
+from pedrl import stopping
+with stopping.StopRequest("the step") as stop:
+  print("ready", flush=True)
+  while stop.requested is None:
+    time.sleep(0.01)
+  time.sleep(1.0)  # The rest of the step; a second SIGINT now would stop it unsaved.
+  print("saved on", stop.requested, flush=True)
+sys.exit(130)
+"""
+
+
+@pytest.mark.job
+def test_one_ctrl_c_at_the_local_launcher_saves_every_process(tmp_path):
+  # As a terminal runs it: the launcher leads a foreground process group, and Ctrl-C is a
+  # SIGINT to that whole group.
+  logs = tmp_path / "logs"
+  launcher = subprocess.Popen(
+      ["bash", os.path.join(jobs.ROOT, "launch", "local.sh"), "2", sys.executable, "-c",
+       _STEPPING], cwd=jobs.ROOT, env=dict(os.environ, PEDRL_LOCAL_LOGS=str(logs)),
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+  assert launcher.stdout.readline().strip() == "ready"
+  deadline = time.monotonic() + 60
+  while "ready\n" not in ((logs / "process_1.log").read_text()
+                        if (logs / "process_1.log").exists() else ""):
+    assert time.monotonic() < deadline and launcher.poll() is None
+    time.sleep(0.05)
+  os.killpg(launcher.pid, signal.SIGINT)
+  assert launcher.wait(timeout=60) == 130
+  assert launcher.stdout.read().strip() == "saved on SIGINT"
+  lines = (logs / "process_1.log").read_text().splitlines()  # Its stdout and stderr.
+  assert lines[0] == "ready" and lines[-1] == "saved on SIGINT", lines
 
 
 def test_auto_mode_reads_the_cluster_environment(monkeypatch):

@@ -94,16 +94,15 @@ def test_a_damaged_latest_step_is_set_aside_and_the_one_before_restored(tmp_path
 def test_flipped_bytes_are_caught_by_the_checksums(tmp_path, monkeypatch):
   # The flip may also break orbax's decoding; with verification off it must be the data
   # that changed, so that the test shows what the checksums catch.
-  ckpt = _saved(tmp_path)
+  ckpt = _saved(tmp_path, (3,))
   _flip_bytes(ckpt.step_path(3))
   want = checkpoint.checksums(_state(3))
   monkeypatch.setattr(runs, "checksums", lambda state: want)  # No verification.
-  state, _ = checkpoint.Checkpoints(str(tmp_path))._restore_step(3, _state(0), MODEL)
+  step, state, _ = checkpoint.Checkpoints(str(tmp_path)).restore(_state(0), MODEL)
   monkeypatch.undo()
-  got = checkpoint.checksums(state)
-  assert got != want  # The restored values differ from the saved ones ...
-  with pytest.raises(ValueError, match="differ from their saved checksums"):
-    checkpoint.Checkpoints(str(tmp_path))._restore_step(3, _state(0), MODEL)  # ... and that is seen.
+  assert step == 3 and checkpoint.checksums(state) != want  # The values read differ ...
+  with pytest.raises(checkpoint.CheckpointError, match="differ from their saved checksums"):
+    checkpoint.Checkpoints(str(tmp_path)).restore(_state(0), MODEL)  # ... and that is seen.
 
 
 def test_a_step_left_uncommitted_by_a_kill_is_ignored(tmp_path):
