@@ -80,7 +80,8 @@ def build(config: ml_collections.ConfigDict, workdir: str, config_name: str = "?
                         settings.optimizer.optimizer(updates), workdir, ckpt, writer,
                         checkpoint.model_fingerprint(tutor.sampler.cfg),
                         settings.optimizer.schedule(updates), seed=job.seed,
-                        batch_problems=job.batch_problems, group_size=job.group_size)
+                        batch_problems=job.batch_problems, group_size=job.group_size,
+                        schedule_decays=settings.optimizer.lr_schedule != "constant")
   if run.restore_if_any():
     logging.info("resumed from %s at step %d", ckpt.directory, run.step)
   if distributed.is_main_process():

@@ -211,8 +211,9 @@ TRAINING_ENTRY_POINTS = ("uco", "pedagogical_rl", "thinking")
 # Settings a resume may change without changing the run: the policy itself, which shard a
 # process runs, the device mesh (checkpoints restore onto any), how often and how many
 # checkpoints and samples are written, memory-for-time trades; and a training run's length
-# (a GRPO run may be extended; the checkpoint's metadata refuses what would change an offline
-# run's data order or schedule, pedrl.rl.loop).
+# (a GRPO run at a constant learning rate may be extended; the checkpoint's metadata refuses
+# a length that shapes the learning-rate schedule or an offline run's data order,
+# pedrl.rl.loop).
 RESUMABLE_KEYS = frozenset(
     ["resume_mismatch", "eval.shard", "baselines.shard", "rl.steps", "train.steps", "train.epochs",
      "rl.samples_every", "rl.samples_dialogues", "rl.dialogues_every"]

@@ -135,7 +135,10 @@ class Loop:
     if restored is not None:
       step, state, meta = restored
       for key, value in self.data_meta().items():
-        if meta.get(key) != value:
+        if key not in meta:  # Saved by a pedrl that did not record it.
+          logging.warning("%s: step %d does not record %s; not compared with this config's %s",
+                          self.ckpt.directory, step, key, value)
+        elif meta[key] != value:
           raise checkpoint_lib.CheckpointError(
               f"{self.ckpt.directory}: the run was started with {key}={meta.get(key)}, this "
               f"config has {value}; resuming would change its data order or schedule. Use a "

@@ -265,11 +265,15 @@ class Trainer(loop.Loop):
                student: Party | Replier, rollout_settings: rollout.RolloutSettings,
                rewards: pipeline.RewardPipeline, problems, optimizer, workdir: str,
                checkpoints, writer, model_fingerprint: dict, lr_schedule=None, *,
-               seed: int, batch_problems: int, group_size: int) -> None:
+               seed: int, batch_problems: int, group_size: int,
+               schedule_decays: bool = False) -> None:
     objective = update.GRPOObjective(grpo, tutor.sampling.logprob_temperature)
     super().__init__(settings, objective, tutor, optimizer, checkpoints, writer,
                      model_fingerprint, lr_schedule, seed=seed)
     self.batch_problems, self.group_size = batch_problems, group_size
+    # A cosine or linear learning rate decays to 0 at the run's last step: its length then
+    # fixes the schedule, and a resume with more steps would jump up along it.
+    self.schedule_decays = schedule_decays
     self.student = student
     self.rollout_settings, self.rewards, self.problems = rollout_settings, rewards, problems
     self.workdir = workdir
@@ -278,8 +282,9 @@ class Trainer(loop.Loop):
     self.signal_warnings = SignalWarnings(settings)
 
   def data_meta(self) -> dict:
-    return {"seed": self.seed, "batch_problems": self.batch_problems,
+    meta = {"seed": self.seed, "batch_problems": self.batch_problems,
             "group_size": self.group_size}
+    return dict(meta, steps=self.steps) if self.schedule_decays else meta
 
   def collect(self) -> Collected:
     """This step's problems → rollouts with the current params → rewards."""

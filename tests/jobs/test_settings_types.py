@@ -18,7 +18,7 @@ from pedrl import paths
 from pedrl.clients import openai_compat
 from pedrl.engine.distribution import SamplingParams
 from pedrl.jobs import reward_factory, settings
-from pedrl.rl import trainer, update
+from pedrl.rl import checkpoint, trainer, update
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 JOBS = [("uco.py", settings.TrainingSettings), ("pedagogical_rl.py", settings.TrainingSettings),
@@ -111,6 +111,47 @@ def test_grpo_takes_the_log_prob_temperature_of_the_tutor_it_trains(temperature,
   assert run.objective == update.GRPOObjective(update.GRPOSettings(micro_batch=2), want)
   assert run.objective.micro_batch == 2
   assert run.data_meta() == {"seed": 3, "batch_problems": 4, "group_size": 2}
+
+
+class _SavedAt:
+  """Checkpoints holding one step saved with `meta`."""
+
+  def __init__(self, meta):
+    self.meta, self.directory = meta, "/runs/a/checkpoints"
+
+  def restore(self, state_like, fingerprint):
+    return 3, state_like, self.meta
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tutor:
+  params: dict
+  sampling: SamplingParams
+
+
+def _grpo(steps: int, decays: bool, ckpt) -> trainer.Trainer:
+  tutor = _Tutor({"w": jnp.zeros(2)}, SamplingParams(8))
+  return trainer.Trainer(trainer.TrainSettings(steps=steps), update.GRPOSettings(), tutor, None,
+                         None, None, [], update.OptimizerSettings().optimizer(1), "", ckpt,
+                         types.SimpleNamespace(resume=lambda step: None), {}, seed=3,
+                         batch_problems=4, group_size=2, schedule_decays=decays)
+
+
+def test_a_grpo_run_whose_learning_rate_decays_is_not_resumed_with_another_length():
+  """Cosine or linear decay reaches 0 at the last step: resumed at step 3 of 6 with 12 steps,
+  a cosine rate would jump from half its peak to 0.85 of it."""
+  saved = _grpo(6, True, None).data_meta()
+  assert saved == {"seed": 3, "batch_problems": 4, "group_size": 2, "steps": 6}
+  with pytest.raises(checkpoint.CheckpointError, match=r"/runs/a/checkpoints: the run was "
+                     r"started with steps=6, this config has 12; resuming would change its "
+                     r"data order or schedule"):
+    _grpo(12, True, _SavedAt(saved)).restore_if_any()
+  assert _grpo(6, True, _SavedAt(saved)).restore_if_any()
+  # A constant rate does not depend on the length: a run may be extended.
+  constant = _grpo(6, False, None).data_meta()
+  assert "steps" not in constant and _grpo(12, False, _SavedAt(constant)).restore_if_any()
+  # Saved before the length was recorded: resumed, with a warning.
+  assert _grpo(12, True, _SavedAt(constant)).restore_if_any()
 
 
 def test_protocols_record_the_seed_with_the_rollout_and_solve_sections_as_before():
