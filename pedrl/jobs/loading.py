@@ -6,7 +6,7 @@ from typing import Any
 import jax
 from absl import app, logging
 
-from pedrl import runs
+from pedrl import distributed, runs
 from pedrl.clients import openai_compat
 from pedrl.clients.settings import EndpointSettings
 from pedrl.env import problems as problems_lib, solving
@@ -65,7 +65,14 @@ def tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
   """(base checkpoint, step) of the training run under test: the step given, else the
   one this evaluation's workdir recorded at `recorded_at` in its protocol (a resumed or
   later shard reads the weights the first one read, even if training saved newer steps
-  since), else the latest."""
+  since), else the latest. Process 0 chooses for all: a training run that saves a step
+  meanwhile must not give the processes of one evaluation different weights."""
+  base, step = distributed.on_main_process(_tutor_checkpoint, run, workdir, recorded_at)
+  return base, step
+
+
+def _tutor_checkpoint(run: protocol_lib.TutorRun, workdir: str,
+                      recorded_at: tuple) -> tuple[str, int]:
   base, _, steps = runs.training_run(run.workdir)
   step = run.step
   if step is None:

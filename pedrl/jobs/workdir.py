@@ -23,9 +23,11 @@ workdir work from any directory.
 """
 from collections.abc import Sequence
 import datetime
+import fcntl
 import importlib.metadata
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -165,12 +167,13 @@ def _version(package: str) -> str | None:
 
 
 def provenance() -> dict:
-  """Where this start of a run came from: time, command, code, packages, devices."""
+  """Where this start of a run came from: time, host, command, code, packages, devices."""
   # .git is a folder in a clone and a file in a git worktree or submodule checkout.
   commit = _git("rev-parse", "HEAD") if os.path.exists(os.path.join(_SOURCE, ".git")) else None
   devices = jax.devices()
   return {
       "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "host": socket.gethostname(), "pid": os.getpid(),
       "command": [sys.executable, *sys.argv], "cwd": os.getcwd(),
       "git_commit": commit,
       "git_dirty": None if commit is None else bool(_git("status", "--porcelain")),
@@ -302,11 +305,20 @@ def _shown(value) -> str:
 
 
 def guard(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str) -> dict:
-  """`_guard`, decided by process 0 for all (its reading races no writer of run.json)."""
+  """`_check`, decided by process 0 for all (its reading races no writer of run.json); a
+  start that passes holds the workdir until its process ends (`_hold`), except a shard of
+  several, whose starts share it."""
   return distributed.on_main_process(_guard, workdir, job, config, config_name)
 
 
 def _guard(workdir: str, job: str, config, config_name: str) -> dict:
+  changed = _check(workdir, job, config, config_name)
+  if not _concurrent_shards(config):
+    _hold(workdir)
+  return changed
+
+
+def _check(workdir: str, job: str, config, config_name: str) -> dict:
   """Checks, reading only, that `workdir` may take this start of job `job` (config
   `config`, an ml_collections ConfigDict): it holds no model checkpoint, no other job's
   run, and, when it holds this job's, one of the same settings. Returns the settings that
@@ -342,6 +354,44 @@ def _guard(workdir: str, job: str, config, config_name: str) -> dict:
     logging.warning("%s: resuming with other settings (%s), as resume_mismatch=allow lets it",
                     workdir, ", ".join(changed))
   return changed
+
+
+# -- One start at a time ---------------------------------------------------------------------
+
+_HELD: dict[str, int] = {}  # Workdir -> the descriptor whose lock this process holds.
+
+
+def _concurrent_shards(config) -> bool:
+  """Whether the config runs one shard of several, whose starts share the workdir at once."""
+  return any(config.get(section) is not None and config[section].get("num_shards", 1) > 1
+             for section in ("eval", "baselines"))
+
+
+def _hold(workdir: str) -> None:
+  """Holds the workdir's exclusive lock (flock on the folder itself: no file is added) until
+  this process ends, however it ends: a second start of a run while the first runs would
+  save over its checkpoints and write its records twice. A WorkdirError names the start
+  that holds it. Where the file system has no locks (some network mounts), a warning."""
+  path = os.path.realpath(workdir)
+  if path in _HELD:  # Started again in this process (a notebook, a test): its own lock.
+    return
+  os.makedirs(path, exist_ok=True)
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    os.close(fd)
+    last = (_record(workdir).get("starts") or [{}])[-1]
+    holder = (f"the start of {last['started']} (pid {last.get('pid', '?')} on "
+              f"{last.get('host', '?')})" if "started" in last else "another process")
+    raise WorkdirError(f"{workdir} is in use by {holder}: wait for it to end, or give this "
+                       "start its own --workdir") from None
+  except OSError as e:
+    os.close(fd)
+    logging.warning("%s cannot be locked (%s): a second start while this one runs would not "
+                    "be refused", workdir, e)
+    return
+  _HELD[path] = fd
 
 
 def record_start(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str,

@@ -135,3 +135,56 @@ def test_refused_starts_leave_every_file_of_the_run_as_it_was(tmp_path, monkeypa
     assert r.returncode == 1 and lines[-1].startswith("error: ") and says in lines[-1], r.stderr
     assert "Traceback" not in r.stderr
   assert _digest(run) == before
+
+
+# A start that holds its workdir until its stdin closes: the folder as a running job has it.
+_HOLDER = """
+import sys
+from tests.helpers import jobs
+from pedrl.jobs import workdir
+config = jobs.config(sys.argv[1], "tiny")
+if sys.argv[3] != "1":
+  config.eval.num_shards = int(sys.argv[3])
+name, job = f"experiments/{sys.argv[1]}.py:tiny", sys.argv[4]
+workdir.record_start(sys.argv[2], job, config, name, workdir.guard(sys.argv[2], job, config, name))
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def _holder(folder, file="uco", job="train", num_shards=1) -> subprocess.Popen:
+  holder = subprocess.Popen([sys.executable, "-c", _HOLDER, file, str(folder), str(num_shards),
+                             job],
+                            cwd=jobs.ROOT, env=jobs.env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline() == "holding\n"
+  return holder
+
+
+def test_a_second_start_while_the_first_runs_is_refused_naming_it(tmp_path):
+  run = tmp_path / "run"
+  holder = _holder(run)
+  try:
+    before = _digest(run)
+    # The same command again, as a second terminal would start it: one line, nothing written.
+    r = subprocess.run(jobs.cmd("uco", run), cwd=tmp_path, env=jobs.env(),
+                       capture_output=True, text=True, timeout=300)
+    start = json.loads((run / "run.json").read_text())["starts"][-1]
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"error: {run} is in use by the start of {start['started']} (pid {holder.pid} on "
+        f"{start['host']}): wait for it to end, or give this start its own --workdir"), r.stderr
+    assert _digest(run) == before
+  finally:
+    holder.communicate(timeout=60)  # Ends it: the kernel lets its lock go.
+  workdir.guard(str(run), "train", jobs.config("uco", "tiny"), "experiments/uco.py:tiny")
+
+
+def test_the_shards_of_one_evaluation_share_its_workdir(tmp_path):
+  run = tmp_path / "eval"
+  holder = _holder(run, "evaluate", "evaluate", num_shards=2)
+  try:
+    config = jobs.config("evaluate", "tiny")
+    config.eval.update(num_shards=2, shard=1)
+    workdir.guard(str(run), "evaluate", config, "experiments/evaluate.py:tiny")  # Shard 1 too.
+  finally:
+    holder.communicate(timeout=60)
