@@ -132,25 +132,38 @@ def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = Tru
   """The tutor a training workdir saved at `step` (None: the latest), for evaluating,
   serving or exporting it without a copy.
 
-  The run's config.json names the base checkpoint (architecture, tokenizer); the
-  params are restored in the layout the run saved (its scan_layers), converted to
-  `scan_layers`, checked against their saved checksums and placed on `mesh`
-  (None: the first device). The optimizer state stays on disk.
+  The run's config.json names the base checkpoint (architecture, tokenizer). The params
+  are restored sharded over `mesh` (None: onto the first device), never whole on a host,
+  in the dtype and layout the run saved them (float32 for a GRPO run's tutor, whatever
+  the base's), checked against their saved checksums, and only then converted to
+  `scan_layers` and to the dtype asked for (`runtime`'s, else the base checkpoint's). The
+  optimizer state stays on disk.
   """
   base, saved_scan, steps = training_run(workdir)
   step = (steps[-1] if steps else None) if step is None else step
   if step is None or step not in steps:
     raise CheckpointError(f"{workdir}: no checkpoint at step {step}; saved steps: {steps}")
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"))
+  shapes = hf_checkpoint.abstract_params(models.from_hf(base, scan_layers=saved_scan, **runtime))
+  cfg = models.from_hf(base, scan_layers=scan_layers, **runtime)
+  want = hf_checkpoint.abstract_params(cfg)
+  placed = lambda tree: (sharding.param_shardings(tree, mesh) if mesh is not None else
+                         jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(
+                             jax.local_devices()[0]), tree))
+  manager = ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), "checkpoints"),
+      item_handlers={"state": ocp.PyTreeCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
   try:
-    saved_cfg = models.from_hf(base, scan_layers=saved_scan, **runtime)
-    abstract = hf_checkpoint.abstract_params(saved_cfg)
-    target = {"params": abstract}
     with orbax_errors_muted():
       try:
+        # Each array as it was saved (its checksum is of those bits): the dtypes from the
+        # step's own metadata, not the base checkpoint's.
+        stored = manager.item_metadata(step)["state"].tree["params"]
+        saved = jax.tree.map(lambda leaf, kept, where: jax.ShapeDtypeStruct(
+            leaf.shape, kept.dtype, sharding=where), shapes, stored, placed(shapes))
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.PyTreeRestore(
-                target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                {"params": saved},
+                restore_args=ocp.checkpoint_utils.construct_restore_args({"params": saved}),
                 partial_restore=True),
             meta=ocp.args.JsonRestore()))
       except Exception as e:  # Whatever a damaged step directory makes orbax raise.
@@ -159,18 +172,24 @@ def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = Tru
   finally:
     manager.close()
   params, meta = restored["state"]["params"], restored["meta"]
-  saved = {k: v for k, v in (meta or {}).get("checksums", {}).items() if k.startswith("['params']")}
-  if not saved:  # Checkpoints saved before pedrl wrote checksums have none.
+  sums = {k: v for k, v in (meta or {}).get("checksums", {}).items() if k.startswith("['params']")}
+  if not sums:  # Checkpoints saved before pedrl wrote checksums have none.
     logging.warning("%s step %d has no checksums (saved before pedrl verified checkpoints); "
                     "restored unverified", workdir, step)
   else:
     try:
-      verify({"params": params}, saved)
+      verify({"params": params}, sums)
     except ValueError as e:
       raise CheckpointError(f"{workdir}: checkpoint step {step} is corrupt ({e})") from None
-  if saved_scan != scan_layers:
-    params = (decoder.stack_layers if scan_layers else decoder.unstack_layers)(params)
-  cfg = models.from_hf(base, scan_layers=scan_layers, **runtime)
-  if mesh is not None:
-    params = jax.device_put(params, sharding.param_shardings(params, mesh))
-  return TrainedTutor(base, cfg, params, step)
+  return TrainedTutor(base, cfg, _converted(params, saved_scan != scan_layers, want,
+                                            placed(want)), step)
+
+
+def _converted(params: dict, relayer: bool, want: Any, where: Any) -> dict:
+  """`params` in the other layer layout if `relayer`, cast to `want`'s dtypes and placed as
+  `where` says, in one program that frees the restored arrays (donated)."""
+  def convert(p):
+    if relayer:
+      p = (decoder.unstack_layers if "layers" in p else decoder.stack_layers)(p)
+    return jax.tree.map(lambda x, w: x.astype(w.dtype), p, want)
+  return jax.jit(convert, out_shardings=where, donate_argnums=0)(params)

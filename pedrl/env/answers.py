@@ -27,13 +27,22 @@ def last_boxed(text: str) -> str | None:
       continue
     depth = 0
     for i in range(start, len(text)):
-      if text[i] == "{" and text[i - 1] != "\\":
+      if text[i] == "{" and not _escaped(text, i):
         depth += 1
-      elif text[i] == "}" and text[i - 1] != "\\":
+      elif text[i] == "}" and not _escaped(text, i):
         depth -= 1
         if depth == 0:
           return text[start + 1:i]
   return None
+
+
+def _escaped(text: str, i: int) -> bool:
+  """Whether text[i] follows an odd run of backslashes: `\\{` is a literal brace, while
+  `\\\\}` is a LaTeX line break and then a closing brace."""
+  run = 0
+  while i - run - 1 >= 0 and text[i - run - 1] == "\\":
+    run += 1
+  return run % 2 == 1
 
 
 def _exact_form(s: str) -> str:

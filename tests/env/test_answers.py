@@ -13,6 +13,10 @@ from pedrl.env.answers import is_correct, last_boxed
     (r"answer \fbox{7}", "7"),
     (r"\boxed {3}", "3"),
     (r"\boxed{5} and an unclosed \boxed{6", "5"),
+    # A LaTeX line break (two backslashes) before a closing brace leaves the brace unescaped.
+    (r"\boxed{x = 1 \\}", r"x = 1 \\"),
+    (r"\boxed{\begin{cases} 1 \\ 2 \\\end{cases}}", r"\begin{cases} 1 \\ 2 \\\end{cases}"),
+    (r"\boxed{\\\}}", r"\\\}"),  # A line break, then a literal brace.
     ("no box here: 42", None),
     (r"\boxed", None),
 ])

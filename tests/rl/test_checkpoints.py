@@ -1,14 +1,17 @@
 """Checkpoints that are damaged, non-finite or cannot be written: verified, set aside, reported."""
 import errno
 import glob
+import json
 import os
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from pedrl import runs
+from pedrl.models import decoder
 from pedrl.rl import checkpoint
 
 MODEL = {"model_type": "qwen2", "hidden_size": 64}
@@ -198,3 +201,44 @@ def test_a_tensorstore_write_error_is_summarised_with_the_os_reason():
   line = runs.one_line(e)
   assert "\n" not in line and line.startswith("ValueError: RESOURCE_EXHAUSTED")
   assert line.endswith("[No space left on device]")
+
+
+def _bfloat16_base(testdata, tmp_path):
+  """The testdata Qwen2 as a real instruct checkpoint declares itself: bfloat16."""
+  base = tmp_path / "base"
+  shutil.copytree(testdata("qwen2"), base)
+  config = json.loads((base / "config.json").read_text())
+  config.update(torch_dtype="bfloat16", dtype="bfloat16")
+  (base / "config.json").write_text(json.dumps(config))
+  return base
+
+
+def test_a_tutor_trained_in_float32_on_a_bfloat16_base_is_read_back_sharded(testdata, tmp_path):
+  """GRPO trains float32 weights whatever the base's dtype, and checksums their bits: they
+  are verified as saved, then cast to the base's bfloat16 and laid out as asked (unrolled
+  here, saved scanned), sharded."""
+  scan_layers = False
+  from pedrl import models, sharding
+  base = _bfloat16_base(testdata, tmp_path)
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps({"tutor": {"path": str(base)}, "scan_layers": True}))
+  _, _, params = models.load(str(base), dtype="float32")  # As training holds them.
+  ckpt = checkpoint.Checkpoints(str(run))
+  ckpt.save(2, {"params": params, "opt_state": {"count": jnp.asarray(2, jnp.int32)}},
+            {"step": 2, "model": MODEL})
+  ckpt.close()
+  mesh = sharding.make_mesh(fsdp=2, tensor=2, devices=jax.devices()[:4])
+  tutor = runs.trained_tutor(str(run), scan_layers=scan_layers, mesh=mesh)
+  assert tutor.step == 2 and tutor.cfg.dtype == "bfloat16"
+  want = params if scan_layers else decoder.unstack_layers(params)
+  got_leaves = jax.tree_util.tree_leaves_with_path(tutor.params)
+  assert [p for p, _ in got_leaves] == [p for p, _ in jax.tree_util.tree_leaves_with_path(want)]
+  shardings = jax.tree.leaves(sharding.param_shardings(tutor.params, mesh))
+  for (path, got), w, where in zip(got_leaves, jax.tree.leaves(want), shardings):
+    assert got.dtype == jnp.bfloat16, path
+    assert got.sharding.is_equivalent_to(where, got.ndim), (path, got.sharding, where)
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)),
+                                  np.asarray(w.astype(jnp.bfloat16).astype(jnp.float32)))
+  embed = tutor.params["embed"]["embedding"]
+  assert embed.sharding.mesh == mesh and len(embed.sharding.device_set) == 4
