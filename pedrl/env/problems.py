@@ -77,21 +77,28 @@ def gsm8k_answer(solution: str) -> str:
   return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
 
-def _load(path: str, to_problem, on_error: str):
+def _load(path: str, to_problem, on_error: str, unique: bool = False):
+  """(problems, report) of the rows of `path`; `unique`: a row whose problem an earlier row
+  had is skipped, counted in the report (records key a dialogue by its problem)."""
   if on_error not in ON_ERROR:
     raise ValueError(f"on_error {on_error!r} is not one of {ON_ERROR}")
   sources.check(path, "problem file")
-  report, problems = LoadReport(path), []
+  report, problems, first = LoadReport(path), [], {}
   for n, row in read_rows(path):
     report.rows += 1
     try:
       if isinstance(row, str):
         raise DataError(row)
-      problems.append(to_problem(row))
+      problem = to_problem(row)
     except DataError as e:
       if on_error == "fatal":
         raise DataError(f"{path}: row {n}: {e}") from None
       report.skipped.append((n, str(e)))
+      continue
+    if unique and first.setdefault(problem.id, n) != n:
+      report.skipped.append((n, f"repeats row {first[problem.id]}'s problem"))
+      continue
+    problems.append(problem)
   return problems, report
 
 
@@ -120,10 +127,11 @@ def _bigmath(row: dict) -> Problem:
                  None if rate is None else float(rate))
 
 
-def load_bigmath(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
+def load_bigmath(path: str, on_error: str = "skip",
+                 unique: bool = False) -> tuple[list[Problem], LoadReport]:
   """BigMath rows (`problem`, `answer`, optional `source`, `domain`,
-  `llama8b_solve_rate`) -> (problems, LoadReport)."""
-  return _load(path, _bigmath, on_error)
+  `llama8b_solve_rate`) -> (problems, LoadReport); `unique`: repeats skipped, counted."""
+  return _load(path, _bigmath, on_error, unique)
 
 
 def _published(row: dict) -> Problem:
@@ -159,22 +167,24 @@ def load_published_train(path: str) -> tuple[list[Problem], LoadReport]:
   return _load(path, _published, "fatal")
 
 
-def load_gsm8k(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
+def load_gsm8k(path: str, on_error: str = "skip",
+               unique: bool = False) -> tuple[list[Problem], LoadReport]:
   """GSM8K rows (`question`, `answer` ending in '#### N') -> (problems, LoadReport)."""
   def one(row):
     question, solution = _text(row, "question"), _text(row, "answer")
     answer = gsm8k_answer(solution)
     return Problem(problem_id(question), question, _checked_answer(answer), "gsm8k")
-  return _load(path, one, on_error)
+  return _load(path, one, on_error, unique)
 
 
-def load_math500(path: str, on_error: str = "skip") -> tuple[list[Problem], LoadReport]:
+def load_math500(path: str, on_error: str = "skip",
+                 unique: bool = False) -> tuple[list[Problem], LoadReport]:
   """MATH500 rows (`problem`, `answer`, `subject`) -> (problems, LoadReport)."""
   def one(row):
     problem = _text(row, "problem")
     return Problem(problem_id(problem), problem, _checked_answer(_text(row, "answer")),
                    "math500", (str(row.get("subject", "")),))
-  return _load(path, one, on_error)
+  return _load(path, one, on_error, unique)
 
 
 LOADERS = {"bigmath": load_bigmath, "gsm8k": load_gsm8k, "math500": load_math500}
@@ -191,7 +201,9 @@ def load(settings: ProblemSettings, seed: int = 0) -> tuple[list[Problem], LoadR
   elif p.split == "published_train":
     rows, report = load_published_train(p.path)
   else:
-    rows, report = LOADERS[p.format](p.path, on_error=p.on_error)
+    # The whole file is the set: a problem twice would be two dialogues under one key (the
+    # train and test splits drop repeats themselves, by their own order).
+    rows, report = LOADERS[p.format](p.path, on_error=p.on_error, unique=p.split == "all")
     if p.filter:
       rows = paper_filter(rows)
     if p.split != "all":

@@ -7,7 +7,9 @@ For each workdir: every shard must be there, finished and of one protocol
 WORKDIR/eval_dialogues.jsonl and its metrics written to WORKDIR/metrics.json.
 Then one row per run (named by its config, and a tutor read from a training run
 by its method as paper 003's rows name it: RL, SFT or MDPO) is printed as a
-markdown table and written to OUT/report.md and OUT/report.csv, with
+markdown table, followed by the recorded settings its rows differ in besides the
+tutor under test (a student, a judge, a default changed since a run), and written
+to OUT/report.md and OUT/report.csv (every reported number), with
 OUT/pareto.png: Δ solve rate against leak rate with 95% intervals (paper 003
 figure 1; needs matplotlib, `pip install "pedrl[plot]"`, checked first; `--nofigure`
 writes the tables only). Reasoning runs
@@ -17,6 +19,7 @@ writes the tables only). Reasoning runs
 (003 table 4). OUT defaults to the first workdir.
 """
 import csv
+import json
 import math
 import os
 import sys
@@ -25,7 +28,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from pedrl import cli, files, paths
-from pedrl.eval import protocol as protocol_lib, shards
+from pedrl.eval import evaluations, protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench_harness import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
 from pedrl.jobs import workdir as workdir_lib
@@ -106,20 +109,73 @@ def table(runs: dict, columns: Sequence[tuple] = COLUMNS, count: str = "n_proble
   return "\n".join(lines)
 
 
+# A table's rows compare tutors: the tutor under test is what differs on purpose. The
+# number of shards changes no number.
+_COMPARED = ("path", "workdir", "step", "endpoint", "model_type", "vocab_size", "hidden_size",
+             "num_hidden_layers", "intermediate_size")
+_NO_EFFECT = ("num_shards", "eval.num_shards")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in tree.items():
+    out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+  return out
+
+
+def differences(runs: dict) -> str:
+  """The note under a table: the recorded settings its rows differ in besides the tutor
+  under test (the student, the judges, a condition's prompt, a setting whose default
+  changed since a run), each value with its rows (numbered as the table lists them); ""
+  when they agree."""
+  flat = []
+  for m in runs.values():
+    protocol = EvalProtocol.from_dict(m["protocol"])  # Defaults of older runs filled in.
+    tutor = shards.evaluation(protocol.kind).tutor_section
+    f = {k: v for k, v in _flat(protocol.to_dict()).items() if k not in _NO_EFFECT
+         and not any(k.startswith(f"{tutor}.{c}") for c in _COMPARED)}
+    for section, before in (("eval", evaluations.BEFORE_EVAL),
+                            ("reasoning", evaluations.BEFORE_REASONING)):
+      if any(k.startswith(f"{section}.") for k in f):  # What a run before the key used.
+        f.update({f"{section}.{k}": v for k, v in before.items() if f"{section}.{k}" not in f})
+    flat.append(f)
+  keys = sorted(k for k in set().union(*flat) if len({json.dumps(f.get(k)) for f in flat}) > 1)
+  lines = []
+  for k in keys:
+    rows = {}
+    for i, f in enumerate(flat, 1):
+      rows.setdefault(json.dumps(f.get(k)), []).append(str(i))
+    lines.append(f"- `{k}`: " + "; ".join(
+        f"{value} (row{'s' * (len(at) > 1)} {', '.join(at)})" for value, at in rows.items()))
+  return ("Settings these rows differ in, besides the tutor under test:\n" + "\n".join(lines)
+          if lines else "")
+
+
+def _with_differences(text: str, runs: dict) -> str:
+  note = differences(runs) if len(runs) > 1 else ""
+  return f"{text}\n\n{note}" if note else text
+
+
 def tables(runs: dict) -> str:
   """The tutoring table (003 table 2, 001 table 1), the reasoning one (003 table 3) and
-MathTutorBench's (003 table 4)."""
+MathTutorBench's (003 table 4), each followed by the settings its rows differ in."""
   of = lambda kind: {k: m for k, m in runs.items() if _kind(m) == kind}
   tutoring, solving, bench = of("tutoring"), of("reasoning"), of("mathtutorbench")
-  return "\n\n".join(([table(tutoring)] if tutoring else []) +
-                      ([table(solving, REASONING + choice_columns(solving), "n_examples")]
-                       if solving else []) +
-                      ([bench_results.table({k: m["tasks"] for k, m in bench.items()})]
-                       if bench else []))
+  return "\n\n".join(
+      ([_with_differences(table(tutoring), tutoring)] if tutoring else []) +
+      ([_with_differences(table(solving, REASONING + choice_columns(solving), "n_examples"),
+                          solving)] if solving else []) +
+      ([_with_differences(bench_results.table({k: m["tasks"] for k, m in bench.items()}), bench)]
+       if bench else []))
+
+
+# Reported beside the tables' columns in report.csv.
+EXTRA = (("pre_solve_rate", "", True), ("post_solve_rate", "", True),
+         ("helpful_all_rate", "", True), ("mmlu_question_accuracy", "", True))
 
 
 def write_csv(runs: dict, path: str) -> None:
-  names = [k for k, _, _ in COLUMNS + REASONING]
+  names = [k for k, _, _ in COLUMNS + EXTRA + REASONING + choice_columns(runs)]
   bench = [f"{task}/{metric}" for task, metric, _ in bench_results.COLUMNS]
   with open(path, "w", newline="") as f:
     w = csv.writer(f)

@@ -65,6 +65,22 @@ def test_bad_rows_are_skipped_and_reported_by_row_number(tmp_path):
   assert "6 skipped: row 2:" in report.summary()
 
 
+def test_the_all_split_keeps_a_problem_once_and_counts_its_repeats(tmp_path):
+  """An evaluation keys each dialogue by its problem: a repeat would be found only when the
+  shards merge, after all the work. The train and test splits keep their own choice."""
+  path = tmp_path / "repeats.jsonl"
+  rows = [{"question": q, "answer": f"so #### {a}"} for q, a in
+          [("1+1?", "2"), ("2+2?", "4"), ("1+1?", "2"), ("3+3?", "6"), ("2+2?", "5")]]
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  settings = P.ProblemSettings(path=str(path), format="gsm8k", split="all", filter=False)
+  loaded, report = P.load(settings)
+  assert [p.problem for p in loaded] == ["1+1?", "2+2?", "3+3?"]
+  assert [p.answer for p in loaded] == ["2", "4", "6"]
+  assert report.skipped == [(3, "repeats row 1's problem"), (5, "repeats row 2's problem")]
+  assert "3 of 5 rows loaded, 2 skipped: row 3: repeats row 1's problem" in report.summary()
+  assert len(P.load_gsm8k(str(path))[0]) == 5  # A loader alone reads every row.
+
+
 def test_bad_rows_are_fatal_when_configured(tmp_path):
   path = tmp_path / "bad.jsonl"
   write_bad_file(path)
