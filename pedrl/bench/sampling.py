@@ -82,9 +82,11 @@ def transformers_runner(path: str, prompts: Sequence[Sequence[int]],
   import torch
   import transformers
   model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-  # generate fills a call's unset fields from the checkpoint's generation_config.json
-  # (EOS ids, repetition penalty, ...): a neutral one leaves the sampling named below.
-  model.generation_config = transformers.GenerationConfig()
+  # generate fills a call's unset fields from the checkpoint's generation_config.json: its
+  # EOS ids stop rows as pedrl's sampler stops them; its other settings (a repetition
+  # penalty, top-k) would change the sampling named below, so they are left out.
+  model.generation_config = transformers.GenerationConfig(
+      eos_token_id=model.generation_config.eos_token_id)
   ids = torch.tensor(prompts)
 
   def run(n):

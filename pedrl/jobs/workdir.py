@@ -144,6 +144,7 @@ def _claim(workdir: str, s, job: str, config_name: str, want: dict | None) -> No
                            "to take this one over")
       logging.warning("%s; taking it over (resume_mismatch=allow)", message)
   os.makedirs(workdir, exist_ok=True)
+  _hold(workdir)  # A new folder: held from now.
   start = provenance()
   starts = (have or {}).get("starts", []) + [start]
   files.write_json(path, {"config": config_name, "identity": want, "provenance": start,
@@ -371,11 +372,14 @@ def _hold(workdir: str) -> None:
   """Holds the workdir's exclusive lock (flock on the folder itself: no file is added) until
   this process ends, however it ends: a second start of a run while the first runs would
   save over its checkpoints and write its records twice. A WorkdirError names the start
-  that holds it. Where the file system has no locks (some network mounts), a warning."""
+  that holds it. Where the file system has no locks (some network mounts), a warning. A
+  folder that does not exist yet is held when the start makes it (a start stopped by a
+  bad input before then leaves no folder)."""
   path = os.path.realpath(workdir)
   if path in _HELD:  # Started again in this process (a notebook, a test): its own lock.
     return
-  os.makedirs(path, exist_ok=True)
+  if not os.path.isdir(path):  # Held once the start makes it (`claim`, `record_start`).
+    return
   fd = os.open(path, os.O_RDONLY)
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -400,6 +404,8 @@ def record_start(workdir: str, job: str, config: ml_collections.ConfigDict, conf
   (for jobs that do not `claim`), the settings, and in this start's entry what changed.
   `claimed`: `claim` has just recorded the start (its identity, provenance, starts)."""
   os.makedirs(workdir, exist_ok=True)
+  if not _concurrent_shards(config):
+    _hold(workdir)
   record = _record(workdir)
   if not claimed:
     start = provenance()

@@ -36,7 +36,10 @@ def forward(model, tokens, mask, positions=None):
 
 @torch.no_grad()
 def greedy(model, tokens, mask, n):
-  model.generation_config = transformers.GenerationConfig()  # Nothing of the checkpoint's.
+  # Greedy up to the checkpoint's EOS ids, with none of its other settings (a repetition
+  # penalty would be merged into the call's unset fields).
+  model.generation_config = transformers.GenerationConfig(
+      eos_token_id=model.generation_config.eos_token_id)
   cfg = transformers.GenerationConfig(do_sample=False, max_new_tokens=n, eos_token_id=None,
                                       pad_token_id=0)
   out = model.generate(input_ids=_t(tokens), attention_mask=_t(mask), generation_config=cfg)

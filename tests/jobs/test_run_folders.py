@@ -161,6 +161,7 @@ def _holder(folder, file="uco", job="train", num_shards=1) -> subprocess.Popen:
   return holder
 
 
+@pytest.mark.job
 def test_a_second_start_while_the_first_runs_is_refused_naming_it(tmp_path):
   run = tmp_path / "run"
   holder = _holder(run)
@@ -179,6 +180,7 @@ def test_a_second_start_while_the_first_runs_is_refused_naming_it(tmp_path):
   workdir.guard(str(run), "train", jobs.config("uco", "tiny"), "experiments/uco.py:tiny")
 
 
+@pytest.mark.job
 def test_the_shards_of_one_evaluation_share_its_workdir(tmp_path):
   run = tmp_path / "eval"
   holder = _holder(run, "evaluate", "evaluate", num_shards=2)

@@ -52,6 +52,7 @@ def test_a_folder_is_reused_only_for_the_file_it_was_imported_from(tmp_path, mon
   assert _snapshot(other) == before
 
 
+@pytest.mark.job
 def test_the_command_refuses_a_folder_of_another_file_in_one_line(tmp_path):
   gguf = tmp_path / "Qwen2.5-7B.gguf"
   gguf.write_bytes(b"GGUF another file")
