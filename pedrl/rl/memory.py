@@ -4,7 +4,8 @@ A training step goes through phases that hold different buffers besides the
 resident ones (the tutor's weights, its AdamW moments, the frozen reference and
 the student, all for the whole run):
 
-  rollout   each side's KV cache over every dialogue of the step
+  rollout   each side's KV cache over every dialogue of the step, and the speaking
+            side's window copies (below)
   solve     the student's cache for its r_sol attempts (prompts_per_call × k rows)
   score     the reference's forward over one chunk of the batch (logits, attention)
   update    the gradient accumulator, one micro-batch's gradient and activations
@@ -37,6 +38,15 @@ are estimates: against XLA's accounting of the compiled programs on CPU
 (`pedrl.bench.train_step` prints both) they were within ±20% at 1-4 layers of the
 tiny and 0.5B shapes, 256-512 tokens, whole or in 64-256-position chunks, except the
 chunked scoring pass (30% above at 0.5B with 4 layers; 2026-11-26).
+
+Caches are allocated at bucketed sizes (pedrl.engine.shapes.bucket: 10,496 slots
+become 11,264). A sampling call works on the window of slots it can reach, cut out of
+the cache and written back: while the window is shorter than the cache, XLA holds
+about two window-sized copies beside the donated cache (XLA's accounting of the
+compiled call on CPU, a 1-layer model, 8 rows, a 4096-slot cache of 8 MiB: 1.4 MiB of
+temporaries at a 4096-slot window, 5.4 / 9.4 / 13.5 MiB at 1024 / 2048 / 3072;
+2026-11-29). The rollout phase counts two copies of the larger side's widest window
+short of its whole cache (6,144 of 8,192 slots).
 """
 import dataclasses
 import math
@@ -45,6 +55,7 @@ import jax
 import numpy as np
 
 from pedrl import sharding
+from pedrl.engine import shapes
 from pedrl.models import costs
 from pedrl.models.config import ModelConfig
 from pedrl.models.hf_checkpoint import abstract_params
@@ -185,16 +196,20 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
   """Every part's bytes on one device, and each phase's sum (resident parts included)."""
   tutor_params = param_bytes(tutor, run.param_dtype, mesh)
   micro_rows = -(-run.micro_batch // mesh.batch_shards)
+  slots, solve_slots = shapes.bucket(run.cache_slots), shapes.bucket(run.solve_slots)
+  tutor_cache = kv_cache_bytes(tutor, run.dialogues, slots, run.param_dtype, mesh)
+  student_cache = kv_cache_bytes(student, run.dialogues, slots, run.student_dtype, mesh)
   parts = {
       "tutor params": tutor_params,
       "AdamW moments": 2 * tutor_params,
       "reference": tutor_params,
       "student params": param_bytes(student, run.student_dtype, mesh),
-      "tutor KV cache": kv_cache_bytes(tutor, run.dialogues, run.cache_slots, run.param_dtype,
-                                       mesh),
-      "student KV cache": kv_cache_bytes(student, run.dialogues, run.cache_slots,
-                                         run.student_dtype, mesh),
-      "solve KV cache": kv_cache_bytes(student, run.solve_rows, run.solve_slots,
+      "tutor KV cache": tutor_cache,
+      "student KV cache": student_cache,
+      # Two copies of the widest window short of the whole cache (6144 of 8192 slots).
+      "window copies": 2 * max(tutor_cache, student_cache) * shapes.bucket_below(slots - 1)
+                       // slots,
+      "solve KV cache": kv_cache_bytes(student, run.solve_rows, solve_slots,
                                        run.student_dtype, mesh),
       "scoring": scoring_bytes(tutor, micro_rows, run.update_seq_len, run.fused_attention,
                                run.logits_chunk),
@@ -205,7 +220,8 @@ def plan(tutor: ModelConfig, student: ModelConfig, mesh: MeshShape, run: RunShap
   }
   resident = sum(parts[k] for k in ("tutor params", "AdamW moments", "reference",
                                     "student params"))
-  phases = {"rollout": resident + parts["tutor KV cache"] + parts["student KV cache"],
+  phases = {"rollout": (resident + parts["tutor KV cache"] + parts["student KV cache"]
+                       + parts["window copies"]),
             "solve": resident + parts["solve KV cache"],
             "score": resident + parts["scoring"] + parts["gathered weights"],
             "update": (resident + parts["gradients"] + parts["activations"]

@@ -93,7 +93,14 @@ def test_a_plan_says_what_fits(capsys):
   p = memory.plan(tutor, student, memory.MeshShape(fsdp=8), run, 141e9 * 0.9)
   assert p.phases["rollout"] == sum(p.parts[k] for k in (
       "tutor params", "AdamW moments", "reference", "student params", "tutor KV cache",
-      "student KV cache"))
+      "student KV cache", "window copies"))
+  # The caches as the sampler allocates them: 10,496 slots bucketed to 11,264; a call's
+  # widest window short of the whole cache is 10,240 slots, held twice.
+  assert run.cache_slots == 10496
+  mesh = memory.MeshShape(fsdp=8)
+  assert p.parts["tutor KV cache"] == memory.kv_cache_bytes(tutor, 128, 11264, "float32", mesh)
+  biggest = max(p.parts["tutor KV cache"], p.parts["student KV cache"])
+  assert p.parts["window copies"] == 2 * biggest * 10240 // 11264
   assert p.peak == ("update", p.phases["update"]) and not p.fits  # 8192-token attention.
   lean = memory.plan(tutor, student, memory.MeshShape(fsdp=8), plan.lean(run, 8), 141e9 * 0.9)
   assert lean.fits

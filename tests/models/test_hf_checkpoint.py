@@ -224,3 +224,20 @@ def test_testdata_tokenizers_carry_markers_and_templates(testdata):
     text = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], tokenize=False,
                                    add_generation_prompt=True)
     assert text.endswith("assistant\n" if name == "qwen2" else "assistant<|end_header_id|>\n\n")
+
+
+def test_a_tensor_axis_that_splits_heads_is_named(testdata, caplog):
+  """The testdata Qwen2's 4 query and 2 KV heads: tensor=2 keeps heads whole, tensor=4
+  splits the KV heads (loaded all the same, with a warning naming them)."""
+  from pedrl import sharding
+  path = testdata("qwen2")
+  for tensor, warned in ((2, False), (4, True)):
+    caplog.clear()
+    mesh = sharding.make_mesh(fsdp=1, tensor=tensor, devices=jax.devices()[:tensor])
+    with caplog.at_level("WARNING"):
+      models.load(path, shardings=mesh)
+    said = [r.getMessage() for r in caplog.records if "mesh.tensor" in r.getMessage()]
+    assert said == ([f"mesh.tensor=4 does not divide the 2 KV heads of {path}: its attention "
+                     "weights are split inside heads and gathered back in every layer; a "
+                     "tensor size that divides them (or the fsdp axis) avoids it"]
+                    if warned else []), said
