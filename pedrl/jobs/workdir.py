@@ -398,6 +398,14 @@ def _hold(workdir: str) -> None:
   _HELD[path] = fd
 
 
+def release(workdir: str) -> None:
+  """Lets go of the workdir's lock before this process ends (a notebook or a test that
+  started a run in its own process and is done with it)."""
+  fd = _HELD.pop(os.path.realpath(workdir), None)
+  if fd is not None:
+    os.close(fd)  # Closing the descriptor lets go of its flock.
+
+
 def record_start(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str,
                  changed: dict, claimed: bool = False) -> None:
   """Writes this start into WORKDIR/run.json (after `guard`, on the main process): the job

@@ -198,7 +198,7 @@ def test_tutor_from_a_training_workdir_equals_its_export(tmp_path):
            f"--config.problems.path={pool}", "--config.problems.split=all",
            "--config.problems.limit=0")
   assert r.returncode == 1 and "Traceback" not in r.stderr
-  assert (f"error: 4 of the 25 problems of --config.problems.path={pool} are training problems "
+  assert (f"error: 4 of the 24 problems of --config.problems.path={pool} are training problems "
           f"of {train}") in r.stderr
   assert not (tmp_path / "overlap" / "shards").exists()
 

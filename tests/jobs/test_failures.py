@@ -43,6 +43,7 @@ def test_a_workdir_of_another_run_is_refused(tmp_path, monkeypatch):
   owned = tmp_path / "ped"
   s = settings.read_settings(config.get_config("tiny"), settings.TrainingSettings)
   workdir.claim(str(owned), s, "train", "experiments/pedagogical_rl.py:tiny")
+  workdir.release(str(owned))  # As a run that has ended leaves it.
   # Another training run may take the folder over (resume_mismatch=allow); another job never.
   cases = [(_cmd("uco", owned), "holds a train run of experiments/pedagogical_rl.py:tiny", True),
            (_cmd("rollout", owned), "this rollout run of experiments/rollout.py:tiny", False)]

@@ -1,6 +1,7 @@
 """Run folders protect themselves: every job records what it is and its settings in
 run.json; another job's folder, a resume with other settings and another job's config file
 are refused before anything is written (the folder's files hashed before and after)."""
+import fcntl
 import hashlib
 import json
 import os
@@ -178,6 +179,12 @@ def test_a_second_start_while_the_first_runs_is_refused_naming_it(tmp_path):
   finally:
     holder.communicate(timeout=60)  # Ends it: the kernel lets its lock go.
   workdir.guard(str(run), "train", jobs.config("uco", "tiny"), "experiments/uco.py:tiny")
+  workdir.release(str(run))
+  fd = os.open(run, os.O_RDONLY)  # Another descriptor's lock: taken only if none is held.
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  finally:
+    os.close(fd)
 
 
 @pytest.mark.job

@@ -39,7 +39,7 @@ def test_an_evaluation_of_a_run_refuses_its_training_problems(tmp_path):
                                        on_error="fatal", n_test=11))[0]
   trained_on.check_disjoint(run, published, PUBLISHED)
   # The pool itself holds them: one line, how many, from where, the first one.
-  with pytest.raises(P.DataError, match=rf"4 of the 25 problems of pool.jsonl are training "
+  with pytest.raises(P.DataError, match=rf"4 of the 24 problems of pool.jsonl are training "
                                         rf"problems of {run} \(from {os.path.abspath(POOL)}; "
                                         rf"the first: id "
                                         rf"{pool[0].id}, 'Ana buys"):
