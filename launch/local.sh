@@ -57,6 +57,9 @@ for ((i = 0; i < n; i++)); do
   fi
   pids+=($!)
 done
+# Job control off again: with it, every foreground command below (the loop's `sleep`) would
+# be a job of its own and take the terminal, and Ctrl-C would reach it instead of the traps.
+set +m
 
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM HUP
 trap 'kill -INT "${pids[@]}" 2>/dev/null' INT

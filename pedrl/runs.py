@@ -181,15 +181,22 @@ def trained_tutor(workdir: str, step: int | None = None, scan_layers: bool = Tru
       verify({"params": params}, sums)
     except ValueError as e:
       raise CheckpointError(f"{workdir}: checkpoint step {step} is corrupt ({e})") from None
+  if mesh is not None:
+    hf_checkpoint.warn_if_heads_split(base, cfg, mesh.shape.get("tensor", 1))
   return TrainedTutor(base, cfg, _converted(params, saved_scan != scan_layers, want,
                                             placed(want)), step)
 
 
 def _converted(params: dict, relayer: bool, want: Any, where: Any) -> dict:
   """`params` in the other layer layout if `relayer`, cast to `want`'s dtypes and placed as
-  `where` says, in one program that frees the restored arrays (donated)."""
+  `where` says, in one program; as restored when nothing changes. (A cast cannot reuse the
+  restored buffers: both copies are held while it runs, then the restored one is dropped.)"""
+  same = jax.tree.map(lambda x, w: x.dtype == w.dtype, params, want) if not relayer else None
+  if same is not None and all(jax.tree.leaves(same)):
+    return params  # Restored in the saved layout and dtype, already placed as `where`.
+
   def convert(p):
     if relayer:
       p = (decoder.unstack_layers if "layers" in p else decoder.stack_layers)(p)
     return jax.tree.map(lambda x, w: x.astype(w.dtype), p, want)
-  return jax.jit(convert, out_shardings=where, donate_argnums=0)(params)
+  return jax.jit(convert, out_shardings=where)(params)

@@ -156,8 +156,7 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "baseline_data", config, name)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.
-  if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "baseline_data", config, name, changed)
+  workdir_lib.record_start(workdir, "baseline_data", config, name, changed)
   summary = sharded.run(task, protocol(s, b), workdir, b, s.mesh, config,
                         record_type=offline_data.ScoredDialogue, merge=task.merge)
   if summary is not None:

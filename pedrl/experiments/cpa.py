@@ -206,8 +206,7 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   if not (s.endpoint.model or s.tutor.path):
     raise app.UsageError("give the backbone: --config.tutor.path (a Hugging Face directory), "
                          "--config.tutor.workdir (a training run) or --config.tutor.endpoint.model")
-  if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "cpa", config, name, changed)
+  workdir_lib.record_start(workdir, "cpa", config, name, changed)
   start = time.perf_counter()
   models = SharedModels()
   if s.endpoint.model:  # Checked with one request before anything runs.

@@ -224,8 +224,7 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
     pedrm_lib.check(s.pedrm)
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
-  if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "evaluate", config, name, changed)
+  workdir_lib.record_start(workdir, "evaluate", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, e, s.mesh, config)
   if metrics is not None:
     row = metrics.to_json()

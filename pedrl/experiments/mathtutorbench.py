@@ -174,8 +174,7 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
                          "benchmark of an endpoint as one process (--multihost=off)")
   start = time.perf_counter()
   task = Bench(s, loaded)
-  if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "mathtutorbench", config, name, changed)
+  workdir_lib.record_start(workdir, "mathtutorbench", config, name, changed)
   metrics = sharded.run(task, protocol(s), workdir, s.shard, s.mesh, config)
   if metrics is not None:
     for name, m in metrics.metrics.tasks.items():

@@ -140,8 +140,7 @@ def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "rollout", c, name)
   workdir_lib.claim(workdir, s, "rollout", name, main_process)
-  if main_process:
-    workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
+  workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
     workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metric_log.MetricsWriter(workdir, active=main_process)

@@ -190,8 +190,7 @@ def build(c: ml_collections.ConfigDict, method: Method, workdir: str,
               "data": os.path.abspath(data_dir)}
   changed = workdir_lib.guard(workdir, method.name, c, config_name)
   workdir_lib.claim(workdir, run, method.name, config_name, main_process, want=identity)
-  if main_process:
-    workdir_lib.record_start(workdir, method.name, c, config_name, changed, claimed=True)
+  workdir_lib.record_start(workdir, method.name, c, config_name, changed, claimed=True)
   if main_process:
     trained_on.inherit(data_dir, workdir)
   items = method.items(run, data_dir, load_tokenizer(tutor_path))

@@ -59,8 +59,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, config_name: str = "?
   check_config(settings, mesh)
   changed = workdir_lib.guard(workdir, "train", config, config_name)
   workdir_lib.claim(workdir, settings, "train", config_name, distributed.is_main_process())
-  if distributed.is_main_process():
-    workdir_lib.record_start(workdir, "train", config, config_name, changed, claimed=True)
+  workdir_lib.record_start(workdir, "train", config, config_name, changed, claimed=True)
   problems, _ = load_problems(settings.problems, job.seed)
   if distributed.is_main_process():  # Any of them may be drawn: the evaluation must avoid all.
     trained_on.record(workdir, problems, settings.problems.path)

@@ -408,9 +408,17 @@ def release(workdir: str) -> None:
 
 def record_start(workdir: str, job: str, config: ml_collections.ConfigDict, config_name: str,
                  changed: dict, claimed: bool = False) -> None:
-  """Writes this start into WORKDIR/run.json (after `guard`, on the main process): the job
-  (for jobs that do not `claim`), the settings, and in this start's entry what changed.
-  `claimed`: `claim` has just recorded the start (its identity, provenance, starts)."""
+  """Writes this start into WORKDIR/run.json (after `guard`; called on every process,
+  written by process 0, whose refusal, a folder made meanwhile by another start, is
+  raised on all): the job (for jobs that do not `claim`), the settings, and in this
+  start's entry what changed. `claimed`: `claim` has just recorded the start (its
+  identity, provenance, starts)."""
+  distributed.on_main_process(_record_start, workdir, job, config, config_name, changed,
+                              claimed)
+
+
+def _record_start(workdir: str, job: str, config, config_name: str, changed: dict,
+                  claimed: bool) -> None:
   os.makedirs(workdir, exist_ok=True)
   if not _concurrent_shards(config):
     _hold(workdir)

@@ -205,7 +205,7 @@ def _read(tensors: _Tensors, name: str, transpose: bool, index, layers, dtype):
   return block.astype(dtype)
 
 
-def _warn_if_heads_split(ckpt_dir: str, cfg: ModelConfig, tensor: int) -> None:
+def warn_if_heads_split(ckpt_dir: str, cfg: ModelConfig, tensor: int) -> None:
   """The sharding rules split a projection's heads × head_dim columns wherever `tensor`
   divides them, inside a head if it must (28 query and 4 KV heads over tensor=8): correct,
   but XLA gathers the heads back in every layer at every step."""
@@ -237,7 +237,7 @@ def load_params(ckpt_dir: str, cfg: ModelConfig, shardings: Any = None) -> Any:
     shardings = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   if isinstance(shardings, jax.sharding.Mesh):
     from pedrl import sharding as sharding_lib
-    _warn_if_heads_split(ckpt_dir, cfg, shardings.shape.get("tensor", 1))
+    warn_if_heads_split(ckpt_dir, cfg, shardings.shape.get("tensor", 1))
     shardings = sharding_lib.param_shardings(abstract, shardings)
   if isinstance(shardings, jax.sharding.Sharding):
     shard_leaves = [shardings] * len(leaves)

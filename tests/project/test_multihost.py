@@ -1,13 +1,15 @@
 """Two processes on one CPU machine stand in for two hosts of a pod (gloo collectives)."""
 import json
 import os
-import signal
+import pty
+import select
 import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from tests.helpers import checkpoint_worker, jobs, multihost_worker
@@ -93,24 +95,54 @@ sys.exit(130)
 """
 
 
+def _read_until(fd: int, text: bytes, seen: bytearray, timeout: float = 60) -> None:
+  """Reads the terminal `fd` into `seen` until `text` is in it (or it closes)."""
+  deadline = time.monotonic() + timeout
+  while text not in seen:
+    assert time.monotonic() < deadline, bytes(seen)
+    if select.select([fd], [], [], 0.2)[0]:
+      try:
+        chunk = os.read(fd, 4096)
+      except OSError:  # The terminal closed: every process of its session has ended.
+        return
+      if not chunk:
+        return
+      seen += chunk
+
+
 @pytest.mark.job
 def test_one_ctrl_c_at_the_local_launcher_saves_every_process(tmp_path):
-  # As a terminal runs it: the launcher leads a foreground process group, and Ctrl-C is a
-  # SIGINT to that whole group.
+  """The launcher run on a terminal of its own (a pseudo-terminal), and one Ctrl-C typed
+  at it: the terminal's SIGINT goes to its foreground process group."""
   logs = tmp_path / "logs"
-  launcher = subprocess.Popen(
-      ["bash", os.path.join(jobs.ROOT, "launch", "local.sh"), "2", sys.executable, "-c",
-       _STEPPING], cwd=jobs.ROOT, env=dict(os.environ, PEDRL_LOCAL_LOGS=str(logs)),
-      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-  assert launcher.stdout.readline().strip() == "ready"
-  deadline = time.monotonic() + 60
-  while "ready\n" not in ((logs / "process_1.log").read_text()
-                        if (logs / "process_1.log").exists() else ""):
-    assert time.monotonic() < deadline and launcher.poll() is None
-    time.sleep(0.05)
-  os.killpg(launcher.pid, signal.SIGINT)
-  assert launcher.wait(timeout=60) == 130
-  assert launcher.stdout.read().strip() == "saved on SIGINT"
+  pid, fd = pty.fork()
+  if pid == 0:  # The child: the launcher, leading the terminal's session.
+    os.chdir(jobs.ROOT)
+    os.execvpe("bash", ["bash", os.path.join(jobs.ROOT, "launch", "local.sh"), "2",
+                        sys.executable, "-c", _STEPPING],
+               dict(os.environ, PEDRL_LOCAL_LOGS=str(logs)))
+  seen = bytearray()
+  try:
+    _read_until(fd, b"ready", seen)  # Process 0's output is the terminal's.
+    deadline = time.monotonic() + 60
+    while "ready\n" not in ((logs / "process_1.log").read_text()
+                            if (logs / "process_1.log").exists() else ""):
+      assert time.monotonic() < deadline, bytes(seen)
+      time.sleep(0.05)
+    os.write(fd, b"\x03")  # Ctrl-C.
+    _read_until(fd, b"never printed", seen, timeout=60)
+  finally:
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    for left in psutil.process_iter():  # A launcher that failed to stop them: no orphans.
+      try:
+        if left.environ().get("PEDRL_LOCAL_LOGS") == str(logs):
+          left.kill()
+      except psutil.Error:
+        continue
+  out = bytes(seen).decode(errors="replace")
+  assert os.waitstatus_to_exitcode(status) == 130, out
+  assert "saved on SIGINT" in out and "KeyboardInterrupt" not in out, out
   lines = (logs / "process_1.log").read_text().splitlines()  # Its stdout and stderr.
   assert lines[0] == "ready" and lines[-1] == "saved on SIGINT", lines
 
