@@ -141,6 +141,7 @@ def main(c: ml_collections.ConfigDict, workdir: str) -> None:
   changed = workdir_lib.guard(workdir, "rollout", c, name)
   workdir_lib.claim(workdir, s, "rollout", name, main_process)
   workdir_lib.record_start(workdir, "rollout", c, name, changed, claimed=True)
+  if main_process:
     workdir_lib.write_config(workdir, c)
   out_path = os.path.join(workdir, "dialogues.jsonl")
   writer = metric_log.MetricsWriter(workdir, active=main_process)
