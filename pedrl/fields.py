@@ -76,6 +76,15 @@ ADDED = {f"{side}.endpoint.{key}": value for side in ("tutor", "student")
                             ("max_tokens_field", "max_tokens"))}
 
 
+def dotted(tree: dict, prefix: str = "") -> dict:
+  """A nested dict's leaves by dotted key ({"rl": {"lr": 1}} -> {"rl.lr": 1})."""
+  out = {}
+  for key, value in tree.items():
+    out.update(dotted(value, f"{prefix}{key}.") if isinstance(value, dict)
+               else {f"{prefix}{key}": value})
+  return out
+
+
 def under_current_keys(values: dict) -> dict:
   """{key: value} recorded under older key names (a run's settings), under today's: a
   renamed key under its new name, a removed one left out, an added one with the value

@@ -285,16 +285,9 @@ def held_job(workdir: str) -> tuple[str, str] | None:
 def settings_of(config: ml_collections.ConfigDict) -> dict:
   """A config's values by dotted key (paths absolute, as config.json has them), without
   those a resume may change (RESUMABLE_KEYS, RESUMABLE_PREFIXES)."""
-  out = {}
-
-  def walk(tree, prefix) -> None:
-    for key, value in tree.items():
-      if isinstance(value, dict):
-        walk(value, f"{prefix}{key}.")
-      elif prefix + key not in RESUMABLE_KEYS and not prefix.startswith(RESUMABLE_PREFIXES):
-        out[prefix + key] = value
-  walk(_absolute(json.loads(config.to_json_best_effort())), "")
-  return out
+  values = fields.dotted(_absolute(json.loads(config.to_json_best_effort())))
+  return {k: v for k, v in values.items()
+          if k not in RESUMABLE_KEYS and not k.startswith(RESUMABLE_PREFIXES)}
 
 
 def _a(job: str) -> str:

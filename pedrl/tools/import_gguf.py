@@ -109,17 +109,20 @@ def _finished(out: str, digest: str) -> bool:
       recorded = f.read().strip()
   except FileNotFoundError:
     return False
-  # An empty marker: written by a pedrl that recorded no digest; trusted as before.
-  if recorded and recorded != digest:
+  if not recorded:  # Written by a pedrl that recorded no digest: trusted, and said so.
+    logging.warning("%s records no source digest (an earlier pedrl imported it); used as it "
+                    "is: remove it to import this file again", out)
+    return True
+  if recorded != digest:
     raise ValueError(f"{out} holds an import of another GGUF file (SHA-256 {recorded[:12]}…, "
                      f"this one's {digest[:12]}…): pass another --out, or remove that folder")
   return True
 
 
-def import_gguf(gguf_path: str, out: str) -> str:
+def import_gguf(gguf_path: str, out: str, digest: str | None = None) -> str:
   """Writes `out` from `gguf_path` unless an earlier import of the same file finished it;
-  returns `out`."""
-  digest = _sha256(gguf_path)
+  returns `out`. `digest`: the file's SHA-256 if already computed."""
+  digest = digest or _sha256(gguf_path)
   if _finished(out, digest):
     return out
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -152,7 +155,7 @@ def smollm2_dir(out: str | None = None) -> str:
     path = smollm2_gguf(work)
     if _sha256(path) != GGUF_SHA256:
       raise ValueError(f"{path}: SHA-256 differs from {PACKAGE}'s {GGUF_NAME}")
-    return import_gguf(path, out)
+    return import_gguf(path, out, GGUF_SHA256)
 
 
 def default_name(gguf_path: str) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
-from pedrl import cli, files, paths
+from pedrl import cli, fields, files, paths
 from pedrl.eval import evaluations, protocol as protocol_lib, shards
 from pedrl.eval.mathtutorbench_harness import results as bench_results
 from pedrl.eval.protocol import EvalProtocol, TutorRun
@@ -116,13 +116,6 @@ _COMPARED = ("path", "workdir", "step", "endpoint", "model_type", "vocab_size", 
 _NO_EFFECT = ("num_shards", "eval.num_shards")
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in tree.items():
-    out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-  return out
-
-
 def differences(runs: dict) -> str:
   """The note under a table: the recorded settings its rows differ in besides the tutor
   under test (the student, the judges, a condition's prompt, a setting whose default
@@ -132,7 +125,7 @@ def differences(runs: dict) -> str:
   for m in runs.values():
     protocol = EvalProtocol.from_dict(m["protocol"])  # Defaults of older runs filled in.
     tutor = shards.evaluation(protocol.kind).tutor_section
-    f = {k: v for k, v in _flat(protocol.to_dict()).items() if k not in _NO_EFFECT
+    f = {k: v for k, v in fields.dotted(protocol.to_dict()).items() if k not in _NO_EFFECT
          and not any(k.startswith(f"{tutor}.{c}") for c in _COMPARED)}
     for section, before in (("eval", evaluations.BEFORE_EVAL),
                             ("reasoning", evaluations.BEFORE_REASONING)):
