@@ -57,6 +57,34 @@ def testdata():
   return lambda name, kind="models": os.path.join(TESTDATA, kind, name)
 
 
+SHORT_CONTEXT = 384  # Tokens: room for a cut task prompt and a tiny reply.
+
+
+@pytest.fixture(scope="session")
+def short_context(tmp_path_factory):
+  """Path of a copy of a testdata model whose context is SHORT_CONTEXT tokens (its
+  weights unchanged; `max_position_embeddings` sizes the caches and the prompt cut).
+  MathTutorBench's task prompts are longer than any testdata model's 1024 tokens, so
+  the tests that run them cut every prompt to the context: at 1024 tokens each of CPA's
+  hundreds of backbone calls prefilled ~1,000 tokens, and CPA's methods on every task
+  took 140 s where they take 36 s at 384 (2 cores, level-0 programs), for no coverage
+  the shorter cut lacks."""
+  made = {}
+
+  def get(name: str) -> str:
+    if name not in made:
+      import json
+      import shutil
+      path = tmp_path_factory.mktemp("short_context") / name
+      shutil.copytree(os.path.join(TESTDATA, "models", name), path)
+      config = json.loads((path / "config.json").read_text())
+      config["max_position_embeddings"] = SHORT_CONTEXT
+      (path / "config.json").write_text(json.dumps(config, indent=2))
+      made[name] = str(path)
+    return made[name]
+  return get
+
+
 @pytest.fixture(scope="session")
 def shared_data():
   """Path under ../shared/data, or skips the test when that file is absent."""

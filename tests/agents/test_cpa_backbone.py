@@ -27,8 +27,9 @@ def instances():
 
 
 @pytest.fixture(scope="module")
-def tiny(testdata):
-  return party.load(testdata("qwen2"), SamplingParams(12), scan_layers=False)
+def tiny(short_context):
+  # The tiny Qwen2 with a short context: every task prompt is cut to it either way.
+  return party.load(short_context("qwen2"), SamplingParams(12), scan_layers=False)
 
 
 def _first_task_of_each_dataset() -> tuple[str, ...]:

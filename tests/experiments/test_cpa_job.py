@@ -14,10 +14,12 @@ from pedrl.eval.mathtutorbench_harness import tasks
 pytestmark = pytest.mark.job  # Every test here starts a job.
 
 
-def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path):
-  """On a clone: the tiny config reads pedrl's tiny benchmark (testdata/mathtutorbench)."""
+def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path, short_context):
+  """On a clone: the tiny config reads pedrl's tiny benchmark (testdata/mathtutorbench).
+  Its models with a short context (tests/conftest.py): the task prompts are cut either way."""
   r = subprocess.run(jobs.cmd("cpa", tmp_path, "--config.agents.methods=cpa,sot",
-                              "--config.limit=1"),
+                              "--config.limit=1", f"--config.tutor.path={short_context('qwen2')}",
+                              f"--config.pedrm.path={short_context('qwen2_seqcls')}"),
                      cwd=jobs.ROOT, env=jobs.env(run_bound=True),  # Hundreds of backbone calls.
                      capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -33,8 +33,11 @@ def _run(workdir, *more):
 
 
 @pytest.mark.job
-def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
-  r = _run(tmp_path)
+def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path, short_context):
+  # The tiny models with a short context (tests/conftest.py): the task prompts are cut either way.
+  short = (f"--config.tutor.path={short_context('qwen2')}",
+           f"--config.pedrm.path={short_context('qwen2_seqcls')}")
+  r = _run(tmp_path, *short)
   assert r.returncode == 0, r.stderr[-3000:]
   config = json.loads((tmp_path / "config.json").read_text())  # From a clone: its testdata.
   assert (config["benchmark_dir"], config["data_dir"]) == (
@@ -61,7 +64,7 @@ def test_tiny_writes_nine_numbers_responses_and_generations(tmp_path):
   assert all(0 <= m["bvr"] <= 1 and "violations/states_answer" in m for m in results.values())
   head, _, row = (tmp_path / "results.md").read_text().splitlines()
   assert head.endswith("| BVR | BVR† (hard) |") and re.search(r"\| \d+\.\d \| \d+\.\d \|$", row)
-  again = _run(tmp_path)  # Every batch is there: nothing is asked again, nothing loads.
+  again = _run(tmp_path, *short)  # Every batch is there: nothing is asked again, nothing loads.
   assert again.returncode == 0 and "9 of 9 batches already in" in again.stderr
   assert json.loads((tmp_path / "results.json").read_text())["problem_solving"]["examples"] == 4
 
