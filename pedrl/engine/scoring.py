@@ -186,9 +186,12 @@ def head_logprobs(model: Decoder, params: Params, hidden: jax.Array, targets: ja
 @functools.partial(compiler.jit, static_argnums=(0, 4))
 def _with_alternatives(model, params, tokens, mask, k: int):
   logits, _ = model.apply({"params": params}, tokens, mask, method=Decoder.forward)
-  logits = logits[:, :-1].astype(jnp.float32)
-  picked = distribution.token_logprobs(logits, tokens[:, 1:])
-  top, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), k)
+  # One log-softmax for both: a token's log-prob must equal its own entry among the top k
+  # bit for bit, since clients test greediness by equality (lm-evaluation-harness compares
+  # it with the top entry); two formulas round apart in the last bit.
+  logprobs = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+  picked = jnp.take_along_axis(logprobs, tokens[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
+  top, ids = jax.lax.top_k(logprobs, k)
   return picked, top, ids
 
 

@@ -49,6 +49,12 @@ def split_thinking(text: str) -> tuple[str, str]:
   return "".join(visible), "\n".join(t.strip() for t in thinking if t.strip())
 
 
+def opens_thinking(prompt: str) -> bool:
+  """Whether a rendered prompt ends inside a `<think>` block (a template that opens the
+  reply's thinking in its generation prompt): the reply then begins as thinking."""
+  return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+
+
 def visible_text(text: str) -> str:
   """The message as the student and the judges see it."""
   return split_thinking(text)[0].replace(END_OF_CONVERSATION, "").strip()

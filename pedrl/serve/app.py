@@ -129,13 +129,14 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     return _error(e)
 
   @app.exception_handler(HTTPException)
-  async def _http_error(request, e: HTTPException):  # 404, 405, a body that does not parse.
+  async def _http_error(request, e: HTTPException):
+    # 404, 405, a body that does not parse, a chunked body past the limit (413).
     detail = e.detail if isinstance(e.detail, str) else json.dumps(e.detail)
     if e.status_code == 404:
       detail = f"no route {request.method} {request.url.path}"
-    return _error(APIError(e.status_code, detail, code={404: "not_found",
-                                                        405: "method_not_allowed"}.get(
-                                                            e.status_code)))
+    return _error(APIError(e.status_code, detail, code={
+        404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+            e.status_code)))
 
   @app.exception_handler(RequestValidationError)
   async def _invalid(request, e: RequestValidationError):
@@ -281,15 +282,19 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     limit = req.limit() or min(settings.max_tokens, m.context - len(prompt))
     sequences = [Sequence(prompt=prompt, max_tokens=limit, index=j, **common)
                  for j in range(req.n)]
+    # A template that opens <think> in the generation prompt: the reply starts as thinking,
+    # before any tag of its own (its last prompt tokens hold the opening).
+    opened = settings.reasoning == "split" and chat_lib.opens_thinking(
+        m.tokenizer.decode(prompt[-_PROMPT_TAIL:]))
     channel = await submit(generator, sequences)
     if req.stream:
-      return EventStream(_chat_events(channel, generator, settings, req.include_usage))
+      return EventStream(_chat_events(channel, generator, settings, req.include_usage, opened))
     await finished(generator, channel, request)
     choices = []
     for i, s in enumerate(sequences):
       message = ChatCompletionMessage(role="assistant", content=s.text)
       if settings.reasoning == "split":
-        visible, thinking = chat_lib.split_thinking(s.text)
+        visible, thinking = _split(s.text, opened)
         message = ChatCompletionMessage(role="assistant", content=visible,
                                         reasoning_content=thinking or None)
       choices.append(ChatChoice(index=i, message=message, finish_reason=s.finish_reason))
@@ -420,7 +425,16 @@ def _completion_events(channel, generator, settings: ServeSettings, echo: list,
   return _stream(channel, generator, render, include_usage, lambda u: chunk([], u))
 
 
-def _chat_events(channel, generator, settings: ServeSettings, include_usage: bool):
+_PROMPT_TAIL = 64  # Tokens at a rendered prompt's end that hold its generation prompt.
+
+
+def _split(text: str, opened: bool) -> tuple[str, str]:
+  """(content, reasoning) of a reply; `opened`: its prompt opened a <think> block."""
+  return chat_lib.split_thinking(chat_lib.THINK_OPEN + text if opened else text)
+
+
+def _chat_events(channel, generator, settings: ServeSettings, include_usage: bool,
+                 opened: bool = False):
   chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings)
   split = settings.reasoning == "split"
   started, shown = set(), {}
@@ -431,7 +445,7 @@ def _chat_events(channel, generator, settings: ServeSettings, include_usage: boo
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content=""))])
     if split:  # Re-split what may be shown; send what each part gained.
       text = shown_text if finish else _without_open_tag(shown_text)
-      parts, before = chat_lib.split_thinking(text), shown.get(i, ("", ""))
+      parts, before = _split(text, opened), shown.get(i, ("", ""))
       if all(p.startswith(b) for p, b in zip(parts, before)):
         content, thinking = (p[len(b):] for p, b in zip(parts, before))
         shown[i] = parts

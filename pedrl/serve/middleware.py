@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import starlette.exceptions
 import starlette.types
 from absl import logging
 
@@ -37,8 +38,13 @@ def api_key(variable: str | None) -> str | None:
   return key
 
 
-class BodyTooLarge(Exception):
-  pass
+class BodyTooLarge(starlette.exceptions.HTTPException):
+  """A chunked body that grew past the limit while a route read it. An HTTPException, so
+  FastAPI passes it on from its body parsing (any other error there becomes a 400
+  "There was an error parsing the body") to the app's handler, which answers 413."""
+
+  def __init__(self, message: str) -> None:
+    super().__init__(413, message)
 
 
 async def send_error(send: starlette.types.Send, e: APIError) -> None:
@@ -94,7 +100,7 @@ class Gate:
       if message["type"] == "http.request":
         state["in"] += len(message.get("body", b""))
         if state["in"] > self.max_body:
-          raise BodyTooLarge
+          raise BodyTooLarge(self._too_large().message)
       return message
 
     try:

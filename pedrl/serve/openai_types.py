@@ -15,7 +15,10 @@ import pydantic
 
 MAX_N = 16  # Choices per request.
 MAX_LOGPROBS = 5  # Alternatives per token, as the OpenAI API allows.
-MAX_STOPS = 4  # Stop strings per request, as the OpenAI API allows.
+# Stop strings per request. The OpenAI API allows 4, but lm-evaluation-harness's
+# local-completions sends a task's whole `until` list and the end-of-text string (6 for
+# some code tasks), and vLLM takes any number; each costs a host-side search of the text.
+MAX_STOPS = 32
 MAX_STOP_CHARS = 256  # Characters per stop string (the host matches them on the text).
 INT64 = 1 << 63  # seed is a signed 64-bit integer, as vLLM's.
 INT32_MAX = (1 << 31) - 1

@@ -248,16 +248,17 @@ class Scheduler:
       if len(seq.sampled) >= seq.max_tokens:
         finish = "length"
         break
-    ids = seq.sampled[:-1] if seq.sampled[-1] in self.engine.stop_ids else list(seq.sampled)
+    stop_token = seq.sampled[-1:] if seq.sampled[-1] in self.engine.stop_ids else []
+    ids = seq.sampled[:len(seq.sampled) - len(stop_token)]
     text = self.engine.tokenizer.decode(ids)
     cut, which = stops_lib.find_stop(text, seq.stop)
     if which is not None:
-      text, finish = text[:cut], "stop"
+      text, finish, stop_token = text[:cut], "stop", []
       # Keep the tokens up to the one that completes the returned text; the stop string
       # ends within the last few tokens, so search from the end.
       while ids and len(self.engine.tokenizer.decode(ids[:-1])) >= len(text):
         ids = ids[:-1]
-    seq.text, seq.tokens = text, ids
+    seq.text, seq.tokens = text, ids + stop_token
     if finish:
       seq.streamed = len(text)
     else:  # Neither a stop string's possible start nor an unfinished character.

@@ -23,7 +23,10 @@ class Sequence:
   echo: bool = False
   # Outputs.
   sampled: list = dataclasses.field(default_factory=list)  # Every token, a stop token too.
-  tokens: list = dataclasses.field(default_factory=list)  # The tokens behind `text`.
+  # The completion's tokens as the API reports them: those behind `text`, then the stop
+  # token that ended it, if one did (not in the text, but counted in usage and given a
+  # log-prob, as vLLM does: echo with max_tokens=1 then always has prompt + 1 entries).
+  tokens: list = dataclasses.field(default_factory=list)
   text: str = ""
   finish_reason: str | None = None  # "stop" or "length" once it ended.
   alternatives: "Alternatives | None" = None  # Of prompt + tokens (top log-probs).

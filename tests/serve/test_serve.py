@@ -184,6 +184,51 @@ def test_echo_logprobs_equal_transformers(client):
   assert greedy == lp2.tokens[len(ids):]  # Greedy: each sampled token is the top one.
 
 
+def _lm_eval_scores(client, context, continuation):
+  """lm-evaluation-harness's local-completions scoring of `continuation` after `context`
+  (token ids): its request (echo, max_tokens=1, logprobs=1) read by its own parser,
+  which sums token_logprobs[ctxlen:-1] (the last entry: the token sampled after the
+  prompt) and calls the continuation greedy when each log-prob equals its top one."""
+  parse = pytest.importorskip("lm_eval.models.openai_completions").LocalCompletionsAPI
+  out = client.completions.create(model=NAME, prompt=[*context, *continuation], max_tokens=1,
+                                  echo=True, logprobs=1, temperature=0)
+  [(ll, greedy)] = parse.parse_logprobs([out.model_dump()], tokens=[[*context, *continuation]],
+                                        ctxlens=[len(context)])
+  return out.choices[0], ll, greedy
+
+
+def test_lm_eval_reads_a_greedy_continuation_as_greedy(client, served):
+  """Its rule compares floats exactly: a token's log-prob and its own top entry must be
+  one number (they once came from two formulas and differed in the last bit)."""
+  context = _tokens(served[1], [PROMPTS[0]])[0]
+  gen = _generate(served[1], [context], 8)
+  continuation = [int(t) for t in gen.tokens[0][:gen.lengths[0]] if t != 2]
+  assert len(continuation) >= 4
+  choice, ll, greedy = _lm_eval_scores(client, context, continuation)
+  assert len(choice.logprobs.token_logprobs) == len(context) + len(continuation) + 1
+  assert greedy and ll == pytest.approx(sum(choice.logprobs.token_logprobs[len(context):-1]))
+
+
+def test_a_prompt_whose_next_token_is_the_end_gets_it_scored(client):
+  """A continuation after which the model would end (its greedy next token is <|im_end|>,
+  found with transformers): the echoed log-probs hold the prompt's tokens and that end
+  token, as vLLM's do, so lm-evaluation-harness's [ctxlen:-1] is the continuation's."""
+  hf = reference.load(MODEL)
+  rows = [[100, b] for b in range(1024)]
+  logits = reference.forward(hf, rows, [[1, 1]] * len(rows))[:, -1].astype(np.float64)
+  b = int(np.flatnonzero(logits.argmax(-1) == 2)[0])  # The tiny model's end of turn: id 2.
+  logp = logits[b] - logits[b].max() - np.log(np.exp(logits[b] - logits[b].max()).sum())
+  first = reference.forward(hf, [[100, b]], [[1, 1]])[0, 0].astype(np.float64)
+  want = first[b] - first.max() - np.log(np.exp(first - first.max()).sum())
+  choice, ll, _ = _lm_eval_scores(client, [100], [b])
+  assert choice.finish_reason == "stop" and choice.text.endswith(choice.logprobs.tokens[1])
+  assert choice.logprobs.tokens[-1] == "<|im_end|>" and len(choice.logprobs.tokens) == 3
+  assert ll == pytest.approx(want, abs=1e-4)  # The continuation's log-prob, not 0.
+  assert choice.logprobs.token_logprobs[-1] == pytest.approx(logp[2], abs=1e-4)
+  out = client.completions.create(model=NAME, prompt=[100, b], max_tokens=4, temperature=0)
+  assert out.choices[0].text == "" and out.usage.completion_tokens == 1  # The end, counted.
+
+
 def test_stop_strings_are_trimmed_as_openai_does(client):
   full = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24,
                                    temperature=0).choices[0]
@@ -192,6 +237,11 @@ def test_stop_strings_are_trimmed_as_openai_does(client):
   cut = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0,
                                   stop=[stop, "never seen"]).choices[0]
   assert cut.text == full.text[:full.text.index(stop)] and cut.finish_reason == "stop"
+  # More than the OpenAI API's 4, as lm-evaluation-harness's local-completions sends a
+  # task's `until` list and the end-of-text string (vLLM takes any number).
+  many = ["never 1", "never 2", "never 3", "never 4", stop, "<|endoftext|>"]
+  assert client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0,
+                                   stop=many).choices[0].text == cut.text
 
 
 def test_n_with_a_seed_is_reproducible(client):
@@ -294,7 +344,7 @@ def test_tokenize_and_detokenize(served):
     ({"model": NAME, "prompt": "x", "top_k": 1e12}, 400, "top_k"),
     ({"model": NAME, "prompt": "x", "top_k": 5000}, 400, "top_k"),
     ({"model": NAME, "prompt": "x", "stop": ["x" * 1024]}, 400, "stop"),
-    ({"model": NAME, "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+    ({"model": NAME, "prompt": "x", "stop": [str(i) for i in range(33)]}, 400, "stop"),
     ({"model": NAME, "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
     ({"model": NAME, "prompt": "x", "frequency_penalty": 1}, 400, "frequency_penalty"),
     ({"model": NAME, "prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),

@@ -98,3 +98,33 @@ def test_a_stream_read_between_the_engines_writes_loses_no_text():
   events = app_lib._completion_events(Scripted(states), None, settings, echo=[""],
                                       include_usage=False)
   assert "".join(c["choices"][0]["text"] for c in asyncio.run(_frames(events))) == "abcde"
+
+
+# A template that opens <think> in its generation prompt (DeepSeek-R1 distills, QwQ): the
+# reply starts inside the thinking, with no tag of its own until </think>.
+OPENED = [("I add 3", 7, None), ("I add 3 and 4.</think>", 22, None),
+          ("I add 3 and 4.</think>\n\nSeven.", 30, "stop")]
+
+
+def test_a_reply_begun_as_thinking_by_its_prompt_streams_it_as_reasoning():
+  settings = app_lib.ServeSettings(served_name="m", reasoning="split")
+  events = app_lib._chat_events(Scripted(OPENED), None, settings, include_usage=False,
+                                opened=True)
+  deltas = [c["choices"][0]["delta"] for c in asyncio.run(_frames(events))]
+  content = "".join(d.get("content") or "" for d in deltas[1:])
+  thinking = "".join(d.get("reasoning_content") or "" for d in deltas[1:])
+  # As the whole reply splits (the non-streamed answer): the answer is not lost.
+  assert (content, thinking) == ("\n\nSeven.", "I add 3 and 4.")
+  assert app_lib._split(OPENED[-1][0], opened=True) == (content, thinking)
+
+
+@pytest.mark.parametrize("prompt, opened", [
+    ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n", True),
+    ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", False),
+    # Qwen3 with thinking off: an empty block, closed in the prompt.
+    ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", False),
+    ("<|im_start|>assistant\n<think>a</think>b<|im_end|>\n<|im_start|>assistant\n", False),
+])
+def test_a_prompt_opens_thinking_when_its_last_think_tag_is_an_opening(prompt, opened):
+  from pedrl.env import chat
+  assert chat.opens_thinking(prompt) is opened
