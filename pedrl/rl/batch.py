@@ -44,7 +44,9 @@ class SequenceBatch:
 class TrainBatch(SequenceBatch):
   """GRPO's: loss_mask holds the tokens the tutor sampled, in dialogues that count."""
   advantages: np.ndarray  # float32, per token (pedrl.rl.advantages.token_advantages).
-  old_logp: np.ndarray  # float32, the sampler's log-probs (same code path: first-pass ratio 1).
+  # float32, the policy's log-probs before the step's updates: the training forward's, or
+  # the sampler's (GRPOSettings.old_logprobs).
+  old_logp: np.ndarray
   ref_logp: np.ndarray  # float32, the frozen reference policy's log-probs.
 
 
@@ -88,18 +90,39 @@ def tutor_sequences(dialogues: Sequence[Dialogue]) -> tuple[np.ndarray, np.ndarr
   return padded_rows([d.tutor_ids for d in dialogues])
 
 
+LogProbs = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (tokens, attn_mask) -> [N, T]
+
+
 def build(dialogues: Sequence[Dialogue], token_advantages: Sequence[np.ndarray],
-          ref_logprobs: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> TrainBatch:
+          ref_logprobs: LogProbs, old_logprobs: LogProbs | None = None) -> TrainBatch:
   """The batch of `dialogues`; `ref_logprobs(tokens, attn_mask)` gives the reference's
-  log-probs. Dropped dialogues stay as rows (the batch keeps its shape) without loss."""
+  log-probs, `old_logprobs` the current policy's (None: the sampler's, recorded with
+  each dialogue). Dropped dialogues stay as rows (the batch keeps its shape) without loss."""
   tokens, attn = tutor_sequences(dialogues)
   loss_mask = np.zeros(tokens.shape, bool)
   advantages = np.zeros(tokens.shape, np.float32)
-  old_logp = np.zeros(tokens.shape, np.float32)
   for i, (d, a) in enumerate(zip(dialogues, token_advantages)):
     k = len(d.tutor_ids)
     loss_mask[i, :k] = np.asarray(d.tutor_mask, bool) & (not d.dropped)
     advantages[i, :k] = a
-    old_logp[i, :k] = d.tutor_logprobs
+  old_logp = (sampled_logprobs(dialogues, tokens.shape) if old_logprobs is None
+              else np.asarray(old_logprobs(tokens, attn), np.float32))
   return TrainBatch(tokens, attn, loss_mask, advantages, old_logp,
                     np.asarray(ref_logprobs(tokens, attn), np.float32))
+
+
+def sampled_logprobs(dialogues: Sequence[Dialogue], shape: tuple) -> np.ndarray:
+  """The sampler's log-prob of each tutor token (0 elsewhere), [N, T] as the batch."""
+  out = np.zeros(shape, np.float32)
+  for i, d in enumerate(dialogues):
+    out[i, :len(d.tutor_ids)] = d.tutor_logprobs
+  return out
+
+
+def sampler_gap(dialogues: Sequence[Dialogue], batch: TrainBatch) -> float:
+  """Mean |sampler − batch.old_logp| over the tokens that carry loss: how far the
+  sampler's log-probs are from the training forward's (0 when the batch holds the
+  sampler's own)."""
+  mask = np.asarray(batch.loss_mask, bool)
+  gap = np.abs(sampled_logprobs(dialogues, mask.shape) - np.asarray(batch.old_logp))
+  return float(gap[mask].mean()) if mask.any() else 0.0

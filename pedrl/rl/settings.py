@@ -90,6 +90,9 @@ class TrainSettings(LoopSettings):
       fields.need(getattr(self, name) > 0, self, name, "> 0 (inf: never warn)")
 
 
+OLD_LOGPROBS = ("trainer", "sampler")
+
+
 @dataclasses.dataclass(frozen=True)
 class GRPOSettings:
   """GRPO's settings (the config's `rl` section, with TrainSettings and OptimizerSettings)."""
@@ -98,8 +101,17 @@ class GRPOSettings:
   eps_high: float | None = None  # None: symmetric.
   aggregation: str = "token_mean"  # or "sequence_mean".
   micro_batch: int = 8  # Rows per gradient computation.
+  # The ratio's old policy log-probs (one of OLD_LOGPROBS). "trainer": the training
+  # forward's, computed before the step's first update, as paper 003's reference trainer
+  # does with μ > 1 (TRL's GRPO recomputes old_per_token_logps with the model), so the
+  # first pass's ratio is 1 up to rounding. "sampler": the log-probs the sampler reported
+  # with each token, one forward pass less per step; on a GPU in bfloat16 the decode over
+  # a cache and the full-sequence forward differ by more than rounding, and ε clips that
+  # gap as if the policy had moved.
+  old_logprobs: str = "trainer"
 
   def __post_init__(self):
+    fields.one_of(self, "old_logprobs", OLD_LOGPROBS)
     fields.non_negative(self, ["beta"])
     fields.need(fields.finite(self.eps_low) and 0 < self.eps_low < 1, self, "eps_low",
                 "in (0, 1)")

@@ -92,7 +92,7 @@ class LearningSignal:
   # Share of groups with no nonzero advantage on a trained token (`zero_spread_share`).
   zero_spread_groups: float
   kl: float  # Per-token KL to the reference, the step's last update.
-  sampler_trainer_logp_diff: float  # Mean |sampler − trainer| log-prob, first update.
+  sampler_trainer_logp_diff: float  # Mean |sampler − trainer| log-prob at the step's start.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,9 +218,11 @@ def sample_rows(rows: int, group_size: int, n: int) -> list[int]:
 
 def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
                  updates: list[update.UpdateMetrics], update_seconds: float, group_size: int,
-                 lr: float | None = None) -> StepMetrics:
+                 lr: float | None = None, sampler_gap: float | None = None) -> StepMetrics:
   """The metrics of one step; `lr`: the mean learning rate of its applied updates (None:
-  not known, not written)."""
+  not known, not written); `sampler_gap`: the sampler's distance from the training
+  forward's log-probs when the batch holds the latter (None: the batch holds the
+  sampler's, and the first update measures it)."""
   dialogues = collected.dialogues
   grpo = [m.objective for m in updates]  # GRPOMetrics.
   mask = batch.loss_mask
@@ -236,7 +238,8 @@ def step_metrics(step: int, collected: Collected, batch: batch_lib.TrainBatch,
       grad_norm=float(np.mean([m.grad_norm for m in updates])),
       first_pass_ratio=float(grpo[0].ratio),
       signal=LearningSignal(zero_spread_share(batch, group_size), float(grpo[-1].kl),
-                            float(grpo[0].sampler_logp_diff)),
+                            float(grpo[0].sampler_logp_diff) if sampler_gap is None
+                            else sampler_gap),
       advantage_mean=float(np.mean(batch.advantages[mask])),
       advantage_std=float(np.std(batch.advantages[mask])),
       entropy=float(-np.mean(batch.old_logp[mask])),
@@ -307,8 +310,12 @@ class Trainer(loop.Loop):
     model, mesh, grpo = self.tutor.sampler.model, self.tutor.sampler.mesh, self.objective
     advantages = dialogue_advantages(dialogues, self.group_size, self.settings,
                                      self.rewards.settings)
-    return batch_lib.build(dialogues, advantages, lambda tokens, attn: update.logprobs_in_chunks(
-        model, self.ref_params, tokens, attn, grpo.temperature, grpo.micro_batch, mesh))
+    logprobs = lambda params: lambda tokens, attn: update.logprobs_in_chunks(
+        model, params, tokens, attn, grpo.temperature, grpo.micro_batch, mesh)
+    # The policy's own log-probs before this step's updates (the reference trainer's old
+    # ones), read before the update donates the params' buffers; or the sampler's.
+    old = logprobs(self.tutor.params) if grpo.settings.old_logprobs == "trainer" else None
+    return batch_lib.build(dialogues, advantages, logprobs(self.ref_params), old)
 
   def update(self, batch: batch_lib.TrainBatch) -> list[update.UpdateMetrics]:
     """μ passes over the batch in mini-batches (seeded order); the metrics of each update."""
@@ -319,10 +326,12 @@ class Trainer(loop.Loop):
     collected = self.collect()
     t0 = time.perf_counter()
     batch = self.batch(collected.dialogues)
+    gap = (batch_lib.sampler_gap(collected.dialogues, batch)
+           if self.objective.settings.old_logprobs == "trainer" else None)
     updates = self.update(batch)
     self.step += 1
     metrics = step_metrics(self.step, collected, batch, updates, time.perf_counter() - t0,
-                           self.group_size, self.step_lr(updates))
+                           self.group_size, self.step_lr(updates), gap)
     return StepResult(metrics, collected.dialogues, mean_advantages(batch))
 
   def record(self, out: StepResult) -> None:

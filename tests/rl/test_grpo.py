@@ -8,6 +8,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from pedrl import models
+from pedrl.env import dialogue as dialogue_lib
+from pedrl.rl import batch as batch_lib
 from pedrl.rl.batch import TrainBatch
 from pedrl.rl import advantages, loss, update
 
@@ -183,6 +185,53 @@ def test_one_update_moves_log_probs_with_the_advantage_sign(tiny):
   assert change[0] > 0 and change[2] > 0  # Positive advantage: more likely.
   assert change[1] < 0 and change[3] < 0  # Negative advantage: less likely.
   assert np.isfinite(metrics.grad_norm) and isinstance(opt, optax.GradientTransformation)
+
+
+def _dialogues(batch, sampler_logp):
+  """Dialogues whose tutor sides are the batch's rows, with `sampler_logp` as the log-probs
+  the sampler reported (0 off the loss mask, as the rollout records them)."""
+  out = []
+  for i in range(batch.rows):
+    keep = np.asarray(batch.attn_mask[i])
+    out.append(dialogue_lib.Dialogue(
+        problem_id=str(i), problem="p", answer="1", scenario=dialogue_lib.GUIDED, rollout=i,
+        tutor_ids=batch.tokens[i][keep].tolist(), tutor_mask=batch.loss_mask[i][keep].tolist(),
+        tutor_logprobs=np.where(batch.loss_mask[i], sampler_logp[i], 0.0)[keep].tolist()))
+  return out
+
+
+@pytest.mark.parametrize("old", ["trainer", "sampler"])
+def test_old_log_probs_from_the_training_forward_give_a_first_ratio_of_one(tiny, old):
+  """A sampler whose log-probs are off by 0.3 on some tokens (as a bfloat16 decode over a
+  cache can be from the full-sequence forward): with the training forward's old log-probs
+  (paper 003's reference, TRL recomputing them), the first update's ratio is 1 and nothing
+  clips; with the sampler's, ε = 0.2 clips that gap as if the policy had moved. The gap is
+  reported either way."""
+  model, params = tiny
+  exact = _batch(model, params)
+  shifted = exact.old_logp + np.where(np.arange(exact.tokens.shape[1]) % 3 == 0, 0.3, 0.0)
+  dialogues = _dialogues(exact, shifted)
+  # The builder pads each dialogue's tutor side on the right (row 1 was left-padded).
+  forward = lambda p: lambda tokens, attn: np.asarray(
+      update.policy_logprobs(model, p, tokens, attn, 1.0))
+  advantages = [a[np.asarray(m)] for a, m in zip(exact.advantages, exact.attn_mask)]
+  batch = batch_lib.build(dialogues, advantages, forward(params),
+                          forward(params) if old == "trainer" else None)
+  gap = batch_lib.sampler_gap(dialogues, batch)
+  settings = _grpo(micro_batch=2, beta=0.0, old_logprobs=old)
+  opt = update.make_optimizer(1e-3)
+  start = jax.tree.map(jnp.copy, params)
+  _, _, metrics = update.train_step(model, start, opt.init(start), opt, batch, settings)
+  # The share of the loss's tokens that were shifted, counted on the original rows.
+  mask = np.asarray(exact.loss_mask)
+  shifted_share = (mask & (np.arange(mask.shape[1]) % 3 == 0)).sum() / mask.sum()
+  if old == "trainer":
+    assert float(metrics.objective.clip_fraction) == 0.0
+    assert float(metrics.objective.ratio) == pytest.approx(1.0, abs=1e-5)
+    assert gap == pytest.approx(0.3 * shifted_share, rel=1e-4)  # Measured, not hidden.
+  else:
+    assert float(metrics.objective.clip_fraction) == pytest.approx(shifted_share, rel=1e-4)
+    assert gap == 0.0
 
 
 @pytest.mark.parametrize("poison", ["advantage", "ref_logp"])
