@@ -13,8 +13,9 @@ weights and AdamW moments, `TrainSettings.param_dtype` by default), computed in
 random advantage, goes through what a training step runs:
 
 - score: the frozen reference's log-probs (`update.logprobs_in_chunks`, chunks of
-  --micro_batch rows). pedrl's old-policy log-probs are the sampler's, so this is
-  the only scoring pass an update needs;
+  --micro_batch rows). A training step runs this pass twice by default (the
+  reference's and the old policy's, rl.old_logprobs=trainer), once with
+  rl.old_logprobs=sampler;
 - update: `update.train_step` (micro-batched gradients, clipping, AdamW).
 
 Each is run once to compile, then timed (best of --repeats); `programs` counts

@@ -50,9 +50,10 @@ def split_thinking(text: str) -> tuple[str, str]:
 
 
 def opens_thinking(prompt: str) -> bool:
-  """Whether a rendered prompt ends inside a `<think>` block (a template that opens the
-  reply's thinking in its generation prompt): the reply then begins as thinking."""
-  return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+  """Whether a rendered prompt ends with an opening `<think>` (a template that opens
+  the reply's thinking in its generation prompt): the reply then begins as thinking.
+  Only its very end counts: a message that mentions the tag opens nothing."""
+  return prompt.rstrip().endswith(THINK_OPEN)
 
 
 def visible_text(text: str) -> str:

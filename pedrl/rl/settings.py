@@ -74,8 +74,8 @@ class TrainSettings(LoopSettings):
   warn_kl: float = 1.0
   # Mean |sampler − trainer| log-prob of a tutor token. Both run the same function on the
   # same params, so the gap is rounding (≈1e-6 in the float32 tiny runs on CPU, more where
-  # matmuls round lower); at 1e-2, 5% of the clip range ε 0.2, the first-pass ratios are
-  # off by more than rounding should make them (stale params, another mask or temperature).
+  # matmuls or kernels round lower); at 1e-2, 5% of the clip range ε 0.2, the sampled
+  # distribution is not the trained one (stale params, another mask or temperature).
   warn_logp_diff: float = 1e-2
 
   def __post_init__(self):

@@ -2,8 +2,10 @@
 
 Colocated: the tutor's live params feed the sampler directly every step (no
 copy, no reload); the frozen reference and student sit beside it. Old-policy
-log-probs are the sampler's own (the same log-prob function as the trainer's),
-so the first pass has ratio 1; their gap to the trainer's is logged each step.
+log-probs are the training forward's before the step's updates, as the reference
+trainer's (or, `rl.old_logprobs=sampler`, the sampler's own: the same function,
+computed another way), so the first pass has ratio 1; the sampler's gap to the
+trainer's is logged each step.
 
 Data order is a function of (seed, step): step s takes positions s·B … s·B+B−1
 of a sequence of seeded per-epoch permutations, and each problem's position is
@@ -180,7 +182,7 @@ def signal_warnings(signal: LearningSignal, settings: TrainSettings) -> dict[str
                  "lr too high, reward hacking?")
   if gap > settings.warn_logp_diff:
     out["logp_diff"] = (f"sampler_trainer_logp_diff {gap:.3g} > rl.warn_logp_diff="
-                        f"{settings.warn_logp_diff:g}: the first-pass ratio is not 1")
+                        f"{settings.warn_logp_diff:g}: the sampler and trainer disagree")
   return out
 
 

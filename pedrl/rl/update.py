@@ -42,7 +42,9 @@ class GRPOMetrics:
   clip_fraction: jax.Array
   ratio: jax.Array
   tutor_tokens: jax.Array
-  sampler_logp_diff: jax.Array  # |sampler − trainer| log-prob: rounding on a first pass.
+  # |old − current| log-prob: with the sampler's old log-probs (rl.old_logprobs=sampler),
+  # its gap to the trainer's on a first pass (rounding).
+  sampler_logp_diff: jax.Array
 
   def guarded(self) -> dict[str, jax.Array]:
     return {"loss": self.loss, "kl": self.kl}  # A non-finite KL (log-probs far apart) too.
@@ -56,7 +58,7 @@ class GRPOObjective:
   """GRPO's objective (pedrl.rl.objective) on a TrainBatch: pedrl.rl.loss's clipped
   ratio and k3 KL on the tutor's tokens, its log-probs of logits / `temperature`: the
   tutor's sampling temperature (SamplingParams.logprob_temperature), so that they are
-  the sampler's and a first pass has ratio 1."""
+  the sampler's distribution and a first pass has ratio 1."""
   settings: GRPOSettings
   temperature: float
 

@@ -285,7 +285,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     # A template that opens <think> in the generation prompt: the reply starts as thinking,
     # before any tag of its own (its last prompt tokens hold the opening).
     opened = settings.reasoning == "split" and chat_lib.opens_thinking(
-        m.tokenizer.decode(prompt[-_PROMPT_TAIL:]))
+        await asyncio.to_thread(m.tokenizer.decode, prompt[-_PROMPT_TAIL:]))
     channel = await submit(generator, sequences)
     if req.stream:
       return EventStream(_chat_events(channel, generator, settings, req.include_usage, opened))

@@ -83,6 +83,10 @@ def test_training_killed_and_restarted_resumes_with_the_same_data(straight, tmp_
   ref = _metrics(straight)
   assert [m["step"] for m in ref] == [1, 2, 3]
   assert ref[0]["first_pass_ratio"] == pytest.approx(1.0, abs=1e-4)
+  # The sampler's log-probs against the training forward's old ones, at every step: rounding
+  # only (a float32 CPU run). After step 1 the tutor has moved from the reference (KL
+  # ~1e-2), so old log-probs read from the reference's params would be ~0.1 off.
+  assert all(0 < m["sampler_trainer_logp_diff"] < 1e-4 for m in ref), ref
   for key in ("reward/total", "reward/pedagogy", "kl", "clip_fraction", "advantage/std",
               "seconds/rollout", "seconds/rewards", "seconds/update", "tokens_per_second",
               "seconds/tutor_compile",

@@ -102,7 +102,7 @@ def test_a_training_config_needs_groups_and_the_failed_share_is_checked_on_readi
 @pytest.mark.parametrize("temperature,want", [(0.7, 0.7), (0.0, 1.0)])
 def test_grpo_takes_the_log_prob_temperature_of_the_tutor_it_trains(temperature, want):
   """The update's log-probs are of logits / T with the tutor's sampling T (greedy: 1), as
-  the sampler's, so a first pass has ratio 1."""
+  the sampler's: the sampled distribution is the trained one."""
   tutor = types.SimpleNamespace(params={"w": jnp.zeros(2)},
                                 sampling=SamplingParams(8, temperature=temperature))
   run = trainer.Trainer(trainer.TrainSettings(), update.GRPOSettings(micro_batch=2), tutor, None,

@@ -124,6 +124,8 @@ def test_a_reply_begun_as_thinking_by_its_prompt_streams_it_as_reasoning():
     # Qwen3 with thinking off: an empty block, closed in the prompt.
     ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", False),
     ("<|im_start|>assistant\n<think>a</think>b<|im_end|>\n<|im_start|>assistant\n", False),
+    # A message that mentions the tag opens nothing.
+    ("<|im_start|>user\nBegin with <think><|im_end|>\n<|im_start|>assistant\n", False),
 ])
 def test_a_prompt_opens_thinking_when_its_last_think_tag_is_an_opening(prompt, opened):
   from pedrl.env import chat
