@@ -105,9 +105,9 @@ class GRPOSettings:
   # forward's, computed before the step's first update, as paper 003's reference trainer
   # does with μ > 1 (TRL's GRPO recomputes old_per_token_logps with the model), so the
   # first pass's ratio is 1 up to rounding. "sampler": the log-probs the sampler reported
-  # with each token, one forward pass less per step; on a GPU in bfloat16 the decode over
-  # a cache and the full-sequence forward differ by more than rounding, and ε clips that
-  # gap as if the policy had moved.
+  # with each token, one forward pass less per step; where the decode over a cache and the
+  # full-sequence forward round differently (lower precision, other kernels), ε clips
+  # that gap as if the policy had moved.
   old_logprobs: str = "trainer"
 
   def __post_init__(self):
