@@ -11,7 +11,9 @@ parity tests' 1e-4. The subprocess jobs the tests start run on CPU either way
 (tests/helpers/jobs.py).
 """
 import gc
+import json
 import os
+import shutil
 
 from tests.helpers.jobs import CPU_XLA_FLAGS  # noqa: E402  (it imports nothing heavy)
 
@@ -73,8 +75,6 @@ def short_context(tmp_path_factory):
 
   def get(name: str) -> str:
     if name not in made:
-      import json
-      import shutil
       path = tmp_path_factory.mktemp("short_context") / name
       shutil.copytree(os.path.join(TESTDATA, "models", name), path)
       config = json.loads((path / "config.json").read_text())

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import openai
 import pytest
+import scipy.special
 
 pytest.importorskip("fastapi")
 
@@ -215,16 +216,15 @@ def test_a_prompt_whose_next_token_is_the_end_gets_it_scored(client):
   token, as vLLM's do, so lm-evaluation-harness's [ctxlen:-1] is the continuation's."""
   hf = reference.load(MODEL)
   rows = [[100, b] for b in range(1024)]
-  logits = reference.forward(hf, rows, [[1, 1]] * len(rows))[:, -1].astype(np.float64)
-  b = int(np.flatnonzero(logits.argmax(-1) == 2)[0])  # The tiny model's end of turn: id 2.
-  logp = logits[b] - logits[b].max() - np.log(np.exp(logits[b] - logits[b].max()).sum())
-  first = reference.forward(hf, [[100, b]], [[1, 1]])[0, 0].astype(np.float64)
-  want = first[b] - first.max() - np.log(np.exp(first - first.max()).sum())
+  logits = reference.forward(hf, rows, [[1, 1]] * len(rows)).astype(np.float64)
+  b = int(np.flatnonzero(logits[:, -1].argmax(-1) == 2)[0])  # The tiny model's end: id 2.
+  logp = scipy.special.log_softmax(logits[b], axis=-1)  # [2 positions, vocab]
+  want = logp[0, b]  # The continuation's token after the context.
   choice, ll, _ = _lm_eval_scores(client, [100], [b])
   assert choice.finish_reason == "stop" and choice.text.endswith(choice.logprobs.tokens[1])
   assert choice.logprobs.tokens[-1] == "<|im_end|>" and len(choice.logprobs.tokens) == 3
   assert ll == pytest.approx(want, abs=1e-4)  # The continuation's log-prob, not 0.
-  assert choice.logprobs.token_logprobs[-1] == pytest.approx(logp[2], abs=1e-4)
+  assert choice.logprobs.token_logprobs[-1] == pytest.approx(logp[1, 2], abs=1e-4)
   out = client.completions.create(model=NAME, prompt=[100, b], max_tokens=4, temperature=0)
   assert out.choices[0].text == "" and out.usage.completion_tokens == 1  # The end, counted.
 
