@@ -1,4 +1,4 @@
-"""KV caches on devices: create with a sharding, select rows, compact, grow (the type
+"""KV caches on devices: create with a sharding, select rows, clear rows, compact, grow (the type
 and its layout are models.decoder.KVCache)."""
 import functools
 
@@ -31,4 +31,5 @@ def _creator(cfg, batch, size, mesh):
 # The host's entry points: one compiled program each; compact updates the cache in place.
 take = jax.jit(KVCache.take)
 compact = jax.jit(KVCache.compact, donate_argnums=(0,))
+clear = jax.jit(KVCache.cleared, donate_argnums=(0,))
 grow = jax.jit(KVCache.grown, static_argnums=(1,))

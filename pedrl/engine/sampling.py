@@ -384,6 +384,14 @@ class Sampler:
     rows = np.concatenate([rows, np.full(full - rows.size, rows[0], np.int32)])
     return kv_cache.take(cache, self._rows(rows))
 
+  def clear_rows(self, cache: KVCache, rows: Sequence[int]) -> KVCache:
+    """The cache with rows `rows` (indices) emptied, to be fed again from their start
+    (a dialogue whose earlier turns now render differently); the other rows keep
+    their slots and positions, so what they sample does not depend on it."""
+    clear = np.zeros(cache.batch, bool)
+    clear[np.asarray(rows, np.int64)] = True
+    return kv_cache.clear(cache, self._rows(clear))
+
   def make_room(self, cache: KVCache, need: int, limit: int | None = None) -> tuple[KVCache, int]:
     """The cache and its free slots, made `need` if it can: grown while it has fewer
     than `limit` slots (at least doubled, so a long dialogue grows a few times), then

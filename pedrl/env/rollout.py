@@ -188,11 +188,14 @@ class _Side:
     """One batched turn for the live dialogues (the list shrinks by those that
     cannot fit another turn; they go to `ended`): a Turn per speaking dialogue."""
     sampler, sp = self.party.sampler, self.party.sampling
-    reencode = any(self.stale[d] for d in live)
-    if reencode:  # A fresh cache for the live dialogues, each fed its whole view.
-      self.cache, self.rows = None, []
-      for d in live:
-        self.stale[d], self.lengths[d] = True, 0
+    # A stale dialogue's row is emptied and fed its whole view; the other rows keep
+    # their caches, so a dialogue's tokens do not depend on which others share its batch.
+    stale = [d for d in live if self.stale[d]]
+    if stale and self.cache is not None:
+      where = {d: i for i, d in enumerate(self.rows)}
+      self.cache = sampler.clear_rows(self.cache, [where[d] for d in stale])
+    for d in stale:
+      self.lengths[d] = 0
     rows = {d: self.new_tokens(d) for d in live}
     for d in list(live):  # A turn that cannot fit this model's cache ends the dialogue.
       if self.lengths[d] + len(rows[d]) + sp.max_new_tokens > self.capacity:

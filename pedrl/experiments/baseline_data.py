@@ -48,7 +48,7 @@ from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
 from pedrl.jobs import settings as settings_lib, sharded, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.checks import check_history_thinking, check_paths, read_settings
 from pedrl.jobs.exits import define_flags, job_main
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import (api_backends, build_rewards, judges_protocol,
@@ -153,6 +153,7 @@ class ScoredRollouts:
 def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   s, b = read(config)
   check_paths(s)
+  check_history_thinking(s, "the SFT and MDPO baselines train on")
   name = workdir_lib.config_name(sys.argv)
   changed = workdir_lib.guard(workdir, "baseline_data", config, name)
   task = ScoredRollouts(s, b, api_backends(s))  # Keys and endpoints before the models load.

@@ -1,14 +1,15 @@
 """Config checks a job makes before anything loads: settings read typed (each type checks
 its own values, its errors naming their --config flag), UCO's oracle and embedder,
-every path the config names."""
+every path the config names, a tutor view a trainer can train on."""
 import importlib.util
 import os
 
 import ml_collections
 from absl import app
 
-from pedrl.env import problems as problems_lib, sources
+from pedrl.env import chat, problems as problems_lib, sources
 from pedrl.jobs import settings as settings_lib
+from pedrl.tokenizer import load_tokenizer
 
 
 def read_settings(c: ml_collections.ConfigDict,
@@ -69,3 +70,20 @@ def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> Non
       sources.check(s.problems.path, "problems file")
     except problems_lib.DataError as e:
       raise app.UsageError(f"--config.problems.path={s.problems.path!r}: {e}") from None
+
+
+def check_history_thinking(s: settings_lib.DialogueSettings, trains: str) -> None:
+  """A trainer of one token sequence per dialogue (`trains`: GRPO; SFT and MDPO on the
+  baselines' dialogues) needs every turn's thinking in that sequence: a tutor view that
+  leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn from
+  another sequence, and the dialogue's record holds only its last view and turn. Read
+  from the tutor's tokenizer, before the models load."""
+  mode = s.rollout.tutor_history_thinking
+  if mode == "keep" or "tutor" in s.endpoint_sides:
+    return
+  fmt = chat.ChatFormat(load_tokenizer(s.tutor.path, require_chat_template=True))
+  if mode == "drop" or fmt.drops_history_thinking():
+    raise app.UsageError(
+        f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would leave its "
+        f"earlier thinking out (its chat template does), but {trains} one sequence per "
+        "dialogue with every turn's thinking in it; set it to keep")

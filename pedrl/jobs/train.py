@@ -11,40 +11,23 @@ import jax
 import ml_collections
 
 from pedrl import distributed, sharding
-from pedrl.env import chat
 from pedrl.jobs import metric_log, settings as settings_lib, trained_on
 from pedrl.jobs import workdir as workdir_lib
-from pedrl.jobs.checks import check_paths, read_settings
+from pedrl.jobs.checks import check_history_thinking, check_paths, read_settings
 from pedrl.jobs.loading import load_party, load_problems, solver_party
 from pedrl.jobs.reward_factory import api_backends, build_rewards
 from pedrl.rl import checkpoint, trainer
-from pedrl.tokenizer import load_tokenizer
 
 
 def check_config(settings: settings_lib.TrainingSettings, mesh: jax.sharding.Mesh) -> None:
   """Errors a run should meet before any compute."""
   check_paths(settings)
-  _check_history_thinking(settings)
+  check_history_thinking(settings, "GRPO trains")
   rows = settings.job.batch_problems * settings.job.group_size
   shards = sharding.batch_shards(mesh)
   if rows % shards:
     raise app.UsageError(f"batch_problems × group_size = {rows} dialogues do not split over the "
                          f"mesh's {shards} batch shards")
-
-
-def _check_history_thinking(settings: settings_lib.TrainingSettings) -> None:
-  """GRPO trains one token sequence per dialogue, its sampled thinking included: a view
-  that leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn
-  from another sequence. Read from the tutor's tokenizer, before the models load."""
-  mode = settings.rollout.tutor_history_thinking
-  if mode == "keep":
-    return
-  fmt = chat.ChatFormat(load_tokenizer(settings.tutor.path, require_chat_template=True))
-  if mode == "drop" or fmt.drops_history_thinking():
-    raise app.UsageError(
-        f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would leave its "
-        "earlier thinking out (its chat template does), but GRPO trains one sequence per "
-        "dialogue with every turn's thinking in it; set it to keep")
 
 
 def build(config: ml_collections.ConfigDict, workdir: str, config_name: str = "?"

@@ -222,6 +222,12 @@ class KVCache:
                         mask=self.mask.at[rows, slots].set(part.mask),
                         pos=self.pos.at[rows].set(part.pos), end=part.end)
 
+  def cleared(self, rows: jax.Array) -> "KVCache":
+    """This cache with the rows where `rows` (bool [B]) is true emptied: no slot
+    filled, their next token at position 0. Their slots stay taken until `compact`
+    packs them away, so clearing a row moves no other row's keys or values."""
+    return self.replace(mask=self.mask & ~rows[:, None], pos=jnp.where(rows, 0, self.pos))
+
   def compact(self) -> "KVCache":
     """Moves each row's filled slots to the front, in order, and the end back.
 

@@ -341,6 +341,37 @@ def test_a_cache_grown_between_turns_equals_one_allocated_whole(testdata):
   assert packed.size == 96 and int(packed.end) < end and room == 96 - int(packed.end)
 
 
+def test_a_cleared_row_starts_again_and_the_other_rows_keep_their_caches(testdata):
+  """clear_rows empties one row (a dialogue fed its whole, re-rendered view again): its
+  next turn and the other row's, sampled beside it from the same cache, are
+  transformers' greedy tokens and log-probs on each row's history."""
+  from scipy.special import log_softmax
+  path = testdata("qwen2")
+  cfg, model, params = models.load(path, scan_layers=False)
+  hf, sampler = reference.load(path), Sampler(model)
+  rng = np.random.default_rng(11)
+  sp = SamplingParams(12, temperature=0.0)
+  first = rows_of(rng, cfg.vocab_size, [6, 11])
+  gen, cache = sampler.generate(params, first, sequence_keys(0, range(2)), sp,
+                                sampler.new_cache(2, 128))
+  fresh, reply = rows_of(rng, cfg.vocab_size, [9, 3])
+  history = [fresh, first[1] + gen.row_tokens(1).tolist() + reply]
+  cache = sampler.clear_rows(cache, [0])
+  gen, cache = sampler.generate(params, [fresh, reply], sequence_keys(1, range(2)), sp, cache)
+  tokens, mask = left_pad(history)
+  want = reference.greedy(hf, tokens, mask, 12)
+  assert gen.lengths.tolist() == [12, 8]  # Row 1 stops at the end-of-sequence id.
+  for r, h in enumerate(history):
+    n = gen.lengths[r]
+    np.testing.assert_array_equal(gen.row_tokens(r), want[r, :n])
+    whole = np.asarray(h + gen.row_tokens(r).tolist())[None]
+    lp = log_softmax(reference.forward(hf, whole, np.ones_like(whole)), axis=-1)[0]
+    np.testing.assert_allclose(gen.logprobs[r, :n], lp[np.arange(len(h) - 1, whole.size - 1),
+                                                      whole[0, len(h):]], atol=1e-4, rtol=0)
+  np.testing.assert_array_equal(np.asarray(cache.pos), [len(h) + n for h, n in
+                                                         zip(history, gen.lengths)])
+
+
 def test_compilations_count_getting_a_program_not_running_it():
   """What a throughput leaves out: a new program's tracing and compiling, none of its
   later calls."""

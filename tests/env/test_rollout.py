@@ -53,6 +53,11 @@ class ScriptedSampler:
     rows = list(rows) + [rows[0]] * ((batch or len(rows)) - len(rows))
     return _Cache(rows=[list(cache["rows"][r]) for r in rows], size=cache["size"])
 
+  def clear_rows(self, cache, rows):
+    for r in rows:
+      cache["rows"][r] = []
+    return cache
+
   def make_room(self, cache, need, limit=None):
     room = lambda: cache["size"] - max(len(r) for r in cache["rows"])
     if room() < need and limit:  # Grows to the limit, as Sampler.make_room may.
@@ -425,15 +430,46 @@ def test_tutor_history_thinking_follows_the_template_and_the_cache_stays_exact(
       tok.convert_tokens_to_ids("<|im_end|>")]
 
 
-def test_grpo_refuses_a_tutor_view_without_its_earlier_thinking(testdata):
+def test_a_dialogue_whose_history_is_encoded_again_leaves_the_others_caches_alone(
+    qwen_tok, llama_tok):
+  """With earlier thinking dropped from the tutor's view, a dialogue whose tutor thought
+  is fed its whole view again; a dialogue beside it that never thinks keeps its cache,
+  so its contexts, tokens and trained mask are those it gets alone."""
+  def script(context):  # Thinks only in problems that say "ponder".
+    turn = context.count("<|im_start|>assistant")
+    thought = f"<think>{SECRET}</think>" if "ponder" in context else ""
+    return f"{thought}Tutor turn {turn}: what next?"
+  def run(problems, uids):  # A problem's uid seeds its samples: the same in both runs.
+    tutor, student = _party(qwen_tok, script, "<|im_end|>"), _party(llama_tok, student_script,
+                                                                   "<|eot_id|>")
+    settings = rollout.RolloutSettings(max_turns=7, scenario=dialogue.GUIDED,
+                                       tutor_history_thinking="drop")
+    return rollout.run(problems, 2, tutor, student, settings, seed=0,
+                       problem_uids=uids), tutor.sampler
+  plain, pondering = _problem("What is 2 + 5?"), _problem("ponder: what is 3 + 4?")
+  alone, _ = run([plain], [1])
+  beside, tutor_s = run([pondering, plain], [0, 1])
+  assert [c[0] for c in tutor_s.calls] == [4] * 4  # Every tutor turn batched all four.
+  for a, b in zip(alone, beside[2:]):
+    assert [m.raw for m in a.messages] == [m.raw for m in b.messages]
+    assert (a.tutor_ids, a.tutor_mask) == (b.tutor_ids, b.tutor_mask)
+    assert all(m.span != (0, 0) for m in b.messages)  # No turn was encoded again.
+    _check_mask(b, qwen_tok)
+  for d in beside[:2]:  # Encoded again at every turn after its first: only its last is trained.
+    tutor_turns = [m for m in d.messages if m.role == dialogue.TUTOR]
+    assert SECRET not in qwen_tok.decode(d.tutor_ids[:tutor_turns[-1].span[0]])
+    assert [m.span == (0, 0) for m in tutor_turns] == [True] * 3 + [False]
+
+
+def test_trainers_refuse_a_tutor_view_without_its_earlier_thinking(testdata):
   from absl import app
-  from pedrl.jobs import train
+  from pedrl.jobs import checks
   s = types.SimpleNamespace(rollout=rollout.RolloutSettings(tutor_history_thinking="drop"),
-                            tutor=types.SimpleNamespace(path=testdata("qwen2")))
-  with pytest.raises(app.UsageError, match="set it to keep"):
-    train._check_history_thinking(s)
+                            tutor=types.SimpleNamespace(path=testdata("qwen2")), endpoint_sides=())
+  with pytest.raises(app.UsageError, match="but GRPO trains one sequence .* set it to keep"):
+    checks.check_history_thinking(s, "GRPO trains")
   s.rollout = rollout.RolloutSettings()  # "template": the testdata tutor's ChatML keeps it.
-  train._check_history_thinking(s)
+  checks.check_history_thinking(s, "GRPO trains")
 
 
 @pytest.mark.parametrize("view", ["all", "tutor"])

@@ -49,6 +49,17 @@ def sft_run(data, tmp_path_factory):
 
 
 @pytest.mark.job
+def test_baseline_data_refuses_a_tutor_view_without_its_earlier_thinking(tmp_path):
+  """Its dialogues' records would hold each one's last view and turn only, and SFT and MDPO
+  train on those records: refused before anything loads, and nothing written."""
+  r = _run("baseline_data", tmp_path / "data", "--config.rollout.tutor_history_thinking=drop",
+           config="baselines")
+  assert r.returncode != 0, r.stdout[-2000:]
+  assert "the SFT and MDPO baselines train on one sequence" in r.stderr, r.stderr[-2000:]
+  assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+@pytest.mark.job
 def test_baseline_data_writes_typed_pairs_and_accepted_dialogues(data):
   workdir, stdout = data
   summary = json.loads((workdir / "summary.json").read_text())
