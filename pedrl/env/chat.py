@@ -114,6 +114,17 @@ class ChatFormat:
     text = self.render(probe, add_generation_prompt=True)
     return _marker(1) not in text and _marker(2) in text
 
+  def reopens_history(self) -> bool:
+    """Whether the template renders an earlier assistant message, once a user message
+    follows it, after another opening than its generation prompt gave the reply (Qwen3
+    with enable_thinking=False: the prompt's empty think block is not in its history)."""
+    ask = [{"role": "user", "content": _marker(0)}]
+    prompt = self.render(ask, add_generation_prompt=True)
+    later = self.render(ask + [{"role": "assistant", "content": _marker(1)},
+                               {"role": "user", "content": _marker(2)}],
+                        add_generation_prompt=True)
+    return not later.startswith(prompt + _marker(1))
+
   def next_ids(self, roles: Sequence[str], new_messages: Sequence[dict],
                stop_text: str | None) -> list[int]:
     """Tokens to append after a model's own last message to reach its next turn.

@@ -147,7 +147,10 @@ class _Side:
     # "keep": the cache grows by deltas; "template"/"drop": a turn after one that thought
     # encodes the whole view again, earlier thinking as the template (or history_text) shows it.
     self.history = history
-    self.stale = [False] * n  # The cache holds thinking the view now leaves out.
+    # Every turn, not only one that thought: its template renders earlier replies after
+    # another opening than the generation prompt that the cache holds.
+    self.reopens = history != "keep" and party.chat.reopens_history()
+    self.stale = [False] * n  # The cache holds what the view now renders otherwise.
     self.prefix_ids = party.chat.encode(prefix) if prefix else []
     self.cache, self.rows = None, []
     self.views = [[] for _ in range(n)]  # {"role", "content"} in this side's roles.
@@ -239,8 +242,9 @@ class _Side:
       self.lengths[d] += len(rows[d]) + len(tokens)
       out.append(Turn(d, rows[d], tokens, gen.logprobs[i, :len(tokens)], raw,
                       gen.finish_reasons[i], int(tokens.size), reencoded=self.stale[d]))
-      # Its next turn renders this one without its thinking: the cache must be encoded again.
-      self.stale[d] = self.history != "keep" and chat.history_text(raw) != raw
+      # Its next turn renders this one otherwise (without its thinking, or after another
+      # opening): the dialogue's cache must be encoded again.
+      self.stale[d] = self.history != "keep" and (self.reopens or chat.history_text(raw) != raw)
     return out
 
 
@@ -448,13 +452,17 @@ def _sides(tutor: Party | Replier, student: Party | Replier, n: int, settings: R
 
 
 def tutor_history(settings: RolloutSettings, tutor: Party | Replier) -> str:
-  """How a local tutor's view shows its earlier thinking: "keep", "drop", or "template"
-  (its template leaves it out). An endpoint or agent gets the whole conversation each turn,
-  as its own server renders it."""
+  """How a local tutor's view shows its earlier turns: "keep" (as sampled), "drop" (their
+  thinking left out), or "template" (its template renders them otherwise: their thinking
+  left out, or after another opening than the generation prompt). An endpoint or agent
+  gets the whole conversation each turn, as its own server renders it."""
   mode = settings.tutor_history_thinking
   if not isinstance(tutor, Party) or mode == "drop":
     return mode if isinstance(tutor, Party) else "keep"
-  return "template" if mode == "template" and tutor.chat.drops_history_thinking() else "keep"
+  if mode == "template" and (tutor.chat.drops_history_thinking()
+                             or tutor.chat.reopens_history()):
+    return "template"
+  return "keep"
 
 
 def tutor_system_prompt(settings: RolloutSettings, dl: Dialogue) -> str:

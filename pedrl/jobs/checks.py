@@ -74,16 +74,18 @@ def check_paths(s: settings_lib.DialogueSettings, dialogues: bool = True) -> Non
 
 def check_history_thinking(s: settings_lib.DialogueSettings, trains: str) -> None:
   """A trainer of one token sequence per dialogue (`trains`: GRPO; SFT and MDPO on the
-  baselines' dialogues) needs every turn's thinking in that sequence: a tutor view that
-  leaves earlier thinking out (rollout.tutor_history_thinking) samples each turn from
+  baselines' dialogues) needs every turn in that sequence as sampled: a tutor view that
+  renders earlier turns otherwise (rollout.tutor_history_thinking) samples each turn from
   another sequence, and the dialogue's record holds only its last view and turn. Read
   from the tutor's tokenizer, before the models load."""
   mode = s.rollout.tutor_history_thinking
   if mode == "keep" or "tutor" in s.endpoint_sides:
     return
-  fmt = chat.ChatFormat(load_tokenizer(s.tutor.path, require_chat_template=True))
-  if mode == "drop" or fmt.drops_history_thinking():
+  fmt = chat.ChatFormat(load_tokenizer(s.tutor.path, require_chat_template=True),
+                        {"enable_thinking": s.rollout.thinking})
+  if mode == "drop" or fmt.drops_history_thinking() or fmt.reopens_history():
     raise app.UsageError(
-        f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would leave its "
-        f"earlier thinking out (its chat template does), but {trains} one sequence per "
-        "dialogue with every turn's thinking in it; set it to keep")
+        f"--config.rollout.tutor_history_thinking={mode}: the tutor's view would render its "
+        "earlier turns otherwise than sampled (its chat template leaves their thinking out, "
+        f"or their generation prompt), but {trains} one sequence per dialogue with every "
+        "turn as sampled in it; set it to keep")

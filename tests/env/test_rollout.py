@@ -430,6 +430,44 @@ def test_tutor_history_thinking_follows_the_template_and_the_cache_stays_exact(
       tok.convert_tokens_to_ids("<|im_end|>")]
 
 
+# Qwen3's generation prompt with thinking off: an empty think block the reply follows, which
+# its rule for earlier assistant turns (DROPS_HISTORY_THINKING) leaves out of the history.
+QWEN3_THINKING_SWITCH = DROPS_HISTORY_THINKING.replace(
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and not enable_thinking %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}")
+
+
+def test_thinking_off_every_turn_is_the_templates_rendering_without_earlier_empty_blocks(
+    testdata, llama_tok):
+  """A tutor that never thinks, on a Qwen3-style template with thinking off: each turn's
+  context (the cache row the scripted sampler decodes) is exactly transformers' rendering
+  of its view, with no empty think block but the last generation prompt's."""
+  import copy
+  tok = copy.deepcopy(load_tokenizer(testdata("qwen2")))
+  tok.chat_template = QWEN3_THINKING_SWITCH
+  assert chat.ChatFormat(tok, {"enable_thinking": False}).reopens_history()
+  assert not chat.ChatFormat(tok, {"enable_thinking": True}).reopens_history()
+  assert not chat.ChatFormat(load_tokenizer(testdata("qwen2"))).reopens_history()
+  script = lambda context: f"Tutor turn {context.count('<|im_start|>assistant')}: what next?"
+  tutor, student = _party(tok, script, "<|im_end|>"), _party(llama_tok, student_script,
+                                                             "<|eot_id|>")
+  settings = rollout.RolloutSettings(max_turns=7, scenario=dialogue.GUIDED, thinking=False)
+  assert rollout.tutor_history(settings, tutor) == "template"
+  d, = rollout.run([_problem("What is 2 + 5?")], 1, tutor, student, settings, seed=0)
+  view = [{"role": "system", "content": rollout.tutor_system_prompt(settings, d)}]
+  contexts = [c for _, _, cs in tutor.sampler.calls for c in cs]
+  assert len(contexts) == 4
+  for i, m in enumerate(d.messages):
+    if m.role == dialogue.TUTOR:
+      want = tok.apply_chat_template(view, tokenize=False, add_generation_prompt=True,
+                                     enable_thinking=False)
+      context = contexts.pop(0)
+      assert context == tok.decode(tok(want, add_special_tokens=False)["input_ids"])
+      assert context.count("<think>") == 1 and context.endswith("<think>\n\n</think>\n\n")
+    view.append({"role": "assistant" if m.role == dialogue.TUTOR else "user", "content": m.raw})
+
+
 def test_a_dialogue_whose_history_is_encoded_again_leaves_the_others_caches_alone(
     qwen_tok, llama_tok):
   """With earlier thinking dropped from the tutor's view, a dialogue whose tutor thought
