@@ -276,7 +276,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     if m.chat is None:
       raise APIError(400, "this model has no chat template; use /v1/completions")
     common = sampling(m, req)
-    prompt = await _render(m.chat, req.messages)
+    prompt = await _render(m.chat, req.messages, req.chat_template_kwargs)
     check_ids(m, [prompt], "messages")
     check_room(m, len(prompt), req.limit() or 1)
     limit = req.limit() or min(settings.max_tokens, m.context - len(prompt))
@@ -323,7 +323,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     if req.messages is not None:
       if m.chat is None:
         raise APIError(400, "this model has no chat template; give prompt", param="messages")
-      ids = await _render(m.chat, req.messages)
+      ids = await _render(m.chat, req.messages, req.chat_template_kwargs)
     else:
       ids = await asyncio.to_thread(
           lambda: m.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
@@ -345,8 +345,12 @@ def _reason(err: dict) -> str:
   return str(err.get("msg", "")).removeprefix("Value error, ")
 
 
-async def _render(chat, messages) -> tuple:
-  """The conversation's prompt tokens (the template's own complaint: a 400)."""
+async def _render(chat, messages, template_kwargs: dict | None = None) -> tuple:
+  """The conversation's prompt tokens, the request's template variables over the
+  server's (the template's own complaint: a 400)."""
+  if template_kwargs:
+    chat = dataclasses.replace(chat, template_kwargs={**chat.template_kwargs,
+                                                      **template_kwargs})
   try:
     return tuple(await asyncio.to_thread(
         chat.prompt_ids, [{"role": m.role, "content": m.text()} for m in messages]))

@@ -101,7 +101,9 @@ class _Sampling(_Request):
 
   @pydantic.field_validator("stream_options")
   @classmethod
-  def _stream_options(cls, v):
+  def _stream_options(cls, v, info):
+    if v and not info.data.get("stream"):  # As the OpenAI API and vLLM refuse it.
+      raise ValueError("stream_options is only allowed with stream=true")
     if v and set(v) - {"include_usage"}:
       raise ValueError(f"stream_options takes only include_usage, got {sorted(v)}")
     return v
@@ -199,8 +201,27 @@ class ChatMessage(pydantic.BaseModel):
     return self.content
 
 
+# apply_chat_template's own parameters (transformers), and the conversation: not template
+# variables a request may set.
+_TEMPLATE_CALL = frozenset({
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
+def _template_kwargs(v: dict | None) -> dict | None:
+  """vLLM's `chat_template_kwargs`: variables for the chat template (Qwen3's
+  {"enable_thinking": false}), never the render's own parameters."""
+  taken = sorted(set(v or ()) & _TEMPLATE_CALL)
+  if taken:
+    raise ValueError(f"chat_template_kwargs: {taken} are parameters of the template's "
+                     "render, not template variables")
+  return v
+
+
 class ChatCompletionRequest(_Sampling):
   messages: list[ChatMessage] = pydantic.Field(min_length=1)
+  chat_template_kwargs: dict[str, Any] | None = None  # vLLM's extension.
   max_tokens: int | None = pydantic.Field(None, ge=1)
   max_completion_tokens: int | None = pydantic.Field(None, ge=1)
   logprobs: bool | None = None
@@ -215,6 +236,11 @@ class ChatCompletionRequest(_Sampling):
   @classmethod
   def _no_top_logprobs(cls, v):
     return _no_op(v, 0, "top_logprobs")
+
+  @pydantic.field_validator("chat_template_kwargs")
+  @classmethod
+  def _template_kwargs(cls, v):
+    return _template_kwargs(v)
 
   def limit(self) -> int | None:
     return self.max_completion_tokens or self.max_tokens
@@ -245,7 +271,13 @@ class TokenizeRequest(pydantic.BaseModel):
   model: str | None = None
   prompt: str | None = None
   messages: list[ChatMessage] | None = None
+  chat_template_kwargs: dict[str, Any] | None = None  # With messages, as in chat completions.
   add_special_tokens: bool = True
+
+  @pydantic.field_validator("chat_template_kwargs")
+  @classmethod
+  def _template_kwargs(cls, v):
+    return _template_kwargs(v)
 
   @pydantic.field_validator("prompt")
   @classmethod

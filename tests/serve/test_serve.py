@@ -327,6 +327,31 @@ def test_tokenize_and_detokenize(served):
       200, {"prompt": PROMPTS[0]})
 
 
+def test_chat_template_kwargs_reach_the_template_as_vllm_passes_them(served, monkeypatch):
+  """vLLM's `chat_template_kwargs`: {"enable_thinking": false} on a Qwen3-style template
+  gives transformers' rendering with it, in /tokenize and the chat route; the render's own
+  parameters are refused."""
+  from tests.env.test_chat import QWEN3_LIKE
+  base, tok = served[0].removesuffix("/v1"), served[1].engine.tokenizer
+  monkeypatch.setattr(tok, "chat_template", QWEN3_LIKE)  # The served model's tokenizer.
+  messages = [{"role": "user", "content": "What is 3 + 4?"}]
+  off = {"model": NAME, "messages": messages, "chat_template_kwargs": {"enable_thinking": False}}
+  code, reply = _request(base + "/tokenize", off)
+  assert code == 200, reply
+  rendered = lambda **kw: tok(tok.apply_chat_template(
+      messages, tokenize=False, add_generation_prompt=True, **kw),
+      add_special_tokens=False)["input_ids"]
+  want = rendered(enable_thinking=False)
+  assert reply["tokens"] == want and tok.decode(want).endswith("<think>\n\n</think>\n\n")
+  code, plain = _request(base + "/tokenize", {"model": NAME, "messages": messages})
+  assert plain["tokens"] == rendered() != want
+  code, chat = _request(served[0] + "/chat/completions", {**off, "max_tokens": 2})
+  assert code == 200 and chat["usage"]["prompt_tokens"] == len(want), chat
+  code, bad = _request(served[0] + "/chat/completions",
+                       {**off, "chat_template_kwargs": {"tokenize": True}})
+  assert code == 400 and bad["error"]["param"] == "chat_template_kwargs", bad
+
+
 # -- Bad input, and what it must not do to other requests -------------------------------
 
 
@@ -354,6 +379,8 @@ def test_tokenize_and_detokenize(served):
      "response_format"),
     ({"model": NAME, "prompt": "x", "tools": [{"type": "function"}]}, 400, "tools"),
     ({"model": NAME, "prompt": "x", "guided_json": {}}, 400, "guided_json"),
+    ({"model": NAME, "prompt": "x", "stream_options": {"include_usage": True}}, 400,
+     "stream_options"),  # Without stream=true, as the OpenAI API and vLLM refuse it.
     ({"model": NAME, "prompt": ["x"] * 65}, 400, "prompt"),  # More than the queue holds.
 ])
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(served, client, body,
