@@ -223,6 +223,16 @@ def test_same_seed_same_tokens_on_one_and_eight_devices(testdata):
   np.testing.assert_array_equal(multi.tokens, single.tokens)
   np.testing.assert_allclose(multi.logprobs, single.logprobs, atol=1e-4)
   assert len(cache.k[0].sharding.device_set) == 8
+  # A next turn with rows 1 and 5 emptied and fed afresh, on the rows' shards as on one device.
+  turn = rows_of(np.random.default_rng(8), cfg.vocab_size, [2, 11, 1, 3, 2, 9, 1, 2])
+  cache, _ = sampler.make_room(sampler.clear_rows(cache, [1, 5]), 64, limit=128)
+  again, cache = sampler.generate(sharded, turn, sequence_keys(4, range(8)), sp, cache)
+  one = Sampler(model)
+  _, alone = one.generate(params, rows, keys, sp)
+  alone, _ = one.make_room(one.clear_rows(alone, [1, 5]), 64, limit=128)
+  want, _ = one.generate(params, turn, sequence_keys(4, range(8)), sp, alone)
+  np.testing.assert_array_equal(again.tokens, want.tokens)
+  assert len(cache.mask.sharding.device_set) == 8
   scores = Scorer(model, mesh=mesh).score(sharded, rows[:3], [[[1, 2, 3]]] * 3)
   alone = Scorer(model).score(params, rows[:3], [[[1, 2, 3]]] * 3)
   np.testing.assert_allclose(scores.sum, alone.sum, atol=1e-4)
