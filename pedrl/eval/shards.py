@@ -136,8 +136,8 @@ def completed(workdir: str, shard: int, num_shards: int, plan: dict,
 def gather(workdir: str, kind: type[records_lib.Record] | None = None
            ) -> tuple[list, EvalProtocol, Counts]:
   """(records in batch order, protocol, summed counts) of every shard in `workdir`, as
-  `kind` (None: the protocol's evaluation records); ShardError when a shard is missing
-  or unfinished, or shards disagree on the protocol."""
+  `kind` (None: the protocol's evaluation records); ShardError when a shard is missing,
+  unfinished or lacks records of its batches, or shards disagree on the protocol."""
   statuses = _statuses(workdir)
   if not statuses:
     raise ShardError(f"{workdir}: no evaluation shards (no shards/status-*.json)")
@@ -157,7 +157,10 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
         unfinished and f"unfinished {unfinished} (rerun them to resume)"])))
   out = []
   for i in range(num_shards):
-    out += records_lib.load(records_path(workdir, i, num_shards), kind)
+    records = records_lib.load(records_path(workdir, i, num_shards), kind)
+    _check_whole(workdir, i, num_shards, records,
+                 statuses[os.path.basename(status_path(workdir, i, num_shards))])
+    out += records
   out.sort(key=lambda r: r.batch)  # Stable: each batch is one shard's, in its order.
   seen = collections.Counter(r.key for r in out)
   if dup := [k for k, n in seen.items() if n > 1]:
@@ -166,6 +169,25 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
   for name, s in statuses.items():
     counts.add(Counts.from_json(s.get("counts", {}), os.path.join(workdir, "shards", name)))
   return out, protocol, counts
+
+
+def _check_whole(workdir: str, shard: int, num_shards: int, records: list,
+                 status: dict) -> None:
+  """ShardError unless a finished shard's records hold every batch its status lists, each
+  with the records it must have (a status written before `batch_records` was recorded:
+  at least one): a records file lost, cut or edited after the shard finished."""
+  batches = status.get("batches", [])
+  want = dict(zip(batches, status.get("batch_records") or [None] * len(batches)))
+  have = collections.Counter(r.batch for r in records)
+  lost = [b for b, n in want.items() if have[b] == 0 or (n is not None and have[b] != n)]
+  extra = sorted(set(have) - set(want))
+  if lost or extra:
+    path = records_path(workdir, shard, num_shards)
+    raise ShardError(f"{path}: " + "; ".join(filter(None, [
+        lost and f"batches {lost} are missing or incomplete",
+        extra and f"batches {extra} are not this shard's"])) +
+        f" although its status says finished; rerun shard {shard} of {num_shards} "
+        "to redo the missing batches")
 
 
 def merge(workdir: str) -> tuple[list, evaluations.Merged]:

@@ -84,7 +84,9 @@ def run(task: ShardedTask, protocol: EvalProtocol, workdir: str, shard: ShardSet
   name = workdir_lib.config_name(sys.argv)
   start = workdir_lib.provenance() if main_process else None
   status = lambda finished_: {"protocol": protocol.to_dict(), "config": name, "shard": i,
-                              "batches": [j for j, _ in plan], "finished": finished_,
+                              "batches": [j for j, _ in plan],
+                              "batch_records": [per_batch[j] for j, _ in plan],
+                              "finished": finished_,
                               "counts": counts.to_json(), "provenance": start}
   if main_process:
     if config is not None:  # Shards of one protocol differ in their shard fields only.

@@ -85,6 +85,12 @@ def test_evaluation_shards_written_before_the_protocol_type_merge_to_their_metri
   assert set(after) == set(merged.to_json()) | {"config", "protocol"}
   assert after.pop("protocol") == {**old, "schema": protocol_lib.SCHEMA_VERSION}
   _same(before, after)
+  # Their statuses list their batches but not how many records each holds: a batch with
+  # none is still refused.
+  lost = sorted(os.listdir(os.path.join(workdir, "shards")))
+  os.remove(os.path.join(workdir, "shards", next(n for n in lost if n.startswith("records-"))))
+  with pytest.raises(shards.ShardError, match="missing or incomplete"):
+    shards.merge(workdir)
 
 
 def test_an_old_agent_trace_reads_as_a_trace():

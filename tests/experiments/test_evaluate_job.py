@@ -95,6 +95,19 @@ def test_two_shards_merge_to_the_unsharded_metrics(whole, tmp_path):
   status.unlink()
   with pytest.raises(shards.ShardError, match=r"missing shards \[1\]"):
     shards.merge(str(mixed))
+  # A finished shard whose records were cut or lost afterwards is not merged short.
+  cut = tmp_path / "cut"
+  shutil.copytree(sharded, cut)
+  records = cut / "shards" / "records-00000-of-00003.jsonl"
+  lines = records.read_text().splitlines(keepends=True)
+  records.write_text("".join(lines[:-1]))
+  with pytest.raises(shards.ShardError, match=r"00000-of-00003.jsonl: batches \[0\] are "
+                                              r"missing or incomplete.*rerun shard 0 of 3"):
+    shards.merge(str(cut))
+  (cut / "shards" / "records-00001-of-00003.jsonl").unlink()
+  records.write_text("".join(lines))
+  with pytest.raises(shards.ShardError, match=r"00001-of-00003.jsonl: batches \[1\] are"):
+    shards.merge(str(cut))
 
 
 def test_rerunning_a_finished_evaluation_changes_nothing(whole, tmp_path):
