@@ -3,13 +3,15 @@
 Training needs one value per sample, so a policy fills in what never parsed
 (pedrl.rewards.judging). An evaluation follows its parse rule: under "strict",
 the reference code's (paper 003's `eval.py` judges with `run_judges` of
-eth-lre/PedagogicalRL @ bae10cd src/classroom.py), a decision still unparsed after
-every round counts as OK, as there, and is counted (`policy/ok`); under "lenient",
+eth-lre/PedagogicalRL @ bae10cd src/classroom.py), a decision whose replies never
+parsed counts as OK, as there, and is counted (`policy/ok`); under "lenient",
 pedrl's, it stays None, is counted (`policy/unparsed`), and the metrics leave it out
-(pedrl.eval.metrics). A score never parsed stays None under both. A batch in which
+(pedrl.eval.metrics). A request the endpoint never answered (its last round an API
+error) stays None under both: the reference's rule is for a reply, and there is none. A score never parsed stays None under both. A batch in which
 more than `max_failed_share` of the requests got no answer (an endpoint mostly down)
 is still a JudgeError.
 """
+import collections
 import dataclasses
 from collections.abc import Sequence
 
@@ -32,14 +34,19 @@ def judge(dialogues: Sequence[Dialogue], specs: Sequence[judging.JudgeSpec],
   asked = asking.ask(requests, backend.complete,
                      lambda r, text: judging.parse(text, r.spec.kind, parse_rule), rounds,
                      stats, who="evaluation judge", error=judging.JudgeError)
-  as_ok = parse_rule == "strict"
-  failed = asked.to_policy("ok" if as_ok else "unparsed", max_failed_share,
-                           f"evaluation judge answers were still missing after {rounds} rounds",
-                           judging.JudgeError)
+  asking.check_failed_share(
+      len(asked.causes), len(requests), max_failed_share,
+      f"evaluation judge answers were still missing after {rounds} rounds",
+      collections.Counter(asked.causes.values()), judging.JudgeError)
   answers: list[judging.Answer | None] = list(asked.answers)
-  for n in failed:
-    if as_ok and requests[n].spec.kind == judging.DECISION:
+  for n, cause in asked.causes.items():
+    # The reference reads a judge reply that never parsed as OK; a request the endpoint
+    # never answered (its last round an API error) is no reply, and stays unparsed.
+    as_ok = (parse_rule == "strict" and cause == asking.PARSE_FAILURES
+             and requests[n].spec.kind == judging.DECISION)
+    if as_ok:
       answers[n] = judging.filled(judging.DECISION, accept=True)
+    stats["policy/ok" if as_ok else "policy/unparsed"] += 1
   out = {id(d): Verdict(decisions={s.name: [] for s in specs if s.kind == judging.DECISION},
                         scores={s.name: [] for s in specs if s.kind != judging.DECISION})
          for d in dialogues}

@@ -85,6 +85,7 @@ class Asked:
     return self.unanswered
 
 
+PARSE_FAILURES = "parse_failures"  # An unanswered request's cause: its last reply did not parse.
 R = TypeVar("R")  # A request.
 A = TypeVar("A")  # Its parsed answer.
 
@@ -125,7 +126,7 @@ def ask(requests: Sequence[R],
       else:
         stats["replies"] += 1
         answers[i] = parse(requests[i], reply)
-        causes[i] = "parse_failures"
+        causes[i] = PARSE_FAILURES
       if answers[i] is None:
         stats[causes[i]] += 1
       else:
