@@ -113,18 +113,38 @@ def read_json(path: str, error: type[Exception] = ValueError) -> Any:
     raise error(f"{path}: not JSON ({e})") from None
 
 
+# A backslash of a model's LaTeX that JSON would misread, the reply's own escapes kept (a
+# doubled backslash is matched first, as a pair): one before a character JSON does not
+# escape (\sqrt, \(, \{: JSON refuses the reply); \b or \f before a letter (\boxed,
+# \frac: a backspace or form feed is never meant); \u without four hex digits
+# (\underline); \n, \t, \r opening a common command (\neq, \times, \right), where
+# before other words they are the newlines and tabs a model means.
+_LATEX_BACKSLASH = re.compile(
+    r"\\\\|\\(?=[^\"\\/bfnrtu]|[bf][A-Za-z]|u(?![0-9A-Fa-f]{4})"
+    r"|(?:n(?:eq?|abla|eg|ot|mid|leq|geq)|t(?:imes|ext[a-z]*|heta|an|au|o|frac|ilde|riangle)"
+    r"|r(?:ight[a-z]*|ho|angle|floor|ceil))(?![A-Za-z]))")
+
+
+def latex_escaped(body: str) -> str:
+  """`body` with every backslash JSON would misread as an escape doubled (see above)."""
+  return _LATEX_BACKSLASH.sub(lambda m: m.group(0) if len(m.group(0)) == 2 else "\\\\", body)
+
+
 def json_object(text: str) -> dict | None:
   """The object between the first '{' and the last '}' of a model's reply, as JSON or a
-  Python literal, its keys lower-cased; None when there is none. Judges, the oracle,
-  the analysis labellers and the agents' JSON stages all read replies this way."""
+  Python literal, its keys lower-cased; None when there is none. LaTeX in its strings is
+  read as written (\\frac, not a form feed and "rac"; `latex_escaped`). Judges, the
+  oracle, the analysis labellers and the agents' JSON stages all read replies this way."""
   text = re.sub(r"```(?:json)?", "", text)
   start, end = text.find("{"), text.rfind("}")
   if start == -1 or end <= start:
     return None
   body = text[start:end + 1]
-  for load in (json.loads, ast.literal_eval):
+  escaped = latex_escaped(body)
+  for load, source in ((json.loads, escaped), (ast.literal_eval, escaped),
+                       (json.loads, body), (ast.literal_eval, body)):
     try:
-      value = load(body)
+      value = load(source)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
       continue
     if isinstance(value, dict):

@@ -34,6 +34,23 @@ def test_parse_decision(text, want):
 
 
 @pytest.mark.parametrize("text, want", [
+    # LaTeX as a model writes it inside a JSON string: read as written, not as escapes.
+    (r'{"step": "\frac{3}{4} of \boxed{12} is \beta \times 9"}',
+     r"\frac{3}{4} of \boxed{12} is \beta \times 9"),
+    (r'{"step": "\neq 5, \text{so} \theta \to \right) \rho"}',
+     r"\neq 5, \text{so} \theta \to \right) \rho"),
+    (r'{"step": "\sqrt{2}, \( x \), \left[ \underline{a} \alpha"}',
+     r"\sqrt{2}, \( x \), \left[ \underline{a} \alpha"),
+    (r"{'step': 'python quotes: \frac{1}{2} \alpha'}", r"python quotes: \frac{1}{2} \alpha"),
+    # The reply's own escapes keep their meaning: newlines, tabs, \u, quotes, a doubled backslash.
+    ('{"step": "one\\nThe two\\tx \\u00e9 \\"q\\" \\\\frac"}', 'one\nThe two\tx \u00e9 "q" \\frac'),
+])
+def test_latex_in_a_json_reply_is_read_as_written(text, want):
+  from pedrl import files
+  assert files.json_object(text) == {"step": want}
+
+
+@pytest.mark.parametrize("text, want", [
     ('{"score": 0.85, "reasoning": "..."}', 0.85),
     ('{"score": "0.7", "reasoning": "string"}', 0.7),
     ("```\n{'score': 1, 'reasoning': 'x'}\n```", 1.0),
