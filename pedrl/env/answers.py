@@ -4,7 +4,7 @@ Papers 003 and 000 score a student attempt by its last boxed answer. Correctness
 is decided by math-verify (symbolic equivalence: 0.5 = \\frac{1}{2}, 1,000 = 1000)
 or, to reproduce reference numbers that used plain string comparison, by exact
 match after stripping surrounding whitespace, ignoring case (nothing else, `$`
-included, is removed).
+included, is removed), of the answer the reference's own extraction reads.
 """
 import functools
 import re
@@ -34,6 +34,32 @@ def last_boxed(text: str) -> str | None:
         if depth == 0:
           return text[start + 1:i]
   return None
+
+
+def reference_boxed(text: str) -> str | None:
+  """Paper 003's reference extraction (eth-lre/PedagogicalRL @ bae10cd
+  src/utils/utils.py, `extract_answer`), which `solve.match=exact` reproduces: the content
+  of the last `\\boxed{` as written (no space before the brace, no \\fbox), braces
+  counted with no regard to backslashes; None when that box never closes or is empty,
+  whatever an earlier box holds."""
+  at = text.rfind("\\boxed{")
+  if at == -1:
+    return None
+  start = at + len("\\boxed{")
+  depth = 1
+  for i in range(start, len(text)):
+    depth += {"{": 1, "}": -1}.get(text[i], 0)
+    if depth == 0:
+      return text[start:i] if i > start else None
+  return None
+
+
+def extract(text: str, mode: str = "math_verify") -> str | None:
+  """The answer a solution gives, as the match mode reads it: pedrl's `last_boxed` for
+  math_verify, the reference's `reference_boxed` for exact."""
+  if mode not in MATCH_MODES:
+    raise ValueError(f"match mode {mode!r} is not one of {MATCH_MODES}")
+  return reference_boxed(text) if mode == "exact" else last_boxed(text)
 
 
 def _escaped(text: str, i: int) -> bool:

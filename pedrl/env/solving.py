@@ -45,7 +45,7 @@ def solve_rate(correct: Sequence[bool]) -> float:
 
 
 def grade(texts: Sequence[str], reference: str, match: str = "math_verify") -> Attempts:
-  found = [answers.last_boxed(t) for t in texts]
+  found = [answers.extract(t, match) for t in texts]
   return Attempts(list(texts), found, [answers.is_correct(a, reference, match) for a in found])
 
 

@@ -46,3 +46,19 @@ def test_exact_mode_reproduces_string_matching():
   assert not is_correct("0.5", r"\frac{1}{2}", mode="exact")
   with pytest.raises(ValueError, match="match mode"):
     is_correct("1", "1", mode="fuzzy")
+
+
+@pytest.mark.parametrize("text, exact, verified", [
+    # Paper 003's reference (src/utils/utils.py extract_answer): the last "\boxed{" only.
+    (r"so \boxed{5}. Wait, recheck: \boxed{6", None, "5"),  # Its last box never closes.
+    (r"x \boxed{3} and \fbox{4}", "3", "4"),  # \fbox is no box there.
+    (r"\boxed {7}", None, "7"),  # Nor is a space before the brace.
+    (r"\boxed{}", None, ""),  # An empty box reads as none.
+    (r"so \boxed{\frac{1}{2}}.", r"\frac{1}{2}", r"\frac{1}{2}"),
+])
+def test_each_match_mode_reads_the_answer_as_its_source_does(text, exact, verified):
+  from pedrl.env import answers, solving
+  assert answers.extract(text, "exact") == exact
+  assert answers.extract(text, "math_verify") == verified
+  graded = solving.grade([text], "5", match="exact")
+  assert graded.answers == [exact] and graded.correct == [False]
