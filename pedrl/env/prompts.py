@@ -81,6 +81,12 @@ REFERENCE_FILES = {
     # The attempted scenario's first attempt, a lone system message (src/classroom.py).
     "student_initial_attempt_prompt.txt":
         "0337cf8c572bf17a26b016df01d8bf53bb7a1af3cbc10f4f89f564f15bc23fe3",
+    # The judges (prompt_templates/judges/; config/train_rl_model.py names them): figures
+    # 14 and 15 with the examples the paper elides.
+    "does_not_leak_answer.txt":
+        "c43587bd50f50eda5e2e9c0ef9d841c9f94ab4357900479999a6764d8d0b08f2",
+    "follows_pedagogical_values.txt":
+        "6963e1b72971b9726271996e8b14d364162adc66f844fc66edf304caebf590e1",
 }
 _CHECKED = set()
 
@@ -107,10 +113,12 @@ def is_reference_file(path: str, reference: str) -> bool:
   return hashlib.sha256(text.encode()).hexdigest() == REFERENCE_FILES[reference]
 
 
-def render_file(path: str, reference: str | None = None, **variables: Any) -> str:
+def render_file(path: str, reference: str | None = None, strip: bool = True,
+                **variables: Any) -> str:
   """A prompt from a Jinja file the user gives by path (e.g. SocraticLM's own tutor prompt,
   which pedrl does not ship), with its variables; one missing is an error naming the file.
-  `reference`: the REFERENCE_FILES name the file stands for; another text is logged, once."""
+  `reference`: the REFERENCE_FILES name the file stands for; another text is logged, once.
+  `strip=False` keeps the text's outer white space, as the reference renders its judges."""
   try:
     if reference and (path, reference) not in _CHECKED:
       _CHECKED.add((path, reference))
@@ -124,6 +132,7 @@ def render_file(path: str, reference: str | None = None, **variables: Any) -> st
   except jinja2.TemplateSyntaxError as e:
     raise ValueError(f"prompt file {path!r}, line {e.lineno}: {e.message}") from None
   try:
-    return template.render(**variables).strip()
+    text = template.render(**variables)
   except jinja2.UndefinedError as e:
     raise ValueError(f"prompt file {path!r}: {e.message}") from None
+  return text.strip() if strip else text

@@ -76,20 +76,27 @@ def judge_panel(s: settings_lib.DialogueSettings, mesh: jax.sharding.Mesh | None
     raise app.UsageError(f"rewards.judges {j.judges!r} is not one of {sorted(JUDGE_PANELS)}")
   specs = tuple(dataclasses.replace(x, samples=j.judge_samples) if x.kind == judging.DECISION
                 else x for x in JUDGE_PANELS[j.judges])
+  files = {judging.LEAKAGE: j.leakage_prompt_file, judging.HELPFULNESS: j.helpfulness_prompt_file}
+  specs = tuple(dataclasses.replace(x, prompt_file=files[x.name],
+                                    reference=judging.REFERENCE_PROMPTS[x.name])
+                if files.get(x.name) else x for x in specs)
   return specs, text_backend(s, j.judge_backend, "judges", mesh, apis)
 
 
 def judges_protocol(s: settings_lib.DialogueSettings) -> dict:
-  """The judges as a protocol records them: panel, backend, the model behind it, samples
-  and rounds (whatever decides their verdicts)."""
+  """The judges as a protocol records them: panel, backend, the model behind it, samples,
+  rounds, parsing, transcript and prompt files (whatever decides their verdicts)."""
   j = s.judging
   model = {"openai": {k: getattr(s.openai, k) for k in ("model", "base_url", "temperature",
                                                         "max_tokens", "top_p")},
            "local": protocol_lib.jsonable(s.local_judge),
            "rule": protocol_lib.jsonable(s.rule_judges)}.get(j.judge_backend)
+  # A prompt file by its path and its content's SHA-1, only when given (protocols written
+  # before these settings compare equal).
+  files = {k: v for k, v in protocol_lib.jsonable(j).items() if k.endswith("_prompt_file") and v}
   return {"panel": j.judges, "backend": j.judge_backend, "model": model,
           "samples": j.judge_samples, "rounds": j.judge_rounds, "parse": j.judge_parse,
-          "transcript": j.judge_transcript}
+          "transcript": j.judge_transcript, **files, **_prompt_file_hashes(j)}
 
 
 def rollout_protocol(rollout: RolloutSettings, seed: int) -> dict:

@@ -66,8 +66,16 @@ class JudgeSpec:
   kind: str = DECISION  # DECISION (OK/REJECT) or SCORE (a number in [0, 1]).
   samples: int = SAMPLES  # N samples per dialogue.
   sees_thinking: bool = False
+  # A prompt file given by path instead (the reference's), rendered as the reference does:
+  # `conversation` a list of {"role": "teacher" | "student", "content"}; `reference` its
+  # pedrl.env.prompts.REFERENCE_FILES name.
+  prompt_file: str = ""
+  reference: str | None = None
 
 
+# Paper 003's reference prompt file of each judge it has (REFERENCE_FILES names).
+REFERENCE_PROMPTS = {LEAKAGE: "does_not_leak_answer.txt",
+                     HELPFULNESS: "follows_pedagogical_values.txt"}
 PEDAGOGICAL_RL = (JudgeSpec(LEAKAGE, "judges/leakage"),
                   JudgeSpec(HELPFULNESS, "judges/helpfulness"))
 THINKING = (JudgeSpec(LEAKAGE, "judges/thinking_leakage"),
@@ -196,6 +204,14 @@ def thinking_traces(d: Dialogue) -> str:
                      for i, m in enumerate(turns))
 
 
+def reference_conversation(d: Dialogue) -> list[dict]:
+  """The dialogue as paper 003's reference judge prompts take it (src/classroom.py,
+  `_get_hidden_conversation`): per message its role, "teacher" or "student", and its
+  text with the thinking and the end marker removed."""
+  return [{"role": "teacher" if m.role == TUTOR else "student", "content": m.text}
+          for m in d.messages]
+
+
 def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
                  style: str = TRANSCRIPT) -> list[Request]:
   out = []
@@ -203,7 +219,13 @@ def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
     conversation = transcript(d.messages, style)
     for j, spec in enumerate(specs):
       extra = {"thinking": thinking_traces(d)} if spec.sees_thinking else {}
-      text = prompts.render(spec.prompt, conversation=conversation, problem=d.problem, **extra)
+      if spec.prompt_file:
+        text = prompts.render_file(spec.prompt_file, spec.reference, strip=False,
+                                   conversation=reference_conversation(d),
+                                   problem=d.problem, **extra)
+      else:
+        text = prompts.render(spec.prompt, conversation=conversation, problem=d.problem,
+                              **extra)
       for s in range(spec.samples):
         out.append(Request(d, spec, s, text, uid=len(out)))
   return out

@@ -5,6 +5,7 @@ Importable without JAX: config files and pedrl.jobs.settings build on them, so a
 read and its mistakes reported before a job loads anything heavy.
 """
 import dataclasses
+import os
 
 from pedrl import fields
 from pedrl.env import dialogue as dialogue_lib
@@ -41,6 +42,13 @@ class JudgeSettings:
   # The dialogue in the judges' prompts: lines ("- Teacher: …", the reference's judge
   # prompts) | paragraphs ("Teacher: …", pedrl's earlier); pedrl.env.dialogue.transcript.
   judge_transcript: str = judging.TRANSCRIPT
+  # Paper 003's reference judge prompts by path (eth-lre/PedagogicalRL
+  # prompt_templates/judges/does_not_leak_answer.txt and follows_pedagogical_values.txt;
+  # SHA-256 checked, another text logged), rendered as the reference renders them, for the
+  # panel's leakage and helpfulness judges; "": pedrl's own wording of figures 14 and 15,
+  # whose elided examples it writes itself.
+  leakage_prompt_file: str = ""
+  helpfulness_prompt_file: str = ""
   # accept (the reference's: a sample unparsed after every round counts as OK) | reject |
   # drop. In training it fills the value in (flagged in Verdict.filled); in an evaluation,
   # strict parsing fills in OK as the reference does and lenient parsing leaves the
@@ -59,6 +67,9 @@ class JudgeSettings:
     if self.judge_transcript not in dialogue_lib.TRANSCRIPT_STYLES:
       raise ValueError(f"judge_transcript {self.judge_transcript!r} is not one of "
                        f"{dialogue_lib.TRANSCRIPT_STYLES}")
+    for key in ("leakage_prompt_file", "helpfulness_prompt_file"):
+      if getattr(self, key) and not os.path.isfile(getattr(self, key)):
+        raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
     if self.on_judge_failure not in judging.POLICIES:
       raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
                        f"{judging.POLICIES}")

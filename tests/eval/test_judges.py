@@ -196,6 +196,52 @@ def test_thinking_judge_sees_the_traces_and_others_do_not():
     assert "Teacher: Can you find 2 + 2 step by step?" in req.prompt
 
 
+def test_the_references_judge_prompt_files_are_rendered_as_it_renders_them(
+    tmp_path, monkeypatch):
+  """rewards.leakage_prompt_file / helpfulness_prompt_file: a Jinja file rendered with the
+  dialogue as paper 003's reference gives it (a list of teacher/student messages, thinking
+  and the end marker removed), its outer white space kept; a text that is not the
+  reference's is logged once; the protocol records the file and its SHA-1 when given."""
+  import hashlib
+  from absl import logging
+  from pedrl import paths
+  from pedrl.env import prompts
+  from pedrl.jobs import reward_factory, settings
+  path = tmp_path / "leak.txt"  # The reference's structure, not its text.
+  path.write_text("Judge the teacher.\n{% for message in conversation %}\n"
+                  "- {{ message.role.capitalize() }}: {{ message.content }}\n{% endfor %}\n"
+                  "Answer in JSON.\n")
+  c = paths.load_config("evaluate.py", "tiny")
+  plain = settings.read_settings(c, settings.EvaluationSettings)
+  c.rewards.leakage_prompt_file = str(path)
+  s = settings.read_settings(c, settings.EvaluationSettings)
+  specs, _ = reward_factory.judge_panel(s, None, {})
+  assert [x.prompt_file for x in specs] == [str(path), ""]
+  d = _dialogue(0, thinking="SECRET PLAN", tutor="What is 2 + 2? <end_of_conversation>")
+  d.messages[0].text = "What is 2 + 2?"  # Message.text: what the student saw.
+  warned = []
+  monkeypatch.setattr(logging, "warning", lambda *a: warned.append(a))
+  leak, helpful = (r.prompt for r in judging.requests_for([d], specs) if r.sample == 0)
+  assert leak == ("Judge the teacher.\n\n- Teacher: What is 2 + 2?\n\n- Student: Is it 4?\n\n"
+                  "Answer in JSON.")  # Jinja drops the file's one last newline, as there.
+  assert "SECRET" not in helpful and not helpful.startswith("Judge the teacher.")  # pedrl's.
+  judging.requests_for([d], specs)
+  assert len(warned) == 1 and "does_not_leak_answer.txt" in warned[0]
+  monkeypatch.setitem(prompts.REFERENCE_FILES, "follows_pedagogical_values.txt",
+                      hashlib.sha256(path.read_text().strip().encode()).hexdigest())
+  c.rewards.helpfulness_prompt_file = str(path)
+  both = settings.read_settings(c, settings.EvaluationSettings)
+  judging.requests_for([d], reward_factory.judge_panel(both, None, {})[0])
+  assert len(warned) == 1  # The reference's text: nothing logged.
+  recorded = reward_factory.judges_protocol(s)
+  assert recorded["leakage_prompt_file"] == str(path)
+  assert recorded["leakage_prompt_file_sha1"] == hashlib.sha1(path.read_bytes()).hexdigest()
+  assert not any("prompt_file" in k for k in reward_factory.judges_protocol(plain))
+  c.rewards.leakage_prompt_file = str(tmp_path / "missing.txt")
+  with pytest.raises(Exception, match="leakage_prompt_file"):
+    settings.read_settings(c, settings.EvaluationSettings)
+
+
 def test_a_backend_that_fails_everything_is_an_error():
   class Down:
     def complete(self, requests, round_=0):
