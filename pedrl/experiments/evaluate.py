@@ -222,6 +222,10 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   check_paths(s, dialogues=task_type is Tutoring)
   if s.pedrm.path and task_type is Tutoring:
     pedrm_lib.check(s.pedrm)
+  if task_type is Tutoring and (missing := unreferenced_prompts(s)):
+    logging.warning("pedrl's own wording stands in for paper 003's reference prompts not given "
+                    "by path (%s; docs/reproduction.md): Δ solve and leak rates need not sit "
+                    "beside the paper's", ", ".join(f"--config.{k}" for k in missing))
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
   workdir_lib.record_start(workdir, "evaluate", config, name, changed)
@@ -234,6 +238,17 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
                               "eval_reasoning.jsonl", "run.json")
   elif distributed.is_main_process():  # Other shards still running: they, or report, merge.
     workdir_lib.print_results(workdir, "shards")
+
+
+def unreferenced_prompts(s: settings_lib.EvaluationSettings) -> list[str]:
+  """The settings of paper 003's reference prompt files (its code's, not printed in the
+  paper) an evaluation leaves empty: the pre-dialogue attempt, the attempted scenario's
+  first attempt, and, with paper 003's judges, their two prompts."""
+  keys = ["solve.pre_prompt_file", "rollout.attempt_prompt_file"]
+  if s.judging.judges == "pedagogical_rl" and s.judging.judge_backend != "rule":
+    keys += ["rewards.leakage_prompt_file", "rewards.helpfulness_prompt_file"]
+  values = {"solve": s.solve, "rollout": s.rollout, "rewards": s.judging}
+  return [k for k in keys if not getattr(values[k.split(".")[0]], k.split(".")[1])]
 
 
 def summary_keys(metrics: dict) -> list[str]:

@@ -151,6 +151,24 @@ def test_a_tutor_prompt_file_is_in_the_protocol_by_its_content(tmp_path):
   assert "tutor_prompt_file_sha1" not in evaluate.protocol(_settings("tiny")).to_dict()["rollout"]
 
 
+def test_the_reference_prompt_files_an_evaluation_lacks_are_named(tmp_path):
+  """Paper 003's protocol reads four prompt files of its reference code that pedrl ships
+  only in its own wording: each one not given is named (the job logs them)."""
+  from pedrl.experiments import evaluate
+  c = jobs.config("evaluate", "pedagogical_rl")
+  c.student.path = c.tutor.path = os.path.join(jobs.ROOT, "testdata", "models", "qwen2")
+  assert evaluate.unreferenced_prompts(settings.read_settings(c, settings.EvaluationSettings)) == [
+      "solve.pre_prompt_file", "rollout.attempt_prompt_file", "rewards.leakage_prompt_file",
+      "rewards.helpfulness_prompt_file"]
+  given = tmp_path / "prompt.txt"
+  given.write_text("{{ problem }}")
+  for key in ("solve.pre_prompt_file", "rollout.attempt_prompt_file",
+              "rewards.leakage_prompt_file", "rewards.helpfulness_prompt_file"):
+    section, name = key.split(".")
+    setattr(getattr(c, section), name, str(given))
+  assert evaluate.unreferenced_prompts(settings.read_settings(c, settings.EvaluationSettings)) == []
+
+
 def test_reasoning_protocol():
   with pytest.raises(ValueError, match="gsm8k needs its data"):
     _settings("reasoning")  # The benchmarks' files are the user's: named, not guessed.
