@@ -40,7 +40,7 @@ from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench
 from pedrl.agents.cpa.state import Trace
 from pedrl.env.party import ChatClient, Party
-from pedrl.eval import pedrm as pedrm_lib, shards
+from pedrl.eval import evaluations, pedrm as pedrm_lib, shards
 from pedrl.eval.mathtutorbench_harness import results as results_lib
 from pedrl.eval.protocol import jsonable
 from pedrl.eval.records import BenchRecord
@@ -195,6 +195,20 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
   return "\n".join(lines)
 
 
+def finished_run(where: str, metrics: evaluations.Merged | None) -> SeedRun | None:
+  """The run in `where` (one method and seed) once every shard of it has finished: merged
+  by this shard (`metrics`), or by another shard that finished after this one's batches
+  (read back from its files); None while a shard of it still runs."""
+  if metrics is None:
+    try:
+      records, metrics = shards.merge(where)
+    except shards.ShardError:
+      return None
+  else:
+    records, _ = shards.merge(where)
+  return SeedRun(metrics.metrics.tasks, trace_stats(records, metrics.counts))
+
+
 @job_main(single_process="cpa's agent calls its backbone and judges from the host; several "
                           "processes would each repeat every call")
 def main(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -211,7 +225,7 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   models = SharedModels()
   if s.endpoint.model:  # Checked with one request before anything runs.
     models.client = endpoint_party(s.tutor, s.endpoint, "CPA backbone").client
-  runs = {}
+  runs, pending = {}, []
   jobs = [(method, seed) for method in s.agents.method_names for seed in s.agents.seed_list]
   with tqdm(total=len(jobs), unit="run", desc="cpa: methods × seeds",
             disable=not distributed.is_main_process()) as bar:
@@ -222,13 +236,18 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
       metrics = sharded.run(AgentBench(run_s, loaded, method, models), protocol, where,
                             s.shard, s.mesh, config, label=f"{method} seed {seed}")
       bar.update(1)
-      if metrics is None:  # Other shards still running: they, or a rerun, finish the table.
+      run = finished_run(where, metrics)
+      if run is None:  # Other shards still running: they, or a rerun, finish the table.
+        pending.append(f"{method} seed {seed}")
         continue
-      records, _ = shards.merge(where)
-      run = SeedRun(metrics.metrics.tasks, trace_stats(records, metrics.counts))
       runs.setdefault(method, []).append(run)
       logging.info("%s seed %d: %s", method, seed, run.summary())
   text = tables(runs)
+  if pending:  # A table of fewer seeds must say so: its mean ± std is over those it has.
+    note = (f"Incomplete: {len(pending)} of {len(jobs)} runs still have shards running "
+            f"({', '.join(pending)}); rerun any shard when they finish.")
+    logging.warning("%s", note)
+    text = f"{note}\n\n{text}"
   with open(os.path.join(workdir, "tables.md"), "w") as f:
     f.write(text + "\n")
   print(text)

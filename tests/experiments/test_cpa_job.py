@@ -57,3 +57,22 @@ def test_tiny_cpa_job_prints_both_tables_and_keeps_traces(tmp_path, short_contex
   assert shown.returncode == 0, shown.stderr[-2000:]
   text = shown.stdout
   assert text.startswith("pedagogy_following #0 (full)") and "S_t (" in text and "reply:" in text
+
+
+def test_a_run_another_shard_merged_is_read_back_and_one_still_running_is_left_out(tmp_path):
+  """A sharded CPA job's table: each (method, seed) run whose shards have all finished, even
+  where another shard merged it; a run with a shard still running is left out (and the
+  job says the table is incomplete)."""
+  import os
+  import shutil
+  from pedrl.experiments import cpa
+  where = tmp_path / "cpa" / "seed42"  # A finished one-shard CPA run, written by pedrl.
+  shutil.copytree(os.path.join(jobs.ROOT, "testdata", "records", "mathtutorbench_v1"), where)
+  records, merged = shards.merge(str(where))
+  run = cpa.finished_run(str(where), None)
+  assert run.tasks == merged.metrics.tasks and run.tasks
+  assert cpa.finished_run(str(where), merged).tasks == run.tasks
+  status = where / "shards" / "status-00000-of-00001.json"
+  status.write_text(status.read_text().replace('"finished": true', '"finished": false'))
+  assert cpa.finished_run(str(where), None) is None
+
