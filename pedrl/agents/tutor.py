@@ -1,34 +1,46 @@
 """An agent as the tutor of pedrl's dialogues (beyond paper 002, which evaluates single turns).
 
 `AgentTutor` takes the tutor's side in `pedrl.env.rollout.run` the way an
-endpoint does (`replies(conversations, what)`): each turn, every live
+endpoint does (`replies(conversations, what, turns)`): each turn, every live
 dialogue's view (the tutor's system prompt and the messages so far) becomes one
-instance of the "tutoring" contract, all of them one agent run. CPA's memory
-M_t is carried from a dialogue's turn to its next: it is stored under the view
-the reply completes and found again under the next view minus the student's
-new message, so G rollouts of one problem keep their own memories once their
-replies differ. The agent sees the view and nothing else, not the problem's
-answer (no tutor prompt of pedrl shows it): CPA's rule against stating the
-answer checks the answer its own solve stage derived from the problem in the
-system prompt, carried in M_t. The reply's token counts are not known per
-dialogue (the backbone counts calls in aggregate): the rollout's token limit
-does not apply to this side, as for an endpoint that reports no usage.
+instance of the "tutoring" contract, all of them one agent run. The rollout
+names each view's dialogue and tutor turn (`pedrl.env.party.DialogueTurn`), and
+the agent's draws and memory follow them, not the batch:
+
+- an instance's uid, which seeds a local backbone's samples (with the run's seed and
+  the instance's call number), is the dialogue's uid and the tutor turn together
+  (`instance_uid`), so a dialogue's replies are the same alone, beside other
+  dialogues, or in a resumed run, as a local tutor's are;
+- CPA's memory M_t is kept under the dialogue's uid and read at its next tutor turn,
+  so dialogues whose views are the same (one problem, temperature 0) keep their own.
+
+The agent sees the view and nothing else, not the problem's answer (no tutor
+prompt of pedrl shows it): CPA's rule against stating the answer checks the
+answer its own solve stage derived from the problem in the system prompt,
+carried in M_t. The reply's token counts are not known per dialogue (the
+backbone counts calls in aggregate): the rollout's token limit does not apply
+to this side, as for an endpoint that reports no usage.
 """
-import hashlib
-import json
 from typing import Sequence
 
 from pedrl.agents.cpa import agent as cpa
 from pedrl.agents.cpa.state import Trace
-from pedrl.env.party import Chat, Reply
+from pedrl.env.party import Chat, DialogueTurn, Reply
 # Re-exported: defined there, importable without JAX.
 from pedrl.agents.settings import TutorAgentSettings
 
 TASK = "tutoring"
+TURNS = 1 << 10  # Tutor turns a dialogue may have: the uid's stride per dialogue.
 
 
-def _key(messages) -> str:
-  return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+def instance_uid(turn: DialogueTurn) -> int:
+  """The agent instance's uid of a dialogue's tutor turn: one number per (dialogue, turn),
+  within the 32 bits a random stream folds in (pedrl.streams.random_keys)."""
+  uid = turn.uid * TURNS + turn.turn
+  if not 0 <= turn.turn < TURNS or not 0 <= uid < 1 << 32:
+    raise ValueError(f"dialogue {turn.uid}, tutor turn {turn.turn}: an agent tutor numbers "
+                     f"at most {TURNS} turns of dialogues with uids below {(1 << 32) // TURNS}")
+  return uid
 
 
 def transcript(conversation: Sequence[dict]) -> str:
@@ -45,23 +57,26 @@ class AgentTutor:
 
   def __init__(self, agent, max_new_tokens: int = 0) -> None:
     self.agent, self.max_new_tokens = agent, max_new_tokens
-    self.memories: dict[str, cpa.Memory] = {}
+    # Dialogue uid -> (the tutor turn that left it, M_t).
+    self.memories: dict[int, tuple[int, cpa.Memory]] = {}
     self.traces: list[Trace] = []  # Every turn's trace, in order (for a caller that keeps them).
-    self._uid = 0
 
-  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
-    del what
-    instances = []
-    for conv in conversations:
-      memory = self.memories.get(_key(conv[:-1])) if len(conv) > 1 else None
-      instances.append(cpa.Instance(self._uid, TASK, transcript(conv), memory))
-      self._uid += 1
+  def _memory(self, turn: DialogueTurn) -> cpa.Memory | None:
+    """M_{t-1}: what the dialogue's previous tutor turn left; none at a first turn (a uid
+    an earlier run's dialogue had starts afresh)."""
+    left = self.memories.get(turn.uid)
+    return left[1] if left is not None and left[0] == turn.turn - 1 else None
+
+  def replies(self, conversations: Sequence[Chat], what: str,
+              turns: Sequence[DialogueTurn] | None = None) -> list[Reply]:
+    if turns is None or len(turns) != len(conversations):
+      raise ValueError(f"an agent tutor answers {what} only given each conversation's "
+                       "dialogue and turn (pedrl.env.rollout passes them)")
+    instances = [cpa.Instance(instance_uid(k), TASK, transcript(conv), self._memory(k))
+                 for conv, k in zip(conversations, turns)]
     traces = self.agent.run(instances)
     self.traces += traces
-    out = []
-    for conv, t in zip(conversations, traces):
+    for k, t in zip(turns, traces):
       if t.template is not None:  # CPA's: its memory for the dialogue's next turn.
-        self.memories[_key(conv + [{"role": "assistant", "content": t.response}])] = (
-            cpa.CPA.memory(t))
-      out.append(Reply(t.response, "stop"))
-    return out
+        self.memories[k.uid] = (k.turn, cpa.CPA.memory(t))
+    return [Reply(t.response, "stop") for t in traces]

@@ -5,7 +5,7 @@ that answers whole conversations is a `Replier`: an OpenAI-compatible endpoint
 (`EndpointParty` over a `ChatClient`) or an agent (pedrl.agents.tutor.AgentTutor).
 """
 import dataclasses
-from typing import Any, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import jax
 
@@ -27,6 +27,15 @@ class ChatClient(Protocol):
   def chat(self, conversations: Sequence[Chat]) -> list[Reply | Exception]: ...
 
 
+class DialogueTurn(NamedTuple):
+  """Which dialogue a conversation is and which of the side's turns the reply will be.
+  A local side's draws are a function of the run's seed and the dialogue's uid; a
+  Replier that draws its own (an agent on a local backbone) keys them by these, so a
+  dialogue draws the same whatever its batch, and in a resumed run."""
+  uid: int  # The dialogue's uid (pedrl.env.dialogue.Dialogue.uid), distinct within a run.
+  turn: int  # The side's replies in the dialogue before this one (0: its first).
+
+
 class Replier(Protocol):
   """A side that answers whole conversations, each turn given the side's whole view:
   `EndpointParty` or an agent (pedrl.agents.tutor.AgentTutor). pedrl.env.rollout
@@ -37,8 +46,12 @@ class Replier(Protocol):
     """The most tokens a reply may have (the other side's cache keeps room for it; 0:
     not known)."""
 
-  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
-    """A reply per conversation; `what` names the turn in errors ("a tutor turn")."""
+  def replies(self, conversations: Sequence[Chat], what: str,
+              turns: Sequence[DialogueTurn] | None = None) -> list[Reply]:
+    """A reply per conversation; `what` names the turn in errors ("a tutor turn");
+    `turns`, per conversation its dialogue and turn (a rollout's turns pass them; an
+    attempt or a solve, which belong to no dialogue turn, do not). A side that samples
+    on its own (an endpoint) may ignore them."""
 
 
 @dataclasses.dataclass
@@ -54,8 +67,10 @@ class EndpointParty:
     """The most tokens a reply may have (the other side's cache keeps room for it)."""
     return int(self.client.max_tokens or 0)
 
-  def replies(self, conversations: Sequence[Chat], what: str) -> list[Reply]:
+  def replies(self, conversations: Sequence[Chat], what: str,
+              turns: Sequence[DialogueTurn] | None = None) -> list[Reply]:
     """The client's replies; EndpointError naming the first failure."""
+    del turns  # The endpoint samples with its own randomness.
     out = self.client.chat(conversations)
     for r in out:
       if isinstance(r, Exception):

@@ -33,7 +33,7 @@ from pedrl import streams
 from pedrl.engine import compiler
 from pedrl.engine.shapes import bucket
 from pedrl.env import chat, prompts
-from pedrl.env.party import Chat, Party, Replier
+from pedrl.env.party import Chat, DialogueTurn, Party, Replier
 from pedrl.env.dialogue import ATTEMPTED, GUIDED, STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.problems import Problem
 # Re-exported: defined there, importable without JAX.
@@ -262,9 +262,13 @@ class _EndpointSide:
 
   def speak(self, live: list[int], dialogues: list[Dialogue], seed: int,
             stats: "RolloutStats", ended: dict[int, str]) -> list[Turn]:
-    del seed, dialogues, ended  # The endpoint samples with its own randomness.
+    del seed, ended  # The endpoint samples with its own randomness.
+    # Each dialogue's uid and this side's turn in it: an agent seeds its draws and finds
+    # its memory by them, as a local side seeds by the uid, whatever the batch.
+    turns = [DialogueTurn(dialogues[d].uid,
+                          sum(m.role == self.name for m in dialogues[d].messages)) for d in live]
     start = time.perf_counter()
-    replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn")
+    replies = self.party.replies([self.views[d] for d in live], f"a {self.name} turn", turns)
     stats.add_seconds(self.name, time.perf_counter() - start)
     used = [r.completion_tokens for r in replies]
     stats.calls.append(Call(self.name, len(live), len(live), max(used), sum(used)))

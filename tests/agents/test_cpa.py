@@ -161,6 +161,49 @@ def test_a_rewrite_that_breaks_a_rule_keeps_the_draft():
   assert t.response == "Count on from 3." and t.fallbacks == {"finish": 1}
 
 
+DRAFT_TOO_LONG = "Good start. Keep counting. You are close. Try again."
+
+
+@pytest.mark.parametrize("rewrite,kept", [
+    # Four sentences break the task file's "maximum two sentences" (too_long); the rewrite
+    # states 3 + 4 = 7 (states_answer): one rule each, but not the same rule: refused.
+    ("The answer is 7.", False),
+    # Two sentences, one question, no 7: it breaks none of the draft's rules: kept.
+    ("Good start, keep counting. What comes after 5?", True),
+    ("   ", False),  # Empty: a rule ("empty") the draft keeps.
+])
+def test_a_rewrite_is_kept_only_if_it_breaks_no_rule_the_draft_keeps(rewrite, kept):
+  b = Scripted(execute={"output": DRAFT_TOO_LONG}, repair={"output": DRAFT_TOO_LONG},
+               finish={"response": rewrite})
+  [t] = CPA(b, agent.CPASettings(max_resyntheses=0)).run([inst()])
+  assert t.deliverable == DRAFT_TOO_LONG and t.unresolved == [2]  # Stands, too long.
+  assert t.response == (rewrite.strip() if kept else DRAFT_TOO_LONG)
+  assert t.fallbacks.get("finish", 0) == (0 if kept else 1)
+
+
+@pytest.mark.parametrize("show_input", [True, False])
+def test_m4_sees_what_eq_8_names_and_the_dialogue(show_input):
+  """y_t = f_out(C_t, S_t, A_t) (paper 002, eq. 8), rewritten "to fit the dialogue
+  context" (section 3.7): M4's prompt holds A_t, S_t, every step's output and the
+  dialogue, also where M2 and M3 see A_t and p̂_t only (show_input=False)."""
+  b = Scripted(execute=lambda p, n: {"output": f"result {'ABC'[n]}"})
+  [t] = CPA(b, agent.CPASettings(show_input=show_input)).run([inst()])
+  [finish] = b.prompts["finish"]
+  assert "Student: I am stuck on 3 + 4." in finish  # The dialogue, as the instance shows it.
+  assert ("I am stuck" in b.prompts["execute"][0]) == show_input
+  # A_t = <ctx, goal, bar, cst> (eq. 5) as STATE scripts it, and p̂_t's problem.
+  for field in ("A student solves 3 + 4.", "guide the next step", "adding", "no answer",
+                "Problem: 3 + 4"):
+    assert field in finish, field
+  # S_t: the three steps of TEMPLATE with their roles and goals, τ_t = 3.
+  for step in ("1. [understand] read", "2. [verify] check", "3. [compose guidance] write the hint",
+               "step 3"):
+    assert step in finish, step
+  # C_t: the three outputs, in order; the draft is step 3's.
+  assert finish.index("result A") < finish.index("result B") < finish.index("result C")
+  assert t.deliverable == "result C" and finish.rstrip().count("result C") == 2
+
+
 def test_garbage_replies_fall_back_and_every_instance_still_answers():
   b = Scripted(**{k: "no json here" for k in ("m1", "generate", "simulate", "evaluate",
                                                "revise", "execute", "repair", "monitor",
@@ -192,6 +235,42 @@ def test_garbage_replies_fall_back_and_every_instance_still_answers():
 ])
 def test_m4_formats_structured_deliverables(task, text, out):
   assert contracts.formatted(task, text) == out
+
+
+@pytest.mark.parametrize("text,verdict", [
+    # Each says the solution has no error: never "Yes". Where a negation may bind the cue
+    # anywhere in its clause the meaning is not read: None, M4 keeps the draft (counted).
+    ("I did not find any error in the student's solution.", None),
+    ("I could not find a mistake; every step checks out.", None),
+    ("None of the steps are wrong.", None),
+    ("There isn't any mistake.", None),
+    ("The solution is free of errors.", "No"),  # "free of" just before its one cue.
+    ("No mistakes were made.", "No"),  # "No" opens a noun phrase, not an answer.
+    # Clear verdicts of each kind.
+    ("No.", "No"),
+    ("Is the Student Solution incorrect? No", "No"),  # The task file's question echoed.
+    ("Yes, the student subtracts instead of adding.", "Yes"),
+    ("All steps are valid and the answer is right.", "No"),
+    ("The student made a mistake in step 3.", "Yes"),
+    ("Step 3 is wrong.", "Yes"),
+    ("Is there an error? The last step is wrong.", "Yes"),  # The question is not a claim.
+    # Claims that disagree: nothing clear to format.
+    ("Step 1 is correct but step 2 is wrong.", None),
+])
+def test_a_verdict_is_formatted_only_where_its_meaning_is_clear(text, verdict):
+  assert contracts.formatted("solution_correctness", text) == verdict
+
+
+def test_an_unclear_verdict_leaves_the_draft_to_the_harness():
+  text = "I did not find any error in the student's solution."
+  b = Scripted(execute={"output": text}, repair={"output": text},
+               simulate={"steps": ["a"], "deliverable": "No"})
+  [t] = CPA(b, agent.CPASettings(max_resyntheses=0)).run([inst(task="solution_correctness")])
+  assert t.response == text and t.fallbacks == {"format": 1}
+  # The harness's own reading of the kept draft ("yes" in it? else "no" in it?): False,
+  # no error ("not" holds "no"); formatted "Yes" it would have read True.
+  from pedrl.mathtutorbench_rules import scoring
+  assert scoring.parse("solution_correctness", t.response) is False
 
 
 def test_a_turn_keeps_its_template_until_the_goal_changes():
@@ -438,3 +517,133 @@ def test_the_cpa_jobs_methods_and_seeds_are_checked_when_read(field):
   with pytest.raises(ValueError):
     cpa_job.AgentRuns(**field)
   assert cpa_job.AgentRuns().method_names == bench.METHODS
+
+
+# -- The harness's stop strings -----------------------------------------------------------------
+
+TUTORING_STOPS = ("Student:", "\n\n", "Teacher:")  # The tutoring task files' `stop`.
+
+
+@pytest.mark.parametrize("text,stop,kept", [
+    # The harness keeps what precedes the earliest stop string.
+    ("Nice effort so far!\n\nWhat do you get?", TUTORING_STOPS, "Nice effort so far!"),
+    ("What do you get? Student: 7", TUTORING_STOPS, "What do you get?"),
+    # A reply opening with its turn's label would be cut to nothing: the label goes first.
+    ("Teacher: What do you get?", TUTORING_STOPS, "What do you get?"),
+    (" Student:  Is it 7?", TUTORING_STOPS, "Is it 7?"),
+    ("Teacher: What do you get?", (), "Teacher: What do you get?"),  # No stops, no cut.
+    # Only speaker labels: a socratic reply opening with "Problem:" is cut to nothing.
+    ("Problem: How many eggs?", ("Problem:", "\n"), ""),
+])
+def test_the_harness_cut_keeps_what_precedes_the_first_stop(text, stop, kept):
+  assert contracts.harness_cut(text, stop) == kept
+
+
+def _task(shared_data, name):
+  from pedrl.eval.mathtutorbench_harness import tasks
+  t = tasks.read_task(os.path.dirname(shared_data("mathtutorbench", "configs")), name)
+  return t, tasks.examples(name, shared_data())[:2]
+
+
+@pytest.mark.parametrize("method", ["cpa", "cot"])
+@pytest.mark.parametrize("written,scored", [
+    ("Teacher: What do you get if you count on from 3?",
+     "What do you get if you count on from 3?"),
+    ("Nice effort so far!\n\nWhat do you get if you count on from 3?", "Nice effort so far!"),
+    ("What do you get if you count on from 3?", None),  # Nothing to cut: nothing counted.
+])
+def test_every_reply_the_stop_strings_change_is_counted(method, written, scored, shared_data):
+  from pedrl.eval.mathtutorbench_harness import runner
+  t, xs = _task(shared_data, "scaffolding_generation")
+  assert t.stop == TUTORING_STOPS  # The task file's, as the harness applies them.
+  b = Scripted(finish={"response": written}, cot={"response": written})
+  recs = runner.answer("scaffolding_generation", t, xs, [0, 1], 0,
+                       bench.AgentPolicy(bench.build(method, b, agent.CPASettings())))
+  for r in recs:
+    assert r.response == (scored or written)  # The record: what the harness scores.
+    assert r.trace["fallbacks"].get("stop", 0) == (scored is not None)
+    assert r.trace["response"] == written  # The trace: y_t as the agent wrote it.
+
+
+def test_the_rule_checks_judge_the_reply_as_the_stop_strings_leave_it(shared_data):
+  from pedrl.eval.mathtutorbench_harness import runner
+  # After the blank line, the harness never reads the leak: no rule breaks, no repair.
+  leak = "What do you get if you count on from 3?\n\nThe answer is 7."
+  t, xs = _task(shared_data, "scaffolding_generation")
+  recs = runner.answer("scaffolding_generation", t, xs, [0, 1], 0,
+                       bench.AgentPolicy(CPA(Scripted(execute={"output": leak}))))
+  assert all(r.trace["steps"][2]["checks"][0]["rules"] is None for r in recs)
+  # In a dialogue nothing cuts it: the leak breaks the rule and is repaired.
+  [d] = CPA(Scripted(execute={"output": leak})).run([inst(task="tutoring")])
+  assert d.steps[2].checks[0].rules == "breaks: states_answer" and d.steps[2].repairs == 1
+  # A socratic list opening with "Problem:", a stop string, would be scored empty.
+  t, xs = _task(shared_data, "socratic_questioning")
+  recs = runner.answer("socratic_questioning", t, xs, [0, 1], 0, bench.AgentPolicy(CPA(
+      Scripted(execute={"output": "Problem: How many eggs does Janet sell?"},
+               repair={"output": "How many eggs does Janet sell?"}))))
+  for r in recs:
+    assert r.trace["steps"][2]["checks"][0]["rules"] == "breaks: empty"
+    assert r.response == "How many eggs does Janet sell?" and "stop" not in r.trace["fallbacks"]
+
+
+# -- An agent tutor's draws and memory follow its dialogue, not its batch -----------------------
+
+def _dialogues(tutor, problems, uids, group=2, max_turns=4):
+  from pedrl.env import dialogue, party, rollout
+  from pedrl.env.problems import Problem
+  settings = rollout.RolloutSettings(scenario=dialogue.GUIDED, max_turns=max_turns)
+  return rollout.run([Problem(id=p, problem=f"What is {p}?", answer="7") for p in problems],
+                     group, tutor, party.EndpointParty(_Student(), "student"), settings, seed=0,
+                     problem_uids=uids)
+
+
+def test_an_agent_tutors_replies_are_the_same_alone_beside_others_and_resumed(testdata):
+  """A local backbone sampling at temperature 1: the dialogues of problem "3 + 4" (uid 5)
+  get the same tutor replies run alone, run after and beside two other problems by the
+  same tutor (a resumed evaluation's later batch), as a local tutor's do."""
+  from pedrl.agents import backbone
+  from pedrl.agents.tutor import AgentTutor
+  from pedrl.engine.distribution import SamplingParams
+  from pedrl.env import dialogue, party
+  model = party.load(testdata("qwen2"), SamplingParams(8), scan_layers=False)
+  make = lambda: AgentTutor(bench.build("cot", backbone.LocalBackbone(
+      model, SamplingParams(8, temperature=1.0), seed=42, truncate_prompts=True),
+      agent.CPASettings(rounds=1)))
+  tutor_turns = lambda out: [[m.text for m in d.messages if m.role == dialogue.TUTOR]
+                             for d in out]
+  alone = tutor_turns(_dialogues(make(), ["3 + 4"], [5]))
+  tutor = make()
+  _dialogues(tutor, ["5 * 6"], [0])  # An earlier batch.
+  beside = tutor_turns(_dialogues(tutor, ["2 + 2", "3 + 4", "9 - 1"], [4, 5, 6]))
+  assert beside[2:4] == alone and len(alone[0]) > 1
+  assert alone[0] != alone[1]  # Its two rollouts draw apart: the draws are random.
+
+
+class _ByInstance(Scripted):
+  """Scripted, but M1's goal names the instance uid it was asked for: dialogues whose
+  views are the same still leave states of their own."""
+
+  def chat(self, conversations, stage, uids, steps):
+    out = []
+    for c, u, s in zip(conversations, uids, steps):
+      if stage == "m1":
+        self.replies["m1"] = dict(STATE, goal=f"goal of instance {u}")
+      out += super().chat([c], stage, [u], [s])
+    return out
+
+
+def test_two_identical_dialogues_keep_their_own_memories():
+  from pedrl.agents.tutor import AgentTutor
+  b = _ByInstance()
+  tutor = AgentTutor(CPA(b))
+  out = _dialogues(tutor, ["3 + 4"], [0], group=2)  # Two rollouts of one problem.
+  assert [m.text for m in out[0].messages] == [m.text for m in out[1].messages]
+  first, second = tutor.traces[:2], b.prompts["m1"][2:4]  # Each dialogue's turns 1 and 2.
+  assert first[0].state.goal != first[1].state.goal
+  for t, prompt in zip(first, second):  # Turn 2's M1 sees its own dialogue's M_{t-1}.
+    previous = prompt[prompt.index("=== The previous turn ==="):]
+    assert f"Goal: {t.state.goal}\n" in previous
+  # The same uids in a later run are new dialogues: their first turn has no memory.
+  done = len(b.prompts["m1"])
+  _dialogues(tutor, ["3 + 4"], [0], group=2)
+  assert all("The previous turn" not in p for p in b.prompts["m1"][done:done + 2])

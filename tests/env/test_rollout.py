@@ -678,3 +678,32 @@ def test_think_rows_of_paper_003_prompt_and_force_thinking(testdata):
     assert turns and all(t.startswith("<think>") for t in turns)
     tags = (template.think_format_reward(turns) - template.tag_misuse_penalty(turns))
     assert tags != 0.0
+
+
+class _Recorder:
+  """A Replier that records, per call, each conversation's DialogueTurn (None: not given)."""
+  max_new_tokens = 0
+
+  def __init__(self, text):
+    self.text, self.calls = text, []
+
+  def replies(self, conversations, what, turns=None):
+    from pedrl.clients.openai_compat import Reply
+    self.calls.append(None if turns is None else [tuple(k) for k in turns])
+    return [Reply(self.text, "stop") for _ in conversations]
+
+
+def test_a_replier_is_told_each_dialogues_uid_and_its_own_turn():
+  """Problem uid 7 with G = 2: dialogues 14 and 15 (uid u * G + g). In the attempted
+  scenario the student's attempt (no dialogue turn: not given) is its turn 0, so its
+  first reply in the dialogue is its turn 1; the tutor's turns count from 0."""
+  tutor, student = _Recorder("Tutor: what next?"), _Recorder("Maybe 7.")
+  settings = rollout.RolloutSettings(scenario=dialogue.ATTEMPTED, max_turns=5)
+  out = rollout.run([_problem("What is 3 + 4?")], 2, tutor, student, settings, seed=0,
+                    problem_uids=[7])
+  assert [d.uid for d in out] == [14, 15]
+  # Attempt, tutor, student, tutor, student, tutor: 6 messages, the limit met after a tutor.
+  roles = [dialogue.STUDENT] + [dialogue.TUTOR, dialogue.STUDENT] * 2 + [dialogue.TUTOR]
+  assert [m.role for m in out[0].messages] == roles
+  assert tutor.calls == [[(14, t), (15, t)] for t in range(3)]
+  assert student.calls == [None, [(14, 1), (15, 1)], [(14, 2), (15, 2)]]

@@ -17,8 +17,11 @@ answers garbage still yields a response for every instance):
   repair    the same, for a repaired output
   monitor   the step passes the LLM check (the rule checks still apply)
   finish    M4 keeps the draft as it is (also when the rewrite breaks a rule the draft keeps)
-  format    a structured deliverable holds nothing the harness reads: y_t is the draft
+  format    a structured deliverable holds nothing the harness reads (a verdict whose
+            meaning is not clear, `contracts.formatted`): y_t is the draft
   solve     no answer of its own: the rules do not check for a stated answer this turn
+  stop      (counted by pedrl.agents.bench.AgentPolicy) the task's stop strings cut y_t:
+            the harness reads what precedes the first one (the trace keeps y_t whole)
 
 Where paper 002 leaves a choice open, pedrl decides (CPASettings documents each):
 GENERATE asks for K candidates in one call; round 0 simulates and evaluates all
@@ -35,8 +38,9 @@ p̂_t alone, and a small backbone's summary drops the numbers and the student's
 steps that the tasks need).
 
 The information boundary: an instance is the task input as its prompt shows it
-(the rendered MathTutorBench prompt, a dialogue's tutor view), its task and its
-memory; nothing else of the example reaches the agent. The rule "states the
+(the rendered MathTutorBench prompt, a dialogue's tutor view), its task, its
+memory and the task's stop strings (the task file's, which every policy is given);
+nothing else of the example reaches the agent. The rule "states the
 answer" needs the problem's answer, which no tutoring prompt shows: with
 `answer_source="solve"` a solve stage (one call per guidance instance, counted
 like every stage; a dialogue solves once and carries the answer in M_t) asks the
@@ -69,12 +73,16 @@ FALLBACK_TEMPLATE = Template(steps=[Step(role="derive deliverable",
 class Instance:
   """One turn to answer: the task input exactly as the prompt shows it (a rendered
   MathTutorBench prompt, a dialogue's tutor view), the task whose contract applies,
-  and the memory of the instance's last turn. Nothing else: no reference solution,
-  no answer, no field the prompt does not show."""
+  the memory of the instance's last turn, and the stop strings every policy of the
+  task is given. Nothing else: no reference solution, no answer, no field the prompt
+  does not show."""
   uid: int
   task: str
   text: str
   memory: Memory | None = None
+  # The task's stop strings, which cut y_t after the agent (the benchmark's; a dialogue
+  # has none): the rule checks judge a would-be reply as the cut leaves it.
+  stop: tuple[str, ...] = ()
 
 
 class _Work:
@@ -251,9 +259,11 @@ class CPA:
 
   def _rules(self, w, text: str) -> tuple:
     """The contract's deterministic checks on a would-be deliverable, as M4 would emit it
-    (a structured one M4 cannot read is checked as written: unparsable)."""
+    (a structured one M4 cannot read is checked as written: unparsable) and as the task's
+    stop strings then cut it: what the harness reads ("Problem: How many?" is empty)."""
     shown = contracts.formatted(w.inst.task, text)
-    return contracts.rule_issues(w.inst.task, text if shown is None else shown, w.answer)
+    shown = contracts.harness_cut(text if shown is None else shown, w.inst.stop)
+    return contracts.rule_issues(w.inst.task, shown, w.answer)
 
   def _choose(self, w, t: Template, passed: bool) -> None:
     w.template = w.trace.template = t
@@ -337,9 +347,10 @@ class CPA:
   # -- M4 -----------------------------------------------------------------------------------
 
   def derive(self, works: Sequence[_Work]) -> None:
-    """y_t from the deliverable step: structured ones formatted, guidance rewritten
-    minimally (one call, kept only if it breaks no rule the draft keeps), then
-    formatted (eq. 8)."""
+    """y_t = f_out(C_t, S_t, A_t) from the deliverable step (eq. 8, section 3.7):
+    structured ones formatted, guidance rewritten minimally (one call that sees A_t, S_t,
+    C_t and the dialogue; kept only if it breaks no rule the draft keeps), then
+    formatted. The rules judge both texts as the task's stop strings will cut them."""
     for w in works:
       w.trace.deliverable = w.outputs[w.template.tau()]
     if not self.s.m4:  # Direct output: the deliverable step's text as it is.
@@ -348,21 +359,33 @@ class CPA:
       return
     drafts = {id(w): w.trace.deliverable for w in works}
     guide = [w for w in works if w.contract.kind == "guidance"]
-    rewritten = self._ask(guide, [user_turn("cpa/finish", draft=drafts[id(w)], **w.view())
-                                  for w in guide], Reply, "finish")
+    rewritten = self._ask(guide, [self._finish_prompt(w, drafts[id(w)]) for w in guide],
+                          Reply, "finish")
     for w, r in zip(guide, rewritten):
-      if r is None or not r.response.strip():
-        continue
-      if len(self._rules(w, r.response)) > len(self._rules(w, drafts[id(w)])):
-        w.trace.fallback("finish")  # The rewrite broke a rule the draft keeps.
-      else:
+      if r is None:
+        continue  # Unread: counted by _ask.
+      # Kept only if every rule it breaks the draft breaks too: breaking fewer rules is no
+      # licence to break another (a shorter reply that states the answer). An empty
+      # rewrite breaks "empty", so it is refused (and counted) unless the draft is empty.
+      if set(self._rules(w, r.response)) <= set(self._rules(w, drafts[id(w)])):
         drafts[id(w)] = r.response.strip()
+      else:
+        w.trace.fallback("finish")
     for w in works:
       y = contracts.formatted(w.inst.task, drafts[id(w)])
       if y is None:
         w.trace.fallback("format")
         y = drafts[id(w)]
       w.trace.response = y
+
+  @staticmethod
+  def _finish_prompt(w, draft: str) -> list[dict]:
+    """M4's rewrite is y_t = f_out(C_t, S_t, A_t) (eq. 8), "to fit the dialogue context"
+    (section 3.7): it sees A_t (with p̂_t and E_t), S_t, every executed step's output, and
+    the dialogue itself, shown even where M2 and M3 see A_t and p̂_t only (show_input=False):
+    a rewrite that fits a dialogue it cannot read would fit a summary of it."""
+    return user_turn("cpa/finish", draft=draft, template=w.template, done=w.outputs,
+                     **{**w.view(), "task_input": w.inst.text})
 
   # -- A turn ----------------------------------------------------------------------------------
 

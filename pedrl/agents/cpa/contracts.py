@@ -20,15 +20,20 @@ docs/paper-differences.md).
 guidance without the benchmark's two-sentence rule; its rules are the empty
 reply, more than one question, and stating the answer the agent derived.
 
-`formatted` is M4's deterministic part (section 3.7): the structured deliverables
-(an answer, a verdict, a step index) are cut to what the harness reads, the
-questions put on one line; guidance is returned as is (its minimal rewriting is
-an LLM call of the agent). None: nothing to format from (the agent counts a
-fallback).
+`formatted` is M4's deterministic part (section 3.7: "when possible"): the structured
+deliverables (an answer, a verdict, a step index) are cut to what the harness reads,
+the questions put on one line (a verdict in words only where its meaning is clear:
+"I did not find any error" is left as written, not read as "Yes"); guidance is
+returned as is (its minimal rewriting is an LLM call of the agent). None: nothing to
+format from (the agent counts a fallback). `harness_cut` is what the benchmark's stop
+strings leave of a reply: the agent's rule checks judge that text, and
+`pedrl.agents.bench.AgentPolicy` cuts y_t to it.
 """
+from collections.abc import Sequence
 import dataclasses
 import re
 
+from pedrl.engine import stops
 from pedrl.mathtutorbench_rules import constraints, names, scoring
 
 
@@ -84,26 +89,54 @@ def _number(text: str) -> str | None:
   return str(int(value)) if value.is_integer() else repr(value)
 
 
-_ERROR = {"incorrect", "wrong", "error", "errors", "mistake", "mistakes", "flawed", "invalid"}
-_CORRECT = {"correct", "right", "valid", "accurate"}
-_NEGATIONS = {"not", "no", "t", "never", "without", "nothing"}  # "isn't" reads as isn, t.
+_ERROR = {"incorrect", "incorrectly", "wrong", "wrongly", "error", "errors", "erroneous",
+          "mistake", "mistakes", "flawed", "invalid"}
+_CORRECT = {"correct", "correctly", "right", "valid", "accurate"}
+_NEGATIONS = {"not", "no", "none", "never", "nothing", "neither", "nor", "without", "cannot",
+              "free", "nobody", "nowhere"}  # And every "...n't".
+_ANSWER_FIRST = re.compile(r"^\W*(yes|no)\b(?=\W*$|\s*[.,;:!?-])")  # "No.", "Yes, step 2..."
+_ANSWER_LAST = re.compile(r"\b(yes|no)\W*$")  # "Is there an error? No."
+# Clauses: split at punctuation and at the conjunctions that join two claims ("step 1 is
+# right but step 2 is wrong"), so a negation is weighed only within its own claim.
+_CLAUSE_BREAK = re.compile(r"[.,;:!?()\n]+|\b(?:but|and|however|although|though|whereas|while|"
+                           r"because)\b")
+
+
+def _negation(word: str) -> bool:
+  return word in _NEGATIONS or word.endswith("n't")
+
+
+def _clause_verdict(clause: str) -> str | None:
+  """Yes / No / "" (a cue whose meaning is not clear) / None (no cue) of one clause. Clear:
+  cues of one kind and no negation anywhere in the clause; or one negation, the word just
+  before the clause's one cue ("not correct", "no error", "isn't right", "free of errors")."""
+  words = re.findall(r"[a-z]+(?:'[a-z]+)?", clause)
+  cues = [i for i, w in enumerate(words) if w in _ERROR or w in _CORRECT]
+  if not cues:
+    return None
+  negations = [i for i, w in enumerate(words) if _negation(w)]
+  errors = {words[i] in _ERROR for i in cues}
+  if not negations and len(errors) == 1:
+    return "Yes" if errors.pop() else "No"
+  if len(negations) == 1 and len(cues) == 1 and negations[0] == cues[0] - 1:
+    return "No" if errors.pop() else "Yes"
+  return ""
 
 
 def _verdict(text: str) -> str | None:
-  """Yes (an error) or No (correct) from a verdict in words: a Yes or No that opens or
-  closes the text (after an echoed question: "Is there an error? No."), else the first
-  cue word, flipped by a negation just before it ("not correct", "no error")."""
-  words = re.findall(r"[a-z]+", text.lower())
-  for w in (words[:1] + words[-1:]):
-    if w in ("yes", "no"):
-      return w.title()
-  for i, w in enumerate(words):
-    if w in _ERROR or w in _CORRECT:
-      error = w in _ERROR
-      if any(x in _NEGATIONS for x in words[max(i - 2, 0):i]):
-        error = not error
-      return "Yes" if error else "No"
-  return None
+  """Yes (an error) or No (correct) from a verdict in words, only where its meaning is
+  clear: a Yes or No standing alone at the start or the end ("No.", "Is there an error?
+  No."), else the clauses that say it (questions left out), all the same way. A clause
+  whose negation may flip its cue anywhere ("I did not find any error", "None of the steps
+  are wrong") is not read, and clauses that disagree give nothing: None, the draft kept."""
+  text = text.lower().replace("\u2019", "'").strip()
+  text = re.sub(r"\bfree\s+of\b", "without", text)
+  answers = {m.group(1) for m in (_ANSWER_FIRST.search(text), _ANSWER_LAST.search(text)) if m}
+  if answers:
+    return answers.pop().title() if len(answers) == 1 else None
+  claims = [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if not s.rstrip().endswith("?")]
+  said = {v for s in claims for c in _CLAUSE_BREAK.split(s) if (v := _clause_verdict(c))}
+  return said.pop() if len(said) == 1 else None
 
 
 def formatted(task: str, text: str) -> str | None:
@@ -133,6 +166,22 @@ def one_line(text: str) -> str | None:
   found = [_LIST_MARK.sub("", s) for s in constraints.sentences(text)
            if constraints.is_question(s)]
   return " ".join(q for q in found if q) or None
+
+
+# The speaker labels of the tutoring task files' conversations, also their stop strings: a
+# reply that opens with its own turn's label ("Teacher: What ...") would be cut to nothing.
+ROLE_LABELS = ("Teacher:", "Student:")
+
+
+def harness_cut(text: str, stop: Sequence[str]) -> str:
+  """`text` as the harness keeps it when its task's stop strings end the reply (the
+  earliest one found, as an endpoint stops there), stripped. A role label that opens the
+  reply and is one of the stop strings is dropped first, so the reply is not emptied."""
+  text = (text or "").strip()
+  for label in ROLE_LABELS:
+    if label in stop and text.startswith(label):
+      text = text[len(label):].lstrip()
+  return text[:stops.find_stop(text, tuple(stop))[0]].strip()
 
 
 def rule_issues(task: str, text: str, answer: str | None) -> tuple[str, ...]:
