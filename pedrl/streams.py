@@ -47,6 +47,14 @@ def random_keys(seed: int, stream: int, uids: ArrayLike, steps: ArrayLike) -> ja
   return jax.random.wrap_key_data(jax.device_put(data[:n]))
 
 
+def request_seed(seed: int, stream: int, uid: int, step: int) -> int:
+  """The `seed` of an endpoint request (the OpenAI API's and vLLM's sampling seed) for the
+  row of `stream` with this uid and step: a function of the four alone, as a local row's
+  key is, in [0, 2**31) (what every such API takes)."""
+  digest = hashlib.sha256(f"{seed}/{stream}/{uid}/{step}".encode()).digest()
+  return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
 def sequence_keys(seed: int, ids: ArrayLike) -> jax.Array:
   """One PRNG key per sequence id, for sampling outside a dialogue (benchmarks, tools);
   the sampler folds the decode step in."""

@@ -64,17 +64,23 @@ class LocalBackbone:
 
 class EndpointBackbone:
   """An OpenAI-compatible chat endpoint (pedrl.clients.openai_compat.OpenAIBackend, with the
-  agent's temperature, top_p and max_tokens): concurrent requests, retried by the client."""
+  agent's temperature, top_p and max_tokens): concurrent requests, retried by the client.
+  With a `seed`, row i of a call sends the API's `seed` of (seed, AGENT, uids[i],
+  steps[i]) (pedrl.streams.request_seed), as a local backbone keys its draws: a vLLM or
+  pedrl.serve endpoint then draws each call from it (OpenAI's seed is best effort)."""
 
-  def __init__(self, client) -> None:
-    self.client = client
+  def __init__(self, client, seed: int | None = None) -> None:
+    self.client, self.seed = client, seed
     self.stats = Usage()
 
   def chat(self, conversations: Sequence[list[dict]], stage: str, uids: Sequence[int],
            steps: Sequence[int]) -> list:
-    del uids, steps  # The endpoint samples on its own.
+    seeds = None if self.seed is None else [
+        streams.request_seed(self.seed, streams.AGENT, u, t) for u, t in zip(uids, steps)]
     out = []
-    for r in self.client.chat(conversations):
+    replies = (self.client.chat(conversations) if seeds is None else
+               self.client.chat(conversations, seeds=seeds))
+    for r in replies:
       if isinstance(r, Exception):
         out.append(r)
         continue

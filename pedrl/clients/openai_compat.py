@@ -152,14 +152,18 @@ class OpenAIBackend:
       return [r if isinstance(r, Exception) else r.text
               for r in pool.map(self._one, prompts)]
 
-  def chat(self, conversations: Sequence[Chat],
-           stop: Sequence[str] = ()) -> list[Reply | Exception]:
+  def chat(self, conversations: Sequence[Chat], stop: Sequence[str] = (),
+           seeds: Sequence[int] | None = None) -> list[Reply | Exception]:
     """Per conversation ([{"role", "content"}] messages, any roles), a `Reply` or the
     exception that ended its retries: the endpoint taking one side of a dialogue (a
     pedrl.env.party.ChatClient). `stop`: strings the endpoint ends a reply before (the
-    reply leaves them out)."""
+    reply leaves them out). `seeds`: each request's sampling seed (the API's `seed`:
+    vLLM and pedrl.serve sample from it; OpenAI's is best effort); None, or the
+    settings' send_seed=False, sends none."""
+    if seeds is None or not self.settings.send_seed:
+      seeds = [None] * len(conversations)
     with concurrent.futures.ThreadPoolExecutor(self.settings.max_concurrency) as pool:
-      return list(pool.map(lambda m: self._one(m, stop), conversations))
+      return list(pool.map(lambda m, k: self._one(m, stop, seed=k), conversations, seeds))
 
   def text_completions(self, prompts: Sequence[str],
                        stop: Sequence[str] = ()) -> list[Reply | Exception]:
@@ -172,14 +176,16 @@ class OpenAIBackend:
     with self._lock:
       self.stats[key] += n
 
-  def _request(self, messages, max_tokens: int, stop=(), raw: bool = False) -> Reply:
+  def _request(self, messages, max_tokens: int, stop=(), raw: bool = False,
+               seed: int | None = None) -> Reply:
     """One call (chat, or with `raw` a raw-text completion of the prompt `messages`);
     whatever comes back that is no completion raises NonCompletionReply."""
     o = self._openai
     args = dict(model=self.settings.model, temperature=self.settings.temperature,
                 **{self.settings.max_tokens_field: max_tokens},
                 **({"top_p": self.settings.top_p} if self.settings.top_p < 1 else {}),
-                **({"stop": list(stop)} if stop else {}))
+                **({"stop": list(stop)} if stop else {}),
+                **({"seed": seed} if seed is not None else {}))
     try:
       out = (self._client.completions.create(prompt=messages, **args) if raw else
              self._client.chat.completions.create(messages=messages, **args))
@@ -202,10 +208,10 @@ class OpenAIBackend:
       return min(s.backoff_max, asked)
     return min(s.backoff_max, s.backoff_base * 2 ** attempt) * random.uniform(0.5, 1.5)
 
-  def _one(self, messages, stop=(), raw: bool = False):
+  def _one(self, messages, stop=(), raw: bool = False, seed: int | None = None):
     for attempt in range(self.settings.max_tries):
       try:
-        return self._request(messages, self.settings.max_tokens, stop, raw)
+        return self._request(messages, self.settings.max_tokens, stop, raw, seed)
       except self._retryable as e:
         if attempt + 1 == self.settings.max_tries:
           return e

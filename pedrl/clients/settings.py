@@ -42,6 +42,9 @@ class EndpointSettings:
   max_tries: int = 5  # Paper 001 retries a judge 5 times.
   backoff_base: float = 1.0  # Seconds before the 2nd try; doubles each try, ±50% jitter.
   backoff_max: float = 30.0  # Also caps the wait a Retry-After header asks for.
+  # Send a request's sampling seed (the API's `seed`) where pedrl has one: CPA's backbone
+  # calls (pedrl.agents.backbone.EndpointBackbone). False: an endpoint that refuses it.
+  send_seed: bool = True
 
   # The fields an endpoint side takes from its side's section, not its own.
   SAMPLING = ("temperature", "top_p", "max_tokens")

@@ -94,7 +94,7 @@ class AgentBench(mtb.Bench):
   def load(self, mesh: jax.sharding.Mesh) -> None:
     s = self.s
     if self.client is not None:
-      backbone = backbone_lib.EndpointBackbone(self.client)
+      backbone = backbone_lib.EndpointBackbone(self.client, s.job.seed)
     else:
       if self.models.party is None:
         self.models.party = tutor_party(s.tutor, s.run, mesh, s.job.scan_layers)

@@ -137,7 +137,7 @@ class Tutoring:
     s = self.s
     self.tutor = self.tutor or load_tutor(s, mesh)
     if s.tutor_agent.agent:  # The model (or endpoint) becomes the agent's backbone.
-      backbone = (backbone_lib.EndpointBackbone(self.tutor.client)
+      backbone = (backbone_lib.EndpointBackbone(self.tutor.client, s.job.seed)
                   if isinstance(self.tutor, party_lib.EndpointParty) else
                   backbone_lib.LocalBackbone(self.tutor, settings_lib.sampling(s.tutor),
                                              s.job.seed,

@@ -533,3 +533,29 @@ def test_preflight_of_an_unreachable_or_slow_endpoint(api_key):
       _backend(server, timeout=0.2).preflight()
   finally:
     server.close()
+
+
+@pytest.mark.job
+def test_an_endpoint_backbone_sends_each_calls_seed_whatever_its_batch(api_key):
+  """CPA's backbone on an endpoint sends the API's `seed` of (run seed, instance uid, call
+  number), as a local backbone keys its draws: the same call draws the same seed alone or
+  in a batch, distinct calls distinct ones; send_seed=False sends none."""
+  from pedrl.agents import backbone as backbone_lib
+  server = ChatServer([], reply=lambda body: "ok")
+  try:
+    client = _backend(server)
+    agent = backbone_lib.EndpointBackbone(client, seed=42)
+    agent.chat([[{"role": "user", "content": "a"}]] * 3, "plan", uids=[5, 6, 5], steps=[0, 0, 1])
+    agent.chat([[{"role": "user", "content": "b"}]], "plan", uids=[6], steps=[0])
+    seeds = [body["seed"] for body, _ in server.bodies]
+    assert seeds[3] == seeds[1] and len(set(seeds[:3])) == 3
+    assert all(isinstance(k, int) and 0 <= k < 2 ** 31 for k in seeds)
+    backbone_lib.EndpointBackbone(client, seed=43).chat(
+        [[{"role": "user", "content": "c"}]], "plan", uids=[6], steps=[0])
+    assert server.bodies[-1][0]["seed"] != seeds[1]  # Another run seed, another draw.
+    quiet = _backend(server, send_seed=False)
+    backbone_lib.EndpointBackbone(quiet, seed=42).chat(
+        [[{"role": "user", "content": "d"}]], "plan", uids=[6], steps=[0])
+    assert "seed" not in server.bodies[-1][0]
+  finally:
+    server.close()
