@@ -55,6 +55,18 @@ def calls(backbone):
   return {k[6:]: v for k, v in backbone.stats.items() if k.startswith("calls/")}
 
 
+def test_fewer_readable_candidates_than_k_are_searched_and_counted():
+  """GENERATE asked for K = 3 gives two templates and a malformed one: the two are checked,
+  and the narrower search is counted."""
+  b = Scripted(generate={"templates": [TEMPLATE, {"steps": []}, dict(TEMPLATE, deliverable=2)]},
+               evaluate=BAD)
+  [t] = CPA(b).run([inst()])
+  assert len(t.rounds[0]) == 2 and t.fallbacks == {**t.fallbacks, "candidates": 1}
+  b = Scripted()  # Three readable: nothing counted.
+  [t] = CPA(b).run([inst()])
+  assert len(t.rounds[0]) == 3 and "candidates" not in t.fallbacks
+
+
 def test_the_first_passing_candidate_is_chosen_and_nothing_is_revised():
   b = Scripted(evaluate=lambda p, n: GOOD if n == 1 else BAD,  # Candidate 2 of 3 passes.
                generate={"templates": [dict(TEMPLATE, deliverable=i) for i in (1, 2, 3)]})

@@ -20,6 +20,7 @@ answers garbage still yields a response for every instance):
   format    a structured deliverable holds nothing the harness reads (a verdict whose
             meaning is not clear, `contracts.formatted`): y_t is the draft
   solve     no answer of its own: the rules do not check for a stated answer this turn
+  candidates  GENERATE gave fewer than K readable templates: the search goes on with those
   stop      (counted by pedrl.agents.bench.AgentPolicy) the task's stop strings cut y_t:
             the harness reads what precedes the first one (the trace keeps y_t whole)
 
@@ -196,6 +197,8 @@ class CPA:
                       Candidates, "generate")
     for w, c in zip(works, cands):
       w.pool = [self._cut(t) for t in c.templates[:k]] if c else [FALLBACK_TEMPLATE]
+      if c and len(c.templates) < k:  # Fewer than K readable: the search is narrower.
+        w.trace.fallback("candidates")
     if not self.s.m2_loop:
       for w in works:
         self._choose(w, w.pool[0], passed=False)
