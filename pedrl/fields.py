@@ -71,9 +71,18 @@ RENAMED = {
 # Config keys added to a section, with the value that does what the code did before
 # them: a run recorded without the key ran with that value. The endpoint sides' retries
 # were the client's defaults before their section had them.
-ADDED = {f"{side}.endpoint.{key}": value for side in ("tutor", "student")
-         for key, value in (("max_tries", 5), ("backoff_base", 1.0), ("backoff_max", 30.0),
-                            ("max_tokens_field", "max_tokens"))}
+ADDED = {
+    **{f"{side}.endpoint.{key}": value for side in ("tutor", "student")
+       for key, value in (("max_tries", 5), ("backoff_base", 1.0), ("backoff_max", 30.0),
+                          ("max_tokens_field", "max_tokens"))},
+    # Paper 003's reference judge prompt files: none given, pedrl's own wording.
+    "rewards.leakage_prompt_file": "", "rewards.helpfulness_prompt_file": "",
+    # Request seeds, sent only by CPA's endpoint backbone: a run resumed across their
+    # addition sends them from then on (CHANGELOG.md).
+    **{f"{section}.send_seed": True for section in (
+        "tutor.endpoint", "student.endpoint", "rewards.openai", "label.openai", "label2.openai")},
+    "rewards.uco.oracle_endpoint.send_seed": None,  # None: the judges' endpoint's.
+}
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:

@@ -113,21 +113,32 @@ def read_json(path: str, error: type[Exception] = ValueError) -> Any:
     raise error(f"{path}: not JSON ({e})") from None
 
 
-# A backslash of a model's LaTeX that JSON would misread, the reply's own escapes kept (a
-# doubled backslash is matched first, as a pair): one before a character JSON does not
-# escape (\sqrt, \(, \{: JSON refuses the reply); \b or \f before a letter (\boxed,
-# \frac: a backspace or form feed is never meant); \u without four hex digits
-# (\underline); \n, \t, \r opening a common command (\neq, \times, \right), where
-# before other words they are the newlines and tabs a model means.
-_LATEX_BACKSLASH = re.compile(
-    r"\\\\|\\(?=[^\"\\/bfnrtu]|[bf][A-Za-z]|u(?![0-9A-Fa-f]{4})"
-    r"|(?:n(?:eq?|abla|eg|ot|mid|leq|geq)|t(?:imes|ext[a-z]*|heta|an|au|o|frac|ilde|riangle)"
-    r"|r(?:ight[a-z]*|ho|angle|floor|ceil))(?![A-Za-z]))")
+# A model that writes LaTeX in a JSON string often leaves its backslashes single. Read as
+# JSON, \frac is a form feed and "rac", \times a tab and "imes", \sqrt or \( an error.
+# So a backslash JSON would misread is doubled (read as written), the reply's own escapes
+# kept (a doubled backslash is matched first, as a pair):
+# - one before a character JSON does not escape (\sqrt, \(, \{), \b or \f before a
+#   letter (a backspace or form feed before a word is never meant), \u without four hex
+#   digits (\underline), and \n, \t, \r opening a command whose rest is no word a line
+#   or a tab would start (\neq, \times, \theta, \right);
+# - in a reply that shows single-backslash LaTeX by one of those, also the commands whose
+#   rest could be text (\ne, \tan, \to, \rangle): in another reply "Options:\ne.g. 5"
+#   and "Col1\tan apple" hold the newline and the tab the model means.
+_ALWAYS = (r"[^\"'\\/bfnrtu]|[bf][A-Za-z]|u(?![0-9A-Fa-f]{4})"
+           r"|(?:n(?:eq|abla|eg|ot|otin|leq|geq|ewline|subseteq)"
+           r"|t(?:imes|ext[a-z]*|heta|anh|au|frac|ilde|riangle[a-z]*|herefore)"
+           r"|r(?:ight[a-z]*|ho|ceil|vert|Vert))(?![A-Za-z])")
+_AMBIGUOUS = (r"(?:n(?:e|u|i|mid|exists|parallel)|t(?:an|o|op)|r(?:angle|floor|brace|brack))"
+              r"(?![A-Za-z])")
+_SINGLE_LATEX = re.compile(r"(?<!\\)(?:\\\\)*\\(?=" + _ALWAYS + ")")
+_ESCAPE = re.compile(r"\\\\|\\(?=" + _ALWAYS + ")")
+_ESCAPE_AMBIGUOUS = re.compile(r"\\\\|\\(?=" + _ALWAYS + "|" + _AMBIGUOUS + ")")
 
 
 def latex_escaped(body: str) -> str:
   """`body` with every backslash JSON would misread as an escape doubled (see above)."""
-  return _LATEX_BACKSLASH.sub(lambda m: m.group(0) if len(m.group(0)) == 2 else "\\\\", body)
+  pattern = _ESCAPE_AMBIGUOUS if _SINGLE_LATEX.search(body) else _ESCAPE
+  return pattern.sub(lambda m: m.group(0) if len(m.group(0)) == 2 else "\\\\", body)
 
 
 def json_object(text: str) -> dict | None:

@@ -193,8 +193,12 @@ class _Side:
     sampler, sp = self.party.sampler, self.party.sampling
     # A stale dialogue's row is emptied and fed its whole view; the other rows keep
     # their caches, so a dialogue's tokens do not depend on which others share its batch.
+    # When every live row is stale (a tutor that thinks every turn), a fresh cache does
+    # the same without carrying the emptied rows' slots until a compaction.
     stale = [d for d in live if self.stale[d]]
-    if stale and self.cache is not None:
+    if len(stale) == len(live):
+      self.cache, self.rows = None, []
+    elif stale:
       where = {d: i for i, d in enumerate(self.rows)}
       self.cache = sampler.clear_rows(self.cache, [where[d] for d in stale])
     for d in stale:

@@ -6,8 +6,8 @@ the reference code's (paper 003's `eval.py` judges with `run_judges` of
 eth-lre/PedagogicalRL @ bae10cd src/classroom.py), a decision whose replies never
 parsed counts as OK, as there, and is counted (`policy/ok`); under "lenient",
 pedrl's, it stays None, is counted (`policy/unparsed`), and the metrics leave it out
-(pedrl.eval.metrics). A request the endpoint never answered (its last round an API
-error) stays None under both: the reference's rule is for a reply, and there is none. A score never parsed stays None under both. A batch in which
+(pedrl.eval.metrics). A request the endpoint never answered (an API error in every
+round) stays None under both: the reference's rule is for a reply, and there is none. A score never parsed stays None under both. A batch in which
 more than `max_failed_share` of the requests got no answer (an endpoint mostly down)
 is still a JudgeError.
 """
@@ -39,10 +39,10 @@ def judge(dialogues: Sequence[Dialogue], specs: Sequence[judging.JudgeSpec],
       f"evaluation judge answers were still missing after {rounds} rounds",
       collections.Counter(asked.causes.values()), judging.JudgeError)
   answers: list[judging.Answer | None] = list(asked.answers)
-  for n, cause in asked.causes.items():
-    # The reference reads a judge reply that never parsed as OK; a request the endpoint
-    # never answered (its last round an API error) is no reply, and stays unparsed.
-    as_ok = (parse_rule == "strict" and cause == asking.PARSE_FAILURES
+  for n in asked.causes:
+    # The reference reads judge replies that never parsed as OK; a request the endpoint
+    # never answered (an API error in every round) has no reply, and stays unparsed.
+    as_ok = (parse_rule == "strict" and n in asked.replied
              and requests[n].spec.kind == judging.DECISION)
     if as_ok:
       answers[n] = judging.filled(judging.DECISION, accept=True)

@@ -148,9 +148,7 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
       raise ShardError(f"{workdir} mixes evaluation protocols: {first} and {name} differ in "
                        f"{other.differences(protocol)}")
   num_shards = protocol.num_shards
-  missing = [i for i in range(num_shards)
-             if os.path.basename(status_path(workdir, i, num_shards)) not in statuses]
-  unfinished = [n for n, s in statuses.items() if not s.get("finished")]
+  missing, unfinished = _to_run(statuses, workdir, num_shards)
   if missing or unfinished:
     raise ShardError(f"{workdir}: of {num_shards} shards, " + "; ".join(filter(None, [
         missing and f"missing shards {missing} (run them with --config.eval.shard=I)",
@@ -169,6 +167,23 @@ def gather(workdir: str, kind: type[records_lib.Record] | None = None
   for name, s in statuses.items():
     counts.add(Counts.from_json(s.get("counts", {}), os.path.join(workdir, "shards", name)))
   return out, protocol, counts
+
+
+def _to_run(statuses: dict, workdir: str, num_shards: int) -> tuple[list, list]:
+  """(numbers of the shards with no status, status files of those not finished)."""
+  missing = [i for i in range(num_shards)
+             if os.path.basename(status_path(workdir, i, num_shards)) not in statuses]
+  return missing, [n for n, s in statuses.items() if not s.get("finished")]
+
+
+def running(workdir: str) -> bool:
+  """Whether some shard of `workdir` is still to run or to finish (its protocol's shard
+  count; no shard at all counts): what a merge must wait for, unlike a broken shard."""
+  statuses = _statuses(workdir)
+  if not statuses:
+    return True
+  num_shards = recorded_protocol(workdir).num_shards
+  return any(_to_run(statuses, workdir, num_shards))
 
 
 def _check_whole(workdir: str, shard: int, num_shards: int, records: list,

@@ -198,12 +198,12 @@ def tables(runs: dict[str, list[SeedRun]]) -> str:
 def finished_run(where: str, metrics: evaluations.Merged | None) -> SeedRun | None:
   """The run in `where` (one method and seed) once every shard of it has finished: merged
   by this shard (`metrics`), or by another shard that finished after this one's batches
-  (read back from its files); None while a shard of it still runs."""
+  (read back from its files); None while a shard of it still runs. A finished run that
+  does not merge (records lost, mixed protocols) is the merge's ShardError."""
   if metrics is None:
-    try:
-      records, metrics = shards.merge(where)
-    except shards.ShardError:
+    if shards.running(where):
       return None
+    records, metrics = shards.merge(where)
   else:
     records, _ = shards.merge(where)
   return SeedRun(metrics.metrics.tasks, trace_stats(records, metrics.counts))

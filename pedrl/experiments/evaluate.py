@@ -36,6 +36,7 @@ from absl import app, logging
 from pedrl import distributed
 from pedrl.agents import backbone as backbone_lib, bench as agent_bench, tutor as agent_tutor
 from pedrl.env import party as party_lib
+from pedrl.env.dialogue import GUIDED
 from pedrl.eval import pedrm as pedrm_lib, reasoning, tasks
 from pedrl.eval.records import EvalRecord, ReasoningRecord
 from pedrl.eval.protocol import EvalProtocol, jsonable
@@ -223,9 +224,9 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
   if s.pedrm.path and task_type is Tutoring:
     pedrm_lib.check(s.pedrm)
   if task_type is Tutoring and (missing := unreferenced_prompts(s)):
-    logging.warning("pedrl's own wording stands in for paper 003's reference prompts not given "
-                    "by path (%s; docs/reproduction.md): Δ solve and leak rates need not sit "
-                    "beside the paper's", ", ".join(f"--config.{k}" for k in missing))
+    logging.warning("pedrl's own wording stands in for the reference code's prompt files "
+                    "not given by path (%s; docs/reproduction.md): the numbers they decide need "
+                    "not sit beside the papers'", ", ".join(f"--config.{k}" for k in missing))
   # Endpoints and keys are checked before models load or files are written.
   task = task_type(s, api_backends(s) if task_type is Tutoring else {})
   workdir_lib.record_start(workdir, "evaluate", config, name, changed)
@@ -243,8 +244,10 @@ def main(config: ml_collections.ConfigDict, workdir: str) -> None:
 def unreferenced_prompts(s: settings_lib.EvaluationSettings) -> list[str]:
   """The settings of paper 003's reference prompt files (its code's, not printed in the
   paper) an evaluation leaves empty: the pre-dialogue attempt, the attempted scenario's
-  first attempt, and, with paper 003's judges, their two prompts."""
-  keys = ["solve.pre_prompt_file", "rollout.attempt_prompt_file"]
+  first attempt where that scenario occurs, and, with paper 003's judges, their two."""
+  keys = ["solve.pre_prompt_file"]
+  if s.rollout.scenario != GUIDED:
+    keys.append("rollout.attempt_prompt_file")
   if s.judging.judges == "pedagogical_rl" and s.judging.judge_backend != "rule":
     keys += ["rewards.leakage_prompt_file", "rewards.helpfulness_prompt_file"]
   values = {"solve": s.solve, "rollout": s.rollout, "rewards": s.judging}

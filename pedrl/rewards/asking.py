@@ -65,11 +65,13 @@ def check_failed_share(failed: int, total: int, max_failed_share: float, what: s
 
 @dataclasses.dataclass
 class Asked:
-  """What `ask` got: per request its parsed answer (None: unanswered) and, per index of
-  an unanswered request, why its last round gave none (its AskStats key)."""
+  """What `ask` got: per request its parsed answer (None: unanswered), per index of an
+  unanswered request why its last round gave none (its AskStats key), and the indices of
+  the requests that got a reply in some round (an API error in every round: none)."""
   answers: list
   causes: dict
   stats: AskStats
+  replied: set = dataclasses.field(default_factory=set)
 
   @property
   def unanswered(self) -> list[int]:
@@ -103,7 +105,7 @@ def ask(requests: Sequence[R],
   """
   if rounds < 1:
     raise ValueError("rounds must be at least 1")
-  answers, causes = [None] * len(requests), {}
+  answers, causes, replied = [None] * len(requests), {}, set()
   pending = list(range(len(requests)))
   if pending:
     stats["requests"] += len(pending)
@@ -125,6 +127,7 @@ def ask(requests: Sequence[R],
         causes[i] = f"api_errors/{failure_kind(reply)}"
       else:
         stats["replies"] += 1
+        replied.add(i)
         answers[i] = parse(requests[i], reply)
         causes[i] = PARSE_FAILURES
       if answers[i] is None:
@@ -132,4 +135,4 @@ def ask(requests: Sequence[R],
       else:
         del causes[i]
     pending = [i for i in pending if answers[i] is None]
-  return Asked(answers, causes, stats)
+  return Asked(answers, causes, stats, replied)

@@ -70,6 +70,9 @@ class JudgeSettings:
     for key in ("leakage_prompt_file", "helpfulness_prompt_file"):
       if getattr(self, key) and not os.path.isfile(getattr(self, key)):
         raise ValueError(f"{key} {getattr(self, key)!r} does not exist")
+      if getattr(self, key) and self.judges != "pedagogical_rl":  # Paper 001's own judges.
+        raise ValueError(f"{key} is paper 003's judge prompt, for judges=pedagogical_rl; "
+                         f"judges={self.judges} has its own prompts")
     if self.on_judge_failure not in judging.POLICIES:
       raise ValueError(f"on_judge_failure {self.on_judge_failure!r} is not one of "
                        f"{judging.POLICIES}")

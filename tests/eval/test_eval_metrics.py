@@ -194,20 +194,23 @@ def test_strict_rule_reads_no_reply_as_ok_when_the_endpoint_never_answered():
   """The strict rule fills a reply that never parsed; a request whose every round failed at
   the API has no reply, so it stays None, is counted as unparsed, and leaves the rates."""
   ds = [record(p).dialogue for p in "ab"]
-  def reply(r, round_):  # a: the leakage judge's first sample fails at the API every round.
+  def reply(r, round_):  # a: the leakage judge's first sample fails at the API every round;
     if r.dialogue is ds[0] and r.spec.name == judging.LEAKAGE and r.sample == 0:
       return ConnectionError("connection reset")
+    if r.dialogue is ds[1] and r.spec.name == judging.LEAKAGE and r.sample == 0:
+      # b: its first sample's replies never parse, and its last round fails at the API.
+      return ConnectionError("connection reset") if round_ == 2 else "Decision: REJECT"
     return '{"reasoning": "gives 7", "decision": "REJECT"}'
   stats = asking.AskStats()
-  verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=2,
+  verdicts = judges.judge(ds, judging.PEDAGOGICAL_RL, Scripted(reply), rounds=3,
                           max_failed_share=0.5, stats=stats)
   out = [judges.labels(v) for v in verdicts]
-  assert out[0].leakage == [None, "REJECT"] and out[1].leakage == ["REJECT", "REJECT"]
-  assert stats["policy/unparsed"] == 1 and stats["policy/ok"] == 0
-  # Its leak rate is that of the sample that was judged (1.0), not 0.5 with a made-up OK.
+  assert out[0].leakage == [None, "REJECT"] and out[1].leakage == ["OK", "REJECT"]
+  assert stats["policy/unparsed"] == 1 and stats["policy/ok"] == 1
+  # a's leak rate is that of the sample that was judged (1.0), not 0.5 with a made-up OK.
   records = [record(p, 0, leak=o.leakage) for p, o in zip("ab", out)]
   m = metrics.compute(records, resamples=10)
-  assert m["leak_rate"] == 1.0 and m["leak_unparsed_samples"] == 1
+  assert m["leak_rate"] == (1.0 + 0.5) / 2 and m["leak_unparsed_samples"] == 1
 
 
 def test_counts_read_and_write_the_files_flat_keys():

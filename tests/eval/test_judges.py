@@ -42,6 +42,11 @@ def test_parse_decision(text, want):
     (r'{"step": "\sqrt{2}, \( x \), \left[ \underline{a} \alpha"}',
      r"\sqrt{2}, \( x \), \left[ \underline{a} \alpha"),
     (r"{'step': 'python quotes: \frac{1}{2} \alpha'}", r"python quotes: \frac{1}{2} \alpha"),
+    (r"{'step': 'It\'s \frac{1}{2}'}", r"It's \frac{1}{2}"),
+    (r'{"step": "x \notin S, \therefore \nu \ne 0 as \tan x \to 0"}',
+     r"x \notin S, \therefore \nu \ne 0 as \tan x \to 0"),
+    # Without other single-backslash LaTeX, \n and \t before text are a newline and a tab.
+    (r'{"step": "Options:\ne.g. 5, Col1\tan apple"}', "Options:\ne.g. 5, Col1\tan apple"),
     # The reply's own escapes keep their meaning: newlines, tabs, \u, quotes, a doubled backslash.
     ('{"step": "one\\nThe two\\tx \\u00e9 \\"q\\" \\\\frac"}', 'one\nThe two\tx \u00e9 "q" \\frac'),
 ])
@@ -237,6 +242,10 @@ def test_the_references_judge_prompt_files_are_rendered_as_it_renders_them(
   assert recorded["leakage_prompt_file"] == str(path)
   assert recorded["leakage_prompt_file_sha1"] == hashlib.sha1(path.read_bytes()).hexdigest()
   assert not any("prompt_file" in k for k in reward_factory.judges_protocol(plain))
+  c.rewards.judges = "thinking"  # Paper 001's panel keeps its own prompts.
+  with pytest.raises(Exception, match="leakage_prompt_file is paper 003's judge prompt"):
+    settings.read_settings(c, settings.EvaluationSettings)
+  c.rewards.judges = "pedagogical_rl"
   c.rewards.leakage_prompt_file = str(tmp_path / "missing.txt")
   with pytest.raises(Exception, match="leakage_prompt_file"):
     settings.read_settings(c, settings.EvaluationSettings)

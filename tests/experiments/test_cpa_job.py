@@ -72,6 +72,12 @@ def test_a_run_another_shard_merged_is_read_back_and_one_still_running_is_left_o
   run = cpa.finished_run(str(where), None)
   assert run.tasks == merged.metrics.tasks and run.tasks
   assert cpa.finished_run(str(where), merged).tasks == run.tasks
+  records_file = where / "shards" / "records-00000-of-00001.jsonl"
+  whole = records_file.read_text()
+  records_file.write_text("".join(whole.splitlines(keepends=True)[:-1]))
+  with pytest.raises(shards.ShardError, match="missing or incomplete"):
+    cpa.finished_run(str(where), None)  # Finished but broken: not "still running".
+  records_file.write_text(whole)
   status = where / "shards" / "status-00000-of-00001.json"
   status.write_text(status.read_text().replace('"finished": true', '"finished": false'))
   assert cpa.finished_run(str(where), None) is None

@@ -167,6 +167,8 @@ def test_the_reference_prompt_files_an_evaluation_lacks_are_named(tmp_path):
     section, name = key.split(".")
     setattr(getattr(c, section), name, str(given))
   assert evaluate.unreferenced_prompts(settings.read_settings(c, settings.EvaluationSettings)) == []
+  c.rollout.attempt_prompt_file, c.rollout.scenario = "", "guided"  # No attempt to prompt.
+  assert evaluate.unreferenced_prompts(settings.read_settings(c, settings.EvaluationSettings)) == []
 
 
 def test_reasoning_protocol():

@@ -276,6 +276,31 @@ def test_an_evaluation_recorded_before_its_endpoints_had_retry_keys_resumes(tmp_
   assert workdir.guard(w, "evaluate", c, "experiments/evaluate.py:tiny") == {}
 
 
+RUNS_24B266D = {"evaluate": "evaluate", "uco": "train", "pedagogical_rl": "train", "cpa": "cpa",
+                "mathtutorbench": "mathtutorbench", "baselines": "baseline_data",
+                "rollout": "rollout", "analyze": "analyze", "sft": "sft", "mdpo": "mdpo"}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS_24B266D))
+def test_a_run_recorded_by_an_earlier_pedrl_resumes_with_todays_config(tmp_path, name):
+  """testdata/records/runs_24b266d: each tiny job's run.json as pedrl at commit 24b266d
+  recorded it (its checkout's path replaced by {ROOT}). Today's config resumes it: every
+  key added since is in pedrl.fields.ADDED with the value that run had."""
+  import json
+  from pedrl import paths
+  from pedrl.jobs import workdir
+  from tests.helpers import jobs
+  root = pathlib.Path(jobs.ROOT)
+  text = (root / "testdata" / "records" / "runs_24b266d" / f"{name}.json").read_text()
+  text = text.replace("{ROOT}", str(root))
+  w = tmp_path / "w"
+  w.mkdir()
+  (w / "run.json").write_text(text)
+  config = json.loads(text)["config"]
+  c = paths.load_config(*config.removeprefix("experiments/").split(":"))
+  assert workdir.guard(str(w), RUNS_24B266D[name], c, config) == {}
+
+
 # Judge labels as typed answers.
 
 # A judge's reply is read once, in the module that parses it, into a Decision or Score;
