@@ -144,8 +144,9 @@ class _Side:
   def __init__(self, name: str, party: Party, n: int, capacity: int, prefix: str = "",
                history: str = "keep") -> None:
     self.name, self.party, self.capacity, self.prefix = name, party, capacity, prefix
-    # "keep": the cache grows by deltas; "template"/"drop": a turn after one that thought
-    # encodes the whole view again, earlier thinking as the template (or history_text) shows it.
+    # "keep": the cache grows by deltas; "template"/"drop": a turn after one the view now
+    # renders otherwise (it thought; or the template reopens every reply) encodes that
+    # dialogue's whole view again, as the template (or history_text) shows it.
     self.history = history
     # Every turn, not only one that thought: its template renders earlier replies after
     # another opening than the generation prompt that the cache holds.

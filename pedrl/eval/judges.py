@@ -7,9 +7,10 @@ eth-lre/PedagogicalRL @ bae10cd src/classroom.py), a decision whose replies neve
 parsed counts as OK, as there, and is counted (`policy/ok`); under "lenient",
 pedrl's, it stays None, is counted (`policy/unparsed`), and the metrics leave it out
 (pedrl.eval.metrics). A request the endpoint never answered (an API error in every
-round) stays None under both: the reference's rule is for a reply, and there is none. A score never parsed stays None under both. A batch in which
-more than `max_failed_share` of the requests got no answer (an endpoint mostly down)
-is still a JudgeError.
+round) stays None under both: the reference's rule is for a reply, and there is none.
+A score never parsed stays None under both. A batch in which more than
+`max_failed_share` of the requests got no answer (an endpoint mostly down) is still a
+JudgeError.
 """
 import collections
 import dataclasses
