@@ -61,8 +61,10 @@ def paths(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("repro")
   ref = tmp / "ref" / "prompt_templates"
   (ref / "socracticlm").mkdir(parents=True)
+  (ref / "judges").mkdir()
   for name in ("student_attempt_prompt.txt", "student_initial_attempt_prompt.txt",
-               "socracticlm/socracticlm_teacher_prompt.txt"):
+               "socracticlm/socracticlm_teacher_prompt.txt", "judges/does_not_leak_answer.txt",
+               "judges/follows_pedagogical_values.txt"):
     (ref / name).write_text("{{ problem }}")
   data = os.path.join(ROOT, "testdata")
   (tmp / "data").mkdir()
