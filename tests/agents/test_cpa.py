@@ -551,6 +551,14 @@ def test_the_harness_cut_keeps_what_precedes_the_first_stop(text, stop, kept):
   assert contracts.harness_cut(text, stop) == kept
 
 
+def test_guidance_is_laid_out_so_the_line_break_stops_end_it_only_at_its_end():
+  text = "Nice effort!\n\nWhat do you get\nif you add 3?"
+  assert contracts.within_stops(text, ("\n\n", "Student:")) == (
+      "Nice effort! What do you get\nif you add 3?")
+  assert contracts.within_stops(text, ("\n",)) == "Nice effort! What do you get if you add 3?"
+  assert contracts.within_stops(text, ("Student:",)) == text  # No line-break stop: as written.
+
+
 def _task(shared_data, name):
   from pedrl.eval.mathtutorbench_harness import tasks
   t = tasks.read_task(os.path.dirname(shared_data("mathtutorbench", "configs")), name)
@@ -571,6 +579,8 @@ def test_every_reply_the_stop_strings_change_is_counted(method, written, scored,
   b = Scripted(finish={"response": written}, cot={"response": written})
   recs = runner.answer("scaffolding_generation", t, xs, [0, 1], 0,
                        bench.AgentPolicy(bench.build(method, b, agent.CPASettings())))
+  if method == "cpa" and "\n\n" in written:  # M4 lays guidance out as one paragraph, so
+    written, scored = written.replace("\n\n", " "), None  # the harness scores it whole.
   for r in recs:
     assert r.response == (scored or written)  # The record: what the harness scores.
     assert r.trace["fallbacks"].get("stop", 0) == (scored is not None)
@@ -579,13 +589,16 @@ def test_every_reply_the_stop_strings_change_is_counted(method, written, scored,
 
 def test_the_rule_checks_judge_the_reply_as_the_stop_strings_leave_it(shared_data):
   from pedrl.eval.mathtutorbench_harness import runner
-  # After the blank line, the harness never reads the leak: no rule breaks, no repair.
+  # A leak after a blank line: M4 lays guidance out as one paragraph, so the harness
+  # would read it; the rule breaks and the step is repaired (the cut would have hidden it).
   leak = "What do you get if you count on from 3?\n\nThe answer is 7."
   t, xs = _task(shared_data, "scaffolding_generation")
   recs = runner.answer("scaffolding_generation", t, xs, [0, 1], 0,
                        bench.AgentPolicy(CPA(Scripted(execute={"output": leak}))))
-  assert all(r.trace["steps"][2]["checks"][0]["rules"] is None for r in recs)
-  # In a dialogue nothing cuts it: the leak breaks the rule and is repaired.
+  for r in recs:
+    assert r.trace["steps"][2]["checks"][0]["rules"] == "breaks: states_answer"
+    assert r.trace["steps"][2]["repairs"] == 1 and "The answer is 7" not in r.response
+  # In a dialogue nothing cuts it either: the leak breaks the rule and is repaired.
   [d] = CPA(Scripted(execute={"output": leak})).run([inst(task="tutoring")])
   assert d.steps[2].checks[0].rules == "breaks: states_answer" and d.steps[2].repairs == 1
   # A socratic list opening with "Problem:", a stop string, would be scored empty.

@@ -265,8 +265,11 @@ class CPA:
     (a structured one M4 cannot read is checked as written: unparsable) and as the task's
     stop strings then cut it: what the harness reads ("Problem: How many?" is empty)."""
     shown = contracts.formatted(w.inst.task, text)
-    shown = contracts.harness_cut(text if shown is None else shown, w.inst.stop)
-    return contracts.rule_issues(w.inst.task, shown, w.answer)
+    shown = text if shown is None else shown
+    if w.contract.kind == "guidance":  # As derive lays it out.
+      shown = contracts.within_stops(shown, w.inst.stop)
+    return contracts.rule_issues(w.inst.task, contracts.harness_cut(shown, w.inst.stop),
+                                 w.answer)
 
   def _choose(self, w, t: Template, passed: bool) -> None:
     w.template = w.trace.template = t
@@ -379,6 +382,8 @@ class CPA:
       if y is None:
         w.trace.fallback("format")
         y = drafts[id(w)]
+      if w.contract.kind == "guidance":  # Scored whole, not cut at its first blank line.
+        y = contracts.within_stops(y, w.inst.stop)
       w.trace.response = y
 
   @staticmethod

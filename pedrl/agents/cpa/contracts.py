@@ -184,6 +184,17 @@ def harness_cut(text: str, stop: Sequence[str]) -> str:
   return text[:stops.find_stop(text, tuple(stop))[0]].strip()
 
 
+def within_stops(text: str, stop: Sequence[str]) -> str:
+  """Guidance laid out so that the task's line-break stop strings end it only at its end:
+  where the harness stops at a blank line ("\n\n") or a line break ("\n"), those become
+  spaces, so the reply it scores is the whole of y_t (M4's deterministic formatting)."""
+  if "\n" in stop:
+    return re.sub(r"\s*\n\s*", " ", text).strip()
+  if "\n\n" in stop:
+    return re.sub(r"\s*\n\s*\n\s*", " ", text).strip()
+  return text
+
+
 def rule_issues(task: str, text: str, answer: str | None) -> tuple[str, ...]:
   """The deterministic checks of the contract on a would-be response: BVR's rules, a
   leak judged against `answer`, the agent's own final answer (None: not checked)."""
