@@ -264,12 +264,21 @@ class CPA:
     """The contract's deterministic checks on a would-be deliverable, as M4 would emit it
     (a structured one M4 cannot read is checked as written: unparsable) and as the task's
     stop strings then cut it: what the harness reads ("Problem: How many?" is empty)."""
-    shown = contracts.formatted(w.inst.task, text)
-    shown = text if shown is None else shown
-    if w.contract.kind == "guidance":  # As derive lays it out.
-      shown = contracts.within_stops(shown, w.inst.stop)
+    shown, _ = self._emitted(w, text)
     return contracts.rule_issues(w.inst.task, contracts.harness_cut(shown, w.inst.stop),
                                  w.answer)
+
+  @staticmethod
+  def _emitted(w, text: str) -> tuple[str, bool]:
+    """(y_t as M4 emits `text`, whether it was formatted): the structured part the harness
+    reads (none found: `text` as written), guidance laid out as one paragraph where the
+    task's stop strings end a reply at a line break, so it is scored whole."""
+    y = contracts.formatted(w.inst.task, text)
+    formatted = y is not None
+    y = y if formatted else text
+    if w.contract.kind == "guidance":
+      y = contracts.within_stops(y, w.inst.stop)
+    return y, formatted
 
   def _choose(self, w, t: Template, passed: bool) -> None:
     w.template = w.trace.template = t
@@ -378,13 +387,9 @@ class CPA:
       else:
         w.trace.fallback("finish")
     for w in works:
-      y = contracts.formatted(w.inst.task, drafts[id(w)])
-      if y is None:
+      w.trace.response, formatted = self._emitted(w, drafts[id(w)])
+      if not formatted:
         w.trace.fallback("format")
-        y = drafts[id(w)]
-      if w.contract.kind == "guidance":  # Scored whole, not cut at its first blank line.
-        y = contracts.within_stops(y, w.inst.stop)
-      w.trace.response = y
 
   @staticmethod
   def _finish_prompt(w, draft: str) -> list[dict]:
