@@ -135,12 +135,19 @@ def test_the_train_step_benchmark_at_tiny_within_its_memory_estimate(tmp_path, a
                         "--compilation_cache=off", f"--full_attention={attention}"],
                        capture_output=True, text=True, env=jobs.env(), cwd=tmp_path, check=True)
   lines = out.stdout.strip().splitlines()
-  assert lines[-1] == "train_step_mfu=n/a"  # No datasheet peak for a CPU.
+  assert lines[-2:] == ["step_mfu=n/a", "train_step_mfu=n/a"]  # No datasheet peak for a CPU.
+  rows = {}
   for name in ("score", "update"):
-    row = next(line.split() for line in lines if line.startswith(name + " "))
+    row = rows[name] = next(line.split() for line in lines if line.startswith(name + " "))
     xla, estimate, programs = float(row[5]), float(row[6]), int(row[8])
     assert programs == 1, row
     assert 0.75 < estimate / xla < 1.25, row
+  # The default step (rl.old_logprobs=trainer) scores twice: reference and old policy.
+  assert lines[-3].startswith("step: 2 x score + update (rl.old_logprobs=trainer)")
+  step = next(line.split() for line in lines if line.startswith("step "))
+  assert float(step[1]) == pytest.approx(2 * float(rows["score"][1]) + float(rows["update"][1]),
+                                         abs=2e-3)
+  assert float(step[5]) == max(float(rows["score"][5]), float(rows["update"][5]))
 
 
 @pytest.mark.job
