@@ -268,6 +268,12 @@ def test_m4_formats_structured_deliverables(task, text, out):
     ("Is there an error? The last step is wrong.", "Yes"),  # The question is not a claim.
     # Claims that disagree: nothing clear to format.
     ("Step 1 is correct but step 2 is wrong.", None),
+    ("No, step 2 is wrong.", None),  # The answer word and its claim disagree.
+    ("Yes, the solution is correct.", None),
+    # An answer word its claims agree with, or leave unread.
+    ("No, there is no error.", "No"),
+    ("Yes. Step 2 is wrong.", "Yes"),
+    ("No, I did not find any error.", "No"),
 ])
 def test_a_verdict_is_formatted_only_where_its_meaning_is_clear(text, verdict):
   assert contracts.formatted("solution_correctness", text) == verdict

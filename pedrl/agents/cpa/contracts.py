@@ -128,14 +128,16 @@ def _verdict(text: str) -> str | None:
   clear: a Yes or No standing alone at the start or the end ("No.", "Is there an error?
   No."), else the clauses that say it (questions left out), all the same way. A clause
   whose negation may flip its cue anywhere ("I did not find any error", "None of the steps
-  are wrong") is not read, and clauses that disagree give nothing: None, the draft kept."""
+  are wrong") is not read, and what disagrees gives nothing: clauses of both kinds, or a
+  Yes or No that a clause contradicts ("No, step 2 is wrong."): None, the draft kept."""
   text = text.lower().replace("\u2019", "'").strip()
   text = re.sub(r"\bfree\s+of\b", "without", text)
-  answers = {m.group(1) for m in (_ANSWER_FIRST.search(text), _ANSWER_LAST.search(text)) if m}
-  if answers:
-    return answers.pop().title() if len(answers) == 1 else None
+  answers = {m.group(1).title()
+             for m in (_ANSWER_FIRST.search(text), _ANSWER_LAST.search(text)) if m}
   claims = [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if not s.rstrip().endswith("?")]
   said = {v for s in claims for c in _CLAUSE_BREAK.split(s) if (v := _clause_verdict(c))}
+  if answers:
+    said = answers | said
   return said.pop() if len(said) == 1 else None
 
 
