@@ -13,6 +13,13 @@ the agent's draws and memory follow them, not the batch:
   dialogues, or in a resumed run, as a local tutor's are;
 - CPA's memory M_t is kept under the dialogue's uid and read at its next tutor turn,
   so dialogues whose views are the same (one problem, temperature 0) keep their own.
+  A rollout sends every live dialogue each turn, so a dialogue a call leaves out has
+  ended: its memory is dropped, and a long evaluation holds only its live dialogues'.
+
+`stats` counts what the agent did, for the job's counts (summed per shard as
+`tutor_agent/…`): tutor turns, templates reused, each kind of fallback
+(`fallbacks/<stage>`, the stand-ins a trace counts, never silent), and the backbone's
+calls and tokens.
 
 The agent sees the view and nothing else, not the problem's answer (no tutor
 prompt of pedrl shows it): CPA's rule against stating the answer checks the
@@ -21,6 +28,7 @@ carried in M_t. The reply's token counts are not known per dialogue (the
 backbone counts calls in aggregate): the rollout's token limit does not apply
 to this side, as for an endpoint that reports no usage.
 """
+import collections
 from typing import Sequence
 
 from pedrl.agents.cpa import agent as cpa
@@ -55,11 +63,19 @@ class AgentTutor:
   """A tutor side played by an agent (CPA, an ablation or a baseline): a
   pedrl.env.party.Replier, as an endpoint is."""
 
-  def __init__(self, agent, max_new_tokens: int = 0) -> None:
+  def __init__(self, agent, max_new_tokens: int = 0, keep_traces: bool = False) -> None:
     self.agent, self.max_new_tokens = agent, max_new_tokens
-    # Dialogue uid -> (the tutor turn that left it, M_t).
+    # Live dialogue uid -> (the tutor turn that left it, M_t).
     self.memories: dict[int, tuple[int, cpa.Memory]] = {}
-    self.traces: list[Trace] = []  # Every turn's trace, in order (for a caller that keeps them).
+    # Every turn's trace, in order, when kept (a caller that reads them; a job does not).
+    self.keep_traces = keep_traces
+    self.traces: list[Trace] = []
+    self._counted = collections.Counter()
+
+  @property
+  def stats(self) -> collections.Counter:
+    """The agent's counts so far, with its backbone's (`backbone.Usage`)."""
+    return self._counted + collections.Counter(getattr(self.agent.backbone, "stats", {}))
 
   def _memory(self, turn: DialogueTurn) -> cpa.Memory | None:
     """M_{t-1}: what the dialogue's previous tutor turn left; none at a first turn (a uid
@@ -75,8 +91,13 @@ class AgentTutor:
     instances = [cpa.Instance(instance_uid(k), TASK, transcript(conv), self._memory(k))
                  for conv, k in zip(conversations, turns)]
     traces = self.agent.run(instances)
-    self.traces += traces
-    for k, t in zip(turns, traces):
-      if t.template is not None:  # CPA's: its memory for the dialogue's next turn.
-        self.memories[k.uid] = (k.turn, cpa.CPA.memory(t))
+    if self.keep_traces:
+      self.traces += traces
+    # The live dialogues' memories, for their next turn (CPA's; other agents keep none).
+    self.memories = {k.uid: (k.turn, cpa.CPA.memory(t)) for k, t in zip(turns, traces)
+                     if t.template is not None}
+    self._counted["turns"] += len(traces)
+    self._counted["reused_templates"] += sum(t.reused_template for t in traces)
+    for t in traces:
+      self._counted.update({f"fallbacks/{stage}": n for stage, n in t.fallbacks.items()})
     return [Reply(t.response, "stop") for t in traces]

@@ -26,11 +26,13 @@ def tutoring_batch(batch: Sequence[problems.Problem], uids: Sequence[int], j: in
   """The EvalRecords of one batch of problems (`uids` their indices, `j` the batch): see
   the module docstring. `s`: the job's EvaluationSettings (pedrl.jobs', a layer above);
   `rm`: a PedRM or None; `counts` gets each stage's
-  seconds, the judges' re-asks and each endpoint's calls."""
+  seconds, the judges' re-asks, each endpoint's calls and an agent tutor's counts."""
   tutor, student, solver = parties
   clock = time.perf_counter()
   with api_counts(counts, judge_backend=backend,
                   tutor_endpoint=getattr(tutor, "client", None),
+                  # An agent tutor's turns, fallbacks and backbone use (pedrl.agents.tutor).
+                  tutor_agent=tutor if hasattr(tutor, "stats") else None,
                   student_endpoint=getattr(student, "client", None),
                   solve_endpoint=getattr(solver, "client", None)):
     return _evaluate(batch, uids, j, parties, s, specs, backend, rm, counts, clock)

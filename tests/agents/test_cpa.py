@@ -325,7 +325,7 @@ def test_cpa_tutors_dialogues_and_keeps_its_template_across_turns(testdata):
   from pedrl.env import dialogue, party, rollout
   from pedrl.env.problems import Problem
   b = Scripted()
-  tutor = AgentTutor(CPA(b))
+  tutor = AgentTutor(CPA(b), keep_traces=True)
   student = party.load(testdata("qwen2"), SamplingParams(8), scan_layers=False)
   problems = [Problem(id="p0", problem="What is 3 + 4?", answer="7"),
               Problem(id="p1", problem="What is 5 * 6?", answer="30")]
@@ -482,7 +482,7 @@ def test_an_agent_tutor_never_reads_the_problems_answer():
   runs = []
   for answer in ("7", "8"):
     b = Scripted(execute={"output": "The answer is 7."})
-    tutor = AgentTutor(CPA(b))
+    tutor = AgentTutor(CPA(b), keep_traces=True)
     out = rollout.run([Problem(id="p0", problem="What is 3 + 4?", answer=answer)], 2, tutor,
                       party.EndpointParty(_Student(), "student"), settings, seed=0)
     runs.append((b.prompts, [[m.text for m in d.messages] for d in out]))
@@ -666,7 +666,7 @@ class _ByInstance(Scripted):
 def test_two_identical_dialogues_keep_their_own_memories():
   from pedrl.agents.tutor import AgentTutor
   b = _ByInstance()
-  tutor = AgentTutor(CPA(b))
+  tutor = AgentTutor(CPA(b), keep_traces=True)
   out = _dialogues(tutor, ["3 + 4"], [0], group=2)  # Two rollouts of one problem.
   assert [m.text for m in out[0].messages] == [m.text for m in out[1].messages]
   first, second = tutor.traces[:2], b.prompts["m1"][2:4]  # Each dialogue's turns 1 and 2.
@@ -678,3 +678,26 @@ def test_two_identical_dialogues_keep_their_own_memories():
   done = len(b.prompts["m1"])
   _dialogues(tutor, ["3 + 4"], [0], group=2)
   assert all("The previous turn" not in p for p in b.prompts["m1"][done:done + 2])
+
+
+def test_an_agent_tutor_keeps_only_live_dialogues_memories_and_counts_its_work():
+  """A dialogue a turn's call leaves out has ended: its M_t is dropped, so a long
+  evaluation holds only the live dialogues'. What the agent did reaches the job's counts
+  (`tutor_agent/…`) through `stats`: turns, reused templates, fallbacks, backbone calls."""
+  from pedrl.agents.tutor import AgentTutor
+  from pedrl.env.party import DialogueTurn
+  from pedrl.eval.counts import Counts, api_counts
+  b = Scripted(generate={"templates": [TEMPLATE]})  # One of K=3 readable: a fallback.
+  tutor = AgentTutor(CPA(b))
+  view = [{"role": "system", "content": "Problem: What is 3 + 4?"}]
+  counts = Counts()
+  with api_counts(counts, tutor_agent=tutor):
+    tutor.replies([view] * 3, "a tutor turn", [DialogueTurn(u, 0) for u in (0, 1, 2)])
+    assert sorted(tutor.memories) == [0, 1, 2]
+    tutor.replies([view], "a tutor turn", [DialogueTurn(1, 1)])  # Dialogues 0 and 2 ended.
+  assert list(tutor.memories) == [1] and tutor.traces == []  # A job keeps no traces.
+  got = counts.to_json()
+  assert got["tutor_agent/turns"] == 4 and got["tutor_agent/reused_templates"] == 1
+  # GENERATE ran at each dialogue's first turn (the second reused its template).
+  assert got["tutor_agent/fallbacks/candidates"] == 3, got
+  assert got["tutor_agent/calls"] == sum(v for k, v in b.stats.items() if k.startswith("calls/"))
