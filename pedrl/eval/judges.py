@@ -9,10 +9,9 @@ pedrl's, it stays None, is counted (`policy/unparsed`), and the metrics leave it
 (pedrl.eval.metrics). A request the endpoint never answered (an API error in every
 round) stays None under both: the reference's rule is for a reply, and there is none.
 A score never parsed stays None under both. A batch in which more than
-`max_failed_share` of the requests got no answer (an endpoint mostly down) is still a
-JudgeError.
+`max_failed_share` of one judge's requests got no answer (an endpoint mostly down, a
+judge whose replies never parse) is still a JudgeError.
 """
-import collections
 import dataclasses
 from collections.abc import Sequence
 
@@ -33,12 +32,11 @@ def judge(dialogues: Sequence[Dialogue], specs: Sequence[judging.JudgeSpec],
   asking.check_max_failed_share(max_failed_share)
   requests = judging.requests_for(dialogues, specs, transcript_style)
   asked = asking.ask(requests, backend.complete,
-                     lambda r, text: judging.parse(text, r.spec.kind, parse_rule), rounds,
+                     lambda r, text: judging.parse(text, r.spec.kind, parse_rule,
+                                                   r.spec.words), rounds,
                      stats, who="evaluation judge", error=judging.JudgeError)
-  asking.check_failed_share(
-      len(asked.causes), len(requests), max_failed_share,
-      f"evaluation judge answers were still missing after {rounds} rounds",
-      collections.Counter(asked.causes.values()), judging.JudgeError)
+  judging.check_each_judge(requests, asked.causes, max_failed_share,
+                           f"evaluation judge answers were still missing after {rounds} rounds")
   answers: list[judging.Answer | None] = list(asked.answers)
   for n in asked.causes:
     # The reference reads judge replies that never parsed as OK; a request the endpoint

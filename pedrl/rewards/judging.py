@@ -8,9 +8,11 @@ samples each; paper 001 adds a thinking-quality judge that scores the tutor's
 A decision judge's reply is read by one of two rules (`parse_rule`): "strict", the
 reference code's (eth-lre/PedagogicalRL @ bae10cd src/classroom.py, run_judges and
 JudgeResponse): the text from the first `{` to the last `}`, backslashes removed, is a
-JSON object with a string `reasoning` and a `decision` that is exactly "OK" or
-"REJECT"; or "lenient", pedrl's: any case, quoting or synonym ("accept", "yes",
-"fail", ...), JSON or prose. A score judge's (paper 001) reply is always read
+JSON object with a string `reasoning` and a `decision` that is exactly one of the words
+its prompt asks for (`JudgeSpec.words`: paper 003's "OK" or "REJECT"; paper 001's
+"accept" or "reject", A.3's output format, or its examples' "ACCEPT" and "REJECT");
+or "lenient", pedrl's: any case, quoting or synonym ("accept", "yes", "fail", ...),
+JSON or prose. A score judge's (paper 001) reply is always read
 leniently. A reply that cannot be parsed is asked again, up to `rounds` times in all
 (the reference code's 5). What is still unparsed after that follows
 `on_failure`: "accept" (the reference's OK), "reject" (a decision judge; a score judge
@@ -20,8 +22,11 @@ and every value the policy filled in is flagged in `Verdict.filled`: nothing
 becomes a default silently.
 
 A reply is read once, here (`parse`), into a typed answer: a `Decision` or a
-`Score`, its reasoning included. Nothing downstream reads a judge's JSON by key. A batch in which the policy would fill in more than
-`max_failed_share` of the answers (an endpoint that is mostly down) is an error.
+`Score`, its reasoning included. Nothing downstream reads a judge's JSON by key. A
+batch in which the policy would fill in more than `max_failed_share` of one judge's
+answers (an endpoint that is mostly down, a judge whose replies never parse) is an
+error: a judge asked once per dialogue among five requests would otherwise pass the
+panel's share while every one of its answers was filled in.
 """
 import collections
 from collections.abc import Sequence
@@ -55,6 +60,12 @@ _ACCEPT = {"ok", "accept", "accepted", "approve", "approved", "pass", "yes"}
 _REJECT = {"reject", "rejected", "fail", "no"}
 
 
+# The decision words each paper's judge prompts ask for, as the strict rule reads them.
+REFERENCE_WORDS = (("OK", True), ("REJECT", False))  # Paper 003's reference.
+# Paper 001, A.3: the output format's words, and the capitals of its examples.
+PAPER_001_WORDS = (("accept", True), ("reject", False), ("ACCEPT", True), ("REJECT", False))
+
+
 class JudgeError(RuntimeError):
   """A judge cannot run at all (configuration, credentials, endpoint down)."""
 
@@ -71,6 +82,8 @@ class JudgeSpec:
   # pedrl.env.prompts.REFERENCE_FILES name.
   prompt_file: str = ""
   reference: str | None = None
+  # A decision judge's answer words, (word, OK?), as the strict rule reads them.
+  words: tuple = REFERENCE_WORDS
 
 
 # Paper 003's reference prompt file of each judge it has (REFERENCE_FILES names).
@@ -78,8 +91,8 @@ REFERENCE_PROMPTS = {LEAKAGE: "does_not_leak_answer.txt",
                      HELPFULNESS: "follows_pedagogical_values.txt"}
 PEDAGOGICAL_RL = (JudgeSpec(LEAKAGE, "judges/leakage"),
                   JudgeSpec(HELPFULNESS, "judges/helpfulness"))
-THINKING = (JudgeSpec(LEAKAGE, "judges/thinking_leakage"),
-            JudgeSpec(HELPFULNESS, "judges/thinking_helpfulness"),
+THINKING = (JudgeSpec(LEAKAGE, "judges/thinking_leakage", words=PAPER_001_WORDS),
+            JudgeSpec(HELPFULNESS, "judges/thinking_helpfulness", words=PAPER_001_WORDS),
             JudgeSpec(THINKING_QUALITY, "judges/thinking_quality", kind=SCORE, samples=1,
                       sees_thinking=True))
 
@@ -96,7 +109,7 @@ class Decision:
 @dataclasses.dataclass(frozen=True)
 class Score:
   """A score judge's answer (paper 001's thinking-quality judge, r_think)."""
-  # The pedagogical quality of the tutor's <think> traces, in [0, 1] (paper 001, section 3).
+  # The pedagogical quality of the tutor's <think> traces, in [0, 1] (paper 001, section 2.4).
   score: float
   reasoning: str | None = None  # The reply's "reasoning"; None: none given, or filled in.
 
@@ -136,11 +149,11 @@ def parse_decision(text: str) -> bool | None:
   return True if word in _ACCEPT else False if word in _REJECT else None
 
 
-def parse_decision_strict(text: str) -> bool | None:
+def parse_decision_strict(text: str, words: Sequence = REFERENCE_WORDS) -> bool | None:
   """The reference code's reading (src/classroom.py, run_judges): the text from the first
   '{' to the last '}', backslashes removed, as JSON (control characters allowed) with a
-  string "reasoning" and a "decision" of exactly "OK" (True) or "REJECT" (False); None
-  otherwise."""
+  string "reasoning" and a "decision" of exactly one of `words` ((word, OK?) pairs; the
+  reference's: "OK" True, "REJECT" False); None otherwise."""
   text = text or ""
   body = text[text.find("{"):text.rfind("}") + 1].replace("\\", "")
   try:
@@ -149,8 +162,7 @@ def parse_decision_strict(text: str) -> bool | None:
     return None
   if not isinstance(obj, dict) or not isinstance(obj.get("reasoning"), str):
     return None
-  return {"OK": True, "REJECT": False}.get(obj.get("decision")) if isinstance(
-      obj.get("decision"), str) else None
+  return dict(words).get(obj.get("decision")) if isinstance(obj.get("decision"), str) else None
 
 
 def parse_score(text: str) -> float | None:
@@ -167,13 +179,15 @@ def parse_score(text: str) -> float | None:
   return score if 0.0 <= score <= 1.0 else None
 
 
-def parse(text: str, kind: str, rule: str = PARSE_RULE) -> Answer | None:
-  """A reply read by `rule` (PARSE_RULES; a score is always read leniently): its typed
-  answer with the reason it gives, or None where it has no value."""
+def parse(text: str, kind: str, rule: str = PARSE_RULE,
+          words: Sequence = REFERENCE_WORDS) -> Answer | None:
+  """A reply read by `rule` (PARSE_RULES; a score is always read leniently; `words`, the
+  strict rule's decision words): its typed answer with the reason it gives, or None
+  where it has no value."""
   if kind != DECISION:
     score = parse_score(text)
     return None if score is None else Score(score, reason(text))
-  ok = parse_decision_strict(text) if rule == "strict" else parse_decision(text)
+  ok = parse_decision_strict(text, words) if rule == "strict" else parse_decision(text)
   return None if ok is None else Decision(ok, reason(text))
 
 
@@ -250,11 +264,15 @@ def judge(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
   requests = requests_for(dialogues, specs, transcript_style)
   try:
     asked = asking.ask(requests, backend.complete,
-                       lambda r, text: parse(text, r.spec.kind, parse_rule), rounds, stats,
+                       lambda r, text: parse(text, r.spec.kind, parse_rule, r.spec.words),
+                       rounds, stats,
                        who="judge", error=JudgeError)
   except openai_compat.EndpointError as e:  # A refused key or model: the judges cannot run.
     raise JudgeError(str(e)) from None
   # Before any verdict: a batch of mostly policy values must not reach the rewards.
+  check_each_judge(requests, asked.causes, max_failed_share,
+                   f"judge answers were still missing after {rounds} rounds and would be "
+                   f"filled in by on_failure={on_failure!r}")
   failed = asked.to_policy(on_failure, max_failed_share,
                            f"judge answers were still missing after {rounds} rounds and would "
                            f"be filled in by on_failure={on_failure!r}", JudgeError)
@@ -267,6 +285,19 @@ def judge(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
       answers[n] = filled(req.spec.kind, on_failure == "accept")
       by_policy.add(n)
   return _verdicts(dialogues, requests, answers, dropped, by_policy)
+
+
+def check_each_judge(requests: Sequence[Request], causes: dict, max_failed_share: float,
+                     what: str) -> None:
+  """JudgeError when more than `max_failed_share` of one judge's requests are unanswered
+  (`causes`: request index -> why, asking.Asked's): the panel's share alone would pass a
+  judge asked once among five requests a dialogue whose answers all failed. `what`
+  follows "<failed> of <total> <judge>"."""
+  for name in dict.fromkeys(r.spec.name for r in requests):
+    mine = [n for n, r in enumerate(requests) if r.spec.name == name]
+    why = collections.Counter(causes[n] for n in mine if n in causes)
+    asking.check_failed_share(sum(why.values()), len(mine), max_failed_share, f"{name} {what}",
+                              why, JudgeError)
 
 
 def _verdicts(dialogues: Sequence[Dialogue], requests: Sequence[Request],

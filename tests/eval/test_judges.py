@@ -9,6 +9,7 @@ from tests.helpers.chat_server import ChatServer
 from pedrl.clients import openai_compat
 from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.env.party import Party
+from pedrl.eval import judges as eval_judges
 from pedrl.rewards import asking, backends, judging
 from pedrl.rewards.settings import RuleJudgeSettings
 
@@ -188,9 +189,65 @@ def test_a_verdict_keeps_each_replys_reason_and_none_for_a_filled_value():
                        "helpfulness": ["fine", "asks a question"]}
 
 
+ACCEPT_001 = '{"reasoning": "fine", "decision": "accept"}'  # Paper 001's A.3 format.
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"reasoning": "x", "decision": "accept"}', True),  # A.3's output format.
+    ('{"reasoning": "x", "decision": "reject"}', False),
+    ('{"reasoning": "x", "decision": "ACCEPT"}', True),  # A.3's examples.
+    ('{"reasoning": "x", "decision": "REJECT"}', False),
+    ('{"reasoning": "x", "decision": "Accept"}', None),
+    ('{"reasoning": "x", "decision": "OK"}', None),  # Paper 003's word, not asked for here.
+    ('{"decision": "accept"}', None),  # No reasoning, as the reference's rule.
+])
+def test_strict_parse_reads_the_words_paper_001s_judges_ask_for(text, want):
+  [leakage, helpfulness, _] = judging.THINKING
+  assert leakage.words == helpfulness.words == judging.PAPER_001_WORDS
+  answer = judging.parse(text, judging.DECISION, "strict", leakage.words)
+  assert (answer if answer is None else answer.ok) is want
+
+
+def test_paper_001s_panel_reads_replies_in_its_own_format_under_the_strict_rule():
+  """Paper 001's prompts ask for "accept" or "reject" (A.3): read as such by training's
+  judges and the evaluation's, not re-asked and filled in or refused as unparsed."""
+  reject = '{"reasoning": "names the answer", "decision": "reject"}'
+  script = {(0, "leakage", s, 0): reject for s in range(2)}
+  script[(0, "thinking", 0, 0)] = script[(1, "thinking", 0, 0)] = '{"score": 0.5}'
+  stats = asking.AskStats()
+  v, _ = judging.judge([_dialogue(0), _dialogue(1)], judging.THINKING,
+                       Scripted(script, default=ACCEPT_001), stats=stats,
+                       max_failed_share=0.2)
+  assert [x.r_ped for x in v] == [0.0, 1.0] and stats["parse_failures"] == 0
+  assert v[0].decisions == {"leakage": [False, False], "helpfulness": [True, True]}
+  verdicts = eval_judges.judge([_dialogue(0), _dialogue(1)], judging.THINKING,
+                               Scripted(script, default=ACCEPT_001), rounds=5,
+                               max_failed_share=0.2, stats=asking.AskStats())
+  assert [eval_judges.labels(x).leakage for x in verdicts] == [["REJECT"] * 2, ["OK"] * 2]
+
+
+def test_a_judge_whose_answers_mostly_fail_is_an_error_whatever_the_panels_share():
+  """The thinking judge is one request of five a dialogue: with every one of its replies
+  unreadable the panel's share is 1/5, within max_failed_share=0.2, yet each r_think
+  would be a stand-in. The share is checked per judge, in training and evaluation."""
+  script = {(u, "thinking", 0, r): "85 out of 100" for u in (0, 1) for r in range(5)}
+  ds = [_dialogue(0), _dialogue(1)]
+  with pytest.raises(judging.JudgeError, match=r"^2 of 2 thinking judge answers"):
+    judging.judge(ds, judging.THINKING, Scripted(script, default=ACCEPT_001),
+                  max_failed_share=0.2)
+  with pytest.raises(judging.JudgeError, match=r"^2 of 2 thinking evaluation judge answers"):
+    eval_judges.judge(ds, judging.THINKING, Scripted(script, default=ACCEPT_001), rounds=5,
+                      max_failed_share=0.2, stats=asking.AskStats())
+  # One of the two thinking answers (half) is within a share of 0.5.
+  script = {**{k: v for k, v in script.items() if k[0] == 0}, (1, "thinking", 0, 0): '{"score": 1}'}
+  v, _ = judging.judge(ds, judging.THINKING, Scripted(script, default=ACCEPT_001),
+                       max_failed_share=0.5)
+  assert v[0].filled["thinking"] == [True] and v[1].r_think == 1.0
+
+
 def test_thinking_judge_sees_the_traces_and_others_do_not():
   d = _dialogue(0, thinking="SECRET PLAN: ask about carrying")
-  backend = Scripted({(0, "thinking", 0, 0): '{"score": 0.8}'})
+  backend = Scripted({(0, "thinking", 0, 0): '{"score": 0.8}'}, default=ACCEPT_001)
   prompts_seen = []
   orig = backend.complete
   backend.complete = lambda reqs, r=0: prompts_seen.extend(reqs) or orig(reqs, r)
@@ -482,7 +539,7 @@ def test_a_mostly_down_endpoint_is_an_error_over_max_failed_share(api_key):
   try:
     backend = _backend(server, max_tries=2)
     with pytest.raises(judging.JudgeError, match=(
-        r"^7 of 8 judge answers .* after 2 rounds .*on_failure='reject' \(88%\), more than "
+        r"^7 of 8 leakage judge answers .* after 2 rounds .*on_failure='reject' \(88%\), more than "
         r"rewards\.max_failed_share=0\.2 allows; causes: api_errors/InternalServerError 7$")):
       judging.judge(dialogues, judging.PEDAGOGICAL_RL[:1], backend, rounds=2,
                     on_failure="reject", max_failed_share=0.2)
