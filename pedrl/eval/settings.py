@@ -220,6 +220,9 @@ class TutorRun:
 SCHEMES = ("codebook", "schoenfeld")
 BACKENDS = ("openai", "local", "rule")
 THINKING_UNITS = ("sentence", "paragraph")
+# Table 11's order: the first column's share (the paper's rows descend in NoThink), or the
+# mean share over the columns.
+TOP_CODES_RANKS = ("first", "mean")
 ROLES = ("label", "label2")  # The config sections of the first labeller and the second.
 
 
@@ -280,6 +283,7 @@ class AnalysisSettings:
   total: str = "sum"  # Tables 3 and 9's Total and Unique: sum | pooled (text.py).
   sample: int = 0  # > 0: label a seeded subset of this many units per condition and scheme.
   top_codes: int = 10  # Table 11's rows.
+  top_codes_rank: str = "first"  # Which codes and in what order (TOP_CODES_RANKS).
   confidence: float = 0.95  # Every interval's.
   seed: int = 0
   scan_layers: bool = False  # A local labeller's layers (False decodes faster on CPU).
@@ -289,6 +293,9 @@ class AnalysisSettings:
     if self.thinking_unit not in THINKING_UNITS:
       raise ValueError(f"thinking_unit {self.thinking_unit!r} is not one of "
                        f"{THINKING_UNITS}")
+    if self.top_codes_rank not in TOP_CODES_RANKS:
+      raise ValueError(f"top_codes_rank {self.top_codes_rank!r} is not one of "
+                       f"{TOP_CODES_RANKS}")
     if self.total not in TOTALS:
       raise ValueError(f"total {self.total!r} is not one of {TOTALS}")
     if not 0 < self.confidence < 1:

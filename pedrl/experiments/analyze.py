@@ -250,7 +250,8 @@ def write_report(s: Settings, workdir: str, conditions: dict, responses: dict, p
     if skipped:
       logging.warning("columns %s left out: not all of their conditions are analysed; "
                       "columns: %s", skipped, [x.name for x in cols])
-    top = summary_lib.top_codes(first["codebook"], cols, codebook, a.top_codes, a.confidence)
+    top = summary_lib.top_codes(first["codebook"], cols, codebook, a.top_codes, a.confidence,
+                                a.top_codes_rank)
     tables["major_categories"] = ("Table 4: major categories (sentence level, %)",
                                   report.category_table(first["codebook"], cols, codebook,
                                                         a.confidence))

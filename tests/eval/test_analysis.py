@@ -20,6 +20,7 @@ from pedrl.env.dialogue import STUDENT, TUTOR, Dialogue, Message
 from pedrl.eval import records as records_lib
 from pedrl.eval.analysis import (AnalysisError, codebook as codebook_lib, data_views, labelling,
                                  responses, significance, summary, text)
+from pedrl.eval import settings as settings_lib
 from pedrl.rewards import asking
 
 CODEBOOK = codebook_lib.load()
@@ -175,6 +176,25 @@ def test_comparisons_groups_and_contingency_tables():
   for bad in ("Praise: A vs B", "Praise: A versus B: code=Praise", "P: A vs B: codes"):
     with pytest.raises(AnalysisError, match="--config.comparisons"):
       significance.parse_comparisons(bad)
+
+
+def test_table_11_lists_codes_in_the_first_columns_order_as_the_paper():
+  """Table 11's rows descend in NoThink: Praise (11.76) above Hint provision (9.42),
+  though Hint's mean over the three columns is higher (10.15 against 8.62). Here column A
+  has praise 4/10, hint 3/10, concept 3/10; column B hint 6/10, concept 4/10: means 0.2,
+  0.45, 0.35. By A, praise first; hint and concept tie there and go by their means."""
+  praise, hint = CODEBOOK.code("Praise").id, CODEBOOK.code("Hint provision").id
+  concept = CODEBOOK.code("Concept explanation").id
+  labels = {"A": [praise] * 4 + [hint] * 3 + [concept] * 3, "B": [hint] * 6 + [concept] * 4}
+  result = summary.SchemeResult("codebook", labels, {c: {} for c in labels})
+  cols = summary.columns("A,B", ["A", "B"], {})
+  names = lambda rank: [code.name for code, _ in summary.top_codes(result, cols, CODEBOOK, 2,
+                                                                   0.95, rank)]
+  assert names("first") == ["Praise", "Hint provision"]
+  assert names("mean") == ["Hint provision", "Concept explanation"]
+  assert settings_lib.AnalysisSettings().top_codes_rank == "first"
+  with pytest.raises(ValueError, match="top_codes_rank 'median'"):
+    settings_lib.AnalysisSettings(top_codes_rank="median")
 
 
 def test_shares_carry_wilson_intervals_and_kappa_is_cohens():

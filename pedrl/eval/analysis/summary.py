@@ -87,13 +87,16 @@ def column_shares(result: SchemeResult, column: Column, levels: Sequence[Any],
 
 
 def top_codes(result: SchemeResult, cols: Sequence[Column], codebook: Codebook, n: int,
-              confidence: float) -> list:
-  """The n codes with the highest mean share over the columns, most frequent first:
-  [(code, {column: Averaged})]."""
+              confidence: float, rank: str = "first") -> list:
+  """The n codes with the highest share, most frequent first: [(code, {column:
+  Averaged})]. `rank` "first": the first column's share, as paper 001's table 11 lists
+  its rows (descending in NoThink; ties by the mean); "mean": the mean over the columns."""
   ids = [c.id for c in codebook.codes]
   per = {col.name: column_shares(result, col, ids, lambda x: x, confidence) for col in cols}
   mean = {i: np.nanmean([per[col.name][i].value for col in cols]) for i in ids}
-  ranked = sorted((i for i in ids if mean[i] > 0), key=lambda i: -mean[i])[:n]
+  first = {i: np.nan_to_num(per[cols[0].name][i].value) for i in ids} if cols else mean
+  key = {"first": lambda i: (-first[i], -mean[i]), "mean": lambda i: -mean[i]}[rank]
+  ranked = sorted((i for i in ids if mean[i] > 0), key=key)[:n]
   return [(codebook.by_id(i), {col.name: per[col.name][i] for col in cols}) for i in ranked]
 
 
