@@ -18,8 +18,10 @@ Not in the key: code outside `TRACED_CODE` that a jitted function reaches throug
 its arguments (pedrl's engine functions reach none), and jax settings changed after
 the first lookup that jax's own jit cache does not key on either. A call with
 static arguments printed by address or passed by keyword, traced arguments, or under
-`jax.disable_jit`, and a multi-process run, skip the store. An unreadable file is
-compiled anew and replaced. The store is trusted like jax's cache (loading an
+`jax.disable_jit` skip the store. In a job of several processes each process keeps
+its own executables (its index is in the key): jax writes its persistent cache from
+process 0 only, so without the store every other host would compile every program at
+each start. An unreadable file is compiled anew and replaced. The store is trusted like jax's cache (loading an
 executable can run its code): a folder that another user owns or can write is not
 used.
 """
@@ -76,8 +78,10 @@ def _environment() -> str:
   import ml_dtypes
   import numpy
   versions = [m.__version__ for m in (jax, jaxlib, flax, numpy, ml_dtypes)]
-  # The job's whole device list: a program of a pod's process is compiled for all of them.
+  # The job's whole device list: a program of a pod's process is compiled for all of them;
+  # and which process this is: each loads the executable compiled for its own devices.
   devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
+  devices.append(("process", jax.process_index(), jax.process_count()))
   platform = getattr(jax.local_devices()[0].client, "platform_version", "")
   config = sorted((k, repr(v)) for k, v in jax.config.values.items())
   flags = [os.environ.get(name) for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")]
@@ -291,15 +295,15 @@ def _trusted(directory: str) -> bool:
 
 
 def store() -> Store | None:
-  """The store in use, if any. None in a multi-process run: each process would need
-  its own executables."""
+  """The store in use, if any (in a job of several processes, each process's own
+  executables: `_environment` keys them by the process)."""
   global _store
   if _store is _UNSET:
     chosen = os.environ.get(ENV)
     if chosen is None and jax.config.jax_compilation_cache_dir:
       chosen = os.path.join(jax.config.jax_compilation_cache_dir, FOLDER)
     use(chosen if chosen in (None, "", "off") or _trusted(chosen) else None)
-  return _store if _store is not None and jax.process_count() == 1 else None
+  return _store
 
 
 def _fresh(lowered):

@@ -20,8 +20,9 @@ A training job's update step is jitted outside the engine and not run here.
 
 It prints how many programs were compiled and read, and where they are kept.
 Run it on the devices the job will use, as one process: the programs are compiled
-for those devices (a job of several processes keeps no program store; its programs
-are jax's cache's, keyed after tracing).
+for that one process and those devices. A job of several processes is not warmed by
+it: each of its processes keeps its own programs in the store (keyed by the process)
+at the job's first start, and reads them at the next.
 """
 import os
 import time

@@ -1,6 +1,7 @@
 """The program store (`pedrl.engine.programs`): a program is found by what a call is,
 never for a call it was not compiled for, and runs without jax tracing anything."""
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -161,6 +162,56 @@ def test_a_program_jax_read_from_its_cache_is_stored_compiled_afresh(tmp_path):
   assert sorted(os.listdir(cache)) == entries  # Nor written to jax's cache.
   stored = run(store)  # A new process: from the store, and it runs.
   assert stored[0] == "1" and stored[2:] == plain[2:]
+
+
+TWO_PROCESSES = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+    import jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from pedrl.engine import compiler, programs
+    from pedrl.bench import compiles
+    programs.use(sys.argv[3])
+    mesh = Mesh(np.array(jax.devices()), ("data",))  # One device a process.
+    rows = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+    x = jax.make_array_from_callback((8, 4), NamedSharding(mesh, P("data")), lambda i: rows[i])
+    def f(x):  # A sum over both processes' rows: a collective in the program.
+      return (x * x).sum(0)
+    g = compiler.jit(f, out_shardings=NamedSharding(mesh, P()))
+    with compiles.compilations() as made:
+      out = g(x)
+    print(made.stored, np.asarray(out.addressable_data(0)).tolist())
+    jax.distributed.shutdown()
+    """)
+
+
+@pytest.mark.job
+def test_each_process_of_a_job_keeps_and_reads_its_own_programs(tmp_path):
+  """jax writes its persistent cache from process 0 only: without the store, every other
+  process of a pod compiles each program at each start. Each process keeps its own
+  executable (keyed by its index) and the next start of both reads it, collective and
+  all, with the same result."""
+  script, store = tmp_path / "two.py", str(tmp_path / "store")
+  script.write_text(TWO_PROCESSES)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+
+  def start():
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      address = f"127.0.0.1:{s.getsockname()[1]}"
+    procs = [subprocess.Popen([sys.executable, str(script), address, str(i), store], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    return [out.splitlines()[-1].split(maxsplit=1) for out, _ in outs]  # After gloo's.
+
+  want = str((np.arange(32.0).reshape(8, 4) ** 2).sum(0).tolist())
+  assert start() == [["0", want]] * 2  # Compiled by each process, and kept.
+  assert len(_stored_files(store)) == 2  # One executable per process.
+  assert start() == [["1", want]] * 2  # Both read their own, and they run.
 
 
 def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch, caplog):

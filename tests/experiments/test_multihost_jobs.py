@@ -146,7 +146,8 @@ def test_uco_as_two_processes_stopped_killed_and_resumed_equals_one_process(one_
 
   procs = _start(2, command, tmp_path / "again")
   # Killed before it compiles anything: a killed host's programs are not what is tested,
-  # and compiling them is most of a start (process 1 reads none from the caches).
+  # and compiling them is most of a start (process 1 reads its engine programs from the
+  # program store, the rest it compiles: jax's cache is process 0's).
   _wait_for_line(f"{tmp_path / 'again'}_1.err", "steps of", procs)
   procs[1].popen.kill()
   killed = time.monotonic()
