@@ -124,7 +124,9 @@ class Request:
   spec: JudgeSpec
   sample: int
   prompt: str
-  uid: int  # Distinct per request within a batch (seeds local sampling).
+  # Distinct per request within the run: the dialogue's uid and the request's place among
+  # its requests (a local judge seeds its sample by it, so each step draws afresh).
+  uid: int
 
 
 class Judged(typing.NamedTuple):
@@ -228,9 +230,10 @@ def reference_conversation(d: Dialogue) -> list[dict]:
 
 def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
                  style: str = TRANSCRIPT) -> list[Request]:
-  out = []
+  out, per_dialogue = [], sum(spec.samples for spec in specs)
   for d in dialogues:
     conversation = transcript(d.messages, style)
+    first = len(out)
     for j, spec in enumerate(specs):
       extra = {"thinking": thinking_traces(d)} if spec.sees_thinking else {}
       if spec.prompt_file:
@@ -241,7 +244,7 @@ def requests_for(dialogues: Sequence[Dialogue], specs: Sequence[JudgeSpec],
         text = prompts.render(spec.prompt, conversation=conversation, problem=d.problem,
                               **extra)
       for s in range(spec.samples):
-        out.append(Request(d, spec, s, text, uid=len(out)))
+        out.append(Request(d, spec, s, text, uid=d.uid * per_dialogue + len(out) - first))
   return out
 
 

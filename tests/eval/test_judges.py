@@ -441,6 +441,11 @@ def test_local_backend_samples_each_request_with_its_own_key(testdata):
   replies = backend.complete(reqs, 0)
   assert len(replies) == 6 and len(set(replies)) == 6  # Same prompt, different samples.
   assert backend.complete(reqs, 0) == replies and backend.complete(reqs, 1) != replies
+  # Keyed by the dialogue, not the request's place in the batch: dialogue 1 alone draws
+  # what it drew beside dialogue 0, and a later step's dialogue (another uid, the same
+  # text) draws afresh, not the keys of the batch's first requests again.
+  assert backend.complete(judging.requests_for([_dialogue(1)], spec), 0) == replies[3:]
+  assert backend.complete(judging.requests_for([_dialogue(7)], spec), 0) != replies[:3]
   # A random model never writes a verdict: every sample is asked again, then the policy.
   stats = asking.AskStats()
   v, _ = judging.judge([_dialogue(0)], spec, backend, rounds=2, on_failure="reject", stats=stats)
