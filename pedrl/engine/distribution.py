@@ -129,6 +129,13 @@ def _top_k_threshold(values, k, candidates: int | None):
       lambda: kth)
 
 
+# The least mass a top-p filter asks for: a smaller top_p (1e-40, a subnormal float32 that
+# XLA flushes to 0) would let the threshold search pass every token by, and the draw
+# would read an all-masked row. At 1e-8 the most likely token (at least 1/V of the mass,
+# for any V up to 1e8) always stays: a tiny top_p is greedy, as vLLM's.
+MIN_TOP_P = 1e-8
+
+
 def _top_p_threshold(probs, p, on, candidates: int | None):
   """Per row, the largest t with sum(probs[probs >= t]) >= p (probs [..., V], p [...]):
   the first candidate, largest first, whose running sum reaches p. Rows where `on`
@@ -160,7 +167,7 @@ def top_k_mask(logits: jax.Array, k: int, search: str | None = None,
 def top_p_mask(probs: jax.Array, p: float, search: str | None = None,
                candidates: int | None = None) -> jax.Array:
   """True for the smallest set of most likely tokens whose mass reaches p (probs [..., V])."""
-  probs = probs.astype(jnp.float32)
+  probs, p = probs.astype(jnp.float32), max(p, MIN_TOP_P)
   if filter_search(search, probs.shape) == "top_k":
     t = _top_p_threshold(probs, jnp.full(probs.shape[:-1], p, jnp.float32),
                          jnp.ones(probs.shape[:-1], bool), candidates)
@@ -275,7 +282,7 @@ def sample_rows(logits: jax.Array, keys: jax.Array, rows: RowSampling,
 
   def top_p(scaled):
     probs = jax.nn.softmax(scaled, axis=-1)
-    p = jnp.where(use_p, rows.top_p, 1.0)
+    p = jnp.where(use_p, jnp.maximum(rows.top_p, MIN_TOP_P), 1.0)
     pth = (_top_p_threshold(probs, p, use_p, None) if top_k_search else
            _largest_threshold(probs, probs, p))
     return jnp.where(~use_p[:, None] | (probs >= pth[:, None]), scaled, -jnp.inf)

@@ -89,10 +89,13 @@ def compile_stop_strings(strings: Sequence[str], vocab_bytes: list[bytes]) -> St
 
 
 def find_stop(text: str, strings: Sequence[str]) -> tuple[int, str | None]:
-  """(index of the earliest stop string in text, which one), or (len(text), None)."""
-  best, which = len(text), None
+  """(where the stop string that text completes first begins, which one), or (len(text),
+  None): the one a token-by-token generation meets first, as vLLM and the OpenAI API
+  stop (with stops "85" and "y85 88", "…y85 88" ends at "85", before the "y"); of two
+  completed at once, the one that begins earlier."""
+  best, which = (len(text) + 1, 0), None
   for s in strings:
     i = text.find(s)
-    if 0 <= i < best:
-      best, which = i, s
-  return best, which
+    if i >= 0 and (i + len(s), i) < best:
+      best, which = (i + len(s), i), s
+  return (len(text), None) if which is None else (best[1], which)

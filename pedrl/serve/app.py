@@ -298,10 +298,10 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
         message = ChatCompletionMessage(role="assistant", content=visible,
                                         reasoning_content=thinking or None)
       choices.append(ChatChoice(index=i, message=message, finish_reason=s.finish_reason))
-    return ChatCompletion(
+    return _with_nulls(ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex}", object="chat.completion", created=int(time.time()),
         model=settings.served_name, choices=choices,
-        usage=_usage(sequences)).model_dump(exclude_none=True)
+        usage=_usage(sequences)).model_dump(exclude_none=True))
 
   @app.post("/v1/embeddings")
   async def embeddings(req: openai_types.EmbeddingRequest):
@@ -361,7 +361,7 @@ async def _render(chat, messages, template_kwargs: dict | None = None) -> tuple:
 
 def _usage(sequences) -> CompletionUsage:
   prompt = sum(len(s.prompt) for s in sequences if s.index == 0)
-  used = sum(len(s.tokens) for s in sequences)
+  used = sum(s.used for s in sequences)
   return CompletionUsage(prompt_tokens=prompt, completion_tokens=used,
                          total_tokens=prompt + used)
 
@@ -405,17 +405,30 @@ async def _stream(channel: _Channel, generator, render, include_usage: bool,
       generator.abort(channel.job)
 
 
-def _chunks(kind, prefix: str, obj: str, settings: ServeSettings):
+def _with_nulls(body: dict, usage: bool = False) -> dict:
+  """A response dumped without its unset optional fields, with the nulls OpenAI and vLLM
+  send and clients index: each choice's `finish_reason` and `logprobs`, and a stream's
+  `usage` in every chunk when include_usage asked for it."""
+  for choice in body["choices"]:
+    choice.setdefault("finish_reason", None)
+    choice.setdefault("logprobs", None)
+  if usage:
+    body.setdefault("usage", None)
+  return body
+
+
+def _chunks(kind, prefix: str, obj: str, settings: ServeSettings, include_usage: bool):
   """chunk(choices, usage=None): a stream's chunks as dicts, all with one id and time."""
   cid, created = f"{prefix}-{uuid.uuid4().hex}", int(time.time())
-  return lambda choices, usage=None: kind(
+  return lambda choices, usage=None: _with_nulls(kind(
       id=cid, object=obj, created=created, model=settings.served_name, choices=choices,
-      usage=usage).model_dump(exclude_none=True)
+      usage=usage).model_dump(exclude_none=True), include_usage)
 
 
 def _completion_events(channel, generator, settings: ServeSettings, echo: list,
                        include_usage: bool):
-  chunk, started = _chunks(Completion, "cmpl", "text_completion", settings), set()
+  chunk = _chunks(Completion, "cmpl", "text_completion", settings, include_usage)
+  started = set()
 
   def render(i, shown, new, finish):
     del shown
@@ -439,7 +452,8 @@ def _split(text: str, opened: bool) -> tuple[str, str]:
 
 def _chat_events(channel, generator, settings: ServeSettings, include_usage: bool,
                  opened: bool = False):
-  chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings)
+  chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings,
+                  include_usage)
   split = settings.reasoning == "split"
   started, shown = set(), {}
 
@@ -476,7 +490,9 @@ def _without_open_tag(text: str) -> str:
 def _logprobs(tokenizer, s: Sequence) -> Logprobs:
   """The completions API's log-probs: per token its text, log-prob, top alternatives and
   offset in the returned text; with echo the prompt's tokens come first (the first
-  has no log-prob)."""
+  has no log-prob). The alternatives hold the token itself too, as OpenAI's and vLLM's
+  do (up to logprobs + 1 entries): a client reading them for the chosen token, or
+  checking it was the greedy one, finds it."""
   lp = s.alternatives
   ids = list(s.prompt) + s.tokens
   start = 0 if s.echo else len(s.prompt)
@@ -492,9 +508,10 @@ def _logprobs(tokenizer, s: Sequence) -> Logprobs:
       alternatives.append(None)
       continue
     values.append(float(lp.logprobs[t - 1]))
-    alternatives.append({tokenizer.decode([int(i)]): float(v)
-                         for i, v in zip(lp.top_ids[t - 1, :s.logprobs],
-                                         lp.top_logprobs[t - 1, :s.logprobs])})
+    top = {tokenizer.decode([int(i)]): float(v)
+           for i, v in zip(lp.top_ids[t - 1, :s.logprobs], lp.top_logprobs[t - 1, :s.logprobs])}
+    top.setdefault(pieces[t - start], values[-1])
+    alternatives.append(top)
   # Constructed unvalidated: the API's first echoed token has null entries, which the
   # openai package's type does not declare.
   return Logprobs.model_construct(tokens=pieces, token_logprobs=values,

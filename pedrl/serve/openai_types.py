@@ -186,7 +186,8 @@ class CompletionRequest(_Sampling):
 class ChatMessage(pydantic.BaseModel):
   model_config = pydantic.ConfigDict(extra="allow")  # name, tool_call_id, …: ignored.
   role: Literal["system", "developer", "user", "assistant", "tool"]
-  content: str | list[dict] | None = None
+  # Missing or null: empty, as vLLM reads it (an assistant turn of tool calls has none).
+  content: str | list[dict] | None = pydantic.Field(None, validate_default=True)
 
   @pydantic.field_validator("content")
   @classmethod
@@ -194,7 +195,8 @@ class ChatMessage(pydantic.BaseModel):
     if isinstance(v, list):
       if any(part.get("type") != "text" for part in v):
         raise ValueError("only text content parts are supported")
-      v = "".join(str(part.get("text", "")) for part in v)
+      # Text parts one per line, as vLLM joins them (entrypoints/chat_utils.py).
+      v = "\n".join(str(part.get("text", "")) for part in v)
     return check_text(v or "", "a message's content")
 
   def text(self) -> str:

@@ -252,13 +252,20 @@ class Scheduler:
     ids = seq.sampled[:len(seq.sampled) - len(stop_token)]
     text = self.engine.tokenizer.decode(ids)
     cut, which = stops_lib.find_stop(text, seq.stop)
+    used = None
     if which is not None:
+      # Generated: up to the token that completes the stop string (a decode call runs
+      # several steps, and the tokens after it were never the completion's).
+      used, decode = len(ids), self.engine.tokenizer.decode
+      while used > 1 and stops_lib.find_stop(decode(ids[:used - 1]), seq.stop)[1] is not None:
+        used -= 1
       text, finish, stop_token = text[:cut], "stop", []
       # Keep the tokens up to the one that completes the returned text; the stop string
       # ends within the last few tokens, so search from the end.
       while ids and len(self.engine.tokenizer.decode(ids[:-1])) >= len(text):
         ids = ids[:-1]
     seq.text, seq.tokens = text, ids + stop_token
+    seq.used = len(seq.tokens) if used is None else used
     if finish:
       seq.streamed = len(text)
     else:  # Neither a stop string's possible start nor an unfinished character.

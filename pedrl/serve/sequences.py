@@ -27,6 +27,9 @@ class Sequence:
   # token that ended it, if one did (not in the text, but counted in usage and given a
   # log-prob, as vLLM does: echo with max_tokens=1 then always has prompt + 1 entries).
   tokens: list = dataclasses.field(default_factory=list)
+  # Tokens generated up to the end: `tokens`, and where a stop string ended it, up to the
+  # token that completed it (the usage vLLM reports; the text ends before the stop).
+  used: int = 0
   text: str = ""
   finish_reason: str | None = None  # "stop" or "length" once it ended.
   alternatives: "Alternatives | None" = None  # Of prompt + tokens (top log-probs).

@@ -82,6 +82,21 @@ def test_per_row_sampling_draws_what_each_rows_own_params_draw():
     np.testing.assert_array_equal(mixed, alone, err_msg=f"trial {trial}")
 
 
+@pytest.mark.parametrize("search", ["top_k", "bisect"])
+def test_a_vanishing_top_p_keeps_the_most_likely_token(search):
+  """top_p 1e-40 is a float32 that XLA flushes to 0: the threshold search then passed
+  every token by and the draw read an all-masked row (the same garbage token in every
+  row). Any top_p keeps at least the most likely token: a tiny one samples greedily."""
+  logits = jnp.asarray(np.random.default_rng(3).normal(size=(4, 1000)) * 3, jnp.float32)
+  keys = jax.random.split(jax.random.key(1), 4)
+  greedy = np.asarray(logits.argmax(-1))
+  for p in (1e-40, 1e-38, 1e-30):
+    rows = RowSampling.of(np.ones(4), np.zeros(4), np.full(4, p))
+    np.testing.assert_array_equal(distribution.sample_rows(logits, keys, rows, search), greedy)
+    kept = distribution.filtered_logits(logits, SamplingParams(1, top_p=p), search)
+    np.testing.assert_array_equal(np.isfinite(np.asarray(kept)).sum(-1), [1] * 4)
+
+
 def test_greedy_is_the_first_maximum():
   logits = jnp.asarray([[0.0, 3.0, 3.0, 1.0], [-1.0, -1.0, -2.0, -5.0]])
   np.testing.assert_array_equal(distribution.argmax(logits), [1, 0])

@@ -59,9 +59,20 @@ def test_random_token_streams_agree_with_decoded_text(testdata):
   assert hits > 50  # The streams do exercise matches.
 
 
-def test_find_stop_picks_the_earliest():
+def test_find_stop_picks_the_one_completed_first():
   assert stops.find_stop("abc STOP x END", ["END", "STOP"]) == (4, "STOP")
   assert stops.find_stop("nothing", ["END"]) == (7, None)
+  # "85" is complete at "…y85", before the longer stop that begins earlier: a
+  # token-by-token generation (vLLM, OpenAI) stops there and returns "…by".
+  assert stops.find_stop("99 by85 88", ["y85 88", "85"]) == (5, "85")
+  assert stops.find_stop("99 by85 88", ["85", "y85 88"]) == (5, "85")
+  # Completed at the same character: the one that begins earlier.
+  assert stops.find_stop("a\n\nHuman: hi", ["Human:", "\n\nHuman:"]) == (1, "\n\nHuman:")
+  # What the device-side automaton stops at is the same stop: its first hit's token.
+  pieces = [b"99", b" b", b"y", b"85", b" 88"]
+  table = stops.compile_stop_strings(["y85 88", "85"], pieces)
+  hit = run_table(table, [0, 1, 2, 3, 4])
+  assert hit == 3 == host_first_hit(pieces, [0, 1, 2, 3, 4], table.strings)
 
 
 def test_empty_stop_string_is_rejected():

@@ -173,7 +173,9 @@ def test_echo_logprobs_equal_transformers(client):
   assert len(lp.tokens) == len(ids) and "".join(lp.tokens) == text
   np.testing.assert_allclose(lp.token_logprobs[1:], want, atol=1e-4)
   for t, top in enumerate(lp.top_logprobs[1:]):
-    assert len(top) == 3 and max(top.values()) == pytest.approx(logp[t].max(), abs=1e-4)
+    assert max(top.values()) == pytest.approx(logp[t].max(), abs=1e-4)
+    # The top 3 and the token itself (OpenAI's "up to logprobs + 1" entries).
+    assert top[lp.tokens[t + 1]] == lp.token_logprobs[t + 1] and 3 <= len(top) <= 4
   assert lp.text_offset[:3] == [0, len(lp.tokens[0]), len(lp.tokens[0]) + len(lp.tokens[1])]
   # With sampled tokens: the completion's tokens follow the prompt's, scored the same way.
   more = client.completions.create(model=NAME, prompt=text, max_tokens=4, echo=True, logprobs=1,
@@ -183,6 +185,23 @@ def test_echo_logprobs_equal_transformers(client):
   np.testing.assert_allclose(lp2.token_logprobs[1:len(ids)], want, atol=1e-4)
   greedy = [max(top, key=top.get) for top in lp2.top_logprobs[len(ids):]]
   assert greedy == lp2.tokens[len(ids):]  # Greedy: each sampled token is the top one.
+
+
+def test_top_logprobs_always_hold_the_sampled_token(client):
+  """OpenAI returns the chosen token's log-prob among the alternatives, so there may be
+  logprobs + 1 of them; vLLM does too. Sampled at temperature 1, most tokens of a random
+  model are outside its top 1; logprobs=0 gives the chosen token alone."""
+  for k in (0, 1):
+    out = client.completions.create(model=NAME, prompt=PROMPTS[1], max_tokens=10, seed=5,
+                                    temperature=1.0, logprobs=k)
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == 10
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+      # Keyed by text: where a top token reads as the chosen one ("\ufffd" of two byte
+      # tokens), that entry stays (it is at least as likely).
+      assert top[token] >= value - 1e-6 and k <= len(top) <= k + 1, (token, top)
+    if k == 1:
+      assert any(len(top) == 2 for top in lp.top_logprobs)  # Some chosen outside the top 1.
 
 
 def _lm_eval_scores(client, context, continuation):
@@ -242,6 +261,22 @@ def test_stop_strings_are_trimmed_as_openai_does(client):
   many = ["never 1", "never 2", "never 3", "never 4", stop, "<|endoftext|>"]
   assert client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0,
                                    stop=many).choices[0].text == cut.text
+  # A stop that begins earlier but completes later loses: generation meets `stop` first.
+  k = full.text.index(stop)
+  later = full.text[k - 2:k + 6]
+  assert len(later) == 8
+  overlapping = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24,
+                                          temperature=0, stop=[later, stop]).choices[0]
+  assert overlapping.text == cut.text
+  # Usage counts the tokens generated up to the one that completed the stop (vLLM's), not
+  # those behind the returned text alone, nor what a decode call sampled past it.
+  pieces = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0,
+                                     logprobs=0).choices[0].logprobs.tokens
+  assert "".join(pieces) == full.text
+  want = next(n for n in range(1, len(pieces) + 1) if stop in "".join(pieces[:n]))
+  usage = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=24, temperature=0,
+                                    stop=stop).usage
+  assert usage.completion_tokens == want
 
 
 def test_n_with_a_seed_is_reproducible(client):
@@ -662,3 +697,32 @@ def test_embeddings_of_an_encoder_equal_the_embedder_and_sentence_transformers(t
   want = st.SentenceTransformer(path, device="cpu").encode(texts, normalize_embeddings=True)
   np.testing.assert_allclose(got, want, atol=1e-4)
   assert out.usage.prompt_tokens == sum(map(len, encoder.tokenizer(texts)["input_ids"]))
+
+
+def test_responses_carry_the_nulls_openai_sends_and_content_parts_join_by_line(served):
+  """Clients that read the raw JSON index `finish_reason` in every stream chunk, a chat
+  choice's `logprobs`, and `usage` in every chunk once include_usage is asked: OpenAI and
+  vLLM send them as null. A message's text parts are one per line and a missing content
+  is empty, as vLLM renders them."""
+  url = served[0]
+  body = {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+          "temperature": 0}
+  code, reply = _request(url + "/chat/completions", body)
+  assert code == 200 and reply["choices"][0]["logprobs"] is None
+  code, text = _request(url + "/chat/completions", dict(
+      body, stream=True, stream_options={"include_usage": True}))
+  chunks = [json.loads(line[6:]) for line in text.splitlines()
+            if line.startswith("data: {")]
+  assert code == 200 and len(chunks) >= 3 and all("usage" in c for c in chunks)
+  assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] >= 1
+  for c in chunks[:-1]:
+    assert c["usage"] is None and all("finish_reason" in x and "logprobs" in x
+                                      for x in c["choices"])
+  assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+  tokens = lambda *messages: _request(url.removesuffix("/v1") + "/tokenize",
+                                     {"model": NAME, "messages": list(messages)})[1]["tokens"]
+  parts = [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]
+  assert tokens({"role": "user", "content": parts}) == tokens(
+      {"role": "user", "content": "Hi\nthere"}) != tokens({"role": "user", "content": "Hithere"})
+  system = {"role": "system", "content": "Be brief."}
+  assert tokens(system, {"role": "user"}) == tokens(system, {"role": "user", "content": ""})
