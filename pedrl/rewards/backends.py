@@ -110,8 +110,9 @@ class LocalBackend:
 
 @dataclasses.dataclass(frozen=True)
 class RuleBackend:
-  """Deterministic stand-ins for the judges, answering in the judges' JSON, with the
-  limits of `limits` (a job's `rule_judges` section).
+  """Deterministic stand-ins for the judges, answering in the judges' JSON (a decision
+  in the words its judge's prompt asks for, `JudgeSpec.words`), with the limits of
+  `limits` (a job's `rule_judges` section).
 
   leakage: REJECT when the reference answer appears as a whole number/word in
     a tutor's visible message before any student message states it. It misses
@@ -132,14 +133,19 @@ class RuleBackend:
     for r in requests:
       if r.spec.name not in rules:
         raise JudgeError(f"no rule for judge {r.spec.name!r}; rules: {sorted(rules)}")
-      out.append(rules[r.spec.name](r.dialogue))
+      answer = rules[r.spec.name](r.dialogue)
+      if isinstance(answer, tuple):  # A decision: (ok, why).
+        ok, why = answer
+        word = next(w for w, means in r.spec.words if means == ok)
+        answer = json.dumps({"reasoning": why, "decision": word})
+      out.append(answer)
     return out
 
   @staticmethod
-  def _verdict(ok: bool, why: str) -> str:
-    return json.dumps({"reasoning": why, "decision": "OK" if ok else "REJECT"})
+  def _verdict(ok: bool, why: str) -> tuple[bool, str]:
+    return ok, why
 
-  def leakage(self, d: Dialogue) -> str:
+  def leakage(self, d: Dialogue) -> tuple[bool, str]:
     answer = d.answer.strip()
     pattern = re.compile(r"(?<![\w.])" + re.escape(answer) + r"(?![\w]|\.\d)")
     for m in d.messages:
@@ -149,7 +155,7 @@ class RuleBackend:
         return self._verdict(False, f"the tutor wrote the answer {answer!r}")
     return self._verdict(True, "the answer does not appear")
 
-  def helpfulness(self, d: Dialogue) -> str:
+  def helpfulness(self, d: Dialogue) -> tuple[bool, str]:
     words = {TUTOR: 0, STUDENT: 0}
     for m in d.messages:
       n = len(m.text.split())
