@@ -82,6 +82,7 @@ ADDED = {
     **{f"{section}.send_seed": True for section in (
         "tutor.endpoint", "student.endpoint", "rewards.openai", "label.openai", "label2.openai")},
     "rewards.uco.oracle_endpoint.send_seed": None,  # None: the judges' endpoint's.
+    "rewards.template_tags": "paper",  # The only reading before the option.
     "top_codes_rank": "mean",  # An analysis's table 11 was ranked by the mean over columns.
 }
 # An added top-level key belongs to the runs that have this other key (its job's); an

@@ -72,7 +72,7 @@ COMPONENTS = {
     "template": Component(
         lambda d, s: template.template_reward(
             [m.raw or m.text for m in _tutor_messages(d)], d.end_reason == "end_of_conversation",
-            d.truncated, scored=not rejected(d, s)),
+            d.truncated, scored=not rejected(d, s), tags=s.template_tags),
         zero_when_rejected=False),
     "uco": Component(_uco_return, level=TURN, turn_values=_uco_turns),
 }
@@ -104,10 +104,15 @@ class RewardSettings:
   lam_think: float = 0.3  # Paper 001 eq. 1.
   theta: float = 0.6  # Paper 001 eq. 1.
   gamma: float = 0.95  # Paper 000's discount of the uco component's turn rewards.
+  # How the template component reads <think> tags (template.TAGS): "paper", appendix B.1's
+  # words; "reference", the reference code's tag counts.
+  template_tags: str = "paper"
   # ((name, weight), …), parsed from `components` once (a bad spec fails here, not mid-run).
   weights: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
   def __post_init__(self) -> None:
+    if self.template_tags not in template.TAGS:
+      raise ValueError(f"template_tags {self.template_tags!r} is not one of {template.TAGS}")
     weights = (parse_components(self.components) if isinstance(self.components, str) else
                tuple((n, float(w)) for n, w in self.components))
     object.__setattr__(self, "weights", weights)  # Frozen: set once, here.

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from pedrl.rewards import pedagogy, template, uco
+from pedrl.rewards import assemble, pedagogy, template, uco
 
 
 # -- Paper 003 eq. 3-4 and paper 001 eq. 1 -------------------------------------------------
@@ -45,6 +45,24 @@ def test_tag_checks():
   assert template.tags_misused("<think>opened and never closed")
   assert template.tags_misused("closed</think> first")
   assert template.tags_misused("<think>a<think>b</think>")
+
+
+def test_tag_checks_by_the_reference_codes_counts():
+  """eth-lre/PedagogicalRL src/classroom.py get_thinking_reward: correct when a teacher
+  message has as many <think> as </think> and some; −0.5 when the counts differ; order
+  and emptiness are not read. Hand-computed on the reviewer's cases."""
+  ref = lambda turns: template.template_reward(turns, False, False, tags="reference")
+  paper = lambda turns: template.template_reward(turns, False, False)
+  empty = ["<think></think>Hi", "<think>\n</think>Next"]
+  assert ref(empty) == 0.5 and paper(empty) == 0.0  # 0.5 · 2/2, against no block counted.
+  reversed_ = ["</think>x<think>Hi", "<think>a</think>b"]
+  assert ref(reversed_) == 0.5 and paper(reversed_) == pytest.approx(0.5 * 1 / 2 - 0.5)
+  assert ref(["<think>plan</think>Q", "<think>never closed", "no tags"]) == pytest.approx(
+      0.5 * 1 / 3 - 0.5)
+  with pytest.raises(ValueError, match="template tags 'loose'"):
+    template.template_reward([], False, False, tags="loose")
+  with pytest.raises(ValueError, match="template_tags 'loose'"):
+    assemble.RewardSettings(template_tags="loose")
 
 
 def test_template_reward_by_hand():
