@@ -57,7 +57,11 @@ def grpo_loss_terms(logp: jax.Array, old_logp: jax.Array, ref_logp: jax.Array,
     total = per_seq.sum()
     norm = (mask.shape[0] if num_sequences is None else num_sequences)
   eps_high = eps_low if eps_high is None else eps_high
-  clipped = ((ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)).astype(jnp.float32)
+  # Tokens the clip holds (min picks the clipped term, no gradient): below 1 − ε_low with
+  # a negative advantage, above 1 + ε_high with a positive one, as TRL counts them. A
+  # ratio outside the range on the other side keeps its unclipped term.
+  clipped = (((ratio < 1.0 - eps_low) & (advantages < 0))
+             | ((ratio > 1.0 + eps_high) & (advantages > 0))).astype(jnp.float32)
   metrics = {"kl_sum": (kl * mask).sum(), "clipped_sum": (clipped * mask).sum(),
              "ratio_sum": (ratio * mask).sum(), "tokens": tokens}
   return total, norm, metrics

@@ -112,8 +112,11 @@ class StepMetrics:
   signal: LearningSignal
   advantage_mean: float  # Over the trained tokens.
   advantage_std: float
-  # −E[log π(a)] over sampled tutor tokens: an unbiased estimate of the policy's entropy
-  # at the sampling temperature (the full distribution is never materialised).
+  # −E[log π(a)] over the sampled tutor tokens (π at the sampling temperature; the full
+  # distribution is never materialised). Tokens drawn from π itself make it an unbiased
+  # estimate of π's entropy; drawn through top-k or top-p (paper 003's tutor: top-k 50),
+  # from the filtered q, it is the cross-entropy of q against π, smaller than H(π) where
+  # the filter cuts a long tail.
   entropy: float
   mean_tutor_tokens: float
   mean_turns: float

@@ -152,7 +152,7 @@ def test_pipeline_flags_policy_values_and_bounds_their_share(monkeypatch):
                                    judging.PEDAGOGICAL_RL[:1], Garbage(), judge_rounds=1,
                                    max_failed_share=0.5, seed=0)
   b = _dialogue(1)
-  with pytest.raises(judging.JudgeError, match="2 of 2 judge answers.*parse_failures 2"):
+  with pytest.raises(judging.JudgeError, match="2 of 2 leakage judge answers.*parse_failures 2"):
     strict([b])
   assert b.judgement.r_ped == 1.0  # Untouched: no verdict was written.
   assert strict.stats == {"judge/requests": 2, "judge/replies": 2,

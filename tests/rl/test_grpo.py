@@ -127,6 +127,13 @@ def test_first_pass_ratio_is_one_and_clipping_counts():
   assert float(m["clipped_sum"]) == 0.0
   _, _, m = loss.grpo_loss_terms(lp, lp - 0.5, lp, jnp.ones_like(lp), mask, beta=0.0)
   assert float(m["clipped_sum"]) == 3.0  # Ratio e^0.5 > 1.2 everywhere.
+  # Only where the clip holds: ratios 0.7, 1.3, 1.3, 0.7 with advantages +1, −1, 0, −1 clip
+  # the last alone (0.7 < 0.8 with A < 0); the first and second keep ρA (min picks it).
+  ratios, adv = jnp.asarray([[0.7, 1.3, 1.3, 0.7]]), jnp.asarray([[1.0, -1.0, 0.0, -1.0]])
+  zeros = jnp.zeros_like(ratios)
+  _, _, m = loss.grpo_loss_terms(jnp.log(ratios), zeros, zeros, adv, jnp.ones_like(ratios),
+                                 beta=0.0)
+  assert float(m["clipped_sum"]) == 1.0
 
 
 # -- Updates on the tiny model ----------------------------------------------------------------------
@@ -222,15 +229,19 @@ def test_old_log_probs_from_the_training_forward_give_a_first_ratio_of_one(tiny,
   opt = update.make_optimizer(1e-3)
   start = jax.tree.map(jnp.copy, params)
   _, _, metrics = update.train_step(model, start, opt.init(start), opt, batch, settings)
-  # The share of the loss's tokens that were shifted, counted on the original rows.
+  # The share of the loss's tokens that were shifted, counted on the original rows; the
+  # clip holds those with a negative advantage (ratio e^−0.3 ≈ 0.74 < 1 − ε).
   mask = np.asarray(exact.loss_mask)
-  shifted_share = (mask & (np.arange(mask.shape[1]) % 3 == 0)).sum() / mask.sum()
+  shifted = mask & (np.arange(mask.shape[1]) % 3 == 0)
+  shifted_share = shifted.sum() / mask.sum()
+  clipped_share = (shifted & (np.asarray(exact.advantages) < 0)).sum() / mask.sum()
   if old == "trainer":
     assert float(metrics.objective.clip_fraction) == 0.0
     assert float(metrics.objective.ratio) == pytest.approx(1.0, abs=1e-5)
     assert gap == pytest.approx(0.3 * shifted_share, rel=1e-4)  # Measured, not hidden.
   else:
-    assert float(metrics.objective.clip_fraction) == pytest.approx(shifted_share, rel=1e-4)
+    assert 0 < clipped_share < shifted_share
+    assert float(metrics.objective.clip_fraction) == pytest.approx(clipped_share, rel=1e-4)
     assert gap == 0.0
 
 
