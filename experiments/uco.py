@@ -48,7 +48,8 @@ ROLLOUT_SWEEP_PROBLEMS = 100  # Paper 000 section IV-D-3: "a smaller training se
 # its reference code (eth-lre/PedagogicalRL @ bae10cd config/train_rl_model.py); listed in
 # docs/paper-differences.md ("UCO's unstated settings").
 UNSTATED = {
-    "rl.steps": (150, "003 A.1: about 300 policy updates at μ = 2; the reference sets no max_steps (-1)"),
+    "rl.steps": (150, "003 A.1: about 300 policy updates at μ = 2 (the reference sets no "
+                      "max_steps)"),
     "rl.passes": (2, "003 A.2: μ = 2 gradient steps per batch (reference mu)"),
     "rl.eps_low": (0.2, "003 reference: clip ε = 0.2 (epsilon)"),
     "rl.eps_high": (None, "003 reference: the same ε above (no separate upper clip)"),

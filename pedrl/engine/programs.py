@@ -21,9 +21,9 @@ static arguments printed by address or passed by keyword, traced arguments, or u
 `jax.disable_jit` skip the store. In a job of several processes each process keeps
 its own executables (its index is in the key): jax writes its persistent cache from
 process 0 only, so without the store every other host would compile every program at
-each start. An unreadable file is compiled anew and replaced. The store is trusted like jax's cache (loading an
-executable can run its code): a folder that another user owns or can write is not
-used.
+each start. An unreadable file is compiled anew and replaced. The store is trusted
+like jax's cache (loading an executable can run its code): a folder that another user
+owns or can write is not used.
 """
 from collections.abc import Callable, Sequence
 import functools

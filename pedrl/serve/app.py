@@ -455,13 +455,13 @@ def _chat_events(channel, generator, settings: ServeSettings, include_usage: boo
   chunk = _chunks(ChatCompletionChunk, "chatcmpl", "chat.completion.chunk", settings,
                   include_usage)
   split = settings.reasoning == "split"
-  started, shown = set(), {}
+  started, shown, as_written = set(), {}, {}
 
   def render(i, shown_text, new, finish):
     if i not in started:
       started.add(i)
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(role="assistant", content=""))])
-    if split:  # Re-split what may be shown; send what each part gained.
+    if split and i not in as_written:  # Re-split what may be shown; send what each part gained.
       text = shown_text if finish else _without_open_tag(shown_text)
       parts, before = _split(text, opened), shown.get(i, ("", ""))
       if all(p.startswith(b) for p, b in zip(parts, before)):
@@ -470,7 +470,16 @@ def _chat_events(channel, generator, settings: ServeSettings, include_usage: boo
         if content or thinking:
           yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(
               content=content or None, reasoning_content=thinking or None))])
-    elif new:
+      elif not before[1] and shown_text.startswith(before[0]):
+        # A `</think>` with no opening after text already sent as content (a model that
+        # closes thinking its template did not open): what was sent cannot be taken back,
+        # so the rest goes as written, tag included, and none of the reply is lost.
+        as_written[i] = len(before[0])
+    if i in as_written:
+      content, as_written[i] = shown_text[as_written[i]:], len(shown_text)
+      if content:
+        yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(content=content))])
+    elif not split and new:
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(content=new))])
     if finish:
       yield chunk([ChunkChoice(index=i, delta=ChoiceDelta(), finish_reason=finish)])

@@ -130,3 +130,13 @@ def test_a_reply_begun_as_thinking_by_its_prompt_streams_it_as_reasoning():
 def test_a_prompt_opens_thinking_when_its_last_think_tag_is_an_opening(prompt, opened):
   from pedrl.env import chat
   assert chat.opens_thinking(prompt) is opened
+
+
+def test_a_lone_closing_tag_after_streamed_content_loses_none_of_the_reply():
+  """A model that closes thinking its template did not open: its first words went out as
+  content before the `</think>` showed them to be thinking. They cannot be taken back, so
+  the rest streams as written: the reply arrives whole, the answer included (the re-split
+  no longer extended what was sent, and nothing more was sent)."""
+  deltas = [d for d in _chat(OPENED, "split")[1:-1]]
+  assert "".join(d.get("content") or "" for d in deltas) == OPENED[-1][0]
+  assert not any(d.get("reasoning_content") for d in deltas)
