@@ -83,11 +83,7 @@ ADDED = {
         "tutor.endpoint", "student.endpoint", "rewards.openai", "label.openai", "label2.openai")},
     "rewards.uco.oracle_endpoint.send_seed": None,  # None: the judges' endpoint's.
     "rewards.template_tags": "paper",  # The only reading before the option.
-    "top_codes_rank": "mean",  # An analysis's table 11 was ranked by the mean over columns.
 }
-# An added top-level key belongs to the runs that have this other key (its job's); an
-# added key in a section, to the runs that have that section.
-ADDED_BESIDE = {"top_codes_rank": "top_codes"}
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:
@@ -105,8 +101,7 @@ def under_current_keys(values: dict) -> dict:
   the run had (ADDED); so that a run resumes across a rename."""
   out = {RENAMED.get(k, k): v for k, v in values.items() if RENAMED.get(k, k) is not None}
   sections = {k.rpartition(".")[0] for k in out}  # An added key of a section the run had.
-  had = lambda k: ADDED_BESIDE[k] in out if k in ADDED_BESIDE else k.rpartition(".")[0] in sections
-  return {**{k: v for k, v in ADDED.items() if had(k)}, **out}
+  return {**{k: v for k, v in ADDED.items() if k.rpartition(".")[0] in sections}, **out}
 
 
 def renamed(key: str) -> str | None:

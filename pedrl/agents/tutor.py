@@ -73,6 +73,12 @@ class AgentTutor:
     self._counted = collections.Counter()
 
   @property
+  def client(self):
+    """The endpoint under the agent's backbone, if it runs on one (its calls, retries and
+    errors are counted as an endpoint tutor's are); None on a local model."""
+    return getattr(self.agent.backbone, "client", None)
+
+  @property
   def stats(self) -> collections.Counter:
     """The agent's counts so far, with its backbone's (`backbone.Usage`)."""
     return self._counted + collections.Counter(getattr(self.agent.backbone, "stats", {}))

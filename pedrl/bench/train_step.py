@@ -19,7 +19,8 @@ random advantage, goes through what a training step runs:
 - update: `update.train_step` (micro-batched gradients, clipping, AdamW);
 - step: what a training step spends on both, the scoring pass counted as often as
   --old_logprobs makes a step run it (twice for "trainer", the default; once for
-  "sampler"); its time is the sum of the measured passes', not a run of its own.
+  "sampler") and the update --passes times (μ, rl.passes: 2 by default, paper 003's);
+  its time is the sum of the measured passes', not a run of its own.
 
 Each is run once to compile, then timed (best of --repeats); `programs` counts
 the XLA programs all those calls made (1: only the first compiled). MFU: model FLOPs
@@ -79,6 +80,9 @@ def define_flags() -> None:
   flags.DEFINE_enum("old_logprobs", update.GRPOSettings.old_logprobs, list(OLD_LOGPROBS),
                     "The ratio's old log-probs (rl.old_logprobs): the step row counts two "
                     "scoring passes for 'trainer', one for 'sampler'.")
+  flags.DEFINE_integer("passes", TrainSettings.passes, "Updates a training step makes on its "
+                       "batch (μ, rl.passes): the step row counts the update this many times.",
+                       lower_bound=1)
   timing.define_repeats("pass")
   timing.define_scan_layers(True)
   profile.define_flags()
@@ -224,8 +228,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
            param_dtype: str, compute_dtype: str, remat: bool, repeats: int,
            attention: str = "auto", logits_chunk: int = TrainSettings.logits_chunk,
            mesh_sizes: Sequence[int] = (), profile_top: int = 0, trace_dir: str = "",
-           scan_layers: bool = True, old_logprobs: str = update.GRPOSettings.old_logprobs
-           ) -> dict:
+           scan_layers: bool = True, old_logprobs: str = update.GRPOSettings.old_logprobs,
+           updates: int = TrainSettings.passes) -> dict:
   """Measures and prints the table (on a mesh of `mesh_sizes`, data,fsdp,tensor, if
   given); the passes by name, with the step's sum of them (`step_total`)."""
   mesh = None
@@ -239,7 +243,7 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
                            "XLA_FLAGS=--xla_force_host_platform_device_count=N simulates N)")
   passes = measure(size, layers, seq_len, rows, micro_batch, param_dtype, compute_dtype, remat,
                    repeats, attention, logits_chunk, mesh, profile_top, trace_dir, scan_layers)
-  passes["step"] = step_total(passes, old_logprobs)
+  passes["step"] = step_total(passes, old_logprobs, updates)
   devices = 1 if mesh is None else mesh.size
   cfg = architectures.get(size).config(layers or None, dtype=compute_dtype,
                                        full_attention=attention)
@@ -266,8 +270,8 @@ def report(size: str, layers: int, seq_len: int, rows: int, micro_batch: int,
           f"{p.flops / p.seconds / 1e12:>9.2f}{'n/a' if mfu is None else f'{mfu:.0%}':>7}"
           f"{mib(p.xla_bytes):>11}{mib(p.estimate_bytes):>14}{mib(p.device_peak):>11}"
           f"{p.programs:>10}")
-  print(f"step: {scoring_passes(old_logprobs)} x score + update (rl.old_logprobs="
-        f"{old_logprobs}); seconds summed, memory the larger program's")
+  print(f"step: {scoring_passes(old_logprobs)} x score + {updates} x update (rl.old_logprobs="
+        f"{old_logprobs}, rl.passes={updates}); seconds summed, memory the larger program's")
   show = lambda m: "n/a" if m is None else f"{m:.3f}"
   print(f"step_mfu={show(passes['step'].mfu(peak))}")
   print(f"train_step_mfu={show(passes['update'].mfu(peak))}")
@@ -280,15 +284,17 @@ def scoring_passes(old_logprobs: str) -> int:
   return {"trainer": 2, "sampler": 1}[old_logprobs]
 
 
-def step_total(passes: dict, old_logprobs: str) -> Pass:
+def step_total(passes: dict, old_logprobs: str, updates: int = TrainSettings.passes) -> Pass:
   """What a training step after its rollouts costs, from the measured passes: the
-  scoring pass as many times as the step runs it, then the update. Memory is the larger
-  program's (they run one after the other); the tokens are the step's trained ones."""
+  scoring pass as many times as the step runs it, then `updates` updates (μ). Memory is
+  the larger program's (they run one after the other); the tokens are the batch's (its
+  tok/s, batch tokens per second of the step)."""
   score, upd = passes["score"], passes["update"]
   n = scoring_passes(old_logprobs)
-  return Pass("step", n * score.seconds + upd.seconds, upd.tokens, n * score.flops + upd.flops,
-              max(score.xla_bytes, upd.xla_bytes), max(score.estimate_bytes, upd.estimate_bytes),
-              score.programs + upd.programs, upd.device_peak)
+  return Pass("step", n * score.seconds + updates * upd.seconds, upd.tokens,
+              n * score.flops + updates * upd.flops, max(score.xla_bytes, upd.xla_bytes),
+              max(score.estimate_bytes, upd.estimate_bytes), score.programs + upd.programs,
+              upd.device_peak)
 
 
 def main(argv: list[str]) -> None:
@@ -296,7 +302,7 @@ def main(argv: list[str]) -> None:
   report(FLAGS.size, FLAGS.layers, FLAGS.seq_len, FLAGS.rows, FLAGS.micro_batch,
          FLAGS.param_dtype, FLAGS.compute_dtype, FLAGS.remat, FLAGS.repeats,
          FLAGS.full_attention, FLAGS.logits_chunk, FLAGS.mesh, FLAGS.profile_top,
-         FLAGS.trace_dir, FLAGS.scan_layers, FLAGS.old_logprobs)
+         FLAGS.trace_dir, FLAGS.scan_layers, FLAGS.old_logprobs, FLAGS.passes)
 
 
 if __name__ == "__main__":

@@ -312,15 +312,17 @@ def _fresh(lowered):
   (in this process or earlier in it) serializes without its kernels, and the stored copy
   fails when it runs ("Function ... not found"). An option that changes jax's cache key
   and nothing else keeps it from being found there; this thread's minimum compile time
-  for writing it, from being written."""
-  nonce = {"xla_dump_emitter_re": f"pedrl-program-store-{os.getpid()}-{time.time_ns()}"}
+  for writing it, from being written. The option is the same on every process of a job,
+  so their compiles of one program agree (a GPU's autotuning may share results between
+  them); it differs per compile only where jax cannot be kept from writing the entry."""
   try:
     from jax._src import config
     unwritten = config.persistent_cache_min_compile_time_secs(float("inf"))
   except (ImportError, AttributeError):  # Not in this jax: written, never read again.
-    return lowered.compile(compiler_options=nonce)
-  with unwritten:
-    return lowered.compile(compiler_options=nonce)
+    nonce = f"pedrl-program-store-{os.getpid()}-{time.time_ns()}"
+    return lowered.compile(compiler_options={"xla_dump_emitter_re": nonce})
+  with unwritten:  # Never written to jax's cache, so never read from it either.
+    return lowered.compile(compiler_options={"xla_dump_emitter_re": "pedrl-program-store"})
 
 
 _every = weakref.WeakSet()

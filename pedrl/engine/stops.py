@@ -90,12 +90,12 @@ def compile_stop_strings(strings: Sequence[str], vocab_bytes: list[bytes]) -> St
 
 def find_stop(text: str, strings: Sequence[str]) -> tuple[int, str | None]:
   """(where the stop string that text completes first begins, which one), or (len(text),
-  None): the one a token-by-token generation meets first, as vLLM and the OpenAI API
-  stop (with stops "85" and "y85 88", "…y85 88" ends at "85", before the "y"); of two
-  completed at once, the one that begins earlier."""
-  best, which = (len(text) + 1, 0), None
+  None): the one a token-by-token generation meets first, as vLLM and the OpenAI API stop
+  (with stops "y85 88" and "85", "99 by85 88" is cut to "99 by"); of two completed at the
+  same character, the first in `strings`, as vLLM checks them in order."""
+  end, which = len(text) + 1, None
   for s in strings:
     i = text.find(s)
-    if i >= 0 and (i + len(s), i) < best:
-      best, which = (i + len(s), i), s
-  return (len(text), None) if which is None else (best[1], which)
+    if i >= 0 and i + len(s) < end:
+      end, which = i + len(s), s
+  return (len(text), None) if which is None else (end - len(which), which)

@@ -90,8 +90,21 @@ def protocol(s: settings_lib.DialogueSettings,
       "student": {**jsonable(s.student), **models["student"]},
       "problems": jsonable(s.problems), "rollout": rollout_protocol(s.rollout, s.job.seed),
       "solve": solve_protocol(s.solve, s.job.seed),
-      "rewards": jsonable(s.rewards),
+      "rewards": rewards_protocol(s.rewards),
       "judges": judges_protocol(s)})  # `read` made sure the rewards use them.
+
+
+# Reward settings added since protocols first recorded the rewards, with the value that
+# keeps an earlier protocol's behaviour: recorded only when another value is set, so that a
+# workdir of an earlier pedrl compares equal and resumes.
+REWARDS_ADDED = {"template_tags": "paper"}
+
+
+def rewards_protocol(rewards) -> dict:
+  """The reward settings as the protocol records them (`REWARDS_ADDED` left out at their
+  earlier behaviour)."""
+  return {k: v for k, v in jsonable(rewards).items()
+          if not (k in REWARDS_ADDED and v == REWARDS_ADDED[k])}
 
 
 class ScoredRollouts:

@@ -48,6 +48,20 @@ class OracleRequest:
   uid: int = 0
 
 
+ORACLE, CLASSIFIER = 0, 1  # Which asks, in a request's uid.
+MESSAGE_SLOTS = 256  # Messages of a dialogue a request's uid can name.
+
+
+def request_uid(d: Dialogue, turn: int, which: int) -> int:
+  """A request's uid, which seeds a local model's sample: the dialogue's uid, the turn and
+  which asks (ORACLE or CLASSIFIER), so each step's and each epoch's turns draw apart,
+  whatever their place in the batch."""
+  if not 0 <= turn < MESSAGE_SLOTS:
+    raise ValueError(f"dialogue {d.uid}: message {turn} is past the {MESSAGE_SLOTS} a UCO "
+                     "request can name")
+  return (d.uid * MESSAGE_SLOTS + turn) * 2 + which
+
+
 class Oracle(Protocol):
   """Per request, the turn's candidates and hints: `ReferenceOracle` or `LLMOracle`."""
 
@@ -123,10 +137,11 @@ class LLMOracle:
   def __call__(self, requests: Sequence[OracleRequest]) -> list[OracleTurn]:
     # The hints stand in for the tutor's turn (eq. 6), so the oracle sees the
     # dialogue before it, and the turn itself for the candidates (eq. 3).
-    requests = [dataclasses.replace(r, uid=i, prompt=prompts.render(
-        "uco/oracle", problem=r.dialogue.problem, answer=r.dialogue.answer,
-        conversation=transcript(r.dialogue.messages[:r.turn]) or "(no messages yet)",
-        message=r.dialogue.messages[r.turn].text)) for i, r in enumerate(requests)]
+    requests = [dataclasses.replace(
+        r, uid=request_uid(r.dialogue, r.turn, ORACLE), prompt=prompts.render(
+            "uco/oracle", problem=r.dialogue.problem, answer=r.dialogue.answer,
+            conversation=transcript(r.dialogue.messages[:r.turn]) or "(no messages yet)",
+            message=r.dialogue.messages[r.turn].text)) for r in requests]
     asked = asking.ask(requests, self.backend.complete, lambda r, text: parse_oracle(text),
                        self.rounds, self.stats, who="oracle", error=OracleError)
     if asked.unanswered and self.on_failure == "error":

@@ -88,8 +88,8 @@ def _classify_levels(backend, turns, rounds: int, nearest, stats: asking.AskStat
   `rounds` -> the nearest hint (counted); OracleError above max_failed_share of turns.
   A classifier that fails every request falls back too (no error of its own)."""
   reqs = [oracle_lib.OracleRequest(d, i, prompts.render(
-      "uco/level_classifier", problem=d.problem, message=d.messages[i].text), uid=n)
-          for n, (d, i) in enumerate(turns)]
+      "uco/level_classifier", problem=d.problem, message=d.messages[i].text),
+      uid=oracle_lib.request_uid(d, i, oracle_lib.CLASSIFIER)) for d, i in turns]
   asked = asking.ask(reqs, backend.complete, lambda r, text: oracle_lib.parse_level(text),
                      rounds, stats, who="level classifier", error=oracle_lib.OracleError,
                      down_is_error=False)

@@ -517,8 +517,11 @@ def _logprobs(tokenizer, s: Sequence) -> Logprobs:
       alternatives.append(None)
       continue
     values.append(float(lp.logprobs[t - 1]))
-    top = {tokenizer.decode([int(i)]): float(v)
-           for i, v in zip(lp.top_ids[t - 1, :s.logprobs], lp.top_logprobs[t - 1, :s.logprobs])}
+    # Keyed by text: of tokens that read alike (byte pieces all read "\ufffd"), the most
+    # likely one's entry stands, alternatives first, in rank order.
+    top = {}
+    for i, v in zip(lp.top_ids[t - 1, :s.logprobs], lp.top_logprobs[t - 1, :s.logprobs]):
+      top.setdefault(tokenizer.decode([int(i)]), float(v))
     top.setdefault(pieces[t - start], values[-1])
     alternatives.append(top)
   # Constructed unvalidated: the API's first echoed token has null entries, which the

@@ -268,12 +268,16 @@ def test_m4_formats_structured_deliverables(task, text, out):
     ("Is there an error? The last step is wrong.", "Yes"),  # The question is not a claim.
     # Claims that disagree: nothing clear to format.
     ("Step 1 is correct but step 2 is wrong.", None),
-    ("No, step 2 is wrong.", None),  # The answer word and its claim disagree.
+    ("No, step 2 is wrong.", None),  # The answer word and its only claim disagree.
     ("Yes, the solution is correct.", None),
-    # An answer word its claims agree with, or leave unread.
+    # An answer word a claim agrees with (others may name the correct steps), or that its
+    # claims leave unread.
     ("No, there is no error.", "No"),
     ("Yes. Step 2 is wrong.", "Yes"),
     ("No, I did not find any error.", "No"),
+    ("Yes. Step 1 is correct but step 2 is wrong.", "Yes"),
+    ("Yes, the student made a mistake in step 2; the rest of the solution is right.", "Yes"),
+    ("No, the solution is correct, although the explanation has a small mistake.", "No"),
 ])
 def test_a_verdict_is_formatted_only_where_its_meaning_is_clear(text, verdict):
   assert contracts.formatted("solution_correctness", text) == verdict

@@ -66,8 +66,9 @@ def test_find_stop_picks_the_one_completed_first():
   # token-by-token generation (vLLM, OpenAI) stops there and returns "…by".
   assert stops.find_stop("99 by85 88", ["y85 88", "85"]) == (5, "85")
   assert stops.find_stop("99 by85 88", ["85", "y85 88"]) == (5, "85")
-  # Completed at the same character: the one that begins earlier.
-  assert stops.find_stop("a\n\nHuman: hi", ["Human:", "\n\nHuman:"]) == (1, "\n\nHuman:")
+  # Completed at the same character: the first in the list, as vLLM checks them.
+  assert stops.find_stop("a\n\nHuman: hi", ["Human:", "\n\nHuman:"]) == (3, "Human:")
+  assert stops.find_stop("a\n\nHuman: hi", ["\n\nHuman:", "Human:"]) == (1, "\n\nHuman:")
   # What the device-side automaton stops at is the same stop: its first hit's token.
   pieces = [b"99", b" b", b"y", b"85", b" 88"]
   table = stops.compile_stop_strings(["y85 88", "85"], pieces)

@@ -301,6 +301,31 @@ def test_a_run_recorded_by_an_earlier_pedrl_resumes_with_todays_config(tmp_path,
   assert workdir.guard(str(w), RUNS_24B266D[name], c, config) == {}
 
 
+def test_a_baselines_data_run_recorded_before_this_release_resumes(tmp_path):
+  """testdata/records/protocols_a2baaa1/baselines.json: the tiny baselines data job's
+  protocol as pedrl at commit a2baaa1 built it (its checkout's path replaced by {ROOT}).
+  Shards compare protocols exactly, so a setting added since must leave it unchanged at
+  its old behaviour (rewards.template_tags=paper), or the workdir is refused."""
+  import json
+  from pedrl import paths
+  from pedrl.eval import shards
+  from pedrl.eval.protocol import EvalProtocol
+  from pedrl.experiments import baseline_data
+  from tests.helpers import jobs
+  root = pathlib.Path(jobs.ROOT)
+  text = (root / "testdata" / "records" / "protocols_a2baaa1" / "baselines.json").read_text()
+  recorded = EvalProtocol.from_dict(json.loads(text.replace("{ROOT}", str(root))))
+  c = paths.load_config("baselines.py", "tiny")
+  today = baseline_data.protocol(*baseline_data.read(c))
+  assert today == recorded, today.differences(recorded)
+  c.rewards.template_tags = "reference"  # Another reading of the tags: another protocol.
+  assert baseline_data.protocol(*baseline_data.read(c)) != recorded
+  (tmp_path / "shards").mkdir()
+  (tmp_path / "shards" / "status-00000-of-00001.json").write_text(
+      json.dumps({"protocol": recorded.to_dict()}))
+  shards.check_protocol(str(tmp_path), today)
+
+
 # Judge labels as typed answers.
 
 # A judge's reply is read once, in the module that parses it, into a Decision or Score;

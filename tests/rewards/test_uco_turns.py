@@ -140,6 +140,22 @@ def test_llm_oracle_and_classifier_with_reasks_and_fallbacks(setup):
   assert lenient.stats["policy/reference"] == 1 and lenient.stats["parse_failures"] == 2
 
 
+def test_oracle_and_classifier_requests_are_numbered_by_dialogue_and_turn():
+  """A local oracle or classifier seeds each request's sample by its uid: the dialogue's uid
+  and turn and which asks, not its place in the batch (every step drew the same keys)."""
+  seen = []
+  backend = _TextBackend(lambda r, k: seen.append(r.uid) or GOOD_ORACLE)
+  d0, d9 = (dataclasses.replace(_dialogue(), uid=u) for u in (0, 9))
+  oracle.LLMOracle(backend)([oracle.OracleRequest(d0, 1), oracle.OracleRequest(d9, 3)])
+  oracle.LLMOracle(backend)([oracle.OracleRequest(d9, 3)])  # Alone: the same request uid.
+  assert seen == [(0 * 256 + 1) * 2, (9 * 256 + 3) * 2, (9 * 256 + 3) * 2]
+  level = _TextBackend(lambda r, k: seen.append(r.uid) or '{"level": 2}')
+  uco_turns._classify_levels(level, [(d9, 3)], 1, lambda d, i: 0, asking.AskStats())
+  assert seen[-1] == (9 * 256 + 3) * 2 + 1  # The classifier's, beside the oracle's.
+  with pytest.raises(ValueError, match="message 256 is past"):
+    oracle.request_uid(d0, 256, oracle.ORACLE)
+
+
 def test_oracle_and_classifier_fallbacks_over_max_failed_share_are_errors(setup):
   _, _, _, embedder = setup
   # Turn 1 gets the LLM's answer, turn 3 none (the endpoint refuses): 1 of 2 falls back.

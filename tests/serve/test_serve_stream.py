@@ -140,3 +140,24 @@ def test_a_lone_closing_tag_after_streamed_content_loses_none_of_the_reply():
   deltas = [d for d in _chat(OPENED, "split")[1:-1]]
   assert "".join(d.get("content") or "" for d in deltas) == OPENED[-1][0]
   assert not any(d.get("reasoning_content") for d in deltas)
+
+
+def test_top_logprobs_keep_the_most_likely_of_tokens_that_read_alike():
+  """Alternatives are keyed by text: of two byte tokens that both read "\ufffd", the more
+  likely one's entry stands, and the chosen token is always there (OpenAI's up to
+  logprobs + 1 entries)."""
+  import types
+  import numpy as np
+  texts = {5: "\ufffd", 6: "\ufffd", 7: "a", 9: "b"}
+  tokenizer = types.SimpleNamespace(decode=lambda ids: "".join(texts.get(i, "?") for i in ids))
+  seq = Sequence(prompt=(9,), max_tokens=2, logprobs=2)
+  seq.tokens = [6, 7]
+  seq.alternatives = types.SimpleNamespace(  # Per position after the first: its top 2.
+      logprobs=np.array([-1.5, -0.7]), top_ids=np.array([[5, 6], [9, 5]]),
+      top_logprobs=np.array([[-0.5, -1.5], [-0.2, -1.9]]))
+  lp = app_lib._logprobs(tokenizer, seq)
+  assert lp.tokens == ["\ufffd", "a"] and lp.token_logprobs == [-1.5, -0.7]
+  # Token 6 (chosen, -1.5) reads as token 5 (-0.5): the more likely entry stands.
+  assert lp.top_logprobs[0] == {"\ufffd": -0.5}
+  # Token 7 (chosen, -0.7) outside the top 2: added beside them.
+  assert lp.top_logprobs[1] == {"b": -0.2, "\ufffd": -1.9, "a": -0.7}

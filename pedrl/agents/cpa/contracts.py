@@ -128,8 +128,10 @@ def _verdict(text: str) -> str | None:
   clear: a Yes or No standing alone at the start or the end ("No.", "Is there an error?
   No."), else the clauses that say it (questions left out), all the same way. A clause
   whose negation may flip its cue anywhere ("I did not find any error", "None of the steps
-  are wrong") is not read, and what disagrees gives nothing: clauses of both kinds, or a
-  Yes or No that a clause contradicts ("No, step 2 is wrong."): None, the draft kept."""
+  are wrong") is not read, and what disagrees gives nothing: clauses of both kinds with no
+  Yes or No, or a Yes or No that no clause bears out while some contradict it ("No, step 2
+  is wrong."): None, the draft kept. A Yes or No that some clause agrees with stands
+  ("Yes. Step 1 is correct but step 2 is wrong.")."""
   text = text.lower().replace("\u2019", "'").strip()
   text = re.sub(r"\bfree\s+of\b", "without", text)
   answers = {m.group(1).title()
@@ -137,7 +139,10 @@ def _verdict(text: str) -> str | None:
   claims = [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if not s.rstrip().endswith("?")]
   said = {v for s in claims for c in _CLAUSE_BREAK.split(s) if (v := _clause_verdict(c))}
   if answers:
-    said = answers | said
+    if len(answers) > 1:  # The start and the end disagree.
+      return None
+    answer = answers.pop()
+    return None if said and answer not in said else answer
   return said.pop() if len(said) == 1 else None
 
 
@@ -176,8 +181,8 @@ ROLE_LABELS = ("Teacher:", "Student:")
 
 
 def harness_cut(text: str, stop: Sequence[str]) -> str:
-  """`text` as the harness keeps it when its task's stop strings end the reply (the
-  earliest one found, as an endpoint stops there), stripped. A role label that opens the
+  """`text` as the harness keeps it when its task's stop strings end the reply (cut where
+  the one it completes first begins, as an endpoint stops there), stripped. A role label that opens the
   reply and is one of the stop strings is dropped first, so the reply is not emptied."""
   text = (text or "").strip()
   for label in ROLE_LABELS:
