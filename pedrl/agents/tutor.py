@@ -73,7 +73,7 @@ class AgentTutor:
     self._counted = collections.Counter()
 
   @property
-  def client(self):
+  def client(self) -> "object | None":
     """The endpoint under the agent's backbone, if it runs on one (its calls, retries and
     errors are counted as an endpoint tutor's are); None on a local model."""
     return getattr(self.agent.backbone, "client", None)

@@ -100,7 +100,7 @@ def protocol(s: settings_lib.DialogueSettings,
 REWARDS_ADDED = {"template_tags": "paper"}
 
 
-def rewards_protocol(rewards) -> dict:
+def rewards_protocol(rewards: settings_lib.RewardSettings) -> dict:
   """The reward settings as the protocol records them (`REWARDS_ADDED` left out at their
   earlier behaviour)."""
   return {k: v for k, v in jsonable(rewards).items()
