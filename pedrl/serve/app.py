@@ -45,7 +45,7 @@ from pedrl.serve import openai_types
 from pedrl.serve.prometheus import Metrics
 from pedrl.serve.middleware import Gate
 from pedrl.serve.openai_types import APIError
-from pedrl.serve.sequences import Job, Sequence
+from pedrl.serve.sequences import Job, Sequence, skipped_ids
 from pedrl.serve.startup import Served, Startup
 
 
@@ -183,7 +183,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
                      "turns top-k off", param="top_k")
     seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(8), "little")
     return dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                stop=req.stops, seed=seed)
+                stop=req.stops, seed=seed, skip_special_tokens=req.skip_special_tokens)
 
   async def submit(generator, sequences: list[Sequence]) -> _Channel:
     if len(sequences) > generator.max_queue:
@@ -505,7 +505,13 @@ def _logprobs(tokenizer, s: Sequence) -> Logprobs:
   lp = s.alternatives
   ids = list(s.prompt) + s.tokens
   start = 0 if s.echo else len(s.prompt)
-  pieces = [tokenizer.decode([t]) for t in ids[start:]]
+  # A special token of the completion's text reads as "" where the text leaves it out, so
+  # the pieces join to the text and the offsets point into it (the prompt's tokens are
+  # echoed as sent; the stop token that ended it, after the text, as it reads).
+  skipped = skipped_ids(tokenizer) if s.skip_special_tokens else frozenset()
+  text_end = len(ids) - s.ended_by_token
+  pieces = [tokenizer.decode([t]) if t not in skipped or not len(s.prompt) <= n < text_end
+            else "" for n, t in enumerate(ids[start:], start)]
   offsets, at = [], 0
   for piece in pieces:
     offsets.append(at)

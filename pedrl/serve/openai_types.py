@@ -82,6 +82,9 @@ class _Sampling(_Request):
   parallel_tool_calls: bool | None = None
   metadata: dict | None = None
   store: bool | None = None
+  # vLLM's extension: the text leaves the tokenizer's special tokens out (as vLLM's does
+  # by default), a thinking tag excepted; false keeps them.
+  skip_special_tokens: bool = True
 
   @pydantic.field_validator("temperature", "top_p", "top_k", "n", "stream", mode="before")
   @classmethod

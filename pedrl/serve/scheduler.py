@@ -31,7 +31,7 @@ import numpy as np
 
 from pedrl.engine import scoring, slots as slots_lib, stops as stops_lib
 from pedrl.serve.prometheus import Metrics
-from pedrl.serve.sequences import Job, Sequence  # noqa: F401 (also imported from here)
+from pedrl.serve.sequences import Job, Sequence, skipped_ids  # noqa: F401 (also imported from here)
 
 SCORE_ROWS = 4  # Rows per log-prob call: one compiled program per length bucket.
 
@@ -45,6 +45,14 @@ class Engine:
     self.stop_ids = frozenset(model.cfg.eos_token_ids)
     self.decoder = slots_lib.SlotDecoder(model, params, programs, model.cfg.eos_token_ids)
     self.score_widths = slots_lib.powers_of_two(min(16, programs.max_len), programs.max_len)
+
+  def text(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+    """A completion's text: its tokens decoded, special ones left out if asked
+    (`sequences.skipped_ids`)."""
+    if skip_special_tokens:
+      skipped = skipped_ids(self.tokenizer)
+      ids = [t for t in ids if t not in skipped]
+    return self.tokenizer.decode(ids)
 
   def alternatives(self, rows: list[list[int]]) -> list[scoring.Alternatives]:
     return scoring.token_alternatives(self.model, self.params, rows, k=5,
@@ -250,21 +258,22 @@ class Scheduler:
         break
     stop_token = seq.sampled[-1:] if seq.sampled[-1] in self.engine.stop_ids else []
     ids = seq.sampled[:len(seq.sampled) - len(stop_token)]
-    text = self.engine.tokenizer.decode(ids)
+    decode = lambda ids: self.engine.text(ids, seq.skip_special_tokens)
+    text = decode(ids)
     cut, which = stops_lib.find_stop(text, seq.stop)
     used = None
     if which is not None:
       # Generated: up to the token that completes the stop string (a decode call runs
       # several steps, and the tokens after it were never the completion's).
-      used, decode = len(ids), self.engine.tokenizer.decode
+      used = len(ids)
       while used > 1 and stops_lib.find_stop(decode(ids[:used - 1]), seq.stop)[1] is not None:
         used -= 1
       text, finish, stop_token = text[:cut], "stop", []
       # Keep the tokens up to the one that completes the returned text; the stop string
       # ends within the last few tokens, so search from the end.
-      while ids and len(self.engine.tokenizer.decode(ids[:-1])) >= len(text):
+      while ids and len(decode(ids[:-1])) >= len(text):
         ids = ids[:-1]
-    seq.text, seq.tokens = text, ids + stop_token
+    seq.text, seq.tokens, seq.ended_by_token = text, ids + stop_token, bool(stop_token)
     seq.used = len(seq.tokens) if used is None else used
     if finish:
       seq.streamed = len(text)

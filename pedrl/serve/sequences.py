@@ -1,10 +1,24 @@
 """A request's sequences as the engine thread and the request's coroutine share them
 (no JAX here: the HTTP side imports this before the model loads)."""
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX.
   from pedrl.engine.scoring import Alternatives
+
+
+@functools.lru_cache(maxsize=8)
+def skipped_ids(tokenizer) -> frozenset:
+  """The token ids a completion's text leaves out with skip_special_tokens (vLLM's, on by
+  default): the tokenizer's special tokens, never a thinking tag, which --reasoning=split
+  and clients read in the text even where a tokenizer marks it special."""
+  tags = set()
+  for tag in ("<think>", "</think>"):
+    i = tokenizer.convert_tokens_to_ids(tag)
+    if i is not None and tokenizer.convert_ids_to_tokens(i) == tag:  # Not the unknown token.
+      tags.add(i)
+  return frozenset(tokenizer.all_special_ids) - tags
 
 
 @dataclasses.dataclass(eq=False)
@@ -21,12 +35,14 @@ class Sequence:
   index: int = 0  # Choice number: its key is fold_in(key(seed), index).
   logprobs: int | None = None  # Alternatives per token; None: no log-probs.
   echo: bool = False
+  skip_special_tokens: bool = True  # The text leaves special tokens out (vLLM's default).
   # Outputs.
   sampled: list = dataclasses.field(default_factory=list)  # Every token, a stop token too.
   # The completion's tokens as the API reports them: those behind `text`, then the stop
   # token that ended it, if one did (not in the text, but counted in usage and given a
   # log-prob, as vLLM does: echo with max_tokens=1 then always has prompt + 1 entries).
   tokens: list = dataclasses.field(default_factory=list)
+  ended_by_token: bool = False  # The last of `tokens` is the stop token that ended it.
   # Tokens generated up to the end: `tokens`, and where a stop string ended it, up to the
   # token that completed it (the usage vLLM reports; the text ends before the stop).
   used: int = 0

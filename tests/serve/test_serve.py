@@ -726,3 +726,21 @@ def test_responses_carry_the_nulls_openai_sends_and_content_parts_join_by_line(s
       {"role": "user", "content": "Hi\nthere"}) != tokens({"role": "user", "content": "Hithere"})
   system = {"role": "system", "content": "Be brief."}
   assert tokens(system, {"role": "user"}) == tokens(system, {"role": "user", "content": ""})
+
+
+def test_special_tokens_are_left_out_of_the_text_as_vllm_does(served, client):
+  """vLLM's skip_special_tokens, on by default: a special token the model samples mid-text
+  (the tiny model writes <|endoftext|> here) is not in the text; false keeps it. The text
+  is transformers' decode of the same greedy tokens, with and without the specials, and
+  the log-probs' tokens join to it."""
+  tok = reference.transformers.AutoTokenizer.from_pretrained(MODEL)
+  prompt = "teacher think answer the teacher student"
+  gen = _generate(served[1], _tokens(served[1], [prompt]), 20)
+  ids = [int(t) for t in gen.row_tokens(0) if int(t) not in served[1].engine.stop_ids]
+  assert set(ids) & set(tok.all_special_ids)  # The case at hand: a special token sampled.
+  ask = lambda **kw: client.completions.create(model=NAME, prompt=prompt, max_tokens=20,
+                                               temperature=0, **kw).choices[0]
+  plain, kept = ask(logprobs=0), ask(extra_body={"skip_special_tokens": False})
+  assert plain.text == tok.decode(ids, skip_special_tokens=True) != kept.text
+  assert kept.text == tok.decode(ids)
+  assert "".join(plain.logprobs.tokens) == plain.text
