@@ -149,7 +149,12 @@ def test_top_logprobs_keep_the_most_likely_of_tokens_that_read_alike():
   import types
   import numpy as np
   texts = {5: "\ufffd", 6: "\ufffd", 7: "a", 9: "b"}
-  tokenizer = types.SimpleNamespace(decode=lambda ids: "".join(texts.get(i, "?") for i in ids))
+
+  class Tokenizer:  # What the server asks of one; no special tokens.
+    all_special_ids = []
+    decode = staticmethod(lambda ids: "".join(texts.get(i, "?") for i in ids))
+    convert_tokens_to_ids = staticmethod(lambda token: None)
+  tokenizer = Tokenizer()
   seq = Sequence(prompt=(9,), max_tokens=2, logprobs=2)
   seq.tokens = [6, 7]
   seq.alternatives = types.SimpleNamespace(  # Per position after the first: its top 2.
