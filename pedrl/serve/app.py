@@ -170,10 +170,14 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     if any(max(p) >= m.vocab or min(p) < 0 for p in ids):
       raise APIError(400, f"a token id is outside the vocabulary [0, {m.vocab})", param=param)
 
-  def check_room(m: Served, prompt_len: int, max_tokens: int):
-    if prompt_len + max_tokens > m.context:
+  def check_room(m: Served, prompt_len: int, max_tokens: int | None):
+    """A 400 when the prompt and max_tokens (None: not given, one token at least) overflow
+    the context."""
+    if prompt_len + (max_tokens or 1) > m.context:
+      wants = (f"max_tokens asks for {max_tokens} more" if max_tokens else
+               "no room is left for a reply")
       raise APIError(400, f"this server's context is {m.context} tokens; the prompt has "
-                     f"{prompt_len} and max_tokens asks for {max_tokens} more",
+                     f"{prompt_len} and {wants}",
                      param="prompt" if prompt_len >= m.context else "max_tokens",
                      code="context_length_exceeded")
 
@@ -278,7 +282,7 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
     common = sampling(m, req)
     prompt = await _render(m.chat, req.messages, req.chat_template_kwargs)
     check_ids(m, [prompt], "messages")
-    check_room(m, len(prompt), req.limit() or 1)
+    check_room(m, len(prompt), req.limit())
     limit = req.limit() or min(settings.max_tokens, m.context - len(prompt))
     sequences = [Sequence(prompt=prompt, max_tokens=limit, index=j, **common)
                  for j in range(req.n)]

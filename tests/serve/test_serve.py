@@ -744,3 +744,18 @@ def test_special_tokens_are_left_out_of_the_text_as_vllm_does(served, client):
   assert plain.text == tok.decode(ids, skip_special_tokens=True) != kept.text
   assert kept.text == tok.decode(ids)
   assert "".join(plain.logprobs.tokens) == plain.text
+
+
+def test_a_prompt_over_the_context_is_a_400_that_says_what_overflows(served):
+  """OpenAI's context_length_exceeded, naming max_tokens only where the request gave it."""
+  url = served[0]
+  long = [{"role": "user", "content": "count " * 300}]  # Over the test server's 256 tokens.
+  code, reply = _request(url + "/chat/completions", {"model": NAME, "messages": long})
+  assert code == 400 and reply["error"]["code"] == "context_length_exceeded"
+  assert "no room is left for a reply" in reply["error"]["message"]
+  assert reply["error"]["param"] == "prompt"
+  short = [{"role": "user", "content": "count " * 10}]
+  code, reply = _request(url + "/chat/completions",
+                         {"model": NAME, "messages": short, "max_tokens": 250})
+  assert code == 400 and "max_tokens asks for 250 more" in reply["error"]["message"]
+  assert reply["error"]["param"] == "max_tokens"
