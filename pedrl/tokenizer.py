@@ -1,4 +1,5 @@
 """Loading a checkpoint's tokenizer, with errors that name the directory."""
+import functools
 import os
 import typing
 
@@ -32,3 +33,16 @@ def load_tokenizer(path: str,
         "'chat_template' entry in tokenizer_config.json); dialogue prompts need one. "
         "Use an -Instruct checkpoint or copy its template into this directory.")
   return tok
+
+
+@functools.lru_cache(maxsize=8)
+def skipped_ids(tokenizer: "transformers.PreTrainedTokenizerBase") -> frozenset:
+  """The token ids a reply's text leaves out with vLLM's skip_special_tokens (its default):
+  the tokenizer's special tokens, never a thinking tag, which a reasoning split and
+  clients read in the text even where a tokenizer marks it special."""
+  tags = set()
+  for tag in ("<think>", "</think>"):
+    i = tokenizer.convert_tokens_to_ids(tag)
+    if i is not None and tokenizer.convert_ids_to_tokens(i) == tag:  # Not the unknown token.
+      tags.add(i)
+  return frozenset(tokenizer.all_special_ids) - tags

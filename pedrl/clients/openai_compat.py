@@ -223,12 +223,17 @@ class OpenAIBackend:
                             f"{self.settings.model!r}) refused the request: HTTP "
                             f"{e.status_code} {type(e).__name__}") from None
 
-  def preflight(self, tries: int = 2) -> None:
+  def preflight(self, tries: int = 2, raw: bool = False) -> None:
     """One one-token request, so that a wrong endpoint, key or model stops a run before
-    any model loads: EndpointError naming the endpoint and model (and the key's variable)."""
+    any model loads: EndpointError naming the endpoint and model (and the key's variable).
+    `raw`: a text completion, for a run that asks only those (an endpoint may serve no
+    chat API: a model without a chat template, a completions-only model)."""
     for attempt in range(tries):
       try:
-        self._request([{"role": "user", "content": "Reply with OK."}], max_tokens=1)
+        if raw:
+          self._request("Reply with OK.", max_tokens=1, raw=True)
+        else:
+          self._request([{"role": "user", "content": "Reply with OK."}], max_tokens=1)
         return
       except self._retryable as e:
         if attempt + 1 == tries:

@@ -171,7 +171,10 @@ class PedRM:
     return encode(self.chat, chat)
 
   def score(self, chats: Sequence[Sequence[dict]]) -> list[float]:
-    """The model's scalar for each chat (its last non-pad token's score)."""
+    """The model's scalar for each chat (its last non-pad token's score), rounded to the
+    model's dtype as a transformers model in it returns it: the score head runs in float32
+    here, and MathTutorBench's script (bfloat16) compares bfloat16 scores, so two replies
+    that tie there tie here too (a tie is no win)."""
     rows = [self.ids(c) for c in chats]
     context = self.cfg.max_position_embeddings
     for i, r in enumerate(rows):
@@ -189,6 +192,8 @@ class PedRM:
       mask[len(part):, -1] = True  # Filler rows: one token, finite scores, dropped.
       out += np.asarray(_scores(self.model, self.params, jnp.asarray(tokens),
                                 jnp.asarray(mask)))[:len(part)].tolist()
+    if self.cfg.dtype in ("bfloat16", "float16"):
+      out = np.asarray(out, np.float32).astype(self.cfg.dtype).astype(float).tolist()
     if not np.all(np.isfinite(out)):
       bad = int(np.flatnonzero(~np.isfinite(out))[0])
       raise PedRMError(f"the reward model gave a non-finite score ({out[bad]}) to input {bad} "

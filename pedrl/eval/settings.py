@@ -107,9 +107,9 @@ class BenchSettings:
   benchmark_dir: str | None = None  # A MathTutorBench checkout (its configs/): tasks.BENCHMARK.
   data_dir: str | None = None  # gsm8k/, stepverify/, mathtutorbench/: tasks.SOURCES.
   tasks: str = ",".join(tasks.TASKS)
-  # completion (the harness's default, its vLLM command): the prompt as raw text, the reply
-  # stripped; chat (its is_chat=True, its OpenAI command): the prompt as the only, system,
-  # message through the chat template, the reply as it comes.
+  # completion (the harness's default, its README's commands): the prompt as raw text, the
+  # reply stripped; chat (its is_chat=True, which chat-only models need): the prompt as the
+  # only, system, message through the chat template, the reply as it comes.
   mode: str = "completion"
   max_new_tokens: int = 2048  # The harness's max_tokens.
   temperature: float = 0.0  # The harness's: greedy.

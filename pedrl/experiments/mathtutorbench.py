@@ -129,8 +129,11 @@ class Bench:
     """The endpoint under test, answering as the harness asks (greedy, its token budget)."""
     s = self.s
     side = dataclasses.replace(s.tutor, temperature=s.bench.temperature, top_p=1.0, top_k=0)
+    # In completion mode (the harness's default) only text completions are asked, as the
+    # harness asks them: the check is one too, so an endpoint without a chat API passes.
     self.client = endpoint_party(side, s.endpoint, "model under test",
-                                 max_new_tokens=s.bench.max_new_tokens).client
+                                 max_new_tokens=s.bench.max_new_tokens,
+                                 completions=s.bench.mode == "completion").client
     self.policy = runner.EndpointPolicy(self.client, s.bench)
 
   def load(self, mesh: jax.sharding.Mesh) -> None:

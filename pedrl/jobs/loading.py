@@ -41,11 +41,12 @@ def tutor_party(side: PartySettings, run: protocol_lib.TutorRun, mesh: jax.shard
 
 
 def endpoint_party(side: PartySettings, endpoint: EndpointSettings, role: str,
-                   temperature: float | None = None,
-                   max_new_tokens: int | None = None) -> party_lib.EndpointParty:
+                   temperature: float | None = None, max_new_tokens: int | None = None,
+                   completions: bool = False) -> party_lib.EndpointParty:
   """A side played by an OpenAI-compatible endpoint, checked with one small request (a
-  wrong URL, key or model stops the run before any model loads). Sampling is the side's
-  (or the given temperature and token budget: solve attempts); top-k has no API field."""
+  wrong URL, key or model stops the run before any model loads; `completions`: a text
+  completion, for a run that asks only those). Sampling is the side's (or the given
+  temperature and token budget: solve attempts); top-k has no API field."""
   if jax.process_count() > 1:
     raise app.UsageError(f"a {role} endpoint on a multi-host run is not supported: run the "
                          "evaluation on one host (its shards may run on many)")
@@ -56,7 +57,7 @@ def endpoint_party(side: PartySettings, endpoint: EndpointSettings, role: str,
       endpoint, temperature=side.temperature if temperature is None else temperature,
       top_p=side.top_p,
       max_tokens=side.max_new_tokens if max_new_tokens is None else max_new_tokens), role)
-  client.preflight()
+  client.preflight(raw=completions)
   return party_lib.EndpointParty(client, role)
 
 

@@ -1,24 +1,12 @@
 """A request's sequences as the engine thread and the request's coroutine share them
 (no JAX here: the HTTP side imports this before the model loads)."""
 import dataclasses
-import functools
 from typing import TYPE_CHECKING, Callable
+
+from pedrl.tokenizer import skipped_ids  # noqa: F401 (the server's, imported from here)
 
 if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX.
   from pedrl.engine.scoring import Alternatives
-
-
-@functools.lru_cache(maxsize=8)
-def skipped_ids(tokenizer) -> frozenset:
-  """The token ids a completion's text leaves out with skip_special_tokens (vLLM's, on by
-  default): the tokenizer's special tokens, never a thinking tag, which --reasoning=split
-  and clients read in the text even where a tokenizer marks it special."""
-  tags = set()
-  for tag in ("<think>", "</think>"):
-    i = tokenizer.convert_tokens_to_ids(tag)
-    if i is not None and tokenizer.convert_ids_to_tokens(i) == tag:  # Not the unknown token.
-      tags.add(i)
-  return frozenset(tokenizer.all_special_ids) - tags
 
 
 @dataclasses.dataclass(eq=False)

@@ -94,6 +94,16 @@ def test_win_rate_scores_equal_transformers(testdata, tmp_path):
   assert m["win_rate"] == pytest.approx(np.mean([c > human for c in chosen]))
   assert m["mean_margin"] == pytest.approx(np.mean(chosen) - human, abs=1e-4)
   assert m["baseline_score"] == pytest.approx(human, abs=1e-4) and m["total_samples"] == 3
+  # In bfloat16 (the MathTutorBench job's dtype, as the benchmark's script loads the RM),
+  # scores are bfloat16 values, as transformers' bfloat16 model returns them: replies that
+  # tie there tie here, and a tie is no win.
+  rm16 = pedrm.PedRM(pedrm.PedRMSettings(path=path, format="mathtutorbench", dtype="bfloat16",
+                                         system_prompt_file=str(_write(tmp_path, system))))
+  ours16, _ = win_rate.pair_scores(rm16, [example] * 3, replies, system)
+  as_bf16 = np.asarray(ours16, np.float32).astype("bfloat16").astype(float)
+  np.testing.assert_array_equal(as_bf16, ours16)
+  np.testing.assert_allclose(ours16, chosen, rtol=0, atol=0.05)
+  assert win_rate.win_rate([ours16[0]], [ours16[0]])["win_rate"] == 0.0
 
 
 def _write(tmp_path, text):
@@ -218,10 +228,12 @@ def _endpoint_job(workdir, url, *more):
 
 @pytest.mark.job
 def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path):
-  # The reply depends on the prompt only, ignores the stop strings (cut client-side).
+  # The reply depends on the prompt only, ignores the stop strings (cut client-side). The
+  # endpoint serves no chat API: completion mode (the harness's default) asks text
+  # completions alone, its preflight included.
   server = ChatServer([], reply=lambda body: (
       f" Step {len(body.get('prompt', '')) % 4}. Is it {len(body.get('prompt', '')) % 9}?"
-      "\nStudent: more\nQuestion: next"))
+      "\nStudent: more\nQuestion: next"), chat=False)
   try:
     whole = _endpoint_job(tmp_path / "whole", server.url)
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -231,6 +243,7 @@ def test_endpoint_shards_merge_into_the_unsharded_run(tmp_path):
     second = _endpoint_job(tmp_path / "split", server.url, "--config.eval.num_shards=2",
                            "--config.eval.shard=1")
     assert second.returncode == 0, second.stderr[-3000:]
+    assert server.paths and not any("chat" in p for p in server.paths)
   finally:
     server.close()
   assert "| Problem solving |" in second.stdout

@@ -10,10 +10,12 @@ class ChatServer:
   from a list of actions, one per request:
   ("sleep", seconds) | ("status", code[, headers]) | ("body", raw bytes) |
   ("html", raw bytes) | ("json", any JSON value) | ("reply", content). After the
-  list: ("reply", reply(body)), with `usage(body)` as the completion's usage if given."""
+  list: ("reply", reply(body)), with `usage(body)` as the completion's usage if given.
+  `chat=False`: an endpoint with no chat API (every chat request a 400, as vLLM answers
+  for a model without a chat template)."""
 
   def __init__(self, actions, reply=lambda body: '{"reasoning": "fine", "decision": "OK"}',
-               usage=None):
+               usage=None, chat: bool = True):
     self.actions, self.lock, self.bodies, self.paths = list(actions), threading.Lock(), [], []
     outer = self
 
@@ -27,6 +29,8 @@ class ChatServer:
           outer.bodies.append((body, self.headers.get("Authorization")))
           outer.paths.append(self.path)
           action = outer.actions.pop(0) if outer.actions else ("reply", reply(body))
+          if not chat and "messages" in body:
+            action = ("status", 400)
         kind, arg, headers = action[0], action[1], action[2] if len(action) > 2 else {}
         if kind == "sleep":
           time.sleep(arg)

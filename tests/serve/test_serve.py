@@ -672,7 +672,12 @@ def test_mathtutorbench_policies_get_the_same_replies_served_or_local(served, mo
       model=NAME, base_url=served[0], api_key_env="PEDRL_TEST_KEY", temperature=0.0,
       max_tokens=12, max_tries=1)), bench)
   stop = ["Student:", "?"]
-  assert remote(PROMPTS, stop, [0, 1, 2]) == local(PROMPTS, stop, [0, 1, 2])
+  # The last prompt's greedy reply samples <|endoftext|> mid-text (in completion mode):
+  # left out of both, as the vLLM server the harness runs behind leaves it out.
+  prompts = PROMPTS + ["teacher think answer the teacher student"]
+  replies = local(prompts, stop, [0, 1, 2, 3])
+  assert remote(prompts, stop, [0, 1, 2, 3]) == replies
+  assert not any("<|" in r for r in replies[0])
 
 
 def test_embeddings_of_an_encoder_equal_the_embedder_and_sentence_transformers(tmp_path):

@@ -22,6 +22,7 @@ import numpy as np
 
 from pedrl import streams
 from pedrl.clients import openai_compat
+from pedrl.tokenizer import skipped_ids
 from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
@@ -34,7 +35,10 @@ from pedrl.eval.settings import MODES, BenchSettings
 
 
 class ModelPolicy:
-  """A local pedrl model (a Party) answering prompts: batched, the task's stop strings."""
+  """A local pedrl model (a Party) answering prompts: batched, the task's stop strings.
+  A reply's text leaves special tokens out, as the vLLM server the harness runs behind
+  returns it (skip_special_tokens, its default): a `<|im_start|>` the model samples
+  mid-reply is not in the text the harness parses and the reward model reads."""
 
   def __init__(self, party, settings: BenchSettings, seed: int = 0) -> None:
     self.party, self.s, self.seed = party, settings, seed
@@ -65,7 +69,15 @@ class ModelPolicy:
     rows, cut = zip(*(self.ids(p) for p in prompts))
     gen, _ = sampler.generate(self.party.params, list(rows),
                               streams.sequence_keys(self.seed, uids), sp)
-    return [kept(self.s.mode, t) for t in gen.texts], list(cut)
+    skipped = skipped_ids(sampler.tokenizer)
+    replies = []
+    for i in range(len(rows)):
+      ids = [t for t in gen.row_tokens(i).tolist() if t not in skipped]
+      if gen.stopped[i] and ids and ids[-1] in sp.stop_token_ids:  # A stop id no special.
+        ids = ids[:-1]
+      text = sampler.tokenizer.decode(ids)
+      replies.append(kept(self.s.mode, text[:stops.find_stop(text, tuple(stop))[0]]))
+    return replies, list(cut)
 
 
 def kept(mode: str, reply: str) -> str:
