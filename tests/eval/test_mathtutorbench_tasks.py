@@ -101,6 +101,29 @@ def test_bad_inputs_are_named(tmp_path, data):
     tasks.examples("problem_solving", str(tmp_path))
 
 
+def test_bridge_rows_read_as_the_harness_loader_reads_them(tmp_path):
+  """dataloaders/mathbridge.py (MathTutorBench @ 54b6213): anyone but "Student" is
+  "Teacher: ", the last turn is the reply to beat whoever says it, and a one-turn dialogue
+  keeps that turn as its history. Hand-written rows the official files do not have."""
+  rows = [{"problem": "p", "reference_solution": "r", "dialog_history": [
+              {"user": "Tutor", "text": "Hi"}, {"user": "Student", "text": "Hey"},
+              {"user": "Teacher", "text": "What is 2+2?"}]},
+          {"problem": "p", "reference_solution": "r", "dialog_history": [
+              {"user": "Teacher", "text": "Go on"}, {"user": "Student", "text": "4"}]},
+          {"problem": "p", "reference_solution": "r", "dialog_history": [
+              {"user": "Teacher", "text": "Only me"}]}]
+  path = tmp_path / "bridge.json"
+  path.write_text(json.dumps(rows))
+  got = tasks.bridge(str(path))
+  assert [x["dialog_history"] for x in got] == ["Teacher: Hi\nStudent: Hey", "Teacher: Go on",
+                                                 "Teacher: Only me"]
+  assert [x["ground_truth_response"]["text"] for x in got] == ["What is 2+2?", "4", "Only me"]
+  assert [len(x["conversation_json"]) for x in got] == [2, 1, 0]
+  path.write_text(json.dumps([{"problem": "p", "reference_solution": "r", "dialog_history": []}]))
+  with pytest.raises(DataError, match="row 1: the dialogue has no turns"):
+    tasks.bridge(str(path))
+
+
 # -- Parsing and metrics, by hand --------------------------------------------------------------
 
 @pytest.mark.parametrize("reply, want", [

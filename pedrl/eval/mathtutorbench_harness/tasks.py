@@ -144,14 +144,19 @@ def stepverify(path: str, errors_only: bool = False) -> list[dict]:
 
 
 def bridge(path: str) -> list[dict]:
+  """The bridge examples as the harness's loader reads them (dataloaders/mathbridge.py):
+  the last turn is the human teacher's reply to beat, the turns before it the dialogue,
+  each "Student: " or, whoever else speaks, "Teacher: "; a dialogue of one turn keeps it
+  as its history too. An empty dialogue, where the harness fails, is a DataError."""
   out = []
   for n, row in enumerate(_json_list(path), 1):
     _need(path, n, row, ("problem", "reference_solution", "dialog_history"))
     turns = row["dialog_history"]
-    if not turns or turns[-1].get("user") != "Teacher":
-      raise DataError(f"{path}, row {n}: the dialogue does not end in a teacher turn")
+    if not turns:
+      raise DataError(f"{path}, row {n}: the dialogue has no turns")
+    lines = [f"{'Student' if t['user'] == 'Student' else 'Teacher'}: {t['text']}" for t in turns]
     out.append(dict(question=row["problem"], reference_solution=row["reference_solution"],
-                    dialog_history="\n".join(f"{t['user']}: {t['text']}" for t in turns[:-1]),
+                    dialog_history="\n".join(lines[:-1] if len(lines) > 1 else lines),
                     conversation_json=turns[:-1], ground_truth_response=turns[-1]))
   return out
 
