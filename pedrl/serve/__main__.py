@@ -7,10 +7,9 @@ r"""Serves one model over the OpenAI API.
 Bound to 127.0.0.1 unless --host says otherwise; --api_key_env=VAR asks every
 request but /health for `Authorization: Bearer $VAR`. The flags, the model or run
 directory, the key variable and the port are checked before JAX is imported (a
-mistake is one `error: …` line at once; main runs before JAX loads, see
-cli.use_compilation_cache). The port then answers at once: `/health` says `loading`
-while the model loads and every program it can run compiles on a background thread
-(`pedrl.serve.startup`), then `ready`, when stdout gets `serving NAME at
+mistake is one `error: …` line within a second). The port then answers at once:
+`/health` says `loading` while the model loads and every program it can run compiles
+in the background, then `ready`, when stdout gets `serving NAME at
 http://HOST:PORT/v1`; a failed load is an `error: …` line on stderr and a `failed`
 /health, and the server stays up to say so.
 """

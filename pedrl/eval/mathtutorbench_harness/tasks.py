@@ -19,8 +19,9 @@ in SOURCES):
   Mistake correction takes the error examples only.
 - MathDial bridge (scaffolding, pedagogy following, and their hard splits):
   `question` = problem; `dialog_history` every turn but the last as
-  "<user>: <text>" lines; `conversation_json` those turns; the last (teacher)
-  turn is `ground_truth_response`; `reference_solution` as is.
+  "Student: <text>" or, for any other speaker, "Teacher: <text>" lines (a one-turn
+  dialogue keeps its turn); `conversation_json` those turns; the last turn, whoever
+  says it, is `ground_truth_response`; `reference_solution` as is.
 
 A prompt is `system_prompt` rendered with the example's fields and
 `shots=few_shot_samples`; the target is `ground_truth_format` rendered the same way.
