@@ -38,11 +38,15 @@ def load_tokenizer(path: str,
 @functools.lru_cache(maxsize=8)
 def skipped_ids(tokenizer: "transformers.PreTrainedTokenizerBase") -> frozenset:
   """The token ids a reply's text leaves out with vLLM's skip_special_tokens (its default):
-  the tokenizer's special tokens, never a thinking tag, which a reasoning split and
-  clients read in the text even where a tokenizer marks it special."""
+  the tokenizer's special tokens, those of its special-tokens map and every added token
+  flagged special (what transformers' decode(..., skip_special_tokens=True) leaves out),
+  never a thinking tag, which a reasoning split and clients read in the text even where
+  a tokenizer marks it special."""
   tags = set()
   for tag in ("<think>", "</think>"):
     i = tokenizer.convert_tokens_to_ids(tag)
     if i is not None and tokenizer.convert_ids_to_tokens(i) == tag:  # Not the unknown token.
       tags.add(i)
-  return frozenset(tokenizer.all_special_ids) - tags
+  added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+  flagged = {i for i, t in added.items() if getattr(t, "special", False)}
+  return frozenset(set(tokenizer.all_special_ids) | flagged) - tags

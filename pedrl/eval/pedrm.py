@@ -154,6 +154,15 @@ def read_system_prompt(path: str) -> str:
   return text
 
 
+def in_dtype(scores: Sequence[float], dtype: str) -> list[float]:
+  """Scores as a model in `dtype` returns them (bfloat16 and float16 round; float32 as
+  computed): the harness compares its bfloat16 RM's scores, so replies that tie there tie
+  here."""
+  if dtype in ("bfloat16", "float16"):
+    return np.asarray(scores, np.float32).astype(dtype).astype(float).tolist()
+  return list(scores)
+
+
 class PedRM:
   """A sequence-classification checkpoint that scores chats: `score(chats) -> [float]`."""
 
@@ -192,8 +201,7 @@ class PedRM:
       mask[len(part):, -1] = True  # Filler rows: one token, finite scores, dropped.
       out += np.asarray(_scores(self.model, self.params, jnp.asarray(tokens),
                                 jnp.asarray(mask)))[:len(part)].tolist()
-    if self.cfg.dtype in ("bfloat16", "float16"):
-      out = np.asarray(out, np.float32).astype(self.cfg.dtype).astype(float).tolist()
+    out = in_dtype(out, self.cfg.dtype)
     if not np.all(np.isfinite(out)):
       bad = int(np.flatnonzero(~np.isfinite(out))[0])
       raise PedRMError(f"the reward model gave a non-finite score ({out[bad]}) to input {bad} "

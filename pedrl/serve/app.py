@@ -171,11 +171,11 @@ def make_app(startup: Startup, settings: ServeSettings, metrics: Metrics | None 
       raise APIError(400, f"a token id is outside the vocabulary [0, {m.vocab})", param=param)
 
   def check_room(m: Served, prompt_len: int, max_tokens: int | None):
-    """A 400 when the prompt and max_tokens (None: not given, one token at least) overflow
-    the context."""
-    if prompt_len + (max_tokens or 1) > m.context:
-      wants = (f"max_tokens asks for {max_tokens} more" if max_tokens else
-               "no room is left for a reply")
+    """A 400 when the prompt and max_tokens (None: not given, one token at least; 0: echo
+    only, none) overflow the context."""
+    if prompt_len + (1 if max_tokens is None else max_tokens) > m.context:
+      wants = ("no room is left for a reply" if max_tokens is None else
+               f"max_tokens asks for {max_tokens} more")
       raise APIError(400, f"this server's context is {m.context} tokens; the prompt has "
                      f"{prompt_len} and {wants}",
                      param="prompt" if prompt_len >= m.context else "max_tokens",
@@ -514,8 +514,9 @@ def _logprobs(tokenizer, s: Sequence) -> Logprobs:
   # echoed as sent; the stop token that ended it, after the text, as it reads).
   skipped = skipped_ids(tokenizer) if s.skip_special_tokens else frozenset()
   text_end = len(ids) - s.ended_by_token
-  pieces = [tokenizer.decode([t]) if t not in skipped or not len(s.prompt) <= n < text_end
-            else "" for n, t in enumerate(ids[start:], start)]
+  in_text = lambda n: len(s.prompt) <= n < text_end
+  read = lambda n, t: "" if t in skipped and in_text(n) else tokenizer.decode([t])
+  pieces = [read(n, t) for n, t in enumerate(ids[start:], start)]
   offsets, at = [], 0
   for piece in pieces:
     offsets.append(at)
@@ -531,7 +532,7 @@ def _logprobs(tokenizer, s: Sequence) -> Logprobs:
     # likely one's entry stands, alternatives first, in rank order.
     top = {}
     for i, v in zip(lp.top_ids[t - 1, :s.logprobs], lp.top_logprobs[t - 1, :s.logprobs]):
-      top.setdefault(tokenizer.decode([int(i)]), float(v))
+      top.setdefault(read(t, int(i)), float(v))  # Read as the chosen token would be.
     top.setdefault(pieces[t - start], values[-1])
     alternatives.append(top)
   # Constructed unvalidated: the API's first echoed token has null entries, which the

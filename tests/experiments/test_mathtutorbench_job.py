@@ -103,7 +103,13 @@ def test_win_rate_scores_equal_transformers(testdata, tmp_path):
   as_bf16 = np.asarray(ours16, np.float32).astype("bfloat16").astype(float)
   np.testing.assert_array_equal(as_bf16, ours16)
   np.testing.assert_allclose(ours16, chosen, rtol=0, atol=0.05)
-  assert win_rate.win_rate([ours16[0]], [ours16[0]])["win_rate"] == 0.0
+  # 1 and 1 + 2^-10 differ in float32 and are one bfloat16 value: a win there, a tie here.
+  apart = [1.0, 1.0 + 2 ** -10]
+  assert pedrm.in_dtype(apart, "float32") == apart
+  assert win_rate.win_rate(*([x] for x in pedrm.in_dtype(apart[::-1], "float32")))[
+      "win_rate"] == 1.0
+  assert win_rate.win_rate(*([x] for x in pedrm.in_dtype(apart[::-1], "bfloat16")))[
+      "win_rate"] == 0.0
 
 
 def _write(tmp_path, text):

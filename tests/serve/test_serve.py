@@ -745,10 +745,19 @@ def test_special_tokens_are_left_out_of_the_text_as_vllm_does(served, client):
   assert set(ids) & set(tok.all_special_ids)  # The case at hand: a special token sampled.
   ask = lambda **kw: client.completions.create(model=NAME, prompt=prompt, max_tokens=20,
                                                temperature=0, **kw).choices[0]
-  plain, kept = ask(logprobs=0), ask(extra_body={"skip_special_tokens": False})
+  plain, kept = ask(logprobs=1), ask(extra_body={"skip_special_tokens": False})
   assert plain.text == tok.decode(ids, skip_special_tokens=True) != kept.text
   assert kept.text == tok.decode(ids)
   assert "".join(plain.logprobs.tokens) == plain.text
+  # A left-out token reads "" among its alternatives too: listed once, as the greedy one.
+  for token, top in zip(plain.logprobs.tokens, plain.logprobs.top_logprobs):
+    assert max(top, key=top.get) == token and "<|endoftext|>" not in top
+  # The tokens left out are those transformers' decode leaves out (the special-tokens map
+  # and every added token flagged special, <|im_start|> here), a thinking tag excepted.
+  from pedrl.tokenizer import skipped_ids
+  gone = {i for i in tok.added_tokens_decoder if tok.decode([i], skip_special_tokens=True) == ""}
+  assert skipped_ids(served[1].engine.tokenizer) == gone
+  assert tok.convert_tokens_to_ids("<|im_start|>") in gone
 
 
 def test_a_prompt_over_the_context_is_a_400_that_says_what_overflows(served):
@@ -764,3 +773,7 @@ def test_a_prompt_over_the_context_is_a_400_that_says_what_overflows(served):
                          {"model": NAME, "messages": short, "max_tokens": 250})
   assert code == 400 and "max_tokens asks for 250 more" in reply["error"]["message"]
   assert reply["error"]["param"] == "max_tokens"
+  # Echo only (max_tokens=0) asks for no reply: a prompt that fills the context is scored.
+  code, reply = _request(url + "/completions", {"model": NAME, "prompt": [100] * 256,
+                                                "max_tokens": 0, "echo": True, "logprobs": 0})
+  assert code == 200 and len(reply["choices"][0]["logprobs"]["tokens"]) == 256
