@@ -45,8 +45,9 @@ from pedrl.serve import openai_types
 from pedrl.serve.prometheus import Metrics
 from pedrl.serve.middleware import Gate
 from pedrl.serve.openai_types import APIError
-from pedrl.serve.sequences import Job, Sequence, skipped_ids
+from pedrl.serve.sequences import Job, Sequence
 from pedrl.serve.startup import Served, Startup
+from pedrl.tokenizer import skipped_ids
 
 
 @dataclasses.dataclass

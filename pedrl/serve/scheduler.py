@@ -31,7 +31,8 @@ import numpy as np
 
 from pedrl.engine import scoring, slots as slots_lib, stops as stops_lib
 from pedrl.serve.prometheus import Metrics
-from pedrl.serve.sequences import Job, Sequence, skipped_ids  # noqa: F401 (also imported from here)
+from pedrl.serve.sequences import Job, Sequence  # noqa: F401 (also imported from here)
+from pedrl.tokenizer import skipped_ids
 
 SCORE_ROWS = 4  # Rows per log-prob call: one compiled program per length bucket.
 
@@ -48,7 +49,7 @@ class Engine:
 
   def text(self, ids: list[int], skip_special_tokens: bool = True) -> str:
     """A completion's text: its tokens decoded, special ones left out if asked
-    (`sequences.skipped_ids`)."""
+    (`pedrl.tokenizer.skipped_ids`)."""
     if skip_special_tokens:
       skipped = skipped_ids(self.tokenizer)
       ids = [t for t in ids if t not in skipped]

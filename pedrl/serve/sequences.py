@@ -3,8 +3,6 @@
 import dataclasses
 from typing import TYPE_CHECKING, Callable
 
-from pedrl.tokenizer import skipped_ids  # noqa: F401 (the server's, imported from here)
-
 if TYPE_CHECKING:  # Names for annotations only: importing them would import JAX.
   from pedrl.engine.scoring import Alternatives
 

@@ -22,13 +22,13 @@ import numpy as np
 
 from pedrl import streams
 from pedrl.clients import openai_compat
-from pedrl.tokenizer import skipped_ids
 from pedrl.engine import Sampler, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.env import party
 from pedrl.eval import pedrm, records as records_lib
 from pedrl.eval.mathtutorbench_harness import tasks, win_rate
 from pedrl.mathtutorbench_rules import scoring
+from pedrl.tokenizer import skipped_ids
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import MODES, BenchSettings
 
@@ -73,7 +73,8 @@ class ModelPolicy:
     replies = []
     for i in range(len(rows)):
       ids = [t for t in gen.row_tokens(i).tolist() if t not in skipped]
-      if gen.stopped[i] and ids and ids[-1] in sp.stop_token_ids:  # A stop id no special.
+      # The stop token that ended the row, where it is not a special token already left out.
+      if gen.stopped[i] and ids and ids[-1] in sp.stop_token_ids:
         ids = ids[:-1]
       text = sampler.tokenizer.decode(ids)
       replies.append(kept(self.s.mode, text[:stops.find_stop(text, tuple(stop))[0]]))
