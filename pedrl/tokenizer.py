@@ -50,3 +50,12 @@ def skipped_ids(tokenizer: "transformers.PreTrainedTokenizerBase") -> frozenset:
   added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
   flagged = {i for i, t in added.items() if getattr(t, "special", False)}
   return frozenset(set(tokenizer.all_special_ids) | flagged) - tags
+
+
+def decode(tokenizer: "transformers.PreTrainedTokenizerBase", ids: typing.Sequence[int],
+           skip_special_tokens: bool = False) -> str:
+  """`ids` as text; with `skip_special_tokens`, those of `skipped_ids` left out."""
+  if skip_special_tokens:
+    skipped = skipped_ids(tokenizer)
+    ids = [t for t in ids if t not in skipped]
+  return tokenizer.decode(list(ids))

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from pedrl import sharding as sharding_lib
+from pedrl import sharding as sharding_lib, tokenizer as tokenizer_lib
 from pedrl.engine import compiler, distribution, kv_cache, stops
 from pedrl.engine.distribution import SamplingParams
 from pedrl.engine.shapes import (CHUNK_BUCKETS, LENGTH_BUCKETS, bucket, bucket_below,
@@ -236,9 +236,13 @@ class Sampler:
 
   def __init__(self, model: Decoder, tokenizer=None, stop_strings=(), mesh=None,
                length_buckets=LENGTH_BUCKETS, chunk_buckets=CHUNK_BUCKETS,
-               share_prefix: int = 32, compact: bool = True):
+               share_prefix: int = 32, compact: bool = True,
+               skip_special_tokens: bool = False):
     self.model, self.cfg, self.tokenizer, self.mesh = model, model.cfg, tokenizer, mesh
     self.share_prefix, self.compact = share_prefix, compact
+    # Texts leave the tokenizer's special tokens out (pedrl.tokenizer.skipped_ids), as a
+    # vLLM server returns them; dialogues keep them (their texts are rendered as sampled).
+    self.skip_special_tokens = skip_special_tokens
     self.buckets, self.chunk_buckets = tuple(length_buckets), tuple(chunk_buckets)
     self.stop_strings = tuple(stop_strings)
     compiler.engine_options()  # Its probe compiles now, not inside the first call.
@@ -522,7 +526,7 @@ class Sampler:
     if gen.stopped[i] and ids and ids[-1] in sampling.stop_token_ids:
       reason = self.tokenizer.decode(ids[-1:])
       ids = ids[:-1]
-    text = self.tokenizer.decode(ids)
+    text = tokenizer_lib.decode(self.tokenizer, ids, self.skip_special_tokens)
     cut, which = stops.find_stop(text, self.stop_strings)
     if which is not None:
       text, reason = text[:cut], which

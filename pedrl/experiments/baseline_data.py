@@ -42,7 +42,7 @@ import ml_collections
 import numpy as np
 from absl import app
 
-from pedrl import distributed, files, streams
+from pedrl import distributed, fields, files, streams
 from pedrl.env import dialogue as dialogue_lib, rollout
 from pedrl.eval import shards
 from pedrl.eval.protocol import EvalProtocol, jsonable
@@ -94,17 +94,13 @@ def protocol(s: settings_lib.DialogueSettings,
       "judges": judges_protocol(s)})  # `read` made sure the rewards use them.
 
 
-# Reward settings added since protocols first recorded the rewards, with the value that
-# keeps an earlier protocol's behaviour: recorded only when another value is set, so that a
-# workdir of an earlier pedrl compares equal and resumes.
-REWARDS_ADDED = {"template_tags": "paper"}
-
-
 def rewards_protocol(rewards: settings_lib.RewardSettings) -> dict:
-  """The reward settings as the protocol records them (`REWARDS_ADDED` left out at their
-  earlier behaviour)."""
-  return {k: v for k, v in jsonable(rewards).items()
-          if not (k in REWARDS_ADDED and v == REWARDS_ADDED[k])}
+  """The reward settings as the protocol records them: a setting added since protocols
+  first recorded them (`pedrl.fields.ADDED`) only when it differs from the behaviour an
+  earlier run had, so that a workdir of an earlier pedrl compares equal and resumes."""
+  added = {k.removeprefix("rewards."): v for k, v in fields.ADDED.items()
+           if k.startswith("rewards.")}
+  return {k: v for k, v in jsonable(rewards).items() if k not in added or v != added[k]}
 
 
 class ScoredRollouts:

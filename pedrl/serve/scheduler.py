@@ -32,7 +32,7 @@ import numpy as np
 from pedrl.engine import scoring, slots as slots_lib, stops as stops_lib
 from pedrl.serve.prometheus import Metrics
 from pedrl.serve.sequences import Job, Sequence  # noqa: F401 (also imported from here)
-from pedrl.tokenizer import skipped_ids
+from pedrl import tokenizer as tokenizer_lib
 
 SCORE_ROWS = 4  # Rows per log-prob call: one compiled program per length bucket.
 
@@ -50,10 +50,7 @@ class Engine:
   def text(self, ids: list[int], skip_special_tokens: bool = True) -> str:
     """A completion's text: its tokens decoded, special ones left out if asked
     (`pedrl.tokenizer.skipped_ids`)."""
-    if skip_special_tokens:
-      skipped = skipped_ids(self.tokenizer)
-      ids = [t for t in ids if t not in skipped]
-    return self.tokenizer.decode(ids)
+    return tokenizer_lib.decode(self.tokenizer, ids, skip_special_tokens)
 
   def alternatives(self, rows: list[list[int]]) -> list[scoring.Alternatives]:
     return scoring.token_alternatives(self.model, self.params, rows, k=5,

@@ -28,7 +28,6 @@ from pedrl.env import party
 from pedrl.eval import pedrm, records as records_lib
 from pedrl.eval.mathtutorbench_harness import tasks, win_rate
 from pedrl.mathtutorbench_rules import scoring
-from pedrl.tokenizer import skipped_ids
 # Re-exported: defined there, importable without JAX.
 from pedrl.eval.settings import MODES, BenchSettings
 
@@ -48,7 +47,8 @@ class ModelPolicy:
     if stop not in self.samplers:
       base = self.party.sampler
       self.samplers[stop] = Sampler(base.model, base.tokenizer, stop_strings=stop,
-                                    mesh=base.mesh, compact=base.compact)
+                                    mesh=base.mesh, compact=base.compact,
+                                    skip_special_tokens=True)
     return self.samplers[stop]
 
   def ids(self, prompt: str) -> tuple[list, bool]:
@@ -69,16 +69,7 @@ class ModelPolicy:
     rows, cut = zip(*(self.ids(p) for p in prompts))
     gen, _ = sampler.generate(self.party.params, list(rows),
                               streams.sequence_keys(self.seed, uids), sp)
-    skipped = skipped_ids(sampler.tokenizer)
-    replies = []
-    for i in range(len(rows)):
-      ids = [t for t in gen.row_tokens(i).tolist() if t not in skipped]
-      # The stop token that ended the row, where it is not a special token already left out.
-      if gen.stopped[i] and ids and ids[-1] in sp.stop_token_ids:
-        ids = ids[:-1]
-      text = sampler.tokenizer.decode(ids)
-      replies.append(kept(self.s.mode, text[:stops.find_stop(text, tuple(stop))[0]]))
-    return replies, list(cut)
+    return [kept(self.s.mode, t) for t in gen.texts], list(cut)
 
 
 def kept(mode: str, reply: str) -> str:
